@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: Apache-2.0
+// Registration of phos subcommands; each one lives in its own file.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace phos::cli {
+
+// The chosen subcommand's action, set by its callback; returns the exit code.
+using SubcommandRunner = std::function<int()>;
+
+// Exit codes shared by all subcommands.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;     // the operation failed
+inline constexpr int kExitBadInput = 2;    // the user's input was wrong (CLI11 uses 2 too)
+
+void addDoctor(CLI::App& app, SubcommandRunner& runner);
+
+}  // namespace phos::cli

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+// posix_spawn-based runner that drains stdout and stderr without deadlocking.
+#include "phos/common/subprocess.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string_view>
+
+extern char** environ;
+
+namespace phos {
+namespace {
+
+class Pipe {
+ public:
+  Pipe() = default;
+  Pipe(const Pipe&) = delete;
+  Pipe& operator=(const Pipe&) = delete;
+  ~Pipe() { closeBoth(); }
+  Status open() {
+    if (pipe2(fds_, O_CLOEXEC) != 0) return errnoError(errno, "pipe2");
+    return Status::ok();
+  }
+  int readEnd() const { return fds_[0]; }
+  int writeEnd() const { return fds_[1]; }
+  void closeWrite() { closeFd(fds_[1]); }
+  void closeBoth() { closeFd(fds_[0]); closeFd(fds_[1]); }
+
+ private:
+  static void closeFd(int& fd) {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+  int fds_[2] = {-1, -1};
+};
+
+}  // namespace
+
+Result<ProcessOutput> runCapture(const std::vector<std::string>& argv) {
+  if (argv.empty()) return makeError(Code::kInvalidArgument, "runCapture: empty argv");
+  Pipe out, err;
+  RETURN_IF_ERROR(out.open());
+  RETURN_IF_ERROR(err.open());
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, out.writeEnd(), 1);
+  posix_spawn_file_actions_adddup2(&actions, err.writeEnd(), 2);
+
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+
+  pid_t pid = -1;
+  int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return errnoError(rc, fmt::format("cannot start '{}'", argv[0]));
+  out.closeWrite();
+  err.closeWrite();
+
+  ProcessOutput result;
+  pollfd fds[2] = {{out.readEnd(), POLLIN, 0}, {err.readEnd(), POLLIN, 0}};
+  std::string* sinks[2] = {&result.out, &result.err};
+  int open = 2;
+  char buf[4096];
+  while (open > 0) {
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        sinks[i]->append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        fds[i].fd = -1;
+        --open;
+      }
+    }
+  }
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0) {
+    if (errno != EINTR) return errnoError(errno, "waitpid");
+  }
+  result.exitCode = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+  return result;
+}
+
+}  // namespace phos
