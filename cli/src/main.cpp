@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // phos: the command-line entry point; one subcommand per file under cli/src/.
+#include <cstdio>
+
 #include <CLI/CLI.hpp>
 
 #include "phos/common/log.h"
@@ -8,12 +10,35 @@
 int main(int argc, char** argv) {
   phos::log::setup({.toStderr = true});
   CLI::App app{"PhOS: checkpoint, restore and migrate running GPU processes"};
-  app.require_subcommand(1);
   app.set_version_flag("--version", std::string("phos ") + PHOS_VERSION);
-
   phos::cli::SubcommandRunner runner;
   phos::cli::addDoctor(app, runner);
+#ifdef PHOS_HAVE_OFFLOAD_PLAN
+  phos::cli::addOffloadPlan(app, runner);
+#endif
+#ifdef PHOS_HAVE_POLICY
+  phos::cli::addPolicy(app, runner);
+#endif
 
-  CLI11_PARSE(app, argc, argv);
-  return runner ? runner() : 0;
+  // Unknown words are kept so that the error can name them; CLI11 would
+  // otherwise only say that a subcommand is required. Set after the
+  // subcommands are added: they copy the setting, and must stay strict.
+  app.allow_extras();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);  // prints help/version or the error
+    return rc == 0 ? phos::cli::kExitOk : phos::cli::kExitBadInput;
+  }
+  if (!runner) {
+    if (!app.remaining().empty()) {
+      std::fprintf(stderr, "phos: unknown command '%s' (see phos --help)\n",
+                   app.remaining().front().c_str());
+    } else {
+      std::fprintf(stderr, "phos: a command is required (see phos --help)\n");
+    }
+    return phos::cli::kExitBadInput;
+  }
+  return runner();
 }

@@ -17,5 +17,7 @@ inline constexpr int kExitFailure = 1;     // the operation failed
 inline constexpr int kExitBadInput = 2;    // the user's input was wrong (CLI11 uses 2 too)
 
 void addDoctor(CLI::App& app, SubcommandRunner& runner);
+void addOffloadPlan(CLI::App& app, SubcommandRunner& runner);  // offload_plan.cpp
+void addPolicy(CLI::App& app, SubcommandRunner& runner);       // policy.cpp
 
 }  // namespace phos::cli
