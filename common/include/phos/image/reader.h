@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+// ImageReader: random access to a committed image, and its verification.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "phos/image/format.h"
+
+namespace phos::image {
+
+// One thing wrong with an image, as `phos verify` reports it.
+struct Problem {
+  std::string where;  // "manifest.json", "blob gpu/0/0x7f00 chunk 3", "cpu/pages-1.img"
+  std::string what;
+};
+
+// Reads are thread-safe; each one checks the chunk's checksum.
+class ImageReader {
+ public:
+  // Parses and checks the manifest and that every blob file is present and
+  // long enough. kNotFound if `directory` or its manifest is missing,
+  // kDataLoss if either is damaged, kNotSupported for a newer format version.
+  static Result<std::unique_ptr<ImageReader>> open(const std::filesystem::path& directory);
+
+  const std::filesystem::path& directory() const { return directory_; }
+  const Manifest& manifest() const { return manifest_; }
+  std::filesystem::path cpuDirectory() const { return directory_ / kCpuDir; }
+
+  std::optional<size_t> findBlob(std::string_view name) const;
+  // Decompresses chunk `chunk` of blob `blob` into `out` (exactly its raw size).
+  // kDataLoss names the blob and chunk when the stored bytes are damaged.
+  Status readChunk(size_t blob, uint64_t chunk, std::span<std::byte> out) const;
+  // Any byte range of a blob.
+  Status read(size_t blob, uint64_t offset, std::span<std::byte> out) const;
+
+  // Reads every chunk and every cpu/ file and reports all that is wrong
+  // (empty: the image is intact).
+  std::vector<Problem> verify() const;
+  // The two halves of verify(): restore checks cpu/ up front and GPU chunks as
+  // it loads them.
+  std::vector<Problem> verifyBlobs() const;
+  std::vector<Problem> verifyCpuFiles() const;
+
+ private:
+  ImageReader(std::filesystem::path directory, Manifest manifest)
+      : directory_(std::move(directory)), manifest_(std::move(manifest)) {}
+  std::filesystem::path directory_;
+  Manifest manifest_;
+};
+
+}  // namespace phos::image
