@@ -13,6 +13,10 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("phos ") + PHOS_VERSION);
   phos::cli::SubcommandRunner runner;
   phos::cli::addDoctor(app, runner);
+  phos::cli::addCheckpoint(app, runner);
+  phos::cli::addRestore(app, runner);
+  phos::cli::addInspect(app, runner);
+  phos::cli::addVerify(app, runner);
 #ifdef PHOS_HAVE_OFFLOAD_PLAN
   phos::cli::addOffloadPlan(app, runner);
 #endif

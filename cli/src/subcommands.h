@@ -17,6 +17,10 @@ inline constexpr int kExitFailure = 1;     // the operation failed
 inline constexpr int kExitBadInput = 2;    // the user's input was wrong (CLI11 uses 2 too)
 
 void addDoctor(CLI::App& app, SubcommandRunner& runner);
+void addCheckpoint(CLI::App& app, SubcommandRunner& runner);  // checkpoint.cpp
+void addRestore(CLI::App& app, SubcommandRunner& runner);     // checkpoint.cpp
+void addInspect(CLI::App& app, SubcommandRunner& runner);     // image_commands.cpp
+void addVerify(CLI::App& app, SubcommandRunner& runner);      // image_commands.cpp
 void addOffloadPlan(CLI::App& app, SubcommandRunner& runner);  // offload_plan.cpp
 void addPolicy(CLI::App& app, SubcommandRunner& runner);       // policy.cpp
 
