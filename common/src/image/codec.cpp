@@ -39,7 +39,7 @@ Result<Codec> compress(Codec codec, int zstdLevel, std::span<const std::byte> ra
     }
   }
   if (codec == Codec::kNone || stored >= raw.size()) {
-    out.assign(raw.begin(), raw.end());
+    out.clear();
     return Codec::kNone;
   }
   out.resize(stored);

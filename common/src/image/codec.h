@@ -11,7 +11,8 @@
 namespace phos::image::detail {
 
 // Compresses `raw` with `codec` into `out` (resized). Returns the codec actually
-// used: kNone when compression would not make the chunk smaller.
+// used: kNone when compression would not make the chunk smaller; then `out` is
+// left empty and the caller stores `raw` itself (no copy).
 Result<Codec> compress(Codec codec, int zstdLevel, std::span<const std::byte> raw,
                        std::vector<std::byte>& out);
 // Decompresses `stored` into exactly out.size() bytes; kDataLoss when the

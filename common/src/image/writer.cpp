@@ -193,8 +193,10 @@ Status ImageWriter::writeChunk(size_t blobIndex, uint64_t chunk, std::span<const
                      info.name, info.chunkRawBytes(chunk), raw.size());
   }
   // The expensive part runs outside the lock: many copy threads compress at once.
-  std::vector<std::byte> stored;
-  ASSIGN_OR_RETURN(Codec codec, detail::compress(options_.codec, options_.zstdLevel, raw, stored));
+  std::vector<std::byte> compressed;
+  ASSIGN_OR_RETURN(Codec codec,
+                   detail::compress(options_.codec, options_.zstdLevel, raw, compressed));
+  std::span<const std::byte> stored = codec == Codec::kNone ? raw : std::span(compressed);
   ChunkInfo record{0, static_cast<uint32_t>(stored.size()), codec, checksum(raw)};
 
   std::lock_guard lock(blob->mutex);
