@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: Apache-2.0
+// vgpu's contexts: primary contexts, created contexts, the per-thread stack, limits and flags.
+#include <thread>
+
+#include "vgpu_test_support.h"
+
+namespace phos::vgpu::testing {
+namespace {
+
+class ContextTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_CU(cuInit(0));
+    // Every test starts with an empty context stack on its thread.
+    CUcontext c = nullptr;
+    while (cuCtxGetCurrent(&c) == CUDA_SUCCESS && c != nullptr) ASSERT_CU(cuCtxPopCurrent(&c));
+  }
+};
+
+TEST_F(ContextTest, NoCurrentContextMeansInvalidContext) {
+  CUcontext c = reinterpret_cast<CUcontext>(0x1);
+  EXPECT_CU(cuCtxGetCurrent(&c));
+  EXPECT_EQ(c, nullptr);
+  CUdevice dev = -1;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuCtxGetDevice(&dev));
+  CUdeviceptr p = 0;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuMemAlloc(&p, 64));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuCtxSynchronize());
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuCtxPopCurrent(&c));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuCtxGetCurrent(nullptr));
+}
+
+TEST_F(ContextTest, PrimaryContextIsReferenceCounted) {
+  unsigned flags = 99;
+  int active = -1;
+  EXPECT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+  EXPECT_EQ(active, 0);
+  CUcontext a = nullptr, b = nullptr;
+  EXPECT_CU(cuDevicePrimaryCtxRetain(&a, 0));
+  EXPECT_CU(cuDevicePrimaryCtxRetain(&b, 0));
+  EXPECT_EQ(a, b);
+  EXPECT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+  EXPECT_EQ(active, 1);
+  // Retaining does not make it current.
+  CUcontext current = reinterpret_cast<CUcontext>(0x1);
+  EXPECT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, nullptr);
+  EXPECT_CU(cuCtxSetCurrent(a));
+  CUdevice dev = -1;
+  EXPECT_CU(cuCtxGetDevice(&dev));
+  EXPECT_EQ(dev, 0);
+  EXPECT_CU(cuDevicePrimaryCtxRelease(0));
+  EXPECT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+  EXPECT_EQ(active, 1);
+  EXPECT_CU(cuDevicePrimaryCtxRelease(0));
+  EXPECT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+  EXPECT_EQ(active, 0);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuDevicePrimaryCtxRelease(0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_DEVICE, cuDevicePrimaryCtxRetain(&a, 4));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuDevicePrimaryCtxRetain(nullptr, 0));
+  EXPECT_CU(cuCtxSetCurrent(nullptr));
+}
+
+TEST_F(ContextTest, PrimaryFlagsAreValidated) {
+  EXPECT_CU(cuDevicePrimaryCtxSetFlags(0, CU_CTX_SCHED_BLOCKING_SYNC));
+  unsigned flags = 0;
+  int active = 0;
+  EXPECT_CU(cuDevicePrimaryCtxGetState(0, &flags, &active));
+  EXPECT_EQ(flags, static_cast<unsigned>(CU_CTX_SCHED_BLOCKING_SYNC));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuDevicePrimaryCtxSetFlags(0, 0x3));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuDevicePrimaryCtxSetFlags(0, 0x10000));
+  EXPECT_CU(cuDevicePrimaryCtxSetFlags(0, 0));
+}
+
+TEST_F(ContextTest, CreatePushPopDestroy) {
+  CUcontext a = nullptr, b = nullptr;
+  ASSERT_CU(cuCtxCreate(&a, nullptr, 0, 0));
+  CUcontext current = nullptr;
+  EXPECT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, a);  // "made current to the calling thread"
+  ASSERT_CU(cuCtxCreate(&b, nullptr, CU_CTX_SCHED_SPIN, 0));
+  EXPECT_NE(a, b);
+  EXPECT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, b);
+  unsigned flags = 0;
+  EXPECT_CU(cuCtxGetFlags(&flags));
+  EXPECT_EQ(flags & CU_CTX_SCHED_MASK, static_cast<unsigned>(CU_CTX_SCHED_SPIN));
+  CUcontext popped = nullptr;
+  EXPECT_CU(cuCtxPopCurrent(&popped));
+  EXPECT_EQ(popped, b);
+  EXPECT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, a);
+  EXPECT_CU(cuCtxPushCurrent(b));
+  EXPECT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, b);
+  unsigned long long idA = 0, idB = 0;
+  EXPECT_CU(cuCtxGetId(a, &idA));
+  EXPECT_CU(cuCtxGetId(b, &idB));
+  EXPECT_NE(idA, idB);
+  unsigned version = 0;
+  EXPECT_CU(cuCtxGetApiVersion(a, &version));
+  EXPECT_GE(version, 3020u);
+
+  // Destroying the current context pops it.
+  EXPECT_CU(cuCtxDestroy(b));
+  EXPECT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, a);
+  // A destroyed handle stays invalid.
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuCtxPushCurrent(b));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuCtxDestroy(b));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuCtxGetId(b, &idB));
+  EXPECT_CU(cuCtxDestroy(a));
+  EXPECT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, nullptr);
+}
+
+TEST_F(ContextTest, CreateRejectsBadArguments) {
+  CUcontext c = nullptr;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuCtxCreate(nullptr, nullptr, 0, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_DEVICE, cuCtxCreate(&c, nullptr, 0, 9));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuCtxCreate(&c, nullptr, 0x3, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuCtxDestroy(nullptr));
+  CUcontext primary = nullptr;
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&primary, 0));
+  // A primary context is released, never destroyed.
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuCtxDestroy(primary));
+  EXPECT_CU(cuDevicePrimaryCtxRelease(0));
+}
+
+TEST_F(ContextTest, ContextDestroyedOnAnotherThreadIsReported) {
+  CUcontext c = nullptr;
+  ASSERT_CU(cuCtxCreate(&c, nullptr, 0, 0));
+  CUresult seen = CUDA_SUCCESS;
+  std::thread other([&] {
+    EXPECT_CU(cuCtxSetCurrent(c));
+    EXPECT_CU(cuCtxSynchronize());
+  });
+  other.join();
+  std::thread second([&] {
+    EXPECT_CU(cuCtxSetCurrent(c));
+    // The main thread destroys it while it is current here.
+    std::thread([&] { EXPECT_CU(cuCtxDestroy(c)); }).join();
+    CUdeviceptr p = 0;
+    seen = cuMemAlloc(&p, 16);
+  });
+  second.join();
+  EXPECT_EQ(resultName(seen), "CUDA_ERROR_CONTEXT_IS_DESTROYED");
+}
+
+TEST_F(ContextTest, LimitsAndCacheConfig) {
+  CUcontext c = nullptr;
+  ASSERT_CU(cuCtxCreate(&c, nullptr, 0, 0));
+  size_t value = 0;
+  EXPECT_CU(cuCtxGetLimit(&value, CU_LIMIT_STACK_SIZE));
+  EXPECT_GT(value, 0u);
+  EXPECT_CU(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 64 << 20));
+  EXPECT_CU(cuCtxGetLimit(&value, CU_LIMIT_MALLOC_HEAP_SIZE));
+  EXPECT_EQ(value, size_t{64} << 20);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuCtxGetLimit(&value, static_cast<CUlimit>(0x77)));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuCtxGetLimit(nullptr, CU_LIMIT_STACK_SIZE));
+  int least = 1, greatest = 1;
+  EXPECT_CU(cuCtxGetStreamPriorityRange(&least, &greatest));
+  EXPECT_EQ(least, 0);
+  EXPECT_LT(greatest, 0);
+  CUfunc_cache cache{};
+  EXPECT_CU(cuCtxGetCacheConfig(&cache));
+  EXPECT_CU(cuCtxSetCacheConfig(CU_FUNC_CACHE_PREFER_SHARED));
+  EXPECT_CU(cuCtxDestroy(c));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuCtxGetLimit(&value, CU_LIMIT_STACK_SIZE));
+}
+
+TEST_F(ContextTest, PeerAccessNeedsTwoDevices) {
+  CUcontext a = nullptr, b = nullptr;
+  ASSERT_CU(cuCtxCreate(&a, nullptr, 0, 0));
+  ASSERT_CU(cuCtxCreate(&b, nullptr, 0, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_DEVICE, cuCtxEnablePeerAccess(a, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuCtxEnablePeerAccess(a, 1));
+  EXPECT_CU_ERR(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, cuCtxDisablePeerAccess(a));
+  EXPECT_CU(cuCtxDestroy(b));
+  EXPECT_CU(cuCtxDestroy(a));
+}
+
+}  // namespace
+}  // namespace phos::vgpu::testing

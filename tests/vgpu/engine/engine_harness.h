@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: Apache-2.0
+// Test harness for the vgpu engine: device memory over host allocations, an address
+// checker over them, a printf sink that captures, and a launch helper.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "phos/vgpu/engine.h"
+#include "phos/vgpu/program.h"
+
+namespace phos::vgpu::engine::testing {
+
+// Host memory handed out as "device" memory; every allocation is a mapping the
+// checker accepts. Addresses are the host addresses, as in the daemon.
+class HostDeviceMemory final : public DeviceMemory, public AddressChecker {
+ public:
+  ~HostDeviceMemory() override {
+    for (auto& [addr, size] : allocations_) std::free(reinterpret_cast<void*>(addr));
+  }
+
+  Result<std::uint64_t> allocate(std::size_t bytes, std::size_t alignment) override {
+    std::size_t align = std::max<std::size_t>(alignment, 16);
+    std::size_t rounded = (bytes + align - 1) / align * align;
+    void* p = std::aligned_alloc(align, rounded);
+    if (!p) return Status(Code::kResourceExhausted, "host allocation failed");
+    std::memset(p, 0, rounded);
+    std::lock_guard lock(mutex_);
+    allocations_[reinterpret_cast<std::uint64_t>(p)] = bytes;
+    return reinterpret_cast<std::uint64_t>(p);
+  }
+
+  Status write(std::uint64_t address, std::span<const std::byte> bytes) override {
+    if (!isAccessible(address, bytes.size())) {
+      return Status(Code::kOutOfRange, "write outside allocations");
+    }
+    std::memcpy(reinterpret_cast<void*>(address), bytes.data(), bytes.size());
+    return Status::ok();
+  }
+  int device() const override { return 0; }
+  int computeCapability() const override { return 80; }
+
+  bool isAccessible(std::uint64_t address, std::size_t size) const override {
+    std::lock_guard lock(mutex_);
+    auto it = allocations_.upper_bound(address);
+    if (it == allocations_.begin()) return false;
+    --it;
+    return address >= it->first && address + size <= it->first + it->second &&
+           address + size >= address;
+  }
+
+  // A typed device buffer initialised from host data.
+  template <typename T>
+  T* alloc(const std::vector<T>& init) {
+    auto r = allocate(std::max<std::size_t>(init.size() * sizeof(T), 1), alignof(T) < 16 ? 16 : alignof(T));
+    EXPECT_TRUE(r.isOk());
+    T* p = reinterpret_cast<T*>(*r);
+    if (!init.empty()) std::memcpy(p, init.data(), init.size() * sizeof(T));
+    return p;
+  }
+  template <typename T>
+  T* alloc(std::size_t count) {
+    return alloc(std::vector<T>(count));
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::uint64_t, std::size_t> allocations_;
+};
+
+class CapturingPrintf final : public PrintfSink {
+ public:
+  void write(std::string_view text) override {
+    std::lock_guard lock(mutex_);
+    text_.append(text);
+  }
+  std::string text() const {
+    std::lock_guard lock(mutex_);
+    return text_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::string text_;
+};
+
+inline std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Packs kernel arguments with the parameter layout the program reports.
+class Params {
+ public:
+  template <typename T>
+  Params& add(const T& v) {
+    values_.emplace_back(reinterpret_cast<const std::byte*>(&v),
+                         reinterpret_cast<const std::byte*>(&v) + sizeof(T));
+    return *this;
+  }
+  std::vector<std::byte> pack(const FunctionInfo& f) const {
+    std::vector<std::byte> buf(f.paramBufferSize);
+    for (std::size_t i = 0; i < values_.size() && i < f.params.size(); ++i) {
+      std::memcpy(buf.data() + f.params[i].offset, values_[i].data(),
+                  std::min(values_[i].size(), f.params[i].size));
+    }
+    return buf;
+  }
+  std::size_t count() const { return values_.size(); }
+
+ private:
+  std::vector<std::vector<std::byte>> values_;
+};
+
+// A loaded module plus the memory it lives in.
+class Module {
+ public:
+  Status load(const std::string& ptx) {
+    auto loader = makeProgramLoader();
+    auto r = loader->load(ptx, memory_);
+    if (!r.isOk()) return r.status();
+    program_ = std::move(r).value();
+    return Status::ok();
+  }
+  Status loadFile(const std::string& path) { return load(readFile(path)); }
+
+  // Finds a kernel whose (mangled) name contains `name`.
+  std::size_t kernel(const std::string& name) const {
+    const auto& fs = program_->functions();
+    for (std::size_t i = 0; i < fs.size(); ++i) {
+      if (fs[i].name == name) return i;
+    }
+    for (std::size_t i = 0; i < fs.size(); ++i) {
+      if (fs[i].name.find(name) != std::string::npos) return i;
+    }
+    ADD_FAILURE() << "no kernel named like " << name;
+    return 0;
+  }
+
+  Status launch(const std::string& name, Dim3 grid, Dim3 block, const Params& params,
+                std::uint32_t dynamicShared = 0) {
+    std::size_t k = kernel(name);
+    const FunctionInfo& f = program_->functions()[k];
+    EXPECT_EQ(params.count(), f.params.size()) << "argument count of " << f.name;
+    std::vector<std::byte> buf = params.pack(f);
+    LaunchConfig config;
+    config.grid = grid;
+    config.block = block;
+    config.dynamicSharedBytes = dynamicShared;
+    LaunchContext context;
+    context.memory = &memory_;
+    context.printf = &printf_;
+    return program_->launch(k, config, buf, context);
+  }
+
+  HostDeviceMemory& memory() { return memory_; }
+  Program& program() { return *program_; }
+  std::string printed() const { return printf_.text(); }
+
+ private:
+  HostDeviceMemory memory_;
+  CapturingPrintf printf_;
+  std::unique_ptr<Program> program_;
+};
+
+#ifdef PHOS_ENGINE_PTX_DIR
+inline std::string ptxPath(const std::string& name) {
+  return std::string(PHOS_ENGINE_PTX_DIR) + "/" + name + ".ptx";
+}
+#endif
+
+}  // namespace phos::vgpu::engine::testing

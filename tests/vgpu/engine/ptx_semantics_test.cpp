@@ -1,0 +1,563 @@
+// SPDX-License-Identifier: Apache-2.0
+// PTX instruction semantics on hand-written PTX: each case runs a one-warp kernel
+// that stores its results, compared with values worked out from the PTX ISA.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <string>
+
+#include "engine_harness.h"
+#include "status_matchers.h"
+
+namespace phos::vgpu::engine::testing {
+namespace {
+
+using ::phos::testing::IsOk;
+using ::phos::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// Wraps `body` in a kernel `k(.param .u64 out, .param .u64 in)`: %rd1 = out, %rd2 = in
+// (both generic), %r0 = %tid.x. Registers %r<64>, %rd<32>, %f<32>, %fd<16>, %p<16>, %h<8>.
+std::string kernel(const std::string& body, const std::string& prelude = "") {
+  return R"(.version 8.0
+.target sm_80
+.address_size 64
+)" + prelude + R"(
+.visible .entry k(.param .u64 k_out, .param .u64 k_in)
+{
+  .reg .pred %p<16>;
+  .reg .b16 %h<8>;
+  .reg .b32 %r<64>;
+  .reg .b64 %rd<32>;
+  .reg .f32 %f<32>;
+  .reg .f64 %fd<16>;
+  ld.param.u64 %rd1, [k_out];
+  ld.param.u64 %rd2, [k_in];
+  mov.u32 %r0, %tid.x;
+)" + body + R"(
+  ret;
+}
+)";
+}
+
+class PtxSemantics : public ::testing::Test {
+ protected:
+  // Runs `body` on `threads` threads with `in` as input; returns `outWords` words.
+  std::vector<uint32_t> run(const std::string& body, std::vector<uint32_t> in,
+                            size_t outWords, uint32_t threads = 1,
+                            const std::string& prelude = "") {
+    Status st = module_.load(kernel(body, prelude));
+    EXPECT_THAT(st, IsOk());
+    if (!st.isOk()) return {};
+    if (in.empty()) in.push_back(0);
+    uint32_t* din = module_.memory().alloc(in);
+    uint32_t* dout = module_.memory().alloc<uint32_t>(outWords);
+    last_ = module_.launch("k", {1}, {threads}, Params().add(dout).add(din));
+    EXPECT_THAT(last_, IsOk());
+    return std::vector<uint32_t>(dout, dout + outWords);
+  }
+  Module module_;
+  Status last_;
+};
+
+uint32_t f2u(float f) { return std::bit_cast<uint32_t>(f); }
+
+TEST_F(PtxSemantics, PrmtModes) {
+  // a = 0x33221100 (bytes 0..3), b = 0x77665544 (bytes 4..7); c selects.
+  auto out = run(R"(
+  mov.b32 %r1, 0x33221100;
+  mov.b32 %r2, 0xf7665544;
+  prmt.b32 %r3, %r1, %r2, 0x3210;  st.global.u32 [%rd1], %r3;
+  prmt.b32 %r3, %r1, %r2, 0x7654;  st.global.u32 [%rd1+4], %r3;
+  prmt.b32 %r3, %r1, %r2, 0x0f0b;  st.global.u32 [%rd1+8], %r3;
+  prmt.b32.f4e %r3, %r1, %r2, 1;   st.global.u32 [%rd1+12], %r3;
+  prmt.b32.b4e %r3, %r1, %r2, 1;   st.global.u32 [%rd1+16], %r3;
+  prmt.b32.rc8 %r3, %r1, %r2, 2;   st.global.u32 [%rd1+20], %r3;
+  prmt.b32.ecl %r3, %r1, %r2, 1;   st.global.u32 [%rd1+24], %r3;
+  prmt.b32.ecr %r3, %r1, %r2, 2;   st.global.u32 [%rd1+28], %r3;
+  prmt.b32.rc16 %r3, %r1, %r2, 1;  st.global.u32 [%rd1+32], %r3;
+)", {}, 9);
+  EXPECT_EQ(out[0], 0x33221100u);
+  EXPECT_EQ(out[1], 0xf7665544u);
+  EXPECT_EQ(out[2], 0x00ff0000u);  // 0xb: sign of byte 3 (0x33); 0xf: sign of byte 7 (0xf7)
+  EXPECT_EQ(out[3], 0x44332211u);  // f4e 1: bytes 4 3 2 1
+  EXPECT_EQ(out[4], 0x66f70011u);  // b4e 1: d.b3..b0 = bytes 6 7 0 1
+  EXPECT_EQ(out[5], 0x22222222u);
+  EXPECT_EQ(out[6], 0x33221111u);  // ecl 1: 3 2 1 1
+  EXPECT_EQ(out[7], 0x22221100u);  // ecr 2: 2 2 1 0
+  EXPECT_EQ(out[8], 0x33223322u);  // rc16 1: 3 2 3 2
+}
+
+TEST_F(PtxSemantics, BitFieldOps) {
+  auto out = run(R"(
+  mov.b32 %r1, 0xf0f0a5c3;
+  bfe.u32 %r2, %r1, 4, 8;     st.global.u32 [%rd1], %r2;
+  bfe.s32 %r2, %r1, 28, 8;    st.global.u32 [%rd1+4], %r2;
+  bfe.s32 %r2, %r1, 8, 0;     st.global.u32 [%rd1+8], %r2;
+  bfe.u32 %r2, %r1, 40, 4;    st.global.u32 [%rd1+12], %r2;
+  bfi.b32 %r2, 0xff, %r1, 8, 4;  st.global.u32 [%rd1+16], %r2;
+  bfind.u32 %r2, %r1;         st.global.u32 [%rd1+20], %r2;
+  bfind.s32 %r2, %r1;         st.global.u32 [%rd1+24], %r2;
+  bfind.shiftamt.u32 %r2, 0x100; st.global.u32 [%rd1+28], %r2;
+  bfind.u32 %r2, 0;           st.global.u32 [%rd1+32], %r2;
+  brev.b32 %r2, 1;            st.global.u32 [%rd1+36], %r2;
+  clz.b32 %r2, 0;             st.global.u32 [%rd1+40], %r2;
+  popc.b32 %r2, %r1;          st.global.u32 [%rd1+44], %r2;
+  lop3.b32 %r2, %r1, 0xff00ff00, 0x0ff00ff0, 0x96; st.global.u32 [%rd1+48], %r2;
+)", {}, 13);
+  EXPECT_EQ(out[0], 0x5cu);
+  EXPECT_EQ(out[1], 0xffffffffu);  // bits 28..31 = 0xf, then sign (bit 31) extends
+  EXPECT_EQ(out[2], 0u);           // len 0
+  EXPECT_EQ(out[3], 0u);           // start beyond msb, unsigned: zero fill
+  EXPECT_EQ(out[4], 0xf0f0afc3u);
+  EXPECT_EQ(out[5], 31u);
+  EXPECT_EQ(out[6], 27u);          // negative: highest clear bit of 0xf0f0a5c3
+  EXPECT_EQ(out[7], 23u);
+  EXPECT_EQ(out[8], 0xffffffffu);
+  EXPECT_EQ(out[9], 0x80000000u);
+  EXPECT_EQ(out[10], 32u);
+  EXPECT_EQ(out[11], static_cast<uint32_t>(std::popcount(0xf0f0a5c3u)));
+  EXPECT_EQ(out[12], 0xf0f0a5c3u ^ 0xff00ff00u ^ 0x0ff00ff0u);  // 0x96 = a ^ b ^ c
+}
+
+TEST_F(PtxSemantics, ShiftsClampAndFunnel) {
+  auto out = run(R"(
+  mov.b32 %r1, 0x80000001;
+  shl.b32 %r2, %r1, 33;          st.global.u32 [%rd1], %r2;
+  shr.u32 %r2, %r1, 32;          st.global.u32 [%rd1+4], %r2;
+  shr.s32 %r2, %r1, 100;         st.global.u32 [%rd1+8], %r2;
+  shf.l.wrap.b32 %r2, %r1, 0x12345678, 36;  st.global.u32 [%rd1+12], %r2;
+  shf.r.clamp.b32 %r2, %r1, 0x12345678, 40; st.global.u32 [%rd1+16], %r2;
+  shf.r.wrap.b32 %r2, %r1, 0x12345678, 4;   st.global.u32 [%rd1+20], %r2;
+)", {}, 6);
+  EXPECT_EQ(out[0], 0u);
+  EXPECT_EQ(out[1], 0u);
+  EXPECT_EQ(out[2], 0xffffffffu);
+  EXPECT_EQ(out[3], 0x23456788u);  // (0x12345678:0x80000001 << 4) >> 32
+  EXPECT_EQ(out[4], 0x12345678u);  // clamp 32: the high word
+  EXPECT_EQ(out[5], 0x88000000u);  // (b:a >> 4) low word
+}
+
+TEST_F(PtxSemantics, CarryChains) {
+  // 64-bit add/sub from 32-bit halves with .cc, addc, subc, madc.
+  auto out = run(R"(
+  add.cc.u32 %r1, 0xffffffff, 1;   addc.u32 %r2, 5, 6;
+  st.global.u32 [%rd1], %r1;  st.global.u32 [%rd1+4], %r2;
+  sub.cc.u32 %r1, 0, 1;            subc.u32 %r2, 10, 3;
+  st.global.u32 [%rd1+8], %r1;  st.global.u32 [%rd1+12], %r2;
+  mad.lo.cc.u32 %r1, 0x10000, 0x10000, 0xffffffff; madc.hi.u32 %r2, 0x10000, 0x10000, 0;
+  st.global.u32 [%rd1+16], %r1;  st.global.u32 [%rd1+20], %r2;
+  add.cc.u32 %r1, 1, 1;            addc.cc.u32 %r2, 0xffffffff, 0; addc.u32 %r3, 0, 0;
+  st.global.u32 [%rd1+24], %r3;
+)", {}, 7);
+  EXPECT_EQ(out[0], 0u);
+  EXPECT_EQ(out[1], 12u);  // carry in
+  EXPECT_EQ(out[2], 0xffffffffu);
+  EXPECT_EQ(out[3], 6u);   // borrow in
+  EXPECT_EQ(out[4], 0xffffffffu);  // 0x100000000 (lo = 0) + 0xffffffff: no carry
+  EXPECT_EQ(out[5], 1u);   // hi = 1, carry 0
+  EXPECT_EQ(out[6], 0u);
+}
+
+TEST_F(PtxSemantics, MultiplyVariants) {
+  auto out = run(R"(
+  mul.wide.s16 %r1, -3, 7;                 st.global.u32 [%rd1], %r1;
+  mul.hi.u32 %r1, 0xffffffff, 0xffffffff;  st.global.u32 [%rd1+4], %r1;
+  mul.hi.s32 %r1, -2, 0x40000000;          st.global.u32 [%rd1+8], %r1;
+  mul24.lo.u32 %r1, 0x01000003, 5;         st.global.u32 [%rd1+12], %r1;
+  mul24.hi.s32 %r1, 0x00800000, 0x00800000; st.global.u32 [%rd1+16], %r1;
+  mad.hi.sat.s32 %r1, 0x7fffffff, 0x7fffffff, 0x7fffffff; st.global.u32 [%rd1+20], %r1;
+  add.sat.s32 %r1, 0x7ffffff0, 0x100;      st.global.u32 [%rd1+24], %r1;
+  sub.sat.s32 %r1, 0x80000010, 0x100;      st.global.u32 [%rd1+28], %r1;
+  mul.wide.u32 %rd3, 0xffffffff, 0xffffffff; st.global.u64 [%rd1+32], %rd3;
+  mul.hi.s64 %rd3, -1, 5;                  st.global.u64 [%rd1+40], %rd3;
+)", {}, 12);
+  EXPECT_EQ(out[0], static_cast<uint32_t>(-21));
+  EXPECT_EQ(out[1], 0xfffffffeu);
+  EXPECT_EQ(out[2], 0xffffffffu);
+  EXPECT_EQ(out[3], 15u);               // 24-bit operands: 3 * 5
+  EXPECT_EQ(out[4], 0x40000000u);       // (-2^23)^2 = 2^46: bits 47..16 of the product
+  EXPECT_EQ(out[5], 0x7fffffffu);
+  EXPECT_EQ(out[6], 0x7fffffffu);
+  EXPECT_EQ(out[7], 0x80000000u);
+  EXPECT_EQ(out[8], 0x00000001u);
+  EXPECT_EQ(out[9], 0xfffffffeu);
+  EXPECT_EQ(out[10], 0xffffffffu);
+  EXPECT_EQ(out[11], 0xffffffffu);
+}
+
+TEST_F(PtxSemantics, IntegerDivisionEdgeCases) {
+  auto out = run(R"(
+  div.u32 %r1, 7, 0;          st.global.u32 [%rd1], %r1;
+  rem.u32 %r1, 7, 0;          st.global.u32 [%rd1+4], %r1;
+  div.s32 %r1, -7, 2;         st.global.u32 [%rd1+8], %r1;
+  rem.s32 %r1, -7, 2;         st.global.u32 [%rd1+12], %r1;
+  div.s32 %r1, 0x80000000, -1; st.global.u32 [%rd1+16], %r1;
+  rem.s32 %r1, 0x80000000, -1; st.global.u32 [%rd1+20], %r1;
+)", {}, 6);
+  EXPECT_EQ(out[0], 0xffffffffu);
+  EXPECT_EQ(out[1], 7u);
+  EXPECT_EQ(out[2], static_cast<uint32_t>(-3));  // truncates toward zero
+  EXPECT_EQ(out[3], static_cast<uint32_t>(-1));
+  EXPECT_EQ(out[4], 0x80000000u);
+  EXPECT_EQ(out[5], 0u);
+}
+
+TEST_F(PtxSemantics, ConversionsSaturateAndRound) {
+  auto out = run(R"(
+  cvt.sat.s8.s32 %r1, 300;            st.global.u32 [%rd1], %r1;
+  cvt.sat.u8.s32 %r1, -5;             st.global.u32 [%rd1+4], %r1;
+  cvt.s32.s8 %r1, 0x80;               st.global.u32 [%rd1+8], %r1;
+  cvt.u16.u32 %r1, 0x12345;           st.global.u32 [%rd1+12], %r1;
+  mov.b32 %f1, 0f7FC00001;
+  cvt.rzi.s32.f32 %r1, %f1;           st.global.u32 [%rd1+16], %r1;
+  cvt.rzi.u32.f32 %r1, 0fC0000000;    st.global.u32 [%rd1+20], %r1;
+  cvt.rni.s32.f32 %r1, 0f4F800000;    st.global.u32 [%rd1+24], %r1;
+  cvt.rni.s32.f32 %r1, 0f40200000;    st.global.u32 [%rd1+28], %r1;
+  cvt.rmi.s32.f32 %r1, 0fC0200000;    st.global.u32 [%rd1+32], %r1;
+  cvt.rn.f16.f32 %h1, 0f3F800000;     cvt.u32.u16 %r1, %h1;  st.global.u32 [%rd1+36], %r1;
+  cvt.f32.f16 %f2, %h1;               st.global.f32 [%rd1+40], %f2;
+  cvt.rn.f16x2.f32 %r1, 0f40000000, 0f3F800000;  st.global.u32 [%rd1+44], %r1;
+  cvt.sat.f32.f32 %f2, 0f3FC00000;    st.global.f32 [%rd1+48], %f2;
+  cvt.ftz.f32.f32 %f2, 0f00000001;    st.global.f32 [%rd1+52], %f2;
+  cvt.rn.bf16.f32 %h1, 0f3F808000;    cvt.u32.u16 %r1, %h1;  st.global.u32 [%rd1+56], %r1;
+  cvt.rpi.f32.f32 %f2, 0f3F8CCCCD;    st.global.f32 [%rd1+60], %f2;
+)", {}, 16);
+  EXPECT_EQ(out[0], 127u);
+  EXPECT_EQ(out[1], 0u);
+  EXPECT_EQ(out[2], static_cast<uint32_t>(-128));
+  EXPECT_EQ(out[3], 0x2345u);
+  EXPECT_EQ(out[4], 0u);            // NaN -> 0
+  EXPECT_EQ(out[5], 0u);            // negative -> 0 for unsigned
+  EXPECT_EQ(out[6], 0x7fffffffu);   // 2^32 saturates
+  EXPECT_EQ(out[7], 2u);            // 2.5 -> 2 (ties to even)
+  EXPECT_EQ(out[8], static_cast<uint32_t>(-3));
+  EXPECT_EQ(out[9], 0x3c00u);
+  EXPECT_EQ(out[10], f2u(1.0f));
+  EXPECT_EQ(out[11], 0x40003c00u);  // a (2.0) in the upper half
+  EXPECT_EQ(out[12], f2u(1.0f));
+  EXPECT_EQ(out[13], 0u);
+  EXPECT_EQ(out[14], 0x3f80u);      // tie to even
+  EXPECT_EQ(out[15], f2u(2.0f));
+}
+
+TEST_F(PtxSemantics, FloatComparisonsAndSelection) {
+  auto out = run(R"(
+  mov.b32 %f1, 0f7FC00000;
+  setp.lt.f32 %p1, %f1, 0f3F800000;   selp.u32 %r1, 1, 0, %p1;  st.global.u32 [%rd1], %r1;
+  setp.ltu.f32 %p1, %f1, 0f3F800000;  selp.u32 %r1, 1, 0, %p1;  st.global.u32 [%rd1+4], %r1;
+  setp.nan.f32 %p1, %f1, %f1;         selp.u32 %r1, 1, 0, %p1;  st.global.u32 [%rd1+8], %r1;
+  setp.ge.and.s32 %p1|%p2, 5, 3, 1;
+  selp.u32 %r1, 1, 0, %p1;  st.global.u32 [%rd1+12], %r1;
+  selp.u32 %r1, 1, 0, %p2;  st.global.u32 [%rd1+16], %r1;
+  setp.lo.u32 %p1, 1, 0xffffffff;     selp.u32 %r1, 1, 0, %p1;  st.global.u32 [%rd1+20], %r1;
+  setp.lt.s32 %p1, 1, 0xffffffff;     selp.u32 %r1, 1, 0, %p1;  st.global.u32 [%rd1+24], %r1;
+  slct.u32.s32 %r1, 10, 20, -1;       st.global.u32 [%rd1+28], %r1;
+  slct.u32.f32 %r1, 10, 20, 0f80000000; st.global.u32 [%rd1+32], %r1;
+  set.gt.u32.f32 %r1, 0f40000000, 0f3F800000; st.global.u32 [%rd1+36], %r1;
+  set.gt.f32.f32 %f2, 0f40000000, 0f3F800000; st.global.f32 [%rd1+40], %f2;
+  min.f32 %f2, %f1, 0f3F800000;       st.global.f32 [%rd1+44], %f2;
+  max.NaN.f32 %f2, %f1, 0f3F800000;   st.global.f32 [%rd1+48], %f2;
+  min.f32 %f2, 0f80000000, 0f00000000; st.global.f32 [%rd1+52], %f2;
+  add.f32 %f2, %f1, 0f3F800000;       st.global.f32 [%rd1+56], %f2;
+  copysign.f32 %f2, 0fBF800000, 0f40000000; st.global.f32 [%rd1+60], %f2;
+)", {}, 16);
+  EXPECT_EQ(out[0], 0u);
+  EXPECT_EQ(out[1], 1u);
+  EXPECT_EQ(out[2], 1u);
+  EXPECT_EQ(out[3], 1u);
+  EXPECT_EQ(out[4], 0u);
+  EXPECT_EQ(out[5], 1u);
+  EXPECT_EQ(out[6], 0u);
+  EXPECT_EQ(out[7], 20u);
+  EXPECT_EQ(out[8], 10u);  // -0.0 >= 0
+  EXPECT_EQ(out[9], 0xffffffffu);
+  EXPECT_EQ(out[10], f2u(1.0f));
+  EXPECT_EQ(out[11], f2u(1.0f));
+  EXPECT_EQ(out[12], 0x7fffffffu);
+  EXPECT_EQ(out[13], 0x80000000u);
+  EXPECT_EQ(out[14], 0x7fffffffu);  // canonical NaN
+  EXPECT_EQ(out[15], f2u(-2.0f));
+}
+
+TEST_F(PtxSemantics, DirectedRoundingF32AndF64) {
+  auto out = run(R"(
+  add.rz.f32 %f1, 0f3F800000, 0f33800000;  st.global.f32 [%rd1], %f1;
+  add.rp.f32 %f1, 0f3F800000, 0f33800000;  st.global.f32 [%rd1+4], %f1;
+  add.rm.f32 %f1, 0fBF800000, 0fB3800000;  st.global.f32 [%rd1+8], %f1;
+  mov.b64 %fd1, 0d3FF0000000000000;
+  mov.b64 %fd2, 0d3C90000000000000;
+  add.rp.f64 %fd3, %fd1, %fd2;             st.global.f64 [%rd1+16], %fd3;
+  add.rz.f64 %fd3, %fd1, %fd2;             st.global.f64 [%rd1+24], %fd3;
+  div.rn.f32 %f1, 0f3F800000, 0f40400000;  st.global.f32 [%rd1+32], %f1;
+  div.rz.f32 %f1, 0f3F800000, 0f40400000;  st.global.f32 [%rd1+36], %f1;
+  mul.ftz.f32 %f1, 0f00800000, 0f3F000000; st.global.f32 [%rd1+40], %f1;
+  mul.f32 %f1, 0f00800000, 0f3F000000;     st.global.f32 [%rd1+44], %f1;
+  fma.rn.sat.f32 %f1, 0f40000000, 0f40000000, 0f00000000; st.global.f32 [%rd1+48], %f1;
+)", {}, 13);
+  EXPECT_EQ(out[0], f2u(1.0f));
+  EXPECT_EQ(out[1], f2u(std::nextafter(1.0f, 2.0f)));
+  EXPECT_EQ(out[2], f2u(std::nextafter(-1.0f, -2.0f)));
+  uint64_t rp = static_cast<uint64_t>(out[4]) | (static_cast<uint64_t>(out[5]) << 32);
+  uint64_t rz = static_cast<uint64_t>(out[6]) | (static_cast<uint64_t>(out[7]) << 32);
+  EXPECT_EQ(rp, std::bit_cast<uint64_t>(std::nextafter(1.0, 2.0)));
+  EXPECT_EQ(rz, std::bit_cast<uint64_t>(1.0));
+  EXPECT_EQ(out[8], 0x3eaaaaabu);
+  EXPECT_EQ(out[9], 0x3eaaaaaau);
+  EXPECT_EQ(out[10], 0u);          // subnormal result flushed
+  EXPECT_EQ(out[11], 0x00400000u);  // subnormal kept
+  EXPECT_EQ(out[12], f2u(1.0f));
+}
+
+TEST_F(PtxSemantics, HalfPrecisionArithmetic) {
+  auto out = run(R"(
+  mov.b32 %r1, 0x3c004000;   // {2.0 (hi), 1.0 (lo)}... hi=0x3c00, lo=0x4000
+  add.f16x2 %r2, %r1, %r1;   st.global.u32 [%rd1], %r2;
+  mul.f16x2 %r2, %r1, %r1;   st.global.u32 [%rd1+4], %r2;
+  fma.rn.f16x2 %r2, %r1, %r1, %r1;  st.global.u32 [%rd1+8], %r2;
+  mov.b16 %h1, 0x7bff;
+  add.f16 %h2, %h1, %h1;     cvt.u32.u16 %r3, %h2;  st.global.u32 [%rd1+12], %r3;
+  add.rn.bf16 %h2, 0x3f80, 0x3f80;  cvt.u32.u16 %r3, %h2;  st.global.u32 [%rd1+16], %r3;
+  max.f16 %h2, 0x7e00, 0x3c00; cvt.u32.u16 %r3, %h2;  st.global.u32 [%rd1+20], %r3;
+)", {}, 6);
+  EXPECT_EQ(out[0], 0x40004400u);  // {2, 4}
+  EXPECT_EQ(out[1], 0x3c004400u);  // {1, 4}
+  EXPECT_EQ(out[2], 0x40004600u);  // {2, 6}
+  EXPECT_EQ(out[3], 0x7c00u);      // overflow to infinity
+  EXPECT_EQ(out[4], 0x4000u);
+  EXPECT_EQ(out[5], 0x3c00u);      // NaN operand: the other one
+}
+
+TEST_F(PtxSemantics, VectorMovPackAndUnpack) {
+  auto out = run(R"(
+  mov.b64 %rd3, {%r4, %r5};
+  mov.b32 %r4, 0x11111111;
+  mov.b32 %r5, 0x22222222;
+  mov.b64 %rd3, {%r4, %r5};  st.global.u64 [%rd1], %rd3;
+  mov.b64 {%r6, %r7}, %rd3;  st.global.v2.u32 [%rd1+8], {%r7, %r6};
+  mov.b32 %r8, {%h1, %h2};
+  mov.b16 %h1, 0xaaaa;  mov.b16 %h2, 0xbbbb;
+  mov.b32 %r8, {%h1, %h2};   st.global.u32 [%rd1+16], %r8;
+  ld.global.v4.u32 {%r10, %r11, _, %r13}, [%rd2];
+  st.global.v4.u32 [%rd1+32], {%r13, %r11, %r10, 7};
+)", {1, 2, 3, 4}, 12);
+  EXPECT_EQ(out[0], 0x11111111u);
+  EXPECT_EQ(out[1], 0x22222222u);
+  EXPECT_EQ(out[2], 0x22222222u);
+  EXPECT_EQ(out[3], 0x11111111u);
+  EXPECT_EQ(out[4], 0xbbbbaaaau);
+  EXPECT_EQ(out[8], 4u);
+  EXPECT_EQ(out[9], 2u);
+  EXPECT_EQ(out[10], 1u);
+  EXPECT_EQ(out[11], 7u);
+}
+
+TEST_F(PtxSemantics, SharedAndLocalThroughGenericAddresses) {
+  auto out = run(R"(
+  .shared .align 4 .b32 sbuf[32];
+  .local .align 4 .b32 lbuf[4];
+  mov.u64 %rd3, sbuf;
+  cvta.shared.u64 %rd4, %rd3;
+  mul.wide.u32 %rd5, %r0, 4;
+  add.s64 %rd6, %rd4, %rd5;
+  st.u32 [%rd6], %r0;                   // generic store into shared
+  bar.sync 0;
+  xor.b32 %r1, %r0, 1;
+  mul.wide.u32 %rd7, %r1, 4;
+  add.s64 %rd8, %rd3, %rd7;
+  ld.shared.u32 %r2, [%rd8];            // neighbour's value
+  mov.u64 %rd9, lbuf;
+  cvta.local.u64 %rd10, %rd9;
+  st.u32 [%rd10+8], %r2;                // generic store into local
+  ld.local.u32 %r3, [lbuf+8];
+  isspacep.shared %p1, %rd4;
+  isspacep.global %p2, %rd4;
+  isspacep.local %p3, %rd10;
+  selp.u32 %r4, 1, 0, %p1;
+  selp.u32 %r5, 2, 0, %p2;
+  selp.u32 %r6, 4, 0, %p3;
+  or.b32 %r4, %r4, %r5;
+  or.b32 %r4, %r4, %r6;
+  shl.b32 %r4, %r4, 16;
+  or.b32 %r3, %r3, %r4;
+  add.s64 %rd11, %rd1, %rd5;
+  st.global.u32 [%rd11], %r3;
+)", {}, 32, 32);
+  for (uint32_t t = 0; t < 32; ++t) EXPECT_EQ(out[t], (t ^ 1) | (5u << 16)) << t;
+}
+
+TEST_F(PtxSemantics, CallsWithParamsAndReturns) {
+  std::string prelude = R"(
+.func (.param .b64 ret) addmul(.param .b32 a, .param .b32 b, .param .align 8 .b8 s[16])
+{
+  .reg .b32 %q<4>;
+  .reg .b64 %qd<4>;
+  ld.param.u32 %q1, [a];
+  ld.param.u32 %q2, [b];
+  ld.param.u64 %qd1, [s+8];
+  mul.wide.u32 %qd2, %q1, %q2;
+  add.s64 %qd3, %qd2, %qd1;
+  st.param.b64 [ret], %qd3;
+  ret;
+}
+)";
+  auto out = run(R"(
+  {
+    .param .b32 pa;
+    .param .b32 pb;
+    .param .align 8 .b8 ps[16];
+    .param .b64 rv;
+    st.param.b32 [pa], %r0;
+    st.param.b32 [pb], 1000;
+    st.param.b64 [ps+8], 7;
+    call.uni (rv), addmul, (pa, pb, ps);
+    ld.param.b64 %rd3, [rv];
+  }
+  mul.wide.u32 %rd4, %r0, 8;
+  add.s64 %rd5, %rd1, %rd4;
+  st.global.u64 [%rd5], %rd3;
+)", {}, 8, 4, prelude);
+  for (uint32_t t = 0; t < 4; ++t) EXPECT_EQ(out[t * 2], t * 1000 + 7) << t;
+}
+
+TEST_F(PtxSemantics, ExitedThreadsDoNotBlockBarriers) {
+  auto out = run(R"(
+  setp.ge.u32 %p1, %r0, 40;
+  @%p1 exit;
+  bar.sync 0;
+  mul.wide.u32 %rd3, %r0, 4;
+  add.s64 %rd4, %rd1, %rd3;
+  st.global.u32 [%rd4], 1;
+)", {}, 64, 64);
+  for (uint32_t t = 0; t < 64; ++t) EXPECT_EQ(out[t], t < 40 ? 1u : 0u) << t;
+}
+
+TEST_F(PtxSemantics, ShuffleOutOfRangePredicate) {
+  auto out = run(R"(
+  shfl.sync.up.b32 %r1|%p1, %r0, 2, 0, 0xffffffff;
+  selp.u32 %r2, 1000, 0, %p1;
+  add.u32 %r1, %r1, %r2;
+  mul.wide.u32 %rd3, %r0, 4;
+  add.s64 %rd4, %rd1, %rd3;
+  st.global.u32 [%rd4], %r1;
+)", {}, 32, 32);
+  for (uint32_t t = 0; t < 32; ++t) EXPECT_EQ(out[t], t >= 2 ? (t - 2 + 1000) : t) << t;
+}
+
+TEST_F(PtxSemantics, VoteUniAndMatchAll) {
+  auto out = run(R"(
+  and.b32 %r1, %r0, 0;
+  match.all.sync.b32 %r2|%p1, %r1, 0xffffffff;
+  setp.lt.u32 %p2, %r0, 16;
+  vote.sync.uni.pred %p3, %p2, 0xffffffff;
+  vote.sync.uni.pred %p4, %p1, 0xffffffff;
+  selp.u32 %r3, 1, 0, %p3;
+  selp.u32 %r4, 2, 0, %p4;
+  or.b32 %r3, %r3, %r4;
+  mul.wide.u32 %rd3, %r0, 8;
+  add.s64 %rd4, %rd1, %rd3;
+  st.global.v2.u32 [%rd4], {%r2, %r3};
+)", {}, 64, 32);
+  for (uint32_t t = 0; t < 32; ++t) {
+    EXPECT_EQ(out[t * 2], 0xffffffffu) << t;
+    EXPECT_EQ(out[t * 2 + 1], 2u) << t;
+  }
+}
+
+TEST_F(PtxSemantics, BarrierDeadlockIsReported) {
+  module_.load(kernel(R"(
+  setp.lt.u32 %p1, %r0, 32;
+  @%p1 bar.sync 1, 64;
+)")).isOk();
+  uint32_t* out = module_.memory().alloc<uint32_t>(1);
+  EXPECT_THAT(module_.launch("k", {1}, {64}, Params().add(out).add(out)),
+              StatusIs(Code::kFailedPrecondition, HasSubstr("deadlock")));
+}
+
+TEST_F(PtxSemantics, ModuleGlobalsWithInitializers) {
+  Module m;
+  ASSERT_THAT(m.load(R"(.version 8.0
+.target sm_80
+.address_size 64
+.global .align 4 .u32 table[4] = {10, 20, 30, 40};
+.const .align 8 .f64 scale = 0d4000000000000000;
+.global .align 8 .u64 ptr = table;
+.global .align 4 .b32 counter;
+.visible .entry k(.param .u64 out)
+{
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<8>;
+  .reg .f64 %fd<4>;
+  ld.param.u64 %rd1, [out];
+  ld.global.u64 %rd2, [ptr];
+  ld.u32 %r1, [%rd2+8];
+  ld.const.f64 %fd1, [scale];
+  cvt.rn.f64.u32 %fd2, %r1;
+  mul.f64 %fd3, %fd1, %fd2;
+  st.global.f64 [%rd1], %fd3;
+  atom.global.add.u32 %r2, [counter], 5;
+  ret;
+}
+)"), IsOk());
+  const auto& globals = m.program().globals();
+  ASSERT_EQ(globals.size(), 4u);
+  EXPECT_EQ(globals[0].name, "table");
+  EXPECT_EQ(globals[0].size, 16u);
+  auto* table = reinterpret_cast<uint32_t*>(globals[0].address);
+  EXPECT_EQ(table[3], 40u);
+  EXPECT_EQ(*reinterpret_cast<uint64_t*>(globals[2].address), globals[0].address);
+  double* out = m.memory().alloc<double>(1);
+  ASSERT_THAT(m.launch("k", {1}, {1}, Params().add(out)), IsOk());
+  EXPECT_EQ(*out, 60.0);
+  EXPECT_EQ(*reinterpret_cast<uint32_t*>(globals[3].address), 5u);
+}
+
+TEST_F(PtxSemantics, FunctionInfoReportsLayout) {
+  Module m;
+  ASSERT_THAT(m.load(R"(.version 8.0
+.target sm_80
+.address_size 64
+.extern .shared .align 16 .b8 dyn[];
+.visible .entry k(.param .u32 a, .param .u64 b, .param .align 4 .b8 c[12])
+.maxntid 128, 1, 1
+{
+  .shared .align 4 .b8 s[100];
+  .local .align 8 .b8 depot[24];
+  ret;
+}
+)"), IsOk());
+  ASSERT_EQ(m.program().functions().size(), 1u);
+  const FunctionInfo& f = m.program().functions()[0];
+  EXPECT_EQ(f.name, "k");
+  ASSERT_EQ(f.params.size(), 3u);
+  EXPECT_EQ(f.params[1].offset, 8u);
+  EXPECT_EQ(f.params[2].offset, 16u);
+  EXPECT_EQ(f.paramBufferSize, 28u);
+  EXPECT_EQ(f.staticSharedBytes, 100u);
+  EXPECT_EQ(f.localBytesPerThread, 32u);
+  EXPECT_EQ(f.maxThreadsPerBlock, 128);
+}
+
+TEST_F(PtxSemantics, MalformedPtxIsInvalidArgument) {
+  Module m;
+  EXPECT_THAT(m.load(".version 8.0\n.target sm_80\n.entry k( { bogus"),
+              StatusIs(Code::kInvalidArgument));
+  EXPECT_THAT(m.load(R"(.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry k()
+{
+  bra $L_nowhere;
+}
+)"), StatusIs(Code::kInvalidArgument, HasSubstr("L_nowhere")));
+  // Too few operands or a vector narrower than the access: refused, never run.
+  EXPECT_THAT(m.load(kernel("shfl.sync.up.b32 %r1, %r0, 1;")),
+              StatusIs(Code::kInvalidArgument, HasSubstr("operands")));
+  EXPECT_THAT(m.load(kernel("ld.global.v4.u32 {%r1, %r2}, [%rd2];")),
+              StatusIs(Code::kInvalidArgument, HasSubstr("malformed")));
+}
+
+}  // namespace
+}  // namespace phos::vgpu::engine::testing

@@ -1,0 +1,432 @@
+// SPDX-License-Identifier: Apache-2.0
+// vgpu's memory API: allocations, copies and sets in every form, host memory, pointer attributes, VMM.
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "vgpu_test_support.h"
+
+namespace phos::vgpu::testing {
+namespace {
+
+using MemoryTest = DriverTest;
+
+std::vector<std::uint8_t> pattern(size_t n, std::uint8_t seed = 1) {
+  std::vector<std::uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>(seed + i * 7);
+  return v;
+}
+
+TEST_F(MemoryTest, AllocCopyRoundTripAndFree) {
+  CUdeviceptr d = 0;
+  ASSERT_CU(cuMemAlloc(&d, 4096));
+  EXPECT_NE(d, 0u);
+  auto in = pattern(4096);
+  std::vector<std::uint8_t> out(4096);
+  EXPECT_CU(cuMemcpyHtoD(d, in.data(), in.size()));
+  EXPECT_CU(cuMemcpyDtoH(out.data(), d, out.size()));
+  EXPECT_EQ(in, out);
+  CUdeviceptr e = 0;
+  ASSERT_CU(cuMemAlloc(&e, 4096));
+  EXPECT_CU(cuMemcpyDtoD(e, d, 4096));
+  std::fill(out.begin(), out.end(), 0);
+  EXPECT_CU(cuMemcpy(reinterpret_cast<CUdeviceptr>(out.data()), e, 4096));  // unified addressing
+  EXPECT_EQ(in, out);
+  EXPECT_CU(cuMemFree(d));
+  EXPECT_CU(cuMemFree(e));
+  // Freed memory is no longer a valid copy endpoint, and cannot be freed twice.
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpyHtoD(d, in.data(), 16));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemFree(d));
+}
+
+TEST_F(MemoryTest, AllocRejectsBadArguments) {
+  CUdeviceptr d = 0;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemAlloc(nullptr, 16));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemAlloc(&d, 0));
+  size_t total = 0;
+  ASSERT_CU(cuDeviceTotalMem(&total, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_OUT_OF_MEMORY, cuMemAlloc(&d, total + 1));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemFree(0x1234));
+}
+
+TEST_F(MemoryTest, CopiesOutsideAnAllocationAreRefused) {
+  CUdeviceptr d = 0;
+  ASSERT_CU(cuMemAlloc(&d, 256));
+  std::vector<std::uint8_t> host(512);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpyHtoD(d, host.data(), 512));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpyDtoH(host.data(), d + 128, 256));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpyHtoD(d, nullptr, 16));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(host.data()), host.data(), 16));
+  EXPECT_CU(cuMemcpyHtoD(d, host.data(), 0));  // nothing to do
+  EXPECT_CU(cuMemFree(d));
+}
+
+TEST_F(MemoryTest, InfoAndAddressRange) {
+  size_t free0 = 0, total = 0;
+  EXPECT_CU(cuMemGetInfo(&free0, &total));
+  EXPECT_EQ(total, size_t{16} << 30);
+  CUdeviceptr d = 0;
+  ASSERT_CU(cuMemAlloc(&d, 1 << 20));
+  size_t free1 = 0;
+  EXPECT_CU(cuMemGetInfo(&free1, &total));
+  EXPECT_EQ(free0 - free1, size_t{1} << 20);
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  EXPECT_CU(cuMemGetAddressRange(&base, &size, d + 100));
+  EXPECT_EQ(base, d);
+  EXPECT_EQ(size, size_t{1} << 20);
+  EXPECT_CU(cuMemGetAddressRange(nullptr, &size, d));  // both outputs are optional
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_FOUND, cuMemGetAddressRange(&base, &size, d + (1 << 20)));
+  EXPECT_CU(cuMemFree(d));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemGetInfo(nullptr, &total));
+}
+
+TEST_F(MemoryTest, MemsetsOfEveryWidth) {
+  CUdeviceptr d = 0;
+  ASSERT_CU(cuMemAlloc(&d, 1024));
+  std::vector<std::uint8_t> b(1024);
+  EXPECT_CU(cuMemsetD8(d, 0xab, 1024));
+  EXPECT_CU(cuMemcpyDtoH(b.data(), d, 1024));
+  EXPECT_TRUE(std::all_of(b.begin(), b.end(), [](std::uint8_t v) { return v == 0xab; }));
+  std::vector<std::uint16_t> h(512);
+  EXPECT_CU(cuMemsetD16(d, 0x1234, 512));
+  EXPECT_CU(cuMemcpyDtoH(h.data(), d, 1024));
+  EXPECT_TRUE(std::all_of(h.begin(), h.end(), [](std::uint16_t v) { return v == 0x1234; }));
+  std::vector<std::uint32_t> w(256);
+  EXPECT_CU(cuMemsetD32(d, 0xdeadbeef, 256));
+  EXPECT_CU(cuMemcpyDtoH(w.data(), d, 1024));
+  EXPECT_TRUE(std::all_of(w.begin(), w.end(), [](std::uint32_t v) { return v == 0xdeadbeef; }));
+  // Misaligned element sets and overruns are refused.
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemsetD32(d + 2, 0, 4));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemsetD8(d, 0, 1025));
+  // 2D: 4 rows of 8 elements with a pitch of 64 bytes leave the gaps alone.
+  EXPECT_CU(cuMemsetD8(d, 0, 1024));
+  EXPECT_CU(cuMemsetD2D32(d, 64, 7, 8, 4));
+  EXPECT_CU(cuMemcpyDtoH(w.data(), d, 1024));
+  for (int row = 0; row < 4; ++row) {
+    for (int i = 0; i < 16; ++i) EXPECT_EQ(w[row * 16 + i], i < 8 ? 7u : 0u) << row << "," << i;
+  }
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemsetD2D32(d, 16, 7, 8, 4));  // pitch < row
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  EXPECT_CU(cuMemsetD8Async(d, 0x5a, 1024, s));
+  EXPECT_CU(cuMemsetD2D16Async(d, 32, 0x0101, 4, 2, s));
+  EXPECT_CU(cuStreamSynchronize(s));
+  EXPECT_CU(cuMemcpyDtoH(b.data(), d, 1024));
+  EXPECT_EQ(b[0], 0x01);
+  EXPECT_EQ(b[7], 0x01);
+  EXPECT_EQ(b[8], 0x5a);
+  EXPECT_EQ(b[32], 0x01);
+  EXPECT_EQ(b[64], 0x5a);
+  EXPECT_CU(cuStreamDestroy(s));
+  EXPECT_CU(cuMemFree(d));
+}
+
+TEST_F(MemoryTest, PitchedAllocationAnd2DCopies) {
+  CUdeviceptr d = 0;
+  size_t pitch = 0;
+  ASSERT_CU(cuMemAllocPitch(&d, &pitch, 100, 8, 4));
+  EXPECT_GE(pitch, 100u);
+  EXPECT_EQ(pitch % 512, 0u);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemAllocPitch(&d, &pitch, 100, 8, 3));
+
+  // Host 100x8 (tight) -> device pitched -> host with a 128-byte pitch.
+  auto src = pattern(100 * 8);
+  CUDA_MEMCPY2D up{};
+  up.srcMemoryType = CU_MEMORYTYPE_HOST;
+  up.srcHost = src.data();
+  up.srcPitch = 100;
+  up.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  up.dstDevice = d;
+  up.dstPitch = pitch;
+  up.WidthInBytes = 100;
+  up.Height = 8;
+  EXPECT_CU(cuMemcpy2D(&up));
+  std::vector<std::uint8_t> dst(128 * 8, 0xee);
+  CUDA_MEMCPY2D down{};
+  down.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  down.srcDevice = d;
+  down.srcPitch = pitch;
+  down.dstMemoryType = CU_MEMORYTYPE_HOST;
+  down.dstHost = dst.data();
+  down.dstPitch = 128;
+  down.WidthInBytes = 100;
+  down.Height = 8;
+  EXPECT_CU(cuMemcpy2DUnaligned(&down));
+  for (int row = 0; row < 8; ++row) {
+    for (int i = 0; i < 128; ++i) {
+      EXPECT_EQ(dst[row * 128 + i], i < 100 ? src[row * 100 + i] : 0xee) << row << "," << i;
+    }
+  }
+  // Async, with an offset: copy the 50x2 block at (10, 3) of the device image.
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, 0));
+  std::vector<std::uint8_t> block(50 * 2);
+  CUDA_MEMCPY2D part = down;
+  part.srcXInBytes = 10;
+  part.srcY = 3;
+  part.dstHost = block.data();
+  part.dstPitch = 50;
+  part.WidthInBytes = 50;
+  part.Height = 2;
+  EXPECT_CU(cuMemcpy2DAsync(&part, s));
+  EXPECT_CU(cuStreamSynchronize(s));
+  for (int row = 0; row < 2; ++row) {
+    for (int i = 0; i < 50; ++i) EXPECT_EQ(block[row * 50 + i], src[(3 + row) * 100 + 10 + i]);
+  }
+  // Arrays are not supported; a pitch smaller than the row is invalid.
+  CUDA_MEMCPY2D bad = up;
+  bad.srcPitch = 50;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpy2D(&bad));
+  bad = up;
+  bad.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED, cuMemcpy2D(&bad));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpy2D(nullptr));
+  EXPECT_CU(cuStreamDestroy(s));
+  EXPECT_CU(cuMemFree(d));
+}
+
+TEST_F(MemoryTest, ThreeDimensionalCopy) {
+  // A 4x3x2 box of 16-byte rows out of an 8x5x3 host volume with 32-byte pitch.
+  const size_t pitch = 32, height = 5, depth = 3;
+  auto volume = pattern(pitch * height * depth, 9);
+  CUdeviceptr d = 0;
+  ASSERT_CU(cuMemAlloc(&d, 16 * 3 * 2));
+  CUDA_MEMCPY3D c{};
+  c.srcMemoryType = CU_MEMORYTYPE_HOST;
+  c.srcHost = volume.data();
+  c.srcXInBytes = 8;
+  c.srcY = 1;
+  c.srcZ = 1;
+  c.srcPitch = pitch;
+  c.srcHeight = height;
+  c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.dstDevice = d;
+  c.dstPitch = 16;
+  c.dstHeight = 3;
+  c.WidthInBytes = 16;
+  c.Height = 3;
+  c.Depth = 2;
+  EXPECT_CU(cuMemcpy3D(&c));
+  std::vector<std::uint8_t> out(16 * 3 * 2);
+  EXPECT_CU(cuMemcpyDtoH(out.data(), d, out.size()));
+  for (size_t z = 0; z < 2; ++z) {
+    for (size_t y = 0; y < 3; ++y) {
+      for (size_t x = 0; x < 16; ++x) {
+        EXPECT_EQ(out[(z * 3 + y) * 16 + x], volume[((1 + z) * height + 1 + y) * pitch + 8 + x]);
+      }
+    }
+  }
+  CUDA_MEMCPY3D bad = c;
+  bad.srcLOD = 1;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpy3D(&bad));
+  bad = c;
+  bad.dstHeight = 2;  // smaller than Height with Depth > 1
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpy3D(&bad));
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, 0));
+  EXPECT_CU(cuMemcpy3DAsync(&c, s));
+  EXPECT_CU(cuStreamSynchronize(s));
+  EXPECT_CU(cuStreamDestroy(s));
+  EXPECT_CU(cuMemFree(d));
+}
+
+TEST_F(MemoryTest, PinnedHostMemoryAndAsyncCopies) {
+  void* pinned = nullptr;
+  ASSERT_CU(cuMemHostAlloc(&pinned, 8192, CU_MEMHOSTALLOC_DEVICEMAP));
+  unsigned flags = 0;
+  EXPECT_CU(cuMemHostGetFlags(&flags, pinned));
+  EXPECT_TRUE(flags & CU_MEMHOSTALLOC_DEVICEMAP);
+  CUdeviceptr mapped = 0;
+  EXPECT_CU(cuMemHostGetDevicePointer(&mapped, pinned, 0));
+  EXPECT_EQ(mapped, reinterpret_cast<CUdeviceptr>(pinned));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemHostGetDevicePointer(&mapped, pinned, 1));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemHostAlloc(&pinned, 16, 0x80));
+
+  auto data = pattern(8192, 3);
+  std::memcpy(pinned, data.data(), data.size());
+  CUdeviceptr d = 0;
+  ASSERT_CU(cuMemAlloc(&d, 8192));
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  EXPECT_CU(cuMemcpyHtoDAsync(d, pinned, 8192, s));
+  EXPECT_CU(cuStreamSynchronize(s));
+  void* back = nullptr;
+  ASSERT_CU(cuMemAllocHost(&back, 8192));
+  EXPECT_CU(cuMemcpyDtoHAsync(back, d, 8192, s));
+  EXPECT_CU(cuStreamSynchronize(s));
+  EXPECT_EQ(std::memcmp(back, data.data(), 8192), 0);
+  EXPECT_CU(cuStreamDestroy(s));
+  EXPECT_CU(cuMemFreeHost(back));
+  EXPECT_CU(cuMemFreeHost(pinned));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemFreeHost(pinned));
+  EXPECT_CU(cuMemFree(d));
+}
+
+TEST_F(MemoryTest, HostRegistration) {
+  const size_t size = 4 * 4096;
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  EXPECT_CU(cuMemHostRegister(p, size, CU_MEMHOSTREGISTER_DEVICEMAP));
+  EXPECT_CU_ERR(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, cuMemHostRegister(p, 4096, 0));
+  CUdeviceptr mapped = 0;
+  EXPECT_CU(cuMemHostGetDevicePointer(&mapped, p, 0));
+  EXPECT_EQ(mapped, reinterpret_cast<CUdeviceptr>(p));
+  unsigned type = 0;
+  EXPECT_CU(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, mapped));
+  EXPECT_EQ(type, static_cast<unsigned>(CU_MEMORYTYPE_HOST));
+  EXPECT_CU(cuMemHostUnregister(p));
+  EXPECT_CU_ERR(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, cuMemHostUnregister(p));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemHostRegister(nullptr, size, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemHostRegister(p, size, 0x100));
+  munmap(p, size);
+}
+
+TEST_F(MemoryTest, PointerAttributes) {
+  CUdeviceptr d = 0;
+  ASSERT_CU(cuMemAlloc(&d, 1000));
+  unsigned type = 0;
+  EXPECT_CU(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d + 10));
+  EXPECT_EQ(type, static_cast<unsigned>(CU_MEMORYTYPE_DEVICE));
+  CUcontext owner = nullptr;
+  EXPECT_CU(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, d));
+  EXPECT_EQ(owner, context_);
+  int ordinal = -1;
+  EXPECT_CU(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d));
+  EXPECT_EQ(ordinal, 0);
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  EXPECT_CU(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, d + 500));
+  EXPECT_CU(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, d + 500));
+  EXPECT_EQ(start, d);
+  EXPECT_EQ(size, 1000u);
+  unsigned long long id1 = 0, id2 = 0;
+  CUdeviceptr e = 0;
+  ASSERT_CU(cuMemAlloc(&e, 16));
+  EXPECT_CU(cuPointerGetAttribute(&id1, CU_POINTER_ATTRIBUTE_BUFFER_ID, d));
+  EXPECT_CU(cuPointerGetAttribute(&id2, CU_POINTER_ATTRIBUTE_BUFFER_ID, e));
+  EXPECT_NE(id1, id2);
+  // Unknown memory: an error from the single query, NULL values from the batch.
+  int local = 0;
+  auto host = reinterpret_cast<CUdeviceptr>(&local);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, host));
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_CONTEXT,
+                                 CU_POINTER_ATTRIBUTE_IS_MANAGED};
+  unsigned t = 99;
+  CUcontext ctx = reinterpret_cast<CUcontext>(0x1);
+  int managed = 5;
+  void* values[] = {&t, &ctx, &managed};
+  EXPECT_CU(cuPointerGetAttributes(3, attrs, values, host));
+  EXPECT_EQ(t, 0u);
+  EXPECT_EQ(ctx, nullptr);
+  EXPECT_EQ(managed, 0);
+  EXPECT_CU(cuPointerGetAttributes(3, attrs, values, e));
+  EXPECT_EQ(t, static_cast<unsigned>(CU_MEMORYTYPE_DEVICE));
+  EXPECT_EQ(ctx, context_);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuPointerGetAttribute(nullptr, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuPointerGetAttribute(&type, static_cast<CUpointer_attribute>(999), d));
+  int sync = 1;
+  EXPECT_CU(cuPointerSetAttribute(&sync, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, d));
+  EXPECT_CU(cuMemFree(d));
+  EXPECT_CU(cuMemFree(e));
+}
+
+TEST_F(MemoryTest, AllocationsDieWithTheirContext) {
+  CUcontext other = nullptr;
+  ASSERT_CU(cuCtxCreate(&other, nullptr, 0, 0));
+  CUdeviceptr d = 0;
+  ASSERT_CU(cuMemAlloc(&d, 64));
+  ASSERT_CU(cuCtxDestroy(other));  // pops it; context_ is current again
+  std::vector<std::uint8_t> host(64);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpyDtoH(host.data(), d, 64));
+}
+
+TEST_F(MemoryTest, StreamOrderedAllocation) {
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, 0));
+  CUdeviceptr d = 0;
+  ASSERT_CU(cuMemAllocAsync(&d, 256, s));
+  EXPECT_CU(cuMemsetD8Async(d, 1, 256, s));
+  EXPECT_CU(cuMemFreeAsync(d, s));
+  EXPECT_CU(cuStreamSynchronize(s));
+  std::vector<std::uint8_t> host(16);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpyDtoH(host.data(), d, 16));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemFreeAsync(d, s));
+  EXPECT_CU(cuStreamDestroy(s));
+}
+
+TEST_F(MemoryTest, VirtualMemoryManagementAtAFixedAddress) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  size_t granularity = 0;
+  ASSERT_CU(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  EXPECT_EQ(granularity, size_t{2} << 20);
+  const size_t size = 2 * granularity;
+  const CUdeviceptr want = 0x310000000000ull;
+  CUdeviceptr va = 0;
+  ASSERT_CU(cuMemAddressReserve(&va, size, 0, want, 0));
+  EXPECT_EQ(va, want);  // the requested address, honoured
+  CUmemGenericAllocationHandle handle = 0;
+  ASSERT_CU(cuMemCreate(&handle, size, &prop, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemCreate(&handle, size + 1, &prop, 0));
+  ASSERT_CU(cuMemMap(va, size, 0, handle, 0));
+  // Mapped but not yet accessible.
+  std::vector<std::uint8_t> host = pattern(4096);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpyHtoD(va, host.data(), host.size()));
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_CU(cuMemSetAccess(va, size, &access, 1));
+  unsigned long long flags = 0;
+  EXPECT_CU(cuMemGetAccess(&flags, &prop.location, va));
+  EXPECT_EQ(flags, static_cast<unsigned long long>(CU_MEM_ACCESS_FLAGS_PROT_READWRITE));
+  EXPECT_CU(cuMemcpyHtoD(va + granularity, host.data(), host.size()));
+  std::vector<std::uint8_t> out(4096);
+  EXPECT_CU(cuMemcpyDtoH(out.data(), va + granularity, out.size()));
+  EXPECT_EQ(out, host);
+  CUmemGenericAllocationHandle retained = 0;
+  EXPECT_CU(cuMemRetainAllocationHandle(&retained, reinterpret_cast<void*>(va)));
+  EXPECT_EQ(retained, handle);
+  EXPECT_CU(cuMemRelease(retained));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemAddressFree(va, size));  // still mapped
+  EXPECT_CU(cuMemUnmap(va, size));
+  EXPECT_CU(cuMemRelease(handle));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemRelease(handle));
+  EXPECT_CU(cuMemAddressFree(va, size));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemAddressReserve(&va, 4096, 0, 0, 0));
+}
+
+TEST_F(MemoryTest, DefaultMemoryPool) {
+  CUmemoryPool pool = nullptr, same = nullptr;
+  ASSERT_CU(cuDeviceGetDefaultMemPool(&pool, 0));
+  ASSERT_CU(cuDeviceGetMemPool(&same, 0));
+  EXPECT_EQ(pool, same);
+  EXPECT_CU(cuDeviceSetMemPool(0, pool));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuDeviceSetMemPool(0, reinterpret_cast<CUmemoryPool>(0x5)));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_DEVICE, cuDeviceGetDefaultMemPool(&pool, 3));
+  cuuint64_t threshold = 1 << 30;
+  EXPECT_CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+  threshold = 0;
+  EXPECT_CU(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+  EXPECT_EQ(threshold, cuuint64_t{1} << 30);
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, 0));
+  CUdeviceptr d = 0;
+  ASSERT_CU(cuMemAllocFromPoolAsync(&d, 1 << 20, pool, s));
+  cuuint64_t used = 0;
+  EXPECT_CU(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+  EXPECT_GE(used, cuuint64_t{1} << 20);
+  EXPECT_CU(cuMemsetD8Async(d, 3, 1 << 20, s));
+  EXPECT_CU(cuMemFreeAsync(d, s));
+  EXPECT_CU(cuMemPoolTrimTo(pool, 0));
+  EXPECT_CU(cuStreamSynchronize(s));
+  EXPECT_CU(cuStreamDestroy(s));
+}
+
+}  // namespace
+}  // namespace phos::vgpu::testing

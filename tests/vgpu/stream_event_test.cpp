@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: Apache-2.0
+// vgpu's streams and events: asynchronous work on worker threads with CUDA's ordering and errors.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "vgpu_test_support.h"
+
+namespace phos::vgpu::testing {
+namespace {
+
+using StreamTest = DriverTest;
+
+// A host function that blocks its stream until the test opens the gate.
+struct Gate {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool open = false;
+  static void CUDA_CB wait(void* self) {
+    auto* g = static_cast<Gate*>(self);
+    std::unique_lock lock(g->mutex);
+    g->cv.wait(lock, [&] { return g->open; });
+  }
+  void release() {
+    {
+      std::lock_guard lock(mutex);
+      open = true;
+    }
+    cv.notify_all();
+  }
+};
+
+struct Log {
+  std::mutex mutex;
+  std::vector<int> order;
+  void add(int v) {
+    std::lock_guard lock(mutex);
+    order.push_back(v);
+  }
+};
+
+template <int N>
+void CUDA_CB append(void* log) {
+  static_cast<Log*>(log)->add(N);
+}
+
+TEST_F(StreamTest, WorkRunsAsynchronouslyAndInOrder) {
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  Gate gate;
+  Log log;
+  ASSERT_CU(cuLaunchHostFunc(s, &Gate::wait, &gate));
+  ASSERT_CU(cuLaunchHostFunc(s, &append<1>, &log));
+  ASSERT_CU(cuLaunchHostFunc(s, &append<2>, &log));
+  // The calls returned while the stream is blocked: work is asynchronous.
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_READY, cuStreamQuery(s));
+  gate.release();
+  EXPECT_CU(cuStreamSynchronize(s));
+  EXPECT_CU(cuStreamQuery(s));
+  EXPECT_EQ(log.order, (std::vector<int>{1, 2}));
+  EXPECT_CU(cuStreamDestroy(s));
+}
+
+TEST_F(StreamTest, CreateDestroyAndProperties) {
+  CUstream s = nullptr;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamCreate(nullptr, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamCreate(&s, 0x4));
+  ASSERT_CU(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, -100));
+  int priority = 0;
+  EXPECT_CU(cuStreamGetPriority(s, &priority));
+  EXPECT_EQ(priority, -5);  // clamped to the greatest priority
+  unsigned flags = 0;
+  EXPECT_CU(cuStreamGetFlags(s, &flags));
+  EXPECT_EQ(flags, static_cast<unsigned>(CU_STREAM_NON_BLOCKING));
+  CUcontext ctx = nullptr;
+  EXPECT_CU(cuStreamGetCtx(s, &ctx));
+  EXPECT_EQ(ctx, context_);
+  CUgreenCtx green = reinterpret_cast<CUgreenCtx>(0x1);
+  ctx = nullptr;
+  EXPECT_CU(cuStreamGetCtx_v2(s, &ctx, &green));
+  EXPECT_EQ(ctx, context_);
+  EXPECT_EQ(green, nullptr);
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  EXPECT_CU(cuStreamIsCapturing(s, &capture));
+  EXPECT_EQ(capture, CU_STREAM_CAPTURE_STATUS_NONE);
+  CUdevice dev = -1;
+  EXPECT_CU(cuStreamGetDevice(s, &dev));
+  EXPECT_EQ(dev, 0);
+  unsigned long long id = 0, legacyId = 0;
+  EXPECT_CU(cuStreamGetId(s, &id));
+  EXPECT_CU(cuStreamGetId(nullptr, &legacyId));
+  EXPECT_NE(id, legacyId);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamGetFlags(s, nullptr));
+  EXPECT_CU(cuStreamDestroy(s));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuStreamDestroy(s));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuStreamQuery(s));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuStreamSynchronize(s));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuStreamDestroy(nullptr));
+  // The default streams always exist.
+  EXPECT_CU(cuStreamSynchronize(nullptr));
+  EXPECT_CU(cuStreamSynchronize(CU_STREAM_LEGACY));
+  EXPECT_CU(cuStreamSynchronize(CU_STREAM_PER_THREAD));
+}
+
+TEST_F(StreamTest, LegacyStreamSynchronizesWithBlockingStreams) {
+  CUstream blocking = nullptr, nonBlocking = nullptr;
+  ASSERT_CU(cuStreamCreate(&blocking, CU_STREAM_DEFAULT));
+  ASSERT_CU(cuStreamCreate(&nonBlocking, CU_STREAM_NON_BLOCKING));
+  Gate gate;
+  Log log;
+  ASSERT_CU(cuLaunchHostFunc(blocking, &Gate::wait, &gate));
+  ASSERT_CU(cuLaunchHostFunc(blocking, &append<1>, &log));
+  // "The NULL stream ... synchronizes with all other blocking streams": this
+  // waits for the blocked stream; the non-blocking stream does not.
+  ASSERT_CU(cuLaunchHostFunc(nullptr, &append<2>, &log));
+  ASSERT_CU(cuLaunchHostFunc(nonBlocking, &append<3>, &log));
+  EXPECT_CU(cuStreamSynchronize(nonBlocking));
+  {
+    std::lock_guard lock(log.mutex);
+    EXPECT_EQ(log.order, (std::vector<int>{3}));
+  }
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_READY, cuStreamQuery(nullptr));
+  gate.release();
+  EXPECT_CU(cuCtxSynchronize());
+  EXPECT_EQ(log.order, (std::vector<int>{3, 1, 2}));
+  EXPECT_CU(cuStreamDestroy(blocking));
+  EXPECT_CU(cuStreamDestroy(nonBlocking));
+}
+
+TEST_F(StreamTest, StreamWaitEventOrdersAcrossStreams) {
+  CUstream a = nullptr, b = nullptr;
+  ASSERT_CU(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+  CUevent e = nullptr;
+  ASSERT_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+  Gate gate;
+  Log log;
+  ASSERT_CU(cuLaunchHostFunc(a, &Gate::wait, &gate));
+  ASSERT_CU(cuLaunchHostFunc(a, &append<1>, &log));
+  ASSERT_CU(cuEventRecord(e, a));
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_READY, cuEventQuery(e));
+  ASSERT_CU(cuStreamWaitEvent(b, e, 0));
+  ASSERT_CU(cuLaunchHostFunc(b, &append<2>, &log));
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_READY, cuStreamQuery(b));
+  gate.release();
+  EXPECT_CU(cuStreamSynchronize(b));
+  EXPECT_EQ(log.order, (std::vector<int>{1, 2}));
+  EXPECT_CU(cuEventSynchronize(e));
+  EXPECT_CU(cuEventQuery(e));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamWaitEvent(b, e, 0x10));
+  EXPECT_CU(cuEventDestroy(e));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuStreamWaitEvent(b, e, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuEventQuery(e));
+  EXPECT_CU(cuStreamDestroy(a));
+  EXPECT_CU(cuStreamDestroy(b));
+}
+
+TEST_F(StreamTest, EventTiming) {
+  CUevent start = nullptr, stop = nullptr, untimed = nullptr;
+  ASSERT_CU(cuEventCreate(&start, CU_EVENT_DEFAULT));
+  ASSERT_CU(cuEventCreate(&stop, CU_EVENT_BLOCKING_SYNC));
+  ASSERT_CU(cuEventCreate(&untimed, CU_EVENT_DISABLE_TIMING));
+  float ms = -1;
+  // Never recorded: invalid handle; an unrecorded event is complete.
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuEventElapsedTime(&ms, start, stop));
+  EXPECT_CU(cuEventQuery(start));
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, 0));
+  ASSERT_CU(cuEventRecord(start, s));
+  ASSERT_CU(cuLaunchHostFunc(
+      s, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }, nullptr));
+  ASSERT_CU(cuEventRecord(stop, s));
+  ASSERT_CU(cuEventRecord(untimed, s));
+  EXPECT_CU(cuEventSynchronize(stop));
+  EXPECT_CU(cuEventElapsedTime(&ms, start, stop));
+  EXPECT_GE(ms, 19.0F);
+  EXPECT_LT(ms, 5000.0F);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuEventElapsedTime(&ms, start, untimed));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuEventElapsedTime(nullptr, start, stop));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuEventCreate(&start, 0x100));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuEventCreate(&start, CU_EVENT_INTERPROCESS));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuEventRecordWithFlags(start, s, 0x8));
+  EXPECT_CU(cuStreamDestroy(s));
+  EXPECT_CU(cuEventDestroy(start));
+  EXPECT_CU(cuEventDestroy(stop));
+  EXPECT_CU(cuEventDestroy(untimed));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuEventDestroy(stop));
+}
+
+TEST_F(StreamTest, CallbacksGetTheStreamAndStatus) {
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, 0));
+  struct Seen {
+    CUstream stream = nullptr;
+    CUresult status = CUDA_ERROR_UNKNOWN;
+    std::thread::id thread;
+  } seen;
+  auto cb = [](CUstream stream, CUresult status, void* user) {
+    auto* out = static_cast<Seen*>(user);
+    out->stream = stream;
+    out->status = status;
+    out->thread = std::this_thread::get_id();
+  };
+  ASSERT_CU(cuStreamAddCallback(s, cb, &seen, 0));
+  EXPECT_CU(cuStreamSynchronize(s));
+  EXPECT_EQ(seen.stream, s);
+  EXPECT_EQ(seen.status, CUDA_SUCCESS);
+  EXPECT_NE(seen.thread, std::this_thread::get_id());  // a driver thread ran it
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamAddCallback(s, cb, &seen, 1));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamAddCallback(s, nullptr, &seen, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuLaunchHostFunc(s, nullptr, nullptr));
+  EXPECT_CU(cuStreamDestroy(s));
+}
+
+TEST_F(StreamTest, PerThreadDefaultStreamsAreIndependent) {
+  Gate gate;
+  Log log;
+  // This thread's per-thread stream is blocked; another thread's is not.
+  ASSERT_CU(cuLaunchHostFunc(CU_STREAM_PER_THREAD, &Gate::wait, &gate));
+  std::thread other([&] {
+    ASSERT_CU(cuCtxSetCurrent(context_));
+    ASSERT_CU(cuLaunchHostFunc(CU_STREAM_PER_THREAD, &append<1>, &log));
+    EXPECT_CU(cuStreamSynchronize(CU_STREAM_PER_THREAD));
+  });
+  other.join();
+  EXPECT_EQ(log.order, (std::vector<int>{1}));
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_READY, cuStreamQuery(CU_STREAM_PER_THREAD));
+  gate.release();
+  EXPECT_CU(cuStreamSynchronize(CU_STREAM_PER_THREAD));
+}
+
+TEST_F(StreamTest, StreamsOfADestroyedContextAreInvalid) {
+  CUcontext other = nullptr;
+  ASSERT_CU(cuCtxCreate(&other, nullptr, 0, 0));
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, 0));
+  CUevent e = nullptr;
+  ASSERT_CU(cuEventCreate(&e, 0));
+  ASSERT_CU(cuCtxDestroy(other));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuStreamSynchronize(s));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuEventQuery(e));
+}
+
+}  // namespace
+}  // namespace phos::vgpu::testing

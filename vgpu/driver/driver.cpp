@@ -1,0 +1,1157 @@
+// SPDX-License-Identifier: Apache-2.0
+// The vgpu driver's state and operations; the cu* layer in vgpu/lib calls these.
+#include "driver.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "cu_status.h"
+#include "fatbin.h"
+#include "phos/common/log.h"
+
+namespace phos::vgpu {
+namespace {
+
+thread_local std::vector<std::shared_ptr<Context>> tContextStack;
+
+std::shared_ptr<spdlog::logger> logger() {
+  static auto log = phos::log::get("vgpu");
+  return log;
+}
+
+template <typename T>
+std::uint64_t idOf(T handle) {
+  return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(handle));
+}
+
+Status validateContextFlags(unsigned flags) {
+  unsigned sched = flags & CU_CTX_SCHED_MASK;
+  if ((flags & ~static_cast<unsigned>(CU_CTX_FLAGS_MASK)) != 0 || sched == 3 || sched > 4) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "context flags 0x{:x} are invalid", flags);
+  }
+  return Status::ok();
+}
+
+// Device memory of a context, handed to a ProgramLoader for module globals.
+class ModuleMemory final : public DeviceMemory {
+ public:
+  ModuleMemory(Driver& driver, std::shared_ptr<Context> context, int cc)
+      : driver_(driver), context_(std::move(context)), cc_(cc) {}
+
+  Result<std::uint64_t> allocate(std::size_t bytes, std::size_t alignment) override {
+    if (bytes == 0 || alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > kPageSize) {
+      return makeError(Code::kInvalidArgument, "module global: {} bytes aligned to {}", bytes, alignment);
+    }
+    ASSIGN_OR_RETURN(std::uint64_t address, driver_.allocateDevice(*context_, bytes));
+    allocations.push_back(address);
+    return address;
+  }
+  Status write(std::uint64_t address, std::span<const std::byte> bytes) override {
+    if (bytes.empty()) return Status::ok();
+    auto a = driver_.allocations().findRange(address, bytes.size());
+    if (!a || a->context != context_->id()) {
+      return makeError(Code::kOutOfRange, "module global write of {} bytes at 0x{:x} is outside the module's memory",
+                       bytes.size(), address);
+    }
+    std::memcpy(reinterpret_cast<void*>(address), bytes.data(), bytes.size());
+    return Status::ok();
+  }
+  int device() const override { return context_->device(); }
+  int computeCapability() const override { return cc_; }
+
+  std::vector<std::uint64_t> allocations;
+
+ private:
+  Driver& driver_;
+  std::shared_ptr<Context> context_;
+  int cc_;
+};
+
+class ContextAddressChecker final : public AddressChecker {
+ public:
+  ContextAddressChecker(const Driver& driver, const Context& context)
+      : driver_(driver), context_(context) {}
+  bool isAccessible(std::uint64_t address, std::size_t size) const override {
+    return driver_.isAccessible(context_, address, size);
+  }
+
+ private:
+  const Driver& driver_;
+  const Context& context_;
+};
+
+class StdoutPrintfSink final : public PrintfSink {
+ public:
+  void write(std::string_view text) override {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  }
+};
+
+}  // namespace
+
+std::uint64_t newHandle(HandleKind kind) {
+  static std::atomic<std::uint64_t> next{1};
+  return (static_cast<std::uint64_t>(kind) << 44) | next.fetch_add(1);
+}
+
+// --- Context ---------------------------------------------------------------------
+
+Context::Context(std::uint64_t id, int device, unsigned flags, bool primary)
+    : id_(id), device_(device), flags_(flags), primary_(primary) {
+  limits = {
+      {CU_LIMIT_STACK_SIZE, 1024},
+      {CU_LIMIT_PRINTF_FIFO_SIZE, 1 << 20},
+      {CU_LIMIT_MALLOC_HEAP_SIZE, 8 << 20},
+      {CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH, 2},
+      {CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT, 2048},
+      {CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 64},
+      {CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0},
+  };
+  legacy_ = makeStream(Stream::Kind::kLegacy, 0, 0);
+}
+
+Context::~Context() = default;
+
+std::shared_ptr<Stream> Context::makeStream(Stream::Kind kind, unsigned flags, int priority) {
+  return std::make_shared<Stream>(newHandle(HandleKind::kStream), kind, flags, priority,
+                                  [this](const Status& status) { reportAsyncError(status); });
+}
+
+void Context::reportAsyncError(const Status& status) {
+  CUresult result = toCuResult(status);
+  logger()->error("context 0x{:x}: asynchronous error: {}", id_, status.toString());
+  if (isStickyError(result)) {
+    int expected = CUDA_SUCCESS;
+    sticky_.compare_exchange_strong(expected, result);
+    return;
+  }
+  std::lock_guard lock(mutex_);
+  if (asyncError_.isOk()) asyncError_ = status;
+}
+
+Status Context::takeAsyncError() {
+  RETURN_IF_ERROR(usable());
+  std::lock_guard lock(mutex_);
+  Status status = std::move(asyncError_);
+  asyncError_ = Status::ok();
+  return status;
+}
+
+Status Context::usable() const {
+  CUresult sticky = stickyError();
+  if (sticky != CUDA_SUCCESS) {
+    return cuErrorf(sticky, "context 0x{:x} hit an unrecoverable error earlier", id_);
+  }
+  return Status::ok();
+}
+
+bool Context::hasPeer(std::uint64_t owner) const {
+  std::lock_guard lock(mutex_);
+  return peers_.contains(owner);
+}
+
+bool Context::addPeer(std::uint64_t owner) {
+  std::lock_guard lock(mutex_);
+  return peers_.insert(owner).second;
+}
+
+bool Context::removePeer(std::uint64_t owner) {
+  std::lock_guard lock(mutex_);
+  return peers_.erase(owner) > 0;
+}
+
+std::shared_ptr<Stream> Context::perThreadStream() {
+  std::lock_guard lock(mutex_);
+  auto& stream = perThread_[std::this_thread::get_id()];
+  if (!stream) stream = makeStream(Stream::Kind::kPerThread, 0, 0);
+  return stream;
+}
+
+std::shared_ptr<Stream> Context::createStream(unsigned flags, int priority) {
+  auto stream = makeStream(Stream::Kind::kCreated, flags, priority);
+  std::lock_guard lock(mutex_);
+  streams_.push_back(stream);
+  return stream;
+}
+
+void Context::forgetStream(const std::shared_ptr<Stream>& stream) {
+  std::lock_guard lock(mutex_);
+  std::erase_if(streams_, [&](const std::weak_ptr<Stream>& w) {
+    auto s = w.lock();
+    return !s || s == stream;
+  });
+}
+
+std::uint64_t Context::submit(const std::shared_ptr<Stream>& stream, Stream::Work work,
+                              std::vector<StreamDependency> extra) {
+  std::lock_guard submitLock(submitMutex_);
+  std::vector<StreamDependency> deps = std::move(extra);
+  auto depend = [&](const std::shared_ptr<Stream>& other) {
+    if (!other || other == stream) return;
+    std::uint64_t last = other->lastEnqueued();
+    if (last != 0 && !other->isComplete(last)) deps.push_back({other, last});
+  };
+  if (stream->kind() == Stream::Kind::kLegacy) {
+    std::lock_guard lock(mutex_);
+    for (const auto& weak : streams_) {
+      if (auto other = weak.lock(); other && other->synchronizesWithLegacy()) depend(other);
+    }
+    for (const auto& [thread, other] : perThread_) depend(other);
+  } else if (stream->synchronizesWithLegacy()) {
+    depend(legacy_);
+  }
+  return stream->enqueue(std::move(work), std::move(deps));
+}
+
+void Context::drain() {
+  std::vector<std::shared_ptr<Stream>> all{legacy_};
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& weak : streams_) {
+      if (auto s = weak.lock()) all.push_back(std::move(s));
+    }
+    for (const auto& [thread, s] : perThread_) all.push_back(s);
+  }
+  for (const auto& s : all) s->waitIdle();
+}
+
+std::string Function::name() const { return program->functions().at(index).name; }
+
+// --- Driver: devices and contexts -----------------------------------------------------
+
+Driver& Driver::instance() {
+  // Never destroyed: stream workers and late cu* calls from atexit handlers must
+  // not find it gone.
+  static Driver* driver = new Driver();
+  return *driver;
+}
+
+Status Driver::init() {
+  std::call_once(initOnce_, [this] {
+    auto config = loadPlatformConfig();
+    if (!config.isOk()) {
+      initStatus_ = cuError(CUDA_ERROR_INVALID_VALUE, config.status().message());
+      logger()->error("cuInit: {}", initStatus_.message());
+      return;
+    }
+    platform_ = std::move(config).value();
+    if (platform_.devices.empty()) {
+      initStatus_ = cuError(CUDA_ERROR_NO_DEVICE, "PHOS_VGPU_DEVICES=0");
+      return;
+    }
+    for (std::size_t i = 0; i < platform_.devices.size(); ++i) {
+      heaps_.push_back(std::make_unique<DeviceHeap>(
+          static_cast<int>(i), platform_.vaBase + i * platform_.vaWindow, platform_.vaWindow,
+          platform_.devices[i].totalMemory));
+      primaries_.push_back(std::make_unique<Primary>());
+    }
+    copyModel_ = std::make_unique<CopyModel>(platform_);
+    logger()->info("vgpu: {} device(s), compute capability {}.{}, bandwidth scale {}",
+                   platform_.devices.size(), platform_.devices[0].ccMajor,
+                   platform_.devices[0].ccMinor, platform_.bandwidthScale);
+    initialized_.store(true, std::memory_order_release);
+  });
+  return initStatus_;
+}
+
+Status Driver::checkDevice(CUdevice device) const {
+  if (device < 0 || device >= deviceCount()) {
+    return cuErrorf(CUDA_ERROR_INVALID_DEVICE, "device {} does not exist ({} device(s))", device,
+                    deviceCount());
+  }
+  return Status::ok();
+}
+
+Result<std::shared_ptr<Context>> Driver::createContext(int device, unsigned flags) {
+  RETURN_IF_ERROR(checkDevice(device));
+  RETURN_IF_ERROR(validateContextFlags(flags));
+  auto context = std::make_shared<Context>(newHandle(HandleKind::kContext), device, flags, false);
+  contexts_.add(context->id(), context);
+  return context;
+}
+
+void Driver::unloadModulesOf(std::uint64_t context) {
+  auto modules = modules_.eraseIf([&](const Module& m) { return m.context == context; });
+  functions_.eraseIf([&](const Function& f) { return f.context == context; });
+  libraries_.eraseIf([&](const Library& l) {
+    return std::any_of(modules.begin(), modules.end(),
+                       [&](const auto& m) { return m->id == l.module; });
+  });
+}
+
+void Driver::releaseContextResources(Context& context) {
+  context.drain();
+  unloadModulesOf(context.id());
+  for (const Allocation& a : allocations_.ownedBy(context.id())) {
+    if (a.kind == MemoryKind::kDevice) {
+      allocations_.erase(a.base);
+      (void)heap(a.device).release(a.base, a.size);
+    }
+  }
+  auto streams = streams_.eraseIf([&](const StreamEntry& e) { return e.context == context.id(); });
+  events_.eraseIf([&](const Event& e) { return e.context() == context.id(); });
+  context.markDestroyed();
+  contexts_.erase(context.id());
+  // Other contexts forget peer access to this one.
+  (void)streams;
+}
+
+Status Driver::destroyContext(CUcontext handle) {
+  ASSIGN_OR_RETURN(auto context, this->context(handle));
+  if (context->primary()) {
+    return cuError(CUDA_ERROR_INVALID_CONTEXT,
+                   "a primary context is released with cuDevicePrimaryCtxRelease, not destroyed");
+  }
+  releaseContextResources(*context);
+  // "If ctx is current to the calling thread then ctx will also be popped from the
+  // current thread's context stack"; other threads get CONTEXT_IS_DESTROYED.
+  std::erase(tContextStack, context);
+  return Status::ok();
+}
+
+Result<std::shared_ptr<Context>> Driver::context(CUcontext handle) const {
+  if (handle == nullptr) return cuError(CUDA_ERROR_INVALID_CONTEXT, "context handle is null");
+  auto context = contexts_.find(idOf(handle));
+  if (!context) {
+    return cuErrorf(CUDA_ERROR_INVALID_CONTEXT, "0x{:x} is not a live context", idOf(handle));
+  }
+  return context;
+}
+
+Result<std::shared_ptr<Context>> Driver::current() {
+  if (tContextStack.empty()) {
+    return cuError(CUDA_ERROR_INVALID_CONTEXT, "no context is current to this thread");
+  }
+  auto context = tContextStack.back();
+  if (context->destroyed()) {
+    return cuErrorf(CUDA_ERROR_CONTEXT_IS_DESTROYED, "the current context 0x{:x} was destroyed",
+                    context->id());
+  }
+  RETURN_IF_ERROR(context->usable());
+  return context;
+}
+
+std::shared_ptr<Context> Driver::currentOrNull() {
+  return tContextStack.empty() ? nullptr : tContextStack.back();
+}
+
+void Driver::pushCurrent(std::shared_ptr<Context> context) {
+  tContextStack.push_back(std::move(context));
+}
+
+Result<std::shared_ptr<Context>> Driver::popCurrent() {
+  if (tContextStack.empty()) {
+    return cuError(CUDA_ERROR_INVALID_CONTEXT, "the context stack of this thread is empty");
+  }
+  auto context = tContextStack.back();
+  tContextStack.pop_back();
+  return context;
+}
+
+void Driver::setCurrent(std::shared_ptr<Context> context) {
+  if (!context) {
+    if (!tContextStack.empty()) tContextStack.pop_back();
+    return;
+  }
+  if (tContextStack.empty()) {
+    tContextStack.push_back(std::move(context));
+  } else {
+    tContextStack.back() = std::move(context);
+  }
+}
+
+Result<std::shared_ptr<Context>> Driver::retainPrimary(int device) {
+  RETURN_IF_ERROR(checkDevice(device));
+  Primary& p = *primaries_[static_cast<std::size_t>(device)];
+  std::lock_guard lock(p.mutex);
+  if (!p.context) {
+    p.context = std::make_shared<Context>(newHandle(HandleKind::kContext), device, p.flags, true);
+    contexts_.add(p.context->id(), p.context);
+  }
+  ++p.refs;
+  return p.context;
+}
+
+Status Driver::releasePrimary(int device) {
+  RETURN_IF_ERROR(checkDevice(device));
+  Primary& p = *primaries_[static_cast<std::size_t>(device)];
+  std::lock_guard lock(p.mutex);
+  if (p.refs == 0 || !p.context) {
+    return cuErrorf(CUDA_ERROR_INVALID_CONTEXT, "the primary context of device {} is not retained", device);
+  }
+  if (--p.refs == 0) {
+    releaseContextResources(*p.context);
+    p.context.reset();
+  }
+  return Status::ok();
+}
+
+Status Driver::resetPrimary(int device) {
+  RETURN_IF_ERROR(checkDevice(device));
+  Primary& p = *primaries_[static_cast<std::size_t>(device)];
+  std::lock_guard lock(p.mutex);
+  if (p.context) {
+    releaseContextResources(*p.context);
+    p.context.reset();
+  }
+  p.refs = 0;
+  return Status::ok();
+}
+
+Status Driver::setPrimaryFlags(int device, unsigned flags) {
+  RETURN_IF_ERROR(checkDevice(device));
+  RETURN_IF_ERROR(validateContextFlags(flags));
+  Primary& p = *primaries_[static_cast<std::size_t>(device)];
+  std::lock_guard lock(p.mutex);
+  p.flags = flags;
+  if (p.context) p.context->setFlags(flags);
+  return Status::ok();
+}
+
+void Driver::primaryState(int device, unsigned* flags, int* active) {
+  Primary& p = *primaries_[static_cast<std::size_t>(device)];
+  std::lock_guard lock(p.mutex);
+  *flags = p.flags;
+  *active = p.context ? 1 : 0;
+}
+
+// --- Driver: memory -----------------------------------------------------------------
+
+Result<std::uint64_t> Driver::allocateDevice(Context& context, std::size_t bytes) {
+  if (bytes == 0) return cuError(CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes");
+  // Large allocations are 2 MiB aligned like a GPU's big pages; small ones share nothing.
+  std::size_t alignment = bytes >= kVmmGranularity ? kVmmGranularity : kPageSize;
+  ASSIGN_OR_RETURN(std::uint64_t address, heap(context.device()).allocate(bytes, alignment));
+  Allocation a;
+  a.base = address;
+  a.size = bytes;
+  a.kind = MemoryKind::kDevice;
+  a.device = context.device();
+  a.context = context.id();
+  a.bufferId = nextBufferId_++;
+  if (Status s = allocations_.insert(a); !s.isOk()) {
+    (void)heap(context.device()).release(address, bytes);
+    return s;
+  }
+  return address;
+}
+
+Status Driver::freeDevice(std::uint64_t address, bool synchronize) {
+  auto a = allocations_.find(address);
+  if (!a || a->base != address || a->kind != MemoryKind::kDevice) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not the start of a device allocation", address);
+  }
+  if (synchronize) {
+    if (auto owner = contexts_.find(a->context)) owner->drain();
+  }
+  if (!allocations_.erase(address)) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} was freed concurrently", address);
+  }
+  return heap(a->device).release(a->base, a->size);
+}
+
+Result<void*> Driver::allocateHost(std::size_t bytes, unsigned flags, std::uint64_t context) {
+  if (bytes == 0) return cuError(CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes of host memory");
+  constexpr unsigned kKnown = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+                              CU_MEMHOSTALLOC_WRITECOMBINED;
+  if ((flags & ~kKnown) != 0) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "host allocation flags 0x{:x} are invalid", flags);
+  }
+  std::size_t length = roundUp(bytes, kPageSize);
+  void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    return cuErrorf(CUDA_ERROR_OUT_OF_MEMORY, "cannot map {} bytes of host memory: {}", bytes,
+                    std::strerror(errno));
+  }
+  Allocation a;
+  a.base = reinterpret_cast<std::uint64_t>(p);
+  a.size = bytes;
+  a.kind = MemoryKind::kHostPinned;
+  a.hostFlags = flags | CU_MEMHOSTALLOC_DEVICEMAP;  // with UVA all pinned memory is mapped
+  a.context = context;
+  a.bufferId = nextBufferId_++;
+  if (Status s = allocations_.insert(a); !s.isOk()) {
+    munmap(p, length);
+    return s;
+  }
+  return p;
+}
+
+Status Driver::freeHost(void* pointer) {
+  auto address = reinterpret_cast<std::uint64_t>(pointer);
+  auto a = allocations_.find(address);
+  if (!a || a->base != address || a->kind != MemoryKind::kHostPinned) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "{} was not allocated with cuMemAllocHost/cuMemHostAlloc", pointer);
+  }
+  // Work queued on streams may still read it.
+  for (const auto& context : tContextStack) {
+    if (!context->destroyed()) context->drain();
+  }
+  allocations_.erase(address);
+  munmap(pointer, roundUp(a->size, kPageSize));
+  return Status::ok();
+}
+
+Status Driver::registerHost(void* pointer, std::size_t bytes, unsigned flags, std::uint64_t context) {
+  if (pointer == nullptr || bytes == 0) {
+    return cuError(CUDA_ERROR_INVALID_VALUE, "cuMemHostRegister needs a pointer and a size");
+  }
+  constexpr unsigned kKnown = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                              CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
+  if ((flags & ~kKnown) != 0) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "host register flags 0x{:x} are invalid", flags);
+  }
+  if ((flags & (CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY)) != 0) {
+    return cuError(CUDA_ERROR_NOT_SUPPORTED, "IOMEMORY and READ_ONLY registrations are not supported");
+  }
+  Allocation a;
+  a.base = reinterpret_cast<std::uint64_t>(pointer);
+  a.size = bytes;
+  a.kind = MemoryKind::kHostRegistered;
+  a.hostFlags = flags | CU_MEMHOSTREGISTER_DEVICEMAP;
+  a.context = context;
+  a.bufferId = nextBufferId_++;
+  if (!allocations_.overlapping(a.base, a.size).empty()) {
+    return cuErrorf(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
+                    "{}+{} overlaps memory vgpu already knows", pointer, bytes);
+  }
+  return allocations_.insert(a);
+}
+
+Status Driver::unregisterHost(void* pointer) {
+  auto address = reinterpret_cast<std::uint64_t>(pointer);
+  auto a = allocations_.find(address);
+  if (!a || a->base != address || a->kind != MemoryKind::kHostRegistered) {
+    return cuErrorf(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "{} is not registered", pointer);
+  }
+  allocations_.erase(address);
+  return Status::ok();
+}
+
+Result<CopyEndpoint> Driver::classify(std::uint64_t address, std::size_t bytes, bool mustBeDevice) {
+  if (address == 0) return cuError(CUDA_ERROR_INVALID_VALUE, "null pointer");
+  if (auto a = allocations_.find(address)) {
+    if (bytes > a->size || address - a->base > a->size - bytes) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE,
+                      "{} bytes at 0x{:x} run past the end of the allocation 0x{:x}+{}", bytes,
+                      address, a->base, a->size);
+    }
+    switch (a->kind) {
+      case MemoryKind::kDevice:
+        return CopyEndpoint{a->device, false};
+      case MemoryKind::kVmmMapping:
+        if (a->accessDevices == 0) {
+          return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is mapped but no device has access (cuMemSetAccess)",
+                          address);
+        }
+        return CopyEndpoint{a->device, false};
+      case MemoryKind::kHostPinned:
+      case MemoryKind::kHostRegistered:
+        if (mustBeDevice) {
+          return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is host memory, not device memory", address);
+        }
+        return CopyEndpoint{-1, true};
+    }
+  }
+  // Inside vgpu's windows but not allocated: freed or never-allocated device memory.
+  const std::uint64_t windowsEnd = platform_.vaBase + platform_.vaWindow * platform_.devices.size();
+  if ((address >= platform_.vaBase && address < windowsEnd) ||
+      (address >= 0x300000000000ull && address < 0x400000000000ull)) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not allocated device memory", address);
+  }
+  if (mustBeDevice) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not device memory", address);
+  }
+  return CopyEndpoint{-1, false};
+}
+
+bool Driver::isAccessible(const Context& context, std::uint64_t address, std::size_t bytes) const {
+  auto a = allocations_.findRange(address, bytes);
+  if (!a) return false;
+  switch (a->kind) {
+    case MemoryKind::kDevice:
+      return a->context == context.id() || context.hasPeer(a->context);
+    case MemoryKind::kHostPinned:
+    case MemoryKind::kHostRegistered:
+      return true;
+    case MemoryKind::kVmmMapping:
+      return ((a->accessDevices >> context.device()) & 1U) != 0;
+  }
+  return false;
+}
+
+Status Driver::copy(const StreamRef& ref, std::uint64_t dst, std::uint64_t src, std::size_t bytes,
+                    bool async, bool dstMustBeDevice, bool srcMustBeDevice) {
+  if (bytes == 0) return Status::ok();
+  ASSIGN_OR_RETURN(CopyEndpoint d, classify(dst, bytes, dstMustBeDevice));
+  ASSIGN_OR_RETURN(CopyEndpoint s, classify(src, bytes, srcMustBeDevice));
+  CopyModel* model = copyModel_.get();
+  std::uint64_t seq = ref.context->submit(ref.stream, [=] {
+    model->transfer(s.device, d.device, bytes, [&] {
+      std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+    });
+    return Status::ok();
+  });
+  // "For transfers from pageable host memory to device memory, a stream sync is
+  // performed before the copy is initiated" and "for transfers from device memory
+  // to pageable host memory, the function will return only once the copy has
+  // completed": vgpu waits for any copy that touches pageable memory.
+  bool pageable = (d.device < 0 && !d.pinned) || (s.device < 0 && !s.pinned);
+  if (!async || pageable) {
+    ref.stream->wait(seq);
+    return ref.context->usable();
+  }
+  return Status::ok();
+}
+
+Status Driver::copyRows(const StreamRef& ref, std::vector<std::pair<std::uint64_t, std::uint64_t>> rows,
+                        std::size_t width, bool async) {
+  if (rows.empty() || width == 0) return Status::ok();
+  CopyEndpoint d, s;
+  for (const auto& [dst, src] : rows) {
+    ASSIGN_OR_RETURN(d, classify(dst, width, false));
+    ASSIGN_OR_RETURN(s, classify(src, width, false));
+  }
+  CopyModel* model = copyModel_.get();
+  std::size_t total = width * rows.size();
+  std::uint64_t seq = ref.context->submit(ref.stream, [=, rows = std::move(rows)] {
+    model->transfer(s.device, d.device, total, [&] {
+      for (const auto& [dst, src] : rows) {
+        std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), width);
+      }
+    });
+    return Status::ok();
+  });
+  bool pageable = (d.device < 0 && !d.pinned) || (s.device < 0 && !s.pinned);
+  if (!async || pageable) {
+    ref.stream->wait(seq);
+    return ref.context->usable();
+  }
+  return Status::ok();
+}
+
+Status Driver::memset(const StreamRef& ref, std::uint64_t dst, std::size_t pitch, std::uint32_t value,
+                      unsigned elementSize, std::size_t width, std::size_t height, bool async) {
+  if (dst % elementSize != 0) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not aligned to {} bytes", dst, elementSize);
+  }
+  std::size_t rowBytes = width * elementSize;
+  if (width == 0 || height == 0) return Status::ok();
+  if (height > 1 && pitch < rowBytes) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "pitch {} is smaller than a row of {} bytes", pitch, rowBytes);
+  }
+  std::size_t span = (height - 1) * pitch + rowBytes;
+  ASSIGN_OR_RETURN(CopyEndpoint d, classify(dst, span, true));
+  CopyModel* model = copyModel_.get();
+  std::uint64_t seq = ref.context->submit(ref.stream, [=] {
+    model->transfer(d.device, d.device, rowBytes * height, [&] {
+      for (std::size_t row = 0; row < height; ++row) {
+        auto* p = reinterpret_cast<unsigned char*>(dst + row * pitch);
+        if (elementSize == 1) {
+          std::memset(p, static_cast<int>(value & 0xff), width);
+        } else if (elementSize == 2) {
+          auto v = static_cast<std::uint16_t>(value);
+          for (std::size_t i = 0; i < width; ++i) std::memcpy(p + 2 * i, &v, 2);
+        } else {
+          for (std::size_t i = 0; i < width; ++i) std::memcpy(p + 4 * i, &value, 4);
+        }
+      }
+    });
+    return Status::ok();
+  });
+  if (!async) {
+    ref.stream->wait(seq);
+    return ref.context->usable();
+  }
+  return Status::ok();
+}
+
+// --- Driver: VMM ---------------------------------------------------------------------
+
+Result<std::uint64_t> Driver::reserveVa(std::size_t size, std::size_t alignment, std::uint64_t fixed) {
+  if (size == 0 || size % kVmmGranularity != 0) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "reservation size {} is not a multiple of {}", size,
+                    kVmmGranularity);
+  }
+  if ((alignment & (alignment - 1)) != 0) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "alignment {} is not a power of two", alignment);
+  }
+  if (fixed % kVmmGranularity != 0) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "requested address 0x{:x} is not 2 MiB aligned", fixed);
+  }
+  ASSIGN_OR_RETURN(std::uint64_t base, reserveAddressRange(fixed, size, alignment));
+  std::lock_guard lock(vmmMutex_);
+  reservations_[base] = size;
+  return base;
+}
+
+Status Driver::freeVa(std::uint64_t address, std::size_t size) {
+  std::lock_guard lock(vmmMutex_);
+  auto it = reservations_.find(address);
+  if (it == reservations_.end() || it->second != size) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x}+{} is not a reservation", address, size);
+  }
+  if (!allocations_.overlapping(address, size).empty()) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x}+{} still has mappings (cuMemUnmap first)", address, size);
+  }
+  reservations_.erase(it);
+  return releaseAddressRange(address, size);
+}
+
+Result<std::uint64_t> Driver::createPhysical(std::size_t size, int device) {
+  RETURN_IF_ERROR(checkDevice(device));
+  if (size == 0 || size % kVmmGranularity != 0) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "size {} is not a multiple of the granularity {}", size,
+                    kVmmGranularity);
+  }
+  RETURN_IF_ERROR(heap(device).charge(size));
+  std::string name = fmt::format("phos-vgpu-dev{}", device);
+  int fd = memfd_create(name.c_str(), MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    int err = errno;
+    if (fd >= 0) close(fd);
+    heap(device).refund(size);
+    return cuErrorf(CUDA_ERROR_OUT_OF_MEMORY, "memfd for {} bytes: {}", size, std::strerror(err));
+  }
+  std::lock_guard lock(vmmMutex_);
+  std::uint64_t handle = nextPhysical_++;
+  physical_[handle] = Physical{device, size, fd, 0, 1};
+  return handle;
+}
+
+Status Driver::releasePhysical(std::uint64_t handle) {
+  std::lock_guard lock(vmmMutex_);
+  auto it = physical_.find(handle);
+  if (it == physical_.end() || it->second.refs == 0) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not a live allocation handle", handle);
+  }
+  if (--it->second.refs == 0 && it->second.mappings == 0) {
+    close(it->second.fd);
+    heap(it->second.device).refund(it->second.size);
+    physical_.erase(it);
+  }
+  return Status::ok();
+}
+
+Result<std::uint64_t> Driver::retainPhysical(std::uint64_t address) {
+  auto a = allocations_.find(address);
+  if (!a || a->kind != MemoryKind::kVmmMapping) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not mapped with cuMemMap", address);
+  }
+  std::lock_guard lock(vmmMutex_);
+  auto it = physical_.find(a->vmmHandle);
+  if (it == physical_.end()) return cuError(CUDA_ERROR_INVALID_VALUE, "allocation handle vanished");
+  ++it->second.refs;
+  return a->vmmHandle;
+}
+
+Status Driver::map(std::uint64_t address, std::size_t size, std::size_t offset, std::uint64_t handle) {
+  std::lock_guard lock(vmmMutex_);
+  auto it = physical_.find(handle);
+  if (it == physical_.end() || it->second.refs == 0) {
+    return cuErrorf(CUDA_ERROR_INVALID_HANDLE, "0x{:x} is not a live allocation handle", handle);
+  }
+  Physical& phys = it->second;
+  if (size == 0 || size % kVmmGranularity != 0 || address % kVmmGranularity != 0 ||
+      offset % kVmmGranularity != 0 || offset > phys.size || size > phys.size - offset) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "cannot map 0x{:x}+{} at offset {} of a {}-byte allocation",
+                    address, size, offset, phys.size);
+  }
+  auto r = reservations_.upper_bound(address);
+  if (r == reservations_.begin() || std::prev(r)->first + std::prev(r)->second < address + size) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x}+{} is not inside a cuMemAddressReserve range", address, size);
+  }
+  if (!allocations_.overlapping(address, size).empty()) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x}+{} is already mapped", address, size);
+  }
+  void* p = mmap(reinterpret_cast<void*>(address), size, PROT_NONE, MAP_SHARED | MAP_FIXED, phys.fd,
+                 static_cast<off_t>(offset));
+  if (p == MAP_FAILED) return errnoError(errno, "mmap of a physical allocation");
+  Allocation a;
+  a.base = address;
+  a.size = size;
+  a.kind = MemoryKind::kVmmMapping;
+  a.device = phys.device;
+  a.vmmHandle = handle;
+  a.bufferId = nextBufferId_++;
+  RETURN_IF_ERROR(allocations_.insert(a));
+  ++phys.mappings;
+  return Status::ok();
+}
+
+Status Driver::unmap(std::uint64_t address, std::size_t size) {
+  std::lock_guard lock(vmmMutex_);
+  auto mappings = allocations_.overlapping(address, size);
+  if (mappings.empty()) return cuErrorf(CUDA_ERROR_INVALID_VALUE, "nothing is mapped at 0x{:x}+{}", address, size);
+  for (const Allocation& a : mappings) {
+    if (a.kind != MemoryKind::kVmmMapping || a.base < address || a.base + a.size > address + size) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x}+{} does not cover whole cuMemMap mappings", address, size);
+    }
+  }
+  for (const Allocation& a : mappings) {
+    RETURN_IF_ERROR(discardRange(a.base, a.size));
+    allocations_.erase(a.base);
+    auto it = physical_.find(a.vmmHandle);
+    if (it != physical_.end() && --it->second.mappings == 0 && it->second.refs == 0) {
+      close(it->second.fd);
+      heap(it->second.device).refund(it->second.size);
+      physical_.erase(it);
+    }
+  }
+  return Status::ok();
+}
+
+Status Driver::setAccess(std::uint64_t address, std::size_t size, std::span<const CUmemAccessDesc> descs) {
+  if (descs.empty()) return cuError(CUDA_ERROR_INVALID_VALUE, "no access descriptors");
+  std::uint32_t readWrite = 0, readOnly = 0, none = 0;
+  for (const CUmemAccessDesc& d : descs) {
+    if (d.location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+      return cuError(CUDA_ERROR_INVALID_VALUE, "only device locations can be granted access");
+    }
+    RETURN_IF_ERROR(checkDevice(d.location.id));
+    std::uint32_t bit = 1U << d.location.id;
+    switch (d.flags) {
+      case CU_MEM_ACCESS_FLAGS_PROT_READWRITE: readWrite |= bit; break;
+      case CU_MEM_ACCESS_FLAGS_PROT_READ: readOnly |= bit; break;
+      case CU_MEM_ACCESS_FLAGS_PROT_NONE: none |= bit; break;
+      default: return cuErrorf(CUDA_ERROR_INVALID_VALUE, "access flags {} are invalid", static_cast<int>(d.flags));
+    }
+  }
+  std::lock_guard lock(vmmMutex_);
+  auto mappings = allocations_.overlapping(address, size);
+  if (mappings.empty()) return cuErrorf(CUDA_ERROR_INVALID_VALUE, "nothing is mapped at 0x{:x}+{}", address, size);
+  for (const Allocation& a : mappings) {
+    if (a.kind != MemoryKind::kVmmMapping || a.base < address || a.base + a.size > address + size) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x}+{} does not cover whole cuMemMap mappings", address, size);
+    }
+  }
+  for (Allocation a : mappings) {
+    a.accessDevices = ((a.accessDevices & ~none) | readWrite | readOnly);
+    a.readOnlyAccess = readWrite == 0 && readOnly != 0;
+    int prot = a.accessDevices == 0 ? PROT_NONE : (a.readOnlyAccess ? PROT_READ : PROT_READ | PROT_WRITE);
+    if (mprotect(reinterpret_cast<void*>(a.base), a.size, prot) != 0) return errnoError(errno, "mprotect");
+    RETURN_IF_ERROR(allocations_.update(a));
+  }
+  return Status::ok();
+}
+
+// --- Driver: streams and events ----------------------------------------------------------
+
+Result<StreamRef> Driver::stream(CUstream handle, bool perThreadDefault) {
+  if (handle == nullptr || handle == CU_STREAM_LEGACY || handle == CU_STREAM_PER_THREAD) {
+    ASSIGN_OR_RETURN(auto context, current());
+    bool perThread = handle == CU_STREAM_PER_THREAD || (handle == nullptr && perThreadDefault);
+    return StreamRef{context, perThread ? context->perThreadStream() : context->legacyStreamPtr()};
+  }
+  auto entry = streams_.find(idOf(handle));
+  if (!entry) return cuErrorf(CUDA_ERROR_INVALID_HANDLE, "0x{:x} is not a live stream", idOf(handle));
+  auto context = contexts_.find(entry->context);
+  if (!context) return cuError(CUDA_ERROR_INVALID_CONTEXT, "the stream's context was destroyed");
+  RETURN_IF_ERROR(context->usable());
+  return StreamRef{context, entry->stream};
+}
+
+Result<CUstream> Driver::createStream(unsigned flags, int priority) {
+  if (flags != CU_STREAM_DEFAULT && flags != CU_STREAM_NON_BLOCKING) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "stream flags 0x{:x} are invalid", flags);
+  }
+  ASSIGN_OR_RETURN(auto context, current());
+  // "priorities outside [greatestPriority, leastPriority] are clamped".
+  priority = std::clamp(priority, -5, 0);
+  auto stream = context->createStream(flags, priority);
+  streams_.add(stream->id(), std::make_shared<StreamEntry>(StreamEntry{context->id(), stream}));
+  return reinterpret_cast<CUstream>(stream->id());
+}
+
+Status Driver::destroyStream(CUstream handle) {
+  if (handle == nullptr || handle == CU_STREAM_LEGACY || handle == CU_STREAM_PER_THREAD) {
+    return cuError(CUDA_ERROR_INVALID_HANDLE, "default streams cannot be destroyed");
+  }
+  auto entry = streams_.erase(idOf(handle));
+  if (!entry) return cuErrorf(CUDA_ERROR_INVALID_HANDLE, "0x{:x} is not a live stream", idOf(handle));
+  if (auto context = contexts_.find(entry->context)) context->forgetStream(entry->stream);
+  // The Stream object (and its worker) goes away once its queued work has run.
+  return Status::ok();
+}
+
+Result<CUevent> Driver::createEvent(unsigned flags) {
+  constexpr unsigned kKnown = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
+  if ((flags & ~kKnown) != 0 ||
+      ((flags & CU_EVENT_INTERPROCESS) != 0 && (flags & CU_EVENT_DISABLE_TIMING) == 0)) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "event flags 0x{:x} are invalid", flags);
+  }
+  ASSIGN_OR_RETURN(auto context, current());
+  std::uint64_t id = newHandle(HandleKind::kEvent);
+  events_.add(id, std::make_shared<Event>(id, context->id(), flags));
+  return reinterpret_cast<CUevent>(id);
+}
+
+Result<std::shared_ptr<Event>> Driver::event(CUevent handle) const {
+  auto e = handle == nullptr ? nullptr : events_.find(idOf(handle));
+  if (!e) return cuErrorf(CUDA_ERROR_INVALID_HANDLE, "0x{:x} is not a live event", idOf(handle));
+  return e;
+}
+
+Status Driver::destroyEvent(CUevent handle) {
+  if (handle == nullptr || !events_.erase(idOf(handle))) {
+    return cuErrorf(CUDA_ERROR_INVALID_HANDLE, "0x{:x} is not a live event", idOf(handle));
+  }
+  return Status::ok();
+}
+
+Status Driver::recordEvent(CUevent handle, const StreamRef& ref) {
+  ASSIGN_OR_RETURN(auto e, event(handle));
+  if (e->context() != ref.context->id()) {
+    return cuError(CUDA_ERROR_INVALID_HANDLE, "event and stream belong to different contexts");
+  }
+  auto record = std::make_shared<EventRecord>();
+  record->stream = ref.stream;
+  bool timing = (e->flags() & CU_EVENT_DISABLE_TIMING) == 0;
+  std::weak_ptr<EventRecord> weak = record;
+  record->seq = ref.context->submit(ref.stream, [weak, timing] {
+    if (auto r = weak.lock()) {
+      if (timing) r->time = std::chrono::steady_clock::now();
+      r->completed.store(true, std::memory_order_release);
+    }
+    return Status::ok();
+  });
+  e->setRecord(std::move(record));
+  return Status::ok();
+}
+
+Status Driver::waitEvent(const StreamRef& ref, CUevent handle) {
+  ASSIGN_OR_RETURN(auto e, event(handle));
+  auto record = e->record();
+  if (!record) return Status::ok();  // never recorded: nothing to wait for
+  ref.context->submit(ref.stream, nullptr, {{record->stream, record->seq}});
+  return Status::ok();
+}
+
+Status Driver::synchronizeStream(const StreamRef& ref) {
+  ref.stream->waitIdle();
+  return ref.context->takeAsyncError();
+}
+
+Status Driver::synchronizeContext(Context& context) {
+  context.drain();
+  return context.takeAsyncError();
+}
+
+// --- Driver: modules and launches ----------------------------------------------------------
+
+void Driver::setProgramLoader(std::shared_ptr<ProgramLoader> loader) {
+  std::lock_guard lock(loaderMutex_);
+  loader_ = std::move(loader);
+}
+
+Result<CUmodule> Driver::loadModule(const void* image) {
+  if (image == nullptr) return cuError(CUDA_ERROR_INVALID_VALUE, "module image is null");
+  ASSIGN_OR_RETURN(auto context, current());
+  const DeviceProfile& profile = platform_.devices[static_cast<std::size_t>(context->device())];
+  int cc = profile.ccMajor * 10 + profile.ccMinor;
+  ASSIGN_OR_RETURN(std::string ptx, extractPtx(image, cc));
+  std::shared_ptr<ProgramLoader> loader;
+  {
+    std::lock_guard lock(loaderMutex_);
+    loader = loader_;
+  }
+  if (!loader) {
+    logger()->warn("module load: no PTX engine is registered with vgpu; returning CUDA_ERROR_NOT_SUPPORTED");
+    return cuError(CUDA_ERROR_NOT_SUPPORTED, "no PTX engine is registered with vgpu");
+  }
+  ModuleMemory memory(*this, context, cc);
+  auto program = loader->load(ptx, memory);
+  if (!program.isOk()) {
+    for (std::uint64_t a : memory.allocations) (void)freeDevice(a, false);
+    Status s = program.status();
+    switch (s.code()) {
+      case Code::kInvalidArgument: return cuError(CUDA_ERROR_INVALID_PTX, s.message());
+      case Code::kNotSupported: return cuError(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, s.message());
+      case Code::kResourceExhausted: return cuError(CUDA_ERROR_OUT_OF_MEMORY, s.message());
+      default: return s;
+    }
+  }
+  auto module = std::make_shared<Module>();
+  module->id = newHandle(HandleKind::kModule);
+  module->context = context->id();
+  module->device = context->device();
+  module->program = std::shared_ptr<Program>(std::move(program).value());
+  module->allocations = std::move(memory.allocations);
+  modules_.add(module->id, module);
+  return reinterpret_cast<CUmodule>(module->id);
+}
+
+Result<CUmodule> Driver::loadModuleFile(const char* path) {
+  if (path == nullptr) return cuError(CUDA_ERROR_INVALID_VALUE, "file name is null");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return cuErrorf(CUDA_ERROR_FILE_NOT_FOUND, "cannot open '{}'", path);
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  data.push_back('\0');  // PTX files are text without a terminator
+  return loadModule(data.data());
+}
+
+Result<std::shared_ptr<Module>> Driver::module(CUmodule handle) const {
+  auto m = handle == nullptr ? nullptr : modules_.find(idOf(handle));
+  if (!m) return cuErrorf(CUDA_ERROR_INVALID_HANDLE, "0x{:x} is not a loaded module", idOf(handle));
+  return m;
+}
+
+Status Driver::unloadModule(CUmodule handle) {
+  ASSIGN_OR_RETURN(auto m, module(handle));
+  if (auto context = contexts_.find(m->context)) context->drain();
+  modules_.erase(m->id);
+  functions_.eraseIf([&](const Function& f) { return f.module.lock() == m || f.module.expired(); });
+  for (std::uint64_t a : m->allocations) (void)freeDevice(a, false);
+  return Status::ok();
+}
+
+Result<CUfunction> Driver::function(CUmodule moduleHandle, const char* name) {
+  ASSIGN_OR_RETURN(auto m, module(moduleHandle));
+  if (name == nullptr) return cuError(CUDA_ERROR_INVALID_VALUE, "function name is null");
+  const auto& functions = m->program->functions();
+  for (std::size_t i = 0; i < functions.size(); ++i) {
+    if (functions[i].name != name) continue;
+    std::lock_guard lock(m->mutex);
+    auto& handle = m->functionHandles[i];
+    if (handle == 0) {
+      auto f = std::make_shared<Function>();
+      f->id = newHandle(HandleKind::kFunction);
+      f->module = m;
+      f->program = m->program;
+      f->index = i;
+      f->context = m->context;
+      functions_.add(f->id, f);
+      handle = f->id;
+    }
+    return reinterpret_cast<CUfunction>(handle);
+  }
+  return cuErrorf(CUDA_ERROR_NOT_FOUND, "module has no kernel named '{}'", name);
+}
+
+Result<std::shared_ptr<Function>> Driver::function(CUfunction handle) const {
+  auto f = handle == nullptr ? nullptr : functions_.find(idOf(handle));
+  if (!f) return cuErrorf(CUDA_ERROR_INVALID_HANDLE, "0x{:x} is not a live function", idOf(handle));
+  return f;
+}
+
+Status Driver::launch(CUfunction handle, const LaunchConfig& config, CUstream streamHandle,
+                      bool perThreadDefault, void** kernelParams, void** extra) {
+  ASSIGN_OR_RETURN(auto f, function(handle));
+  const FunctionInfo& info = f->program->functions().at(f->index);
+  const Dim3& g = config.grid;
+  const Dim3& b = config.block;
+  if (g.x == 0 || g.y == 0 || g.z == 0 || g.x > 2147483647u || g.y > 65535 || g.z > 65535) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "grid ({},{},{}) is outside (2^31-1, 65535, 65535)", g.x, g.y, g.z);
+  }
+  if (b.x == 0 || b.y == 0 || b.z == 0 || b.x > 1024 || b.y > 1024 || b.z > 64) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "block ({},{},{}) is outside (1024, 1024, 64)", b.x, b.y, b.z);
+  }
+  std::uint64_t threads = std::uint64_t{b.x} * b.y * b.z;
+  if (threads > static_cast<std::uint64_t>(std::min(1024, info.maxThreadsPerBlock))) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "{} threads per block exceed the limit of {}", threads,
+                    std::min(1024, info.maxThreadsPerBlock));
+  }
+  int optIn = f->maxDynamicShared.load();
+  std::size_t dynamicLimit = optIn >= 0 ? static_cast<std::size_t>(optIn)
+                                        : (48 * 1024 > info.staticSharedBytes ? 48 * 1024 - info.staticSharedBytes : 0);
+  if (config.dynamicSharedBytes > dynamicLimit) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "{} bytes of dynamic shared memory exceed the limit of {}",
+                    config.dynamicSharedBytes, dynamicLimit);
+  }
+  ASSIGN_OR_RETURN(StreamRef ref, stream(streamHandle, perThreadDefault));
+  if (ref.context->id() != f->context) {
+    return cuError(CUDA_ERROR_INVALID_HANDLE, "the function belongs to another context than the stream");
+  }
+  std::vector<std::byte> params(info.paramBufferSize);
+  if (kernelParams != nullptr && extra != nullptr) {
+    return cuError(CUDA_ERROR_INVALID_VALUE, "both kernelParams and extra are given");
+  }
+  if (kernelParams != nullptr) {
+    for (std::size_t i = 0; i < info.params.size(); ++i) {
+      const ParamInfo& p = info.params[i];
+      if (kernelParams[i] == nullptr) {
+        return cuErrorf(CUDA_ERROR_INVALID_VALUE, "kernelParams[{}] is null", i);
+      }
+      if (p.offset + p.size > params.size()) {
+        return cuErrorf(CUDA_ERROR_INVALID_VALUE, "parameter {} lies outside the parameter buffer", i);
+      }
+      std::memcpy(params.data() + p.offset, kernelParams[i], p.size);
+    }
+  } else if (extra != nullptr) {
+    const void* buffer = nullptr;
+    const std::size_t* size = nullptr;
+    for (std::size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+        buffer = extra[i + 1];
+      } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+        size = static_cast<const std::size_t*>(extra[i + 1]);
+      } else {
+        return cuErrorf(CUDA_ERROR_INVALID_VALUE, "unknown extra launch option {}", extra[i]);
+      }
+    }
+    if (buffer == nullptr || size == nullptr) {
+      return cuError(CUDA_ERROR_INVALID_VALUE,
+                     "extra needs CU_LAUNCH_PARAM_BUFFER_POINTER and CU_LAUNCH_PARAM_BUFFER_SIZE");
+    }
+    if (*size < params.size()) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "parameter buffer of {} bytes, kernel '{}' needs {}",
+                      *size, info.name, params.size());
+    }
+    std::memcpy(params.data(), buffer, params.size());
+  } else if (!info.params.empty()) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "kernel '{}' takes {} parameters and none were given",
+                    info.name, info.params.size());
+  }
+  auto program = f->program;
+  std::size_t index = f->index;
+  Context* context = ref.context.get();
+  Driver* driver = this;
+  ref.context->submit(ref.stream, [=, params = std::move(params)] {
+    ContextAddressChecker checker(*driver, *context);
+    StdoutPrintfSink sink;
+    LaunchContext launchContext{&checker, &sink, context->device()};
+    return program->launch(index, config, params, launchContext);
+  });
+  return Status::ok();
+}
+
+Result<CUlibrary> Driver::loadLibrary(const void* image) {
+  ASSIGN_OR_RETURN(CUmodule m, loadModule(image));
+  auto lib = std::make_shared<Library>();
+  lib->id = newHandle(HandleKind::kLibrary);
+  lib->module = idOf(m);
+  if (auto loaded = modules_.find(lib->module)) loaded->library = lib->id;
+  libraries_.add(lib->id, lib);
+  return reinterpret_cast<CUlibrary>(lib->id);
+}
+
+Result<CUlibrary> Driver::loadLibraryFile(const char* path) {
+  ASSIGN_OR_RETURN(CUmodule m, loadModuleFile(path));
+  auto lib = std::make_shared<Library>();
+  lib->id = newHandle(HandleKind::kLibrary);
+  lib->module = idOf(m);
+  if (auto loaded = modules_.find(lib->module)) loaded->library = lib->id;
+  libraries_.add(lib->id, lib);
+  return reinterpret_cast<CUlibrary>(lib->id);
+}
+
+Result<std::shared_ptr<Library>> Driver::library(CUlibrary handle) const {
+  auto l = handle == nullptr ? nullptr : libraries_.find(idOf(handle));
+  if (!l) return cuErrorf(CUDA_ERROR_INVALID_HANDLE, "0x{:x} is not a loaded library", idOf(handle));
+  return l;
+}
+
+Status Driver::unloadLibrary(CUlibrary handle) {
+  ASSIGN_OR_RETURN(auto lib, library(handle));
+  libraries_.erase(lib->id);
+  return unloadModule(reinterpret_cast<CUmodule>(lib->module));
+}
+
+}  // namespace phos::vgpu

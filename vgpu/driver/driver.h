@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: Apache-2.0
+// The vgpu driver: devices, contexts, memory, streams, events and modules behind the cu* entry points.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <cuda.h>
+
+#include "address_space.h"
+#include "copy_model.h"
+#include "device_profile.h"
+#include "phos/vgpu/program.h"
+#include "stream.h"
+
+namespace phos::vgpu {
+
+// Handles given to the application are ids, never pointers: a destroyed object's
+// handle stays invalid forever instead of aliasing a new object.
+enum class HandleKind : std::uint64_t {
+  kContext = 1, kStream, kEvent, kModule, kFunction, kLibrary, kMemPool,
+};
+std::uint64_t newHandle(HandleKind kind);
+
+template <typename T>
+class HandleTable {
+ public:
+  void add(std::uint64_t id, std::shared_ptr<T> object) {
+    std::lock_guard lock(mutex_);
+    objects_[id] = std::move(object);
+  }
+  std::shared_ptr<T> find(std::uint64_t id) const {
+    std::lock_guard lock(mutex_);
+    auto it = objects_.find(id);
+    return it == objects_.end() ? nullptr : it->second;
+  }
+  std::shared_ptr<T> erase(std::uint64_t id) {
+    std::lock_guard lock(mutex_);
+    auto it = objects_.find(id);
+    if (it == objects_.end()) return nullptr;
+    auto object = std::move(it->second);
+    objects_.erase(it);
+    return object;
+  }
+  template <typename Pred>
+  std::vector<std::shared_ptr<T>> eraseIf(Pred pred) {
+    std::lock_guard lock(mutex_);
+    std::vector<std::shared_ptr<T>> out;
+    for (auto it = objects_.begin(); it != objects_.end();) {
+      if (pred(*it->second)) {
+        out.push_back(std::move(it->second));
+        it = objects_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return out;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<T>> objects_;
+};
+
+class Context {
+ public:
+  Context(std::uint64_t id, int device, unsigned flags, bool primary);
+  ~Context();
+
+  std::uint64_t id() const { return id_; }
+  CUcontext handle() const { return reinterpret_cast<CUcontext>(id_); }
+  int device() const { return device_; }
+  unsigned flags() const { return flags_.load(); }
+  void setFlags(unsigned flags) { flags_ = flags; }
+  bool primary() const { return primary_; }
+  bool destroyed() const { return destroyed_.load(); }
+  void markDestroyed() { destroyed_ = true; }
+
+  // The sticky error (CUDA_SUCCESS if none): "the context cannot be used anymore".
+  CUresult stickyError() const { return static_cast<CUresult>(sticky_.load()); }
+  // Sticky if the error is of that class, else kept for the next synchronizing call.
+  void reportAsyncError(const Status& status);
+  Status takeAsyncError();
+  // OK, or the sticky error as a Status.
+  Status usable() const;
+
+  Stream& legacyStream() { return *legacy_; }
+  std::shared_ptr<Stream> legacyStreamPtr() { return legacy_; }
+  std::shared_ptr<Stream> perThreadStream();
+  std::shared_ptr<Stream> createStream(unsigned flags, int priority);
+  void forgetStream(const std::shared_ptr<Stream>& stream);
+
+  // Enqueues work on `stream` with CUDA's implicit synchronization: work on the
+  // legacy default stream waits for all prior work of blocking streams, and work on
+  // a blocking stream waits for prior work of the legacy stream ("the NULL stream
+  // ... synchronizes with all other blocking streams in the context").
+  std::uint64_t submit(const std::shared_ptr<Stream>& stream, Stream::Work work,
+                       std::vector<StreamDependency> extra = {});
+  // Waits for all work of all streams of the context.
+  void drain();
+
+  std::map<CUlimit, std::size_t> limits;  // guarded by mutex()
+  std::mutex& mutex() const { return mutex_; }
+  // Peer access: whether kernels of this context may touch `owner`'s allocations.
+  bool hasPeer(std::uint64_t owner) const;
+  bool addPeer(std::uint64_t owner);     // false if already enabled
+  bool removePeer(std::uint64_t owner);  // false if not enabled
+
+ private:
+  std::shared_ptr<Stream> makeStream(Stream::Kind kind, unsigned flags, int priority);
+
+  const std::uint64_t id_;
+  const int device_;
+  std::atomic<unsigned> flags_;
+  const bool primary_;
+  std::atomic<bool> destroyed_{false};
+  std::atomic<int> sticky_{CUDA_SUCCESS};
+  mutable std::mutex mutex_;
+  std::set<std::uint64_t> peers_;  // guarded by mutex_
+  Status asyncError_;  // guarded by mutex_
+  std::mutex submitMutex_;
+  std::shared_ptr<Stream> legacy_;
+  std::vector<std::weak_ptr<Stream>> streams_;  // guarded by mutex_
+  std::unordered_map<std::thread::id, std::shared_ptr<Stream>> perThread_;  // guarded by mutex_
+};
+
+struct Function;
+
+class Module {
+ public:
+  std::uint64_t id = 0;
+  std::uint64_t context = 0;
+  int device = 0;
+  std::shared_ptr<Program> program;
+  std::vector<std::uint64_t> allocations;  // module globals, freed at unload
+  std::mutex mutex;
+  std::map<std::size_t, std::uint64_t> functionHandles;  // function index -> handle
+  std::atomic<std::uint64_t> library{0};  // the CUlibrary it was loaded through, if any
+};
+
+struct Function {
+  std::uint64_t id = 0;
+  std::weak_ptr<Module> module;
+  std::shared_ptr<Program> program;
+  std::size_t index = 0;
+  std::uint64_t context = 0;
+  std::atomic<int> maxDynamicShared{-1};  // -1: the default (48 KiB minus static)
+  std::string name() const;
+};
+
+struct Library {
+  std::uint64_t id = 0;
+  std::uint64_t module = 0;
+};
+
+// A resolved stream: its context and the stream itself.
+struct StreamRef {
+  std::shared_ptr<Context> context;
+  std::shared_ptr<Stream> stream;
+};
+
+// One endpoint of a copy, classified by the allocation map.
+struct CopyEndpoint {
+  int device = -1;          // -1: host memory
+  bool pinned = false;      // page-locked host memory (vgpu copies async from it)
+};
+
+class Driver {
+ public:
+  static Driver& instance();
+
+  // cuInit: reads the configuration once; later calls return the first result.
+  Status init();
+  bool initialized() const { return initialized_.load(std::memory_order_acquire); }
+  const PlatformConfig& platform() const { return platform_; }
+  int deviceCount() const { return static_cast<int>(platform_.devices.size()); }
+  Status checkDevice(CUdevice device) const;
+  DeviceHeap& heap(int device) { return *heaps_.at(static_cast<std::size_t>(device)); }
+  AllocationMap& allocations() { return allocations_; }
+  CopyModel& copyModel() { return *copyModel_; }
+
+  // --- contexts -----------------------------------------------------------------
+  Result<std::shared_ptr<Context>> createContext(int device, unsigned flags);
+  Status destroyContext(CUcontext handle);
+  // INVALID_CONTEXT for an unknown handle, CONTEXT_IS_DESTROYED for a destroyed one.
+  Result<std::shared_ptr<Context>> context(CUcontext handle) const;
+  // The calling thread's current context, usable (not sticky-failed).
+  Result<std::shared_ptr<Context>> current();
+  // The current context or null (no error), for cuCtxGetCurrent.
+  std::shared_ptr<Context> currentOrNull();
+  void pushCurrent(std::shared_ptr<Context> context);
+  Result<std::shared_ptr<Context>> popCurrent();
+  void setCurrent(std::shared_ptr<Context> context);
+  Result<std::shared_ptr<Context>> retainPrimary(int device);
+  Status releasePrimary(int device);
+  Status resetPrimary(int device);
+  Status setPrimaryFlags(int device, unsigned flags);
+  void primaryState(int device, unsigned* flags, int* active);
+
+  // --- memory -------------------------------------------------------------------
+  Result<std::uint64_t> allocateDevice(Context& context, std::size_t bytes);
+  // `synchronize`: wait for the owning context's work first (cuMemFree does; the
+  // stream-ordered free runs inside the stream and must not).
+  Status freeDevice(std::uint64_t address, bool synchronize);
+  Result<void*> allocateHost(std::size_t bytes, unsigned flags, std::uint64_t context);
+  Status freeHost(void* pointer);
+  Status registerHost(void* pointer, std::size_t bytes, unsigned flags, std::uint64_t context);
+  Status unregisterHost(void* pointer);
+  // INVALID_VALUE unless [address, address+bytes) lies in memory a copy may touch.
+  Result<CopyEndpoint> classify(std::uint64_t address, std::size_t bytes, bool mustBeDevice);
+  bool isAccessible(const Context& context, std::uint64_t address, std::size_t bytes) const;
+  // Copies on `stream` and, unless `async` (and the host side is pinned), waits.
+  Status copy(const StreamRef& stream, std::uint64_t dst, std::uint64_t src, std::size_t bytes,
+              bool async, bool dstMustBeDevice, bool srcMustBeDevice);
+  // Row-by-row copy (2D/3D): `rows` row starts of `width` bytes each.
+  Status copyRows(const StreamRef& stream, std::vector<std::pair<std::uint64_t, std::uint64_t>> rows,
+                  std::size_t width, bool async);
+  Status memset(const StreamRef& stream, std::uint64_t dst, std::size_t pitch, std::uint32_t value,
+                unsigned elementSize, std::size_t width, std::size_t height, bool async);
+
+  // VMM
+  Result<std::uint64_t> reserveVa(std::size_t size, std::size_t alignment, std::uint64_t fixed);
+  Status freeVa(std::uint64_t address, std::size_t size);
+  Result<std::uint64_t> createPhysical(std::size_t size, int device);
+  Status releasePhysical(std::uint64_t handle);
+  Status map(std::uint64_t address, std::size_t size, std::size_t offset, std::uint64_t handle);
+  Status unmap(std::uint64_t address, std::size_t size);
+  Status setAccess(std::uint64_t address, std::size_t size, std::span<const CUmemAccessDesc> descs);
+  Result<std::uint64_t> retainPhysical(std::uint64_t address);
+
+  // --- streams and events -----------------------------------------------------------
+  // Resolves NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD and created streams.
+  // `perThreadDefault`: NULL means the per-thread stream (the _ptsz/_ptds entry points).
+  Result<StreamRef> stream(CUstream handle, bool perThreadDefault);
+  Result<CUstream> createStream(unsigned flags, int priority);
+  Status destroyStream(CUstream handle);
+  Result<CUevent> createEvent(unsigned flags);
+  Result<std::shared_ptr<Event>> event(CUevent handle) const;
+  Status destroyEvent(CUevent handle);
+  Status recordEvent(CUevent event, const StreamRef& stream);
+  Status waitEvent(const StreamRef& stream, CUevent event);
+  Status synchronizeStream(const StreamRef& stream);
+  Status synchronizeContext(Context& context);
+
+  // --- modules and launches -------------------------------------------------------
+  void setProgramLoader(std::shared_ptr<ProgramLoader> loader);
+  Result<CUmodule> loadModule(const void* image);
+  Result<CUmodule> loadModuleFile(const char* path);
+  Status unloadModule(CUmodule handle);
+  Result<std::shared_ptr<Module>> module(CUmodule handle) const;
+  Result<CUfunction> function(CUmodule module, const char* name);
+  Result<std::shared_ptr<Function>> function(CUfunction handle) const;
+  Status launch(CUfunction function, const LaunchConfig& config, CUstream stream,
+                bool perThreadDefault, void** kernelParams, void** extra);
+  Result<CUlibrary> loadLibrary(const void* image);
+  Result<CUlibrary> loadLibraryFile(const char* path);
+  Status unloadLibrary(CUlibrary library);
+  Result<std::shared_ptr<Library>> library(CUlibrary handle) const;
+
+ private:
+  Driver() = default;
+  void unloadModulesOf(std::uint64_t context);
+  void releaseContextResources(Context& context);
+
+  std::once_flag initOnce_;
+  Status initStatus_;
+  std::atomic<bool> initialized_{false};
+  PlatformConfig platform_;
+  std::vector<std::unique_ptr<DeviceHeap>> heaps_;
+  std::unique_ptr<CopyModel> copyModel_;
+  AllocationMap allocations_;
+  std::atomic<std::uint64_t> nextBufferId_{1};
+
+  HandleTable<Context> contexts_;
+  struct StreamEntry {
+    std::uint64_t context = 0;
+    std::shared_ptr<Stream> stream;
+  };
+  HandleTable<StreamEntry> streams_;
+  HandleTable<Event> events_;
+  HandleTable<Module> modules_;
+  HandleTable<Function> functions_;
+  HandleTable<Library> libraries_;
+
+  struct Primary {
+    std::mutex mutex;
+    unsigned flags = 0;
+    int refs = 0;
+    std::shared_ptr<Context> context;
+  };
+  std::vector<std::unique_ptr<Primary>> primaries_;
+
+  struct Physical {
+    int device = 0;
+    std::size_t size = 0;
+    int fd = -1;
+    int mappings = 0;
+    int refs = 1;  // cuMemCreate and each cuMemRetainAllocationHandle
+  };
+  std::mutex vmmMutex_;
+  std::map<std::uint64_t, Physical> physical_;         // handle -> memory
+  std::map<std::uint64_t, std::size_t> reservations_;  // base -> size
+  std::uint64_t nextPhysical_ = 1;
+
+  std::mutex loaderMutex_;
+  std::shared_ptr<ProgramLoader> loader_;
+};
+
+}  // namespace phos::vgpu

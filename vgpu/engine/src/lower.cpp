@@ -1,0 +1,609 @@
+// SPDX-License-Identifier: Apache-2.0
+// AST -> executable form: scoped names resolved to slots and offsets, nested blocks
+// flattened, labels resolved, and reconvergence points from post-dominators.
+#include "lower.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string_view>
+
+#include "postdom.h"
+
+namespace phos::vgpu::engine::detail {
+namespace {
+
+using ptx::OperandKind;
+using ptx::StateSpace;
+
+uint32_t alignUp(uint32_t v, uint32_t a) { return a ? (v + a - 1) / a * a : v; }
+
+bool isShared(StateSpace s) {
+  return s == StateSpace::kShared || s == StateSpace::kSharedCta ||
+         s == StateSpace::kSharedCluster;
+}
+bool isParam(StateSpace s) {
+  return s == StateSpace::kParam || s == StateSpace::kParamEntry ||
+         s == StateSpace::kParamFunc;
+}
+
+uint32_t declAlign(const ptx::VarDecl& d) {
+  if (d.align) return d.align;
+  uint32_t a = ptx::typeSize(d.type) * d.vectorWidth;
+  return a ? a : 1;
+}
+
+struct Sym {
+  enum class Kind { kReg, kKernelParam, kFrameParam, kLocal, kShared, kDynShared, kGlobal };
+  Kind kind = Kind::kReg;
+  uint64_t value = 0;
+};
+
+struct SpecialName {
+  std::string_view name;
+  Special special;
+};
+constexpr SpecialName kSpecials[] = {
+    {"%tid", Special::kTid}, {"%ntid", Special::kNtid}, {"%ctaid", Special::kCtaid},
+    {"%nctaid", Special::kNctaid}, {"%laneid", Special::kLaneid},
+    {"%warpid", Special::kWarpid}, {"%nwarpid", Special::kNwarpid},
+    {"%smid", Special::kSmid}, {"%nsmid", Special::kNsmid}, {"%gridid", Special::kGridid},
+    {"%clock", Special::kClock}, {"%clock_hi", Special::kClockHi},
+    {"%clock64", Special::kClock64}, {"%globaltimer", Special::kGlobaltimer},
+    {"%globaltimer_lo", Special::kGlobaltimerLo},
+    {"%globaltimer_hi", Special::kGlobaltimerHi},
+    {"%lanemask_eq", Special::kLanemaskEq}, {"%lanemask_le", Special::kLanemaskLe},
+    {"%lanemask_lt", Special::kLanemaskLt}, {"%lanemask_ge", Special::kLanemaskGe},
+    {"%lanemask_gt", Special::kLanemaskGt},
+    {"%dynamic_smem_size", Special::kDynamicSmemSize},
+    {"%total_smem_size", Special::kTotalSmemSize},
+    {"%aggr_smem_size", Special::kAggrSmemSize},
+    {"%cluster_ctaid", Special::kClusterCtaid}, {"%cluster_nctaid", Special::kClusterNctaid},
+    {"%cluster_ctarank", Special::kClusterCtarank},
+    {"%cluster_nctarank", Special::kClusterNctarank},
+    {"%is_explicit_cluster", Special::kIsExplicitCluster},
+    {"%clusterid", Special::kClusterid}, {"%nclusterid", Special::kNclusterid},
+    {"%reserved_smem_offset_begin", Special::kReservedSmemBegin},
+    {"%reserved_smem_offset_end", Special::kReservedSmemEnd},
+    {"%reserved_smem_offset_cap", Special::kReservedSmemCap},
+    {"%reserved_smem_offset_0", Special::kReservedSmem0},
+    {"%reserved_smem_offset_1", Special::kReservedSmem1},
+};
+
+// Operands every executed form of an opcode has at least; fewer would make the
+// interpreter read past the operand list, so such PTX is refused at load.
+size_t minOperands(ptx::Opcode op, const ptx::Modifiers& m) {
+  using ptx::Opcode;
+  switch (op) {
+    case Opcode::kActivemask: return 1;
+    case Opcode::kVote: return 2;
+    case Opcode::kMov: case Opcode::kNot: case Opcode::kCnot: case Opcode::kAbs:
+    case Opcode::kNeg: case Opcode::kPopc: case Opcode::kClz: case Opcode::kBrev:
+    case Opcode::kBfind: case Opcode::kCvta: case Opcode::kIsspacep:
+    case Opcode::kRcp: case Opcode::kSqrt: case Opcode::kRsqrt: case Opcode::kSin:
+    case Opcode::kCos: case Opcode::kLg2: case Opcode::kEx2: case Opcode::kTanh:
+    case Opcode::kLd: case Opcode::kLdu: case Opcode::kSt: case Opcode::kElect:
+      return 2;
+    case Opcode::kCvt:
+      return m.type() == ptx::Type::kF16x2 || m.type() == ptx::Type::kBF16x2 ? 3 : 2;
+    case Opcode::kAdd: case Opcode::kSub: case Opcode::kMul: case Opcode::kDiv:
+    case Opcode::kRem: case Opcode::kMin: case Opcode::kMax: case Opcode::kAnd:
+    case Opcode::kOr: case Opcode::kXor: case Opcode::kShl: case Opcode::kShr:
+    case Opcode::kAddc: case Opcode::kSubc: case Opcode::kMul24: case Opcode::kCopysign:
+    case Opcode::kSetp: case Opcode::kSet: case Opcode::kMatch:
+    case Opcode::kRedux: case Opcode::kBmsk: case Opcode::kSzext:
+      return 3;
+    case Opcode::kRed: return m.atomOp == ptx::AtomOp::kCas ? 3 : 2;
+    case Opcode::kAtom: return m.atomOp == ptx::AtomOp::kCas ? 4 : 3;
+    case Opcode::kMad: case Opcode::kMadc: case Opcode::kMad24: case Opcode::kFma:
+    case Opcode::kSelp: case Opcode::kSlct: case Opcode::kBfe: case Opcode::kPrmt:
+    case Opcode::kShf: case Opcode::kSad: case Opcode::kDp4a: case Opcode::kDp2a:
+      return 4;
+    case Opcode::kShfl:
+      return 4;
+    case Opcode::kBfi: case Opcode::kLop3:
+      return 5;
+    default:
+      return 0;
+  }
+}
+
+class FunctionLowering {
+ public:
+  FunctionLowering(const ptx::Function& fn, Function& out,
+                   const std::unordered_map<std::string, Sym>& moduleSyms,
+                   const std::unordered_map<std::string, int32_t>& functionIndex,
+                   const std::vector<const ptx::Function*>& functions)
+      : fn_(fn), out_(out), moduleSyms_(moduleSyms), functionIndex_(functionIndex),
+        functions_(functions) {}
+
+  Status run() {
+    scopes_.emplace_back();
+    if (fn_.isEntry) {
+      uint32_t offset = 0;
+      for (const ptx::VarDecl& p : fn_.params) {
+        offset = alignUp(offset, declAlign(p));
+        scopes_.back()[p.name] = {Sym::Kind::kKernelParam, offset};
+        offset += static_cast<uint32_t>(p.byteSize());
+      }
+    } else {
+      for (const ptx::VarDecl& p : fn_.params) {
+        uint32_t off = allocParam(p);
+        out_.formalOffsets.push_back(off);
+        out_.formalSizes.push_back(static_cast<uint32_t>(p.byteSize()));
+        scopes_.back()[p.name] = {Sym::Kind::kFrameParam, off};
+      }
+      for (const ptx::VarDecl& p : fn_.returnParams) {
+        uint32_t off = allocParam(p);
+        out_.returnOffsets.push_back(off);
+        out_.returnSizes.push_back(static_cast<uint32_t>(p.byteSize()));
+        scopes_.back()[p.name] = {Sym::Kind::kFrameParam, off};
+      }
+    }
+    RETURN_IF_ERROR(walk(fn_.body, /*newScope=*/false));
+    // Falling off the end returns.
+    Inst ret;
+    ret.op = ptx::Opcode::kRet;
+    out_.code.push_back(std::move(ret));
+    RETURN_IF_ERROR(resolveBranches());
+    out_.regCount = nextReg_;
+    out_.localBytes = alignUp(localBytes_, 16);
+    out_.paramBytes = alignUp(paramBytes_, 8);
+    return Status::ok();
+  }
+
+  uint32_t scopedSharedBytes() const { return sharedBytes_; }
+  void setSharedBase(uint32_t base) { sharedBase_ = base; }
+
+ private:
+  uint32_t allocParam(const ptx::VarDecl& p) {
+    paramBytes_ = alignUp(paramBytes_, declAlign(p));
+    uint32_t off = paramBytes_;
+    paramBytes_ += static_cast<uint32_t>(std::max<uint64_t>(p.byteSize(), 1));
+    return off;
+  }
+
+  const Sym* lookup(const std::string& name) const {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      auto found = it->find(name);
+      if (found != it->end()) return &found->second;
+    }
+    auto found = moduleSyms_.find(name);
+    return found == moduleSyms_.end() ? nullptr : &found->second;
+  }
+
+  Status declare(const ptx::VarDecl& d) {
+    auto& scope = scopes_.back();
+    switch (d.space) {
+      case StateSpace::kReg:
+        if (d.vectorWidth != 1) {
+          return makeError(Code::kNotSupported, "vector register {} is not supported", d.name);
+        }
+        if (d.rangeCount) {
+          for (uint32_t i = 0; i < d.rangeCount; ++i) {
+            scope[d.name + std::to_string(i)] = {Sym::Kind::kReg, nextReg_++};
+          }
+        } else {
+          scope[d.name] = {Sym::Kind::kReg, nextReg_++};
+        }
+        return Status::ok();
+      case StateSpace::kLocal:
+        localBytes_ = alignUp(localBytes_, declAlign(d));
+        scope[d.name] = {Sym::Kind::kLocal, localBytes_};
+        localBytes_ += static_cast<uint32_t>(d.byteSize());
+        return Status::ok();
+      case StateSpace::kParam: case StateSpace::kParamFunc: case StateSpace::kParamEntry:
+        scope[d.name] = {Sym::Kind::kFrameParam, allocParam(d)};
+        return Status::ok();
+      case StateSpace::kShared: case StateSpace::kSharedCta: case StateSpace::kSharedCluster:
+        if (d.byteSize() == 0) {
+          scope[d.name] = {Sym::Kind::kDynShared, 0};
+          return Status::ok();
+        }
+        sharedBytes_ = alignUp(sharedBytes_, declAlign(d));
+        scope[d.name] = {Sym::Kind::kShared, sharedBase_ + sharedBytes_};
+        sharedBytes_ += static_cast<uint32_t>(d.byteSize());
+        return Status::ok();
+      default:
+        return makeError(Code::kNotSupported, "line {}: .{} variable {} inside a function",
+                         d.line, ptx::name(d.space), d.name);
+    }
+  }
+
+  Status walk(const std::vector<ptx::Statement>& body, bool newScope) {
+    if (newScope) scopes_.emplace_back();
+    // Declarations are visible to the whole block in PTX, even before the statement.
+    for (const ptx::Statement& s : body) {
+      if (const auto* d = std::get_if<ptx::VarDecl>(&s.value)) RETURN_IF_ERROR(declare(*d));
+    }
+    for (const ptx::Statement& s : body) {
+      if (const auto* inst = std::get_if<ptx::Instruction>(&s.value)) {
+        RETURN_IF_ERROR(lowerInstruction(*inst));
+      } else if (const auto* label = std::get_if<ptx::Label>(&s.value)) {
+        labels_[label->name] = static_cast<uint32_t>(out_.code.size());
+        leaders_.push_back(static_cast<uint32_t>(out_.code.size()));
+      } else if (const auto* block = std::get_if<ptx::Block>(&s.value)) {
+        RETURN_IF_ERROR(walk(block->statements, /*newScope=*/true));
+      }
+    }
+    if (newScope) scopes_.pop_back();
+    return Status::ok();
+  }
+
+  Result<Opnd> lowerOperand(const ptx::Operand& o, const ptx::Instruction& inst) {
+    Opnd r;
+    switch (o.kind) {
+      case OperandKind::kNone:
+        return r;
+      case OperandKind::kSink:
+        r.kind = OpndKind::kSink;
+        return r;
+      case OperandKind::kImmInt:
+        r.kind = OpndKind::kImm;
+        r.imm = static_cast<uint64_t>(o.value);
+        return r;
+      case OperandKind::kImmFloat:
+        r.kind = OpndKind::kImm;
+        r.imm = o.floatBits;
+        // A 32-bit float literal given to an f64 operation is not legal PTX; a 64-bit
+        // literal given to an f32 operation is rounded, as ptxas does.
+        if (o.floatWidth == 64 && inst.m.type() == ptx::Type::kF32) {
+          double d;
+          std::memcpy(&d, &o.floatBits, 8);
+          float f = static_cast<float>(d);
+          uint32_t bits;
+          std::memcpy(&bits, &f, 4);
+          r.imm = bits;
+        }
+        return r;
+      case OperandKind::kRegister: {
+        r.negated = o.negated;
+        if (const Sym* s = lookup(o.name); s && s->kind == Sym::Kind::kReg) {
+          if (o.component) {
+            return makeError(Code::kNotSupported, "line {}: vector register component {}.{}",
+                             inst.line, o.name, o.component);
+          }
+          r.kind = OpndKind::kReg;
+          r.reg = static_cast<uint32_t>(s->value);
+          return r;
+        }
+        for (const SpecialName& sp : kSpecials) {
+          if (sp.name == o.name) {
+            r.kind = OpndKind::kSpecial;
+            r.special = sp.special;
+            r.component = o.component == 'y' ? 1 : o.component == 'z' ? 2 : 0;
+            return r;
+          }
+        }
+        if (const Sym* s = lookup(o.name)) return symbolValue(*s, 0);
+        return makeError(Code::kInvalidArgument, "line {}: undeclared register {}", inst.line,
+                         o.name);
+      }
+      case OperandKind::kSymbol: {
+        if (const Sym* s = lookup(o.name)) return symbolValue(*s, o.value);
+        if (auto f = functionIndex_.find(o.name); f != functionIndex_.end()) {
+          r.kind = OpndKind::kImm;
+          r.imm = kFunctionWindow + static_cast<uint64_t>(f->second) * 16;
+          return r;
+        }
+        return makeError(Code::kInvalidArgument, "line {}: undeclared symbol {}", inst.line,
+                         o.name);
+      }
+      case OperandKind::kAddress: {
+        r.kind = OpndKind::kAddr;
+        r.imm = static_cast<uint64_t>(o.value);
+        if (o.name.empty()) {
+          r.base = AddrBase::kAbsolute;
+          return r;
+        }
+        const Sym* s = lookup(o.name);
+        if (!s) {
+          return makeError(Code::kInvalidArgument, "line {}: undeclared address base {}",
+                           inst.line, o.name);
+        }
+        switch (s->kind) {
+          case Sym::Kind::kReg: r.base = AddrBase::kRegister; r.reg = static_cast<uint32_t>(s->value); break;
+          case Sym::Kind::kKernelParam: r.base = AddrBase::kKernelParam; r.imm += s->value; break;
+          case Sym::Kind::kFrameParam: r.base = AddrBase::kFrameParam; r.imm += s->value; break;
+          case Sym::Kind::kLocal: r.base = AddrBase::kLocalVar; r.imm += s->value; break;
+          case Sym::Kind::kDynShared: r.base = AddrBase::kDynShared; break;
+          case Sym::Kind::kShared: case Sym::Kind::kGlobal:
+            r.base = AddrBase::kAbsolute; r.imm += s->value; break;
+        }
+        return r;
+      }
+      case OperandKind::kVector: case OperandKind::kList: case OperandKind::kPredPair: {
+        r.kind = OpndKind::kVec;
+        for (const ptx::Operand& e : o.elements) {
+          ASSIGN_OR_RETURN(Opnd le, lowerOperand(e, inst));
+          r.elems.push_back(std::move(le));
+        }
+        return r;
+      }
+    }
+    return makeError(Code::kNotSupported, "line {}: operand kind", inst.line);
+  }
+
+  static Opnd symbolValue(const Sym& s, int64_t offset) {
+    Opnd r;
+    uint64_t off = static_cast<uint64_t>(offset);
+    switch (s.kind) {
+      case Sym::Kind::kReg: r.kind = OpndKind::kReg; r.reg = static_cast<uint32_t>(s.value); break;
+      case Sym::Kind::kKernelParam: case Sym::Kind::kShared: case Sym::Kind::kGlobal:
+        r.kind = OpndKind::kImm; r.imm = s.value + off; break;
+      case Sym::Kind::kFrameParam: r.kind = OpndKind::kFrameParamAddr; r.imm = s.value + off; break;
+      case Sym::Kind::kLocal: r.kind = OpndKind::kLocalAddr; r.imm = s.value + off; break;
+      case Sym::Kind::kDynShared: r.kind = OpndKind::kDynSharedAddr; r.imm = off; break;
+    }
+    return r;
+  }
+
+  Status lowerInstruction(const ptx::Instruction& in) {
+    Inst inst;
+    inst.op = in.opcode;
+    inst.m = in.m;
+    inst.type = in.m.type();
+    inst.type2 = in.m.lastType();
+    inst.source = &in;
+    if (in.guard.present()) {
+      const Sym* s = lookup(in.guard.reg);
+      if (!s || s->kind != Sym::Kind::kReg) {
+        return makeError(Code::kInvalidArgument, "line {}: undeclared guard predicate {}",
+                         in.line, in.guard.reg);
+      }
+      inst.guard = static_cast<int32_t>(s->value);
+      inst.guardNegated = in.guard.negated;
+    }
+    const uint32_t pc = static_cast<uint32_t>(out_.code.size());
+    switch (in.opcode) {
+      case ptx::Opcode::kBra: {
+        if (in.operands.empty() || in.operands.back().kind != OperandKind::kSymbol) {
+          return makeError(Code::kNotSupported, "line {}: bra without a label", in.line);
+        }
+        branchLabels_.emplace_back(pc, in.operands.back().name);
+        leaders_.push_back(pc + 1);
+        out_.code.push_back(std::move(inst));
+        return Status::ok();
+      }
+      case ptx::Opcode::kCall:
+        RETURN_IF_ERROR(lowerCall(in, inst));
+        out_.code.push_back(std::move(inst));
+        return Status::ok();
+      case ptx::Opcode::kRet: case ptx::Opcode::kExit: case ptx::Opcode::kTrap:
+        leaders_.push_back(pc + 1);
+        break;
+      case ptx::Opcode::kBrx:
+        return makeError(Code::kNotSupported, "line {}: brx.idx is not supported", in.line);
+      default:
+        break;
+    }
+    for (const ptx::Operand& o : in.operands) {
+      ASSIGN_OR_RETURN(Opnd lo, lowerOperand(o, in));
+      inst.ops.push_back(std::move(lo));
+    }
+    if (inst.ops.size() < minOperands(in.opcode, in.m)) {
+      return makeError(Code::kInvalidArgument, "line {}: {} needs at least {} operands",
+                       in.line, ptx::name(in.opcode), minOperands(in.opcode, in.m));
+    }
+    // Vector operands must have as many elements as the access is wide.
+    if (in.opcode == ptx::Opcode::kLd || in.opcode == ptx::Opcode::kLdu ||
+        in.opcode == ptx::Opcode::kSt) {
+      const Opnd& v = inst.ops[in.opcode == ptx::Opcode::kSt ? 1 : 0];
+      size_t want = in.m.vectorWidth;
+      if ((want > 1) != (v.kind == OpndKind::kVec) ||
+          (v.kind == OpndKind::kVec && v.elems.size() != want) ||
+          inst.ops[in.opcode == ptx::Opcode::kSt ? 0 : 1].kind != OpndKind::kAddr) {
+        return makeError(Code::kInvalidArgument, "line {}: malformed {} operands", in.line,
+                         ptx::name(in.opcode));
+      }
+    }
+    if (in.opcode == ptx::Opcode::kMov) {
+      for (const Opnd& o : inst.ops) {
+        if (o.kind == OpndKind::kVec && o.elems.empty()) {
+          return makeError(Code::kInvalidArgument, "line {}: empty vector in mov", in.line);
+        }
+      }
+    }
+    if ((in.opcode == ptx::Opcode::kAtom || in.opcode == ptx::Opcode::kRed) &&
+        inst.ops[in.opcode == ptx::Opcode::kRed ? 0 : 1].kind != OpndKind::kAddr) {
+      return makeError(Code::kInvalidArgument, "line {}: {} without an address", in.line,
+                       ptx::name(in.opcode));
+    }
+    out_.code.push_back(std::move(inst));
+    return Status::ok();
+  }
+
+  // call{.uni} (ret), f, (args);  call f, (args);  call (ret), %rd, (args), proto;
+  Status lowerCall(const ptx::Instruction& in, Inst& inst) {
+    const auto& ops = in.operands;
+    size_t i = 0;
+    Opnd rets;
+    rets.kind = OpndKind::kVec;
+    if (i < ops.size() && ops[i].kind == OperandKind::kList) {
+      ASSIGN_OR_RETURN(rets, lowerOperand(ops[i], in));
+      ++i;
+    }
+    if (i >= ops.size()) return makeError(Code::kInvalidArgument, "line {}: call without target", in.line);
+    const ptx::Operand& target = ops[i++];
+    Opnd args;
+    args.kind = OpndKind::kVec;
+    if (i < ops.size() && ops[i].kind == OperandKind::kList) {
+      ASSIGN_OR_RETURN(args, lowerOperand(ops[i], in));
+      ++i;
+    }
+    Opnd callee;
+    if (target.kind == OperandKind::kSymbol &&
+        functionIndex_.count(target.name) && !lookup(target.name)) {
+      int32_t index = functionIndex_.at(target.name);
+      inst.callee = index;
+      const ptx::Function* f = functions_[static_cast<size_t>(index)];
+      if (!f->hasBody) {
+        if (f->name == "vprintf") {
+          inst.builtin = Inst::Builtin::kVprintf;
+          if (args.elems.empty()) {
+            return makeError(Code::kInvalidArgument, "line {}: vprintf without a format",
+                             in.line);
+          }
+        } else if (f->name == "__assertfail") {
+          inst.builtin = Inst::Builtin::kAssertFail;
+        } else if (f->name == "malloc") {
+          inst.builtin = Inst::Builtin::kMalloc;
+        } else if (f->name == "free") {
+          inst.builtin = Inst::Builtin::kFree;
+        } else {
+          return makeError(Code::kNotSupported, "line {}: call to external function {}",
+                           in.line, f->name);
+        }
+      }
+      callee.kind = OpndKind::kImm;
+      callee.imm = static_cast<uint64_t>(index);
+    } else {
+      ASSIGN_OR_RETURN(callee, lowerOperand(target, in));
+    }
+    inst.ops.push_back(std::move(rets));
+    inst.ops.push_back(std::move(callee));
+    inst.ops.push_back(std::move(args));
+    return Status::ok();
+  }
+
+  Status resolveBranches() {
+    for (auto& [pc, label] : branchLabels_) {
+      auto it = labels_.find(label);
+      if (it == labels_.end()) {
+        return makeError(Code::kInvalidArgument, "in {}: branch to undefined label {}",
+                         fn_.name, label);
+      }
+      out_.code[pc].target = it->second;
+    }
+    // Basic blocks and their successors; exit node = block count.
+    const uint32_t n = static_cast<uint32_t>(out_.code.size());
+    std::vector<bool> isLeader(n + 1, false);
+    isLeader[0] = true;
+    for (uint32_t l : leaders_) if (l <= n) isLeader[l] = true;
+    for (const auto& [pc, label] : branchLabels_) isLeader[out_.code[pc].target] = true;
+    std::vector<uint32_t> blockOf(n + 1, 0);
+    std::vector<uint32_t> blockStart;
+    for (uint32_t pc = 0; pc < n; ++pc) {
+      if (isLeader[pc]) blockStart.push_back(pc);
+      blockOf[pc] = static_cast<uint32_t>(blockStart.size() - 1);
+    }
+    const uint32_t blocks = static_cast<uint32_t>(blockStart.size());
+    const uint32_t exitBlock = blocks;
+    std::vector<std::vector<uint32_t>> succ(blocks);
+    for (uint32_t b = 0; b < blocks; ++b) {
+      uint32_t end = b + 1 < blocks ? blockStart[b + 1] : n;
+      const Inst& last = out_.code[end - 1];
+      auto fallthrough = [&] { succ[b].push_back(end < n ? blockOf[end] : exitBlock); };
+      switch (last.op) {
+        case ptx::Opcode::kBra:
+          succ[b].push_back(blockOf[last.target]);
+          if (last.guard >= 0) fallthrough();
+          break;
+        case ptx::Opcode::kRet: case ptx::Opcode::kExit: case ptx::Opcode::kTrap:
+          if (last.guard >= 0) fallthrough(); else succ[b].push_back(exitBlock);
+          break;
+        default:
+          fallthrough();
+      }
+    }
+    std::vector<uint32_t> ipdom = immediatePostDominators(succ);
+    for (uint32_t b = 0; b < blocks; ++b) {
+      uint32_t end = b + 1 < blocks ? blockStart[b + 1] : n;
+      Inst& last = out_.code[end - 1];
+      if (last.op == ptx::Opcode::kBra) {
+        last.rpc = ipdom[b] == exitBlock ? n : blockStart[ipdom[b]];
+      }
+    }
+    return Status::ok();
+  }
+
+  const ptx::Function& fn_;
+  Function& out_;
+  const std::unordered_map<std::string, Sym>& moduleSyms_;
+  const std::unordered_map<std::string, int32_t>& functionIndex_;
+  const std::vector<const ptx::Function*>& functions_;
+  std::vector<std::unordered_map<std::string, Sym>> scopes_;
+  std::unordered_map<std::string, uint32_t> labels_;
+  std::vector<std::pair<uint32_t, std::string>> branchLabels_;
+  std::vector<uint32_t> leaders_;
+  uint32_t nextReg_ = 0;
+  uint32_t localBytes_ = 0;
+  uint32_t paramBytes_ = 0;
+  uint32_t sharedBytes_ = 0;
+  uint32_t sharedBase_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ExecModule>> lowerModule(
+    std::shared_ptr<const ptx::Module> module,
+    const std::unordered_map<std::string, uint64_t>& globalAddresses) {
+  auto code = std::make_unique<ExecModule>();
+  std::unordered_map<std::string, Sym> moduleSyms;
+  std::unordered_map<std::string, int32_t> functionIndex;
+  std::vector<const ptx::Function*> functions;
+  uint32_t shared = 0;
+  for (const ptx::ModuleItem& item : module->items) {
+    if (const auto* f = std::get_if<ptx::Function>(&item)) {
+      auto it = functionIndex.find(f->name);
+      if (it != functionIndex.end()) {
+        // A declaration followed by its definition: keep the definition.
+        if (f->hasBody) functions[static_cast<size_t>(it->second)] = f;
+        continue;
+      }
+      functionIndex[f->name] = static_cast<int32_t>(functions.size());
+      functions.push_back(f);
+    } else if (const auto* d = std::get_if<ptx::VarDecl>(&item)) {
+      if (d->space == StateSpace::kGlobal || d->space == StateSpace::kConst) {
+        auto it = globalAddresses.find(d->name);
+        if (it == globalAddresses.end()) {
+          return makeError(Code::kInternal, "global {} was not allocated", d->name);
+        }
+        moduleSyms[d->name] = {Sym::Kind::kGlobal, it->second};
+      } else if (isShared(d->space)) {
+        if (d->byteSize() == 0) {
+          moduleSyms[d->name] = {Sym::Kind::kDynShared, 0};
+        } else {
+          shared = alignUp(shared, declAlign(*d));
+          moduleSyms[d->name] = {Sym::Kind::kShared, shared};
+          shared += static_cast<uint32_t>(d->byteSize());
+        }
+      } else if (!isParam(d->space)) {
+        return makeError(Code::kNotSupported, "line {}: module-scope .{} variable {}",
+                         d->line, ptx::name(d->space), d->name);
+      }
+    }
+  }
+  // .func-scope shared variables share the module area; kernel-scope ones start
+  // after it and may overlap between kernels (one kernel runs per launch).
+  code->functions.resize(functions.size());
+  std::vector<FunctionLowering> lowerings;
+  lowerings.reserve(functions.size());
+  for (size_t i = 0; i < functions.size(); ++i) {
+    lowerings.emplace_back(*functions[i], code->functions[i], moduleSyms, functionIndex,
+                           functions);
+  }
+  // First the .funcs (their shared goes into the module area), then the kernels.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < functions.size(); ++i) {
+      const ptx::Function& f = *functions[i];
+      Function& out = code->functions[i];
+      if (f.isEntry != (pass == 1)) continue;
+      out.name = f.name;
+      out.isEntry = f.isEntry;
+      out.hasBody = f.hasBody;
+      if (!f.hasBody) continue;
+      lowerings[i].setSharedBase(pass == 0 ? shared : code->moduleSharedBytes);
+      RETURN_IF_ERROR_CTX(lowerings[i].run(), fmt::format("in function {}", f.name));
+      if (pass == 0) {
+        shared += lowerings[i].scopedSharedBytes();
+      } else {
+        out.scopedSharedBytes = lowerings[i].scopedSharedBytes();
+      }
+    }
+    if (pass == 0) code->moduleSharedBytes = alignUp(shared, 16);
+  }
+  code->module = std::move(module);
+  return code;
+}
+
+}  // namespace phos::vgpu::engine::detail

@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: Apache-2.0
+// The seam between vgpu's driver and a PTX execution engine: loading PTX and launching kernels.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "phos/common/status.h"
+
+// How the driver and an engine cooperate:
+//
+//   1. The engine registers a ProgramLoader with the driver (see export_table.h).
+//   2. cuModuleLoadData & co. extract the PTX text (from a fatbin, a file or the
+//      caller's buffer) and call ProgramLoader::load(ptx, memory). The loader parses
+//      the PTX, allocates every __device__/__constant__ global through `memory`
+//      (device memory of the loading context, freed when the module is unloaded),
+//      writes the globals' initializers through it, and returns a Program.
+//   3. cuModuleGetFunction/cuFuncGetParamInfo/cuModuleGetGlobal read
+//      Program::functions() and Program::globals(); nothing else is asked of the
+//      engine until a launch.
+//   4. cuLaunchKernel validates the launch, packs the parameter buffer with the
+//      layout of FunctionInfo::params, and, when the launch reaches the head of its
+//      stream (on a driver worker thread), calls Program::launch(). Launches of one
+//      Program may run concurrently from different streams.
+//
+// With no loader registered, module loading fails with CUDA_ERROR_NOT_SUPPORTED.
+namespace phos::vgpu {
+
+// One kernel parameter as PTX declares it: where it lives in the parameter buffer
+// (cuFuncGetParamInfo reports exactly these numbers).
+struct ParamInfo {
+  std::size_t offset = 0;
+  std::size_t size = 0;
+};
+
+// One .entry of the module.
+struct FunctionInfo {
+  std::string name;                 // as in PTX (mangled for C++ kernels)
+  std::vector<ParamInfo> params;    // in declaration order
+  std::size_t paramBufferSize = 0;  // offset + size of the last parameter, rounded as PTX lays it out
+  std::size_t staticSharedBytes = 0;
+  std::size_t localBytesPerThread = 0;
+  int registersPerThread = 32;      // reported by cuFuncGetAttribute(NUM_REGS)
+  int maxThreadsPerBlock = 1024;    // .maxntid product when present
+};
+
+// One module-scope variable in the global or constant state space, allocated by
+// the loader in device memory. Variables that are not .visible are listed too:
+// cuModuleGetGlobal must find them.
+struct GlobalInfo {
+  std::string name;
+  std::uint64_t address = 0;
+  std::size_t size = 0;
+};
+
+// Device memory of the context a module is loaded into, for the loader.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  // Allocates `bytes` (> 0) aligned to `alignment` (a power of two <= 4096).
+  // The allocation belongs to the module and is released when it is unloaded.
+  virtual Result<std::uint64_t> allocate(std::size_t bytes, std::size_t alignment) = 0;
+  // Copies host bytes to an address inside an allocation of this context.
+  virtual Status write(std::uint64_t address, std::span<const std::byte> bytes) = 0;
+  // The CUdevice ordinal and its compute capability (major * 10 + minor).
+  virtual int device() const = 0;
+  virtual int computeCapability() const = 0;
+};
+
+// The memory a kernel of a context may touch: its own allocations, mapped host
+// memory, VMM mappings its device was granted access to, and allocations of peer
+// contexts it enabled peer access to. O(log n) in the number of allocations.
+class AddressChecker {
+ public:
+  virtual ~AddressChecker() = default;
+  virtual bool isAccessible(std::uint64_t address, std::size_t size) const = 0;
+};
+
+// Where device-side printf output goes (the driver writes it to stdout).
+class PrintfSink {
+ public:
+  virtual ~PrintfSink() = default;
+  virtual void write(std::string_view text) = 0;
+};
+
+struct Dim3 {
+  std::uint32_t x = 1, y = 1, z = 1;
+};
+
+struct LaunchConfig {
+  Dim3 grid;
+  Dim3 block;
+  std::uint32_t dynamicSharedBytes = 0;
+};
+
+// Everything a launch may use besides its program and parameters.
+struct LaunchContext {
+  const AddressChecker* memory = nullptr;  // never null during launch()
+  PrintfSink* printf = nullptr;            // never null during launch()
+  int device = 0;
+};
+
+// Faults a kernel can raise; each maps to the CUresult of the same name and, as
+// on a GPU, makes the context unusable (every later call returns that error).
+enum class KernelFault {
+  kIllegalAddress,      // CUDA_ERROR_ILLEGAL_ADDRESS
+  kMisalignedAddress,   // CUDA_ERROR_MISALIGNED_ADDRESS
+  kIllegalInstruction,  // CUDA_ERROR_ILLEGAL_INSTRUCTION
+  kAssert,              // CUDA_ERROR_ASSERT (device-side assert: __assertfail)
+  kLaunchFailed,        // CUDA_ERROR_LAUNCH_FAILED (trap, barrier deadlock, anything else)
+};
+
+// The Status a Program::launch returns for a fault; the message says what and
+// where ("st.global.u32 to 0x7f00 in saxpy, thread (3,0,0) of block (1,0,0)").
+// The driver recognises the CUresult name this puts at the start of the message.
+inline Status kernelFaultStatus(KernelFault fault, std::string_view message) {
+  const char* name = "CUDA_ERROR_LAUNCH_FAILED";
+  switch (fault) {
+    case KernelFault::kIllegalAddress: name = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
+    case KernelFault::kMisalignedAddress: name = "CUDA_ERROR_MISALIGNED_ADDRESS"; break;
+    case KernelFault::kIllegalInstruction: name = "CUDA_ERROR_ILLEGAL_INSTRUCTION"; break;
+    case KernelFault::kAssert: name = "CUDA_ERROR_ASSERT"; break;
+    case KernelFault::kLaunchFailed: break;
+  }
+  return Status(Code::kFailedPrecondition, fmt::format("{}: {}", name, message));
+}
+
+// A loaded module.
+class Program {
+ public:
+  virtual ~Program() = default;
+  virtual const std::vector<FunctionInfo>& functions() const = 0;
+  virtual const std::vector<GlobalInfo>& globals() const = 0;
+  // Runs functions()[function] to completion. `params` holds exactly
+  // functions()[function].paramBufferSize bytes laid out as its ParamInfo say.
+  // Returns OK, kernelFaultStatus(...) for a fault, or another error (treated as
+  // CUDA_ERROR_LAUNCH_FAILED).
+  virtual Status launch(std::size_t function, const LaunchConfig& config,
+                        std::span<const std::byte> params, const LaunchContext& context) = 0;
+};
+
+class ProgramLoader {
+ public:
+  virtual ~ProgramLoader() = default;
+  // `ptx` is the module's PTX text (no terminating NUL). Errors: kInvalidArgument
+  // for malformed PTX (CUDA_ERROR_INVALID_PTX), kNotSupported for valid PTX the
+  // engine cannot run (CUDA_ERROR_UNSUPPORTED_PTX_VERSION), kResourceExhausted
+  // when globals do not fit (CUDA_ERROR_OUT_OF_MEMORY).
+  virtual Result<std::unique_ptr<Program>> load(std::string_view ptx, DeviceMemory& memory) = 0;
+};
+
+}  // namespace phos::vgpu

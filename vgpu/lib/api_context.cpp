@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: Apache-2.0
+// Entry points: primary contexts, created contexts, the per-thread context stack, limits, peer access.
+#include "entry.h"
+
+using namespace phos;
+using namespace phos::vgpu;
+using phos::vgpu::api::call;
+using phos::vgpu::api::requireNonNull;
+
+namespace {
+
+constexpr unsigned kApiVersion = 13000;
+
+Result<std::shared_ptr<Context>> contextOrCurrent(Driver& d, CUcontext ctx) {
+  if (ctx == nullptr) return d.current();
+  return d.context(ctx);
+}
+
+Status validateLimit(CUlimit limit) {
+  switch (limit) {
+    case CU_LIMIT_STACK_SIZE:
+    case CU_LIMIT_PRINTF_FIFO_SIZE:
+    case CU_LIMIT_MALLOC_HEAP_SIZE:
+    case CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH:
+    case CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT:
+    case CU_LIMIT_MAX_L2_FETCH_GRANULARITY:
+    case CU_LIMIT_PERSISTING_L2_CACHE_SIZE:
+      return Status::ok();
+    case CU_LIMIT_SHMEM_SIZE:
+    case CU_LIMIT_CIG_ENABLED:
+    case CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED:
+      return cuErrorf(CUDA_ERROR_UNSUPPORTED_LIMIT, "limit {} applies to CIG contexts only", static_cast<int>(limit));
+    default:
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "limit {} does not exist", static_cast<int>(limit));
+  }
+}
+
+}  // namespace
+
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(pctx, "pctx"));
+    ASSIGN_OR_RETURN(auto context, d.retainPrimary(dev));
+    *pctx = context->handle();
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  return call(__func__, [&](Driver& d) { return d.releasePrimary(dev); });
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  return call(__func__, [&](Driver& d) { return d.resetPrimary(dev); });
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
+  return call(__func__, [&](Driver& d) { return d.setPrimaryFlags(dev, flags); });
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(flags, "flags"));
+    RETURN_IF_ERROR(requireNonNull(active, "active"));
+    RETURN_IF_ERROR(d.checkDevice(dev));
+    d.primaryState(dev, flags, active);
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags, CUdevice dev) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(pctx, "pctx"));
+    if (params != nullptr && (params->execAffinityParams != nullptr || params->numExecAffinityParams != 0 ||
+                              params->cigParams != nullptr)) {
+      return cuError(CUDA_ERROR_NOT_SUPPORTED, "execution affinity and CIG contexts are not supported");
+    }
+    ASSIGN_OR_RETURN(auto context, d.createContext(dev, flags));
+    // "The context is created with a usage count of 1 and ... made current to the calling thread."
+    d.pushCurrent(context);
+    *pctx = context->handle();
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
+  return call(__func__, [&](Driver& d) { return d.destroyContext(ctx); });
+}
+
+CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto context, d.context(ctx));
+    d.pushCurrent(context);
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext* pctx) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto context, d.popCurrent());
+    if (pctx != nullptr) *pctx = context->handle();
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
+  return call(__func__, [&](Driver& d) -> Status {
+    if (ctx == nullptr) {
+      d.setCurrent(nullptr);
+      return Status::ok();
+    }
+    ASSIGN_OR_RETURN(auto context, d.context(ctx));
+    d.setCurrent(context);
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuCtxGetCurrent(CUcontext* pctx) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(pctx, "pctx"));
+    auto context = d.currentOrNull();
+    *pctx = context ? context->handle() : nullptr;
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuCtxGetDevice(CUdevice* device) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(device, "device"));
+    ASSIGN_OR_RETURN(auto context, d.current());
+    *device = context->device();
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(device, "device"));
+    ASSIGN_OR_RETURN(auto context, contextOrCurrent(d, ctx));
+    *device = context->device();
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuCtxGetFlags(unsigned int* flags) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(flags, "flags"));
+    ASSIGN_OR_RETURN(auto context, d.current());
+    *flags = context->flags();
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuCtxSetFlags(unsigned int flags) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto context, d.current());
+    unsigned sched = flags & CU_CTX_SCHED_MASK;
+    if ((flags & ~static_cast<unsigned>(CU_CTX_FLAGS_MASK)) != 0 || sched == 3 || sched > 4) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "context flags 0x{:x} are invalid", flags);
+    }
+    context->setFlags(flags);
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long* ctxId) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(ctxId, "ctxId"));
+    ASSIGN_OR_RETURN(auto context, contextOrCurrent(d, ctx));
+    *ctxId = context->id();
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuCtxSynchronize(void) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto context, d.current());
+    return d.synchronizeContext(*context);
+  });
+}
+
+CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto context, contextOrCurrent(d, ctx));
+    RETURN_IF_ERROR(context->usable());
+    return d.synchronizeContext(*context);
+  });
+}
+
+CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto context, d.current());
+    RETURN_IF_ERROR(validateLimit(limit));
+    if (limit == CU_LIMIT_MAX_L2_FETCH_GRANULARITY && value > 128) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "L2 fetch granularity {} is above 128", value);
+    }
+    std::lock_guard lock(context->mutex());
+    context->limits[limit] = value;
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuCtxGetLimit(size_t* pvalue, CUlimit limit) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(pvalue, "pvalue"));
+    ASSIGN_OR_RETURN(auto context, d.current());
+    RETURN_IF_ERROR(validateLimit(limit));
+    std::lock_guard lock(context->mutex());
+    *pvalue = context->limits[limit];
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(version, "version"));
+    ASSIGN_OR_RETURN(auto context, contextOrCurrent(d, ctx));
+    (void)context;
+    *version = kApiVersion;
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuCtxGetStreamPriorityRange(int* leastPriority, int* greatestPriority) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto context, d.current());
+    (void)context;
+    // As on A100/H100: 0 is the least (default) priority, -5 the greatest.
+    if (leastPriority != nullptr) *leastPriority = 0;
+    if (greatestPriority != nullptr) *greatestPriority = -5;
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuCtxGetCacheConfig(CUfunc_cache* pconfig) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(pconfig, "pconfig"));
+    ASSIGN_OR_RETURN(auto context, d.current());
+    (void)context;
+    *pconfig = CU_FUNC_CACHE_PREFER_NONE;
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuCtxSetCacheConfig(CUfunc_cache config) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto context, d.current());
+    (void)context;
+    if (config < CU_FUNC_CACHE_PREFER_NONE || config > CU_FUNC_CACHE_PREFER_EQUAL) {
+      return cuError(CUDA_ERROR_INVALID_VALUE, "invalid cache configuration");
+    }
+    return Status::ok();  // a preference; vgpu has no L1 to split
+  });
+}
+
+CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto context, d.current());
+    ASSIGN_OR_RETURN(auto peer, d.context(peerContext));
+    // "Flags: Reserved for future use and must be set to 0".
+    if (Flags != 0) return cuError(CUDA_ERROR_INVALID_VALUE, "Flags must be 0");
+    // "CUDA_ERROR_INVALID_DEVICE if cuDeviceCanAccessPeer() indicates that the
+    // CUdevice of the current context cannot directly access memory from the
+    // CUdevice of peerContext": never for two distinct vgpu devices.
+    if (peer->device() == context->device()) {
+      return cuError(CUDA_ERROR_INVALID_DEVICE, "peer access between contexts of the same device");
+    }
+    if (!context->addPeer(peer->id())) {
+      return cuError(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, "peer access is already enabled");
+    }
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peerContext) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto context, d.current());
+    ASSIGN_OR_RETURN(auto peer, d.context(peerContext));
+    if (!context->removePeer(peer->id())) {
+      return cuError(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, "peer access has not been enabled");
+    }
+    return Status::ok();
+  });
+}

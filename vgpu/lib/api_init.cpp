@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: Apache-2.0
+// Entry points: initialization, versions, error strings, devices, export tables.
+#include "entry.h"
+
+#include <strings.h>
+
+#include <cstring>
+
+#include "phos/vgpu/export_table.h"
+#include "unsupported.h"
+
+#ifdef PHOS_VGPU_HAVE_ENGINE
+#include "phos/vgpu/engine.h"
+#endif
+
+namespace phos::vgpu::api {
+
+std::shared_ptr<spdlog::logger> logger() {
+  static auto log = phos::log::get("vgpu");
+  return log;
+}
+
+int reportUnsupported(const char* name, std::once_flag& once) noexcept {
+  try {
+    std::call_once(once, [&] { logger()->warn("{} is not supported by vgpu", name); });
+  } catch (...) {
+  }
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+namespace {
+
+constexpr int kDriverVersion = 13000;
+
+void setProgramLoader(std::shared_ptr<ProgramLoader> loader) {
+  Driver::instance().setProgramLoader(std::move(loader));
+}
+
+bool isAccessible(CUcontext handle, std::uint64_t address, std::size_t size) {
+  Driver& driver = Driver::instance();
+  if (!driver.initialized()) return false;
+  auto context = driver.context(handle);
+  return context.isOk() && driver.isAccessible(**context, address, size);
+}
+
+const ExportTable kExportTable = {sizeof(ExportTable), &setProgramLoader, &isAccessible};
+
+}  // namespace
+}  // namespace phos::vgpu::api
+
+using namespace phos;
+using namespace phos::vgpu;
+using phos::vgpu::api::call;
+using phos::vgpu::api::requireNonNull;
+
+CUresult CUDAAPI cuInit(unsigned int Flags) {
+  try {
+    // "Flags parameter should be 0".
+    if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    Driver& driver = Driver::instance();
+    Status status = driver.init();
+#ifdef PHOS_VGPU_HAVE_ENGINE
+    // The built-in PTX engine, installed once; a loader set through the export
+    // table afterwards (tests) replaces it.
+    static std::once_flag engineOnce;
+    if (status.isOk()) {
+      std::call_once(engineOnce, [&] { driver.setProgramLoader(phos::vgpu::engine::makeProgramLoader()); });
+    }
+#endif
+    return toCuResult(status);
+  } catch (...) {
+    return CUDA_ERROR_UNKNOWN;
+  }
+}
+
+CUresult CUDAAPI cuDriverGetVersion(int* driverVersion) {
+  // Works before cuInit, as the real driver's does.
+  if (driverVersion == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *driverVersion = api::kDriverVersion;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGetErrorName(CUresult error, const char** pStr) {
+  if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const char* name = cuResultName(error);
+  *pStr = name;
+  return name != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuGetErrorString(CUresult error, const char** pStr) {
+  if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const char* text = cuResultDescription(error);
+  *pStr = text;
+  return text != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuGetExportTable(const void** ppExportTable, const CUuuid* pExportTableId) {
+  if (ppExportTable == nullptr || pExportTableId == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (std::memcmp(pExportTableId->bytes, kExportTableId.bytes, sizeof(CUuuid)) == 0) {
+    *ppExportTable = &api::kExportTable;
+    return CUDA_SUCCESS;
+  }
+  // NVIDIA's private tables (cudart's) do not exist here: unmodified cudart
+  // cannot run on vgpu (see docs/vgpu.md).
+  *ppExportTable = nullptr;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult CUDAAPI cuDeviceGetCount(int* count) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(count, "count"));
+    *count = d.deviceCount();
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuDeviceGet(CUdevice* device, int ordinal) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(device, "device"));
+    RETURN_IF_ERROR(d.checkDevice(ordinal));
+    *device = ordinal;
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuDeviceGetName(char* name, int len, CUdevice dev) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(name, "name"));
+    if (len <= 0) return cuError(CUDA_ERROR_INVALID_VALUE, "len must be positive");
+    RETURN_IF_ERROR(d.checkDevice(dev));
+    const std::string& n = d.platform().devices[static_cast<std::size_t>(dev)].name;
+    std::size_t copied = std::min(n.size(), static_cast<std::size_t>(len - 1));
+    std::memcpy(name, n.data(), copied);
+    name[copied] = '\0';
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(uuid, "uuid"));
+    RETURN_IF_ERROR(d.checkDevice(dev));
+    *uuid = d.platform().devices[static_cast<std::size_t>(dev)].uuid;
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(bytes, "bytes"));
+    RETURN_IF_ERROR(d.checkDevice(dev));
+    *bytes = d.platform().devices[static_cast<std::size_t>(dev)].totalMemory;
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(pi, "pi"));
+    RETURN_IF_ERROR(d.checkDevice(dev));
+    auto value = deviceAttribute(d.platform(), dev, attrib);
+    if (!value.isOk()) return cuError(CUDA_ERROR_INVALID_VALUE, value.status().message());
+    *pi = *value;
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(major, "major"));
+    RETURN_IF_ERROR(requireNonNull(minor, "minor"));
+    RETURN_IF_ERROR(d.checkDevice(dev));
+    *major = d.platform().devices[static_cast<std::size_t>(dev)].ccMajor;
+    *minor = d.platform().devices[static_cast<std::size_t>(dev)].ccMinor;
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevice dev) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(pciBusId, "pciBusId"));
+    if (len <= 0) return cuError(CUDA_ERROR_INVALID_VALUE, "len must be positive");
+    RETURN_IF_ERROR(d.checkDevice(dev));
+    std::string id = fmt::format("0000:{:02x}:00.0", d.platform().devices[static_cast<std::size_t>(dev)].pciBusId);
+    std::size_t copied = std::min(id.size(), static_cast<std::size_t>(len - 1));
+    std::memcpy(pciBusId, id.data(), copied);
+    pciBusId[copied] = '\0';
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuDeviceGetByPCIBusId(CUdevice* dev, const char* pciBusId) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(dev, "dev"));
+    RETURN_IF_ERROR(requireNonNull(pciBusId, "pciBusId"));
+    for (int i = 0; i < d.deviceCount(); ++i) {
+      std::string id = fmt::format("0000:{:02x}:00.0", d.platform().devices[static_cast<std::size_t>(i)].pciBusId);
+      if (strcasecmp(id.c_str(), pciBusId) == 0 || strcasecmp(id.c_str() + 5, pciBusId) == 0) {
+        *dev = i;
+        return Status::ok();
+      }
+    }
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "no device has PCI bus id '{}'", pciBusId);
+  });
+}
+
+CUresult CUDAAPI cuDeviceCanAccessPeer(int* canAccessPeer, CUdevice dev, CUdevice peerDev) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(canAccessPeer, "canAccessPeer"));
+    RETURN_IF_ERROR(d.checkDevice(dev));
+    RETURN_IF_ERROR(d.checkDevice(peerDev));
+    // All vgpu devices share one host; peer access works between any two distinct
+    // devices (over NVLink when the topology has a link, else over PCIe).
+    *canAccessPeer = dev != peerDev ? 1 : 0;
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttribute attrib, CUdevice srcDevice,
+                                         CUdevice dstDevice) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(value, "value"));
+    RETURN_IF_ERROR(d.checkDevice(srcDevice));
+    RETURN_IF_ERROR(d.checkDevice(dstDevice));
+    if (srcDevice == dstDevice) return cuError(CUDA_ERROR_INVALID_DEVICE, "source and destination are the same device");
+    const auto& links = d.platform().nvlinkGBps;
+    bool nvlink = links.contains({std::min(srcDevice, dstDevice), std::max(srcDevice, dstDevice)});
+    switch (attrib) {
+      case CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK: *value = nvlink ? 0 : 1; break;
+      case CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED: *value = 1; break;
+      case CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED: *value = nvlink ? 1 : 0; break;
+      case CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED: *value = 0; break;
+      case CU_DEVICE_P2P_ATTRIBUTE_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED: *value = 0; break;
+      default: return cuErrorf(CUDA_ERROR_INVALID_VALUE, "P2P attribute {} is invalid", static_cast<int>(attrib));
+    }
+    return Status::ok();
+  });
+}

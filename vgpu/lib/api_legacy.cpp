@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+// Entry points exported under older names that keep the current signature (cuCtxDestroy, ...).
+#include "entry.h"
+
+// cuda.h maps these names to their newest versions; the symbols themselves still
+// exist in NVIDIA's libcuda with an unchanged ABI, so vgpu exports them too.
+// Older names whose ABI differs (32-bit CUdeviceptr_v1 in cuMemAlloc, cuMemcpyHtoD,
+// ...; the old CUDA_MEMCPY2D layout in cuMemcpy2D) cannot be served: vgpu's device
+// addresses do not fit in 32 bits. They stay on the NOT_SUPPORTED fallback.
+#undef cuCtxCreate
+#undef cuCtxDestroy
+#undef cuCtxPushCurrent
+#undef cuCtxPopCurrent
+#undef cuDevicePrimaryCtxRelease
+#undef cuDevicePrimaryCtxReset
+#undef cuDevicePrimaryCtxSetFlags
+#undef cuDeviceGetUuid
+#undef cuStreamDestroy
+#undef cuEventDestroy
+#undef cuEventElapsedTime
+#undef cuMemHostRegister
+
+PHOS_CU_EXPORT CUresult CUDAAPI cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  return cuCtxCreate_v4(pctx, nullptr, flags, dev);
+}
+PHOS_CU_EXPORT CUresult CUDAAPI cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  return cuCtxCreate_v4(pctx, nullptr, flags, dev);
+}
+PHOS_CU_EXPORT CUresult CUDAAPI cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams,
+                                               unsigned int flags, CUdevice dev) {
+  CUctxCreateParams params{paramsArray, numParams, nullptr};
+  return cuCtxCreate_v4(pctx, (paramsArray != nullptr || numParams != 0) ? &params : nullptr, flags, dev);
+}
+PHOS_CU_EXPORT CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
+PHOS_CU_EXPORT CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx) { return cuCtxPushCurrent_v2(ctx); }
+PHOS_CU_EXPORT CUresult CUDAAPI cuCtxPopCurrent(CUcontext* pctx) { return cuCtxPopCurrent_v2(pctx); }
+PHOS_CU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+PHOS_CU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
+PHOS_CU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
+  return cuDevicePrimaryCtxSetFlags_v2(dev, flags);
+}
+PHOS_CU_EXPORT CUresult CUDAAPI cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream stream) { return cuStreamDestroy_v2(stream); }
+PHOS_CU_EXPORT CUresult CUDAAPI cuEventDestroy(CUevent event) { return cuEventDestroy_v2(event); }
+PHOS_CU_EXPORT CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
+  return cuEventElapsedTime_v2(ms, start, end);
+}
+PHOS_CU_EXPORT CUresult CUDAAPI cuMemHostRegister(void* p, size_t bytesize, unsigned int flags) {
+  return cuMemHostRegister_v2(p, bytesize, flags);
+}
+// The 32-bit size is the only difference from cuMemAllocHost_v2.
+#undef cuMemAllocHost
+PHOS_CU_EXPORT CUresult CUDAAPI cuMemAllocHost(void** pp, unsigned int bytesize) {
+  return cuMemAllocHost_v2(pp, bytesize);
+}

@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: Apache-2.0
+// Entry points: streams, events, host functions and stream callbacks.
+#include "entry.h"
+
+using namespace phos;
+using namespace phos::vgpu;
+using phos::vgpu::api::call;
+using phos::vgpu::api::requireNonNull;
+
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void* userData,
+                                                         unsigned int flags);
+PHOS_CU_EXPORT CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void* userData);
+PHOS_CU_EXPORT CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
+PHOS_CU_EXPORT CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream hStream, int* priority);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetFlags_ptsz(CUstream hStream, unsigned int* flags);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetId_ptsz(CUstream hStream, unsigned long long* streamId);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext* pctx);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetDevice_ptsz(CUstream hStream, CUdevice* device);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext* pCtx, CUgreenCtx* pGreenCtx);
+
+namespace {
+
+CUresult streamQuery(const char* name, CUstream hStream, bool perThread) {
+  return call(name, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    RETURN_IF_ERROR(ref.context->usable());
+    // "Returns CUDA_SUCCESS if all operations in the stream specified by hStream
+    // have completed, or CUDA_ERROR_NOT_READY if not."
+    if (!ref.stream->isComplete(ref.stream->lastEnqueued())) {
+      return cuError(CUDA_ERROR_NOT_READY, "the stream has pending work");
+    }
+    return Status::ok();
+  });
+}
+
+CUresult streamSynchronize(const char* name, CUstream hStream, bool perThread) {
+  return call(name, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    return d.synchronizeStream(ref);
+  });
+}
+
+CUresult streamWaitEvent(const char* name, CUstream hStream, CUevent hEvent, unsigned int flags, bool perThread) {
+  return call(name, [&](Driver& d) -> Status {
+    // "flags: See CUevent_capture_flags": CU_EVENT_WAIT_DEFAULT or CU_EVENT_WAIT_EXTERNAL.
+    if (flags != CU_EVENT_WAIT_DEFAULT && flags != CU_EVENT_WAIT_EXTERNAL) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "wait flags 0x{:x} are invalid", flags);
+    }
+    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    return d.waitEvent(ref, hEvent);
+  });
+}
+
+CUresult launchHostFunc(const char* name, CUstream hStream, CUhostFn fn, void* userData, bool perThread) {
+  return call(name, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(reinterpret_cast<const void*>(fn), "fn"));
+    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    ref.context->submit(ref.stream, [fn, userData] {
+      fn(userData);
+      return Status::ok();
+    });
+    return Status::ok();
+  });
+}
+
+CUresult streamAddCallback(const char* name, CUstream hStream, CUstreamCallback callback, void* userData,
+                           unsigned int flags, bool perThread) {
+  return call(name, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(reinterpret_cast<const void*>(callback), "callback"));
+    // "flags: Reserved for future use, must be 0".
+    if (flags != 0) return cuError(CUDA_ERROR_INVALID_VALUE, "flags must be 0");
+    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    std::weak_ptr<Context> weakContext = ref.context;
+    ref.context->submit(ref.stream, [callback, userData, hStream, weakContext] {
+      // "status: CUDA_SUCCESS or any persistent error on the stream".
+      CUresult status = CUDA_SUCCESS;
+      if (auto context = weakContext.lock()) status = context->stickyError();
+      callback(hStream, status, userData);
+      return Status::ok();
+    });
+    return Status::ok();
+  });
+}
+
+CUresult eventRecord(const char* name, CUevent hEvent, CUstream hStream, unsigned int flags, bool perThread) {
+  return call(name, [&](Driver& d) -> Status {
+    if (flags != CU_EVENT_RECORD_DEFAULT && flags != CU_EVENT_RECORD_EXTERNAL) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "record flags 0x{:x} are invalid", flags);
+    }
+    ASSIGN_OR_RETURN(auto e, d.event(hEvent));
+    (void)e;
+    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    return d.recordEvent(hEvent, ref);
+  });
+}
+
+template <typename Body>
+CUresult streamProperty(const char* name, CUstream hStream, bool perThread, const void* out, Body&& body) {
+  return call(name, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(out, "output"));
+    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    body(ref);
+    return Status::ok();
+  });
+}
+
+}  // namespace
+
+CUresult CUDAAPI cuStreamCreate(CUstream* phStream, unsigned int Flags) {
+  return cuStreamCreateWithPriority(phStream, Flags, 0);
+}
+
+CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* phStream, unsigned int flags, int priority) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(phStream, "phStream"));
+    ASSIGN_OR_RETURN(CUstream stream, d.createStream(flags, priority));
+    *phStream = stream;
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) {
+  return call(__func__, [&](Driver& d) { return d.destroyStream(hStream); });
+}
+
+CUresult CUDAAPI cuStreamQuery(CUstream hStream) { return streamQuery(__func__, hStream, false); }
+CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream) { return streamQuery(__func__, hStream, true); }
+CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) { return streamSynchronize(__func__, hStream, false); }
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream) { return streamSynchronize(__func__, hStream, true); }
+CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+  return streamWaitEvent(__func__, hStream, hEvent, Flags, false);
+}
+CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+  return streamWaitEvent(__func__, hStream, hEvent, Flags, true);
+}
+CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
+  return launchHostFunc(__func__, hStream, fn, userData, false);
+}
+CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void* userData) {
+  return launchHostFunc(__func__, hStream, fn, userData, true);
+}
+CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void* userData, unsigned int flags) {
+  return streamAddCallback(__func__, hStream, callback, userData, flags, false);
+}
+CUresult CUDAAPI cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void* userData,
+                                          unsigned int flags) {
+  return streamAddCallback(__func__, hStream, callback, userData, flags, true);
+}
+
+CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int* priority) {
+  return streamProperty(__func__, hStream, false, priority, [&](const StreamRef& r) { *priority = r.stream->priority(); });
+}
+CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream hStream, int* priority) {
+  return streamProperty(__func__, hStream, true, priority, [&](const StreamRef& r) { *priority = r.stream->priority(); });
+}
+CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsigned int* flags) {
+  return streamProperty(__func__, hStream, false, flags, [&](const StreamRef& r) { *flags = r.stream->flags(); });
+}
+CUresult CUDAAPI cuStreamGetFlags_ptsz(CUstream hStream, unsigned int* flags) {
+  return streamProperty(__func__, hStream, true, flags, [&](const StreamRef& r) { *flags = r.stream->flags(); });
+}
+CUresult CUDAAPI cuStreamGetId(CUstream hStream, unsigned long long* streamId) {
+  return streamProperty(__func__, hStream, false, streamId, [&](const StreamRef& r) { *streamId = r.stream->id(); });
+}
+CUresult CUDAAPI cuStreamGetId_ptsz(CUstream hStream, unsigned long long* streamId) {
+  return streamProperty(__func__, hStream, true, streamId, [&](const StreamRef& r) { *streamId = r.stream->id(); });
+}
+CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext* pctx) {
+  return streamProperty(__func__, hStream, false, pctx, [&](const StreamRef& r) { *pctx = r.context->handle(); });
+}
+CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext* pctx) {
+  return streamProperty(__func__, hStream, true, pctx, [&](const StreamRef& r) { *pctx = r.context->handle(); });
+}
+// Stream capture (graphs) is not supported, so no stream is ever capturing.
+CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  return streamProperty(__func__, hStream, false, captureStatus,
+                        [&](const StreamRef&) { *captureStatus = CU_STREAM_CAPTURE_STATUS_NONE; });
+}
+CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  return streamProperty(__func__, hStream, true, captureStatus,
+                        [&](const StreamRef&) { *captureStatus = CU_STREAM_CAPTURE_STATUS_NONE; });
+}
+
+// vgpu has no green contexts: the stream's context, and a NULL green context.
+CUresult CUDAAPI cuStreamGetCtx_v2(CUstream hStream, CUcontext* pCtx, CUgreenCtx* pGreenCtx) {
+  return streamProperty(__func__, hStream, false, pCtx, [&](const StreamRef& r) {
+    *pCtx = r.context->handle();
+    if (pGreenCtx != nullptr) *pGreenCtx = nullptr;
+  });
+}
+CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext* pCtx, CUgreenCtx* pGreenCtx) {
+  return streamProperty(__func__, hStream, true, pCtx, [&](const StreamRef& r) {
+    *pCtx = r.context->handle();
+    if (pGreenCtx != nullptr) *pGreenCtx = nullptr;
+  });
+}
+CUresult CUDAAPI cuStreamGetDevice(CUstream hStream, CUdevice* device) {
+  return streamProperty(__func__, hStream, false, device, [&](const StreamRef& r) { *device = r.context->device(); });
+}
+CUresult CUDAAPI cuStreamGetDevice_ptsz(CUstream hStream, CUdevice* device) {
+  return streamProperty(__func__, hStream, true, device, [&](const StreamRef& r) { *device = r.context->device(); });
+}
+
+// --- events ----------------------------------------------------------------------------------
+
+CUresult CUDAAPI cuEventCreate(CUevent* phEvent, unsigned int Flags) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(phEvent, "phEvent"));
+    ASSIGN_OR_RETURN(CUevent e, d.createEvent(Flags));
+    *phEvent = e;
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent) {
+  return call(__func__, [&](Driver& d) { return d.destroyEvent(hEvent); });
+}
+
+CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) { return eventRecord(__func__, hEvent, hStream, 0, false); }
+CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) {
+  return eventRecord(__func__, hEvent, hStream, 0, true);
+}
+CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) {
+  return eventRecord(__func__, hEvent, hStream, flags, false);
+}
+CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags) {
+  return eventRecord(__func__, hEvent, hStream, flags, true);
+}
+
+CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto e, d.event(hEvent));
+    auto record = e->record();
+    // "If cuEventRecord() has not been called on this event, the function returns CUDA_SUCCESS".
+    if (!record || record->completed.load(std::memory_order_acquire)) return Status::ok();
+    return cuError(CUDA_ERROR_NOT_READY, "the event's work has not completed");
+  });
+}
+
+CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto e, d.event(hEvent));
+    auto record = e->record();
+    if (!record) return Status::ok();
+    record->stream->wait(record->seq);
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuEventElapsedTime_v2(float* pMilliseconds, CUevent hStart, CUevent hEnd) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(pMilliseconds, "pMilliseconds"));
+    ASSIGN_OR_RETURN(auto start, d.event(hStart));
+    ASSIGN_OR_RETURN(auto end, d.event(hEnd));
+    // "If either event was created with the CU_EVENT_DISABLE_TIMING flag, then
+    // this function will return CUDA_ERROR_INVALID_HANDLE."
+    if (((start->flags() | end->flags()) & CU_EVENT_DISABLE_TIMING) != 0) {
+      return cuError(CUDA_ERROR_INVALID_HANDLE, "an event was created with CU_EVENT_DISABLE_TIMING");
+    }
+    auto a = start->record();
+    auto b = end->record();
+    // "If cuEventRecord() has not been called on either event then
+    // CUDA_ERROR_INVALID_HANDLE is returned."
+    if (!a || !b) return cuError(CUDA_ERROR_INVALID_HANDLE, "an event has not been recorded");
+    // "If cuEventRecord() has been called on both events but one or both of them
+    // has not yet been completed ... CUDA_ERROR_NOT_READY is returned."
+    if (!a->completed.load(std::memory_order_acquire) || !b->completed.load(std::memory_order_acquire)) {
+      return cuError(CUDA_ERROR_NOT_READY, "an event has not completed");
+    }
+    *pMilliseconds = std::chrono::duration<float, std::milli>(b->time - a->time).count();
+    return Status::ok();
+  });
+}
