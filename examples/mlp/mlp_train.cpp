@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: Apache-2.0
+// mlp-train: a small MLP trained on synthetic data through the CUDA Driver API.
+//
+// The example GPU job of PhOS: deterministic (every kernel sums in a fixed
+// order), so two runs, or a run that was checkpointed and restored, print the
+// same losses bit for bit and end with the same weight checksum. The kernels
+// are compiled to PTX by nvcc at build time (mlp_kernels.ptx next to this
+// program) and loaded with cuModuleLoadData, as a framework's JIT would.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cuda.h>
+#include <xxhash.h>
+
+#include <CLI/CLI.hpp>
+
+namespace {
+
+[[noreturn]] void fail(const char* what, CUresult r) {
+  const char* name = nullptr;
+  if (cuGetErrorName(r, &name) != CUDA_SUCCESS) name = "unknown CUresult";
+  std::fprintf(stderr, "mlp-train: %s failed: %s (%d)\n", what, name, static_cast<int>(r));
+  std::exit(1);
+}
+
+#define CHECK(call)                    \
+  do {                                 \
+    CUresult r_ = (call);              \
+    if (r_ != CUDA_SUCCESS) fail(#call, r_); \
+  } while (0)
+
+// A linear congruential generator: the same numbers on every platform.
+struct Lcg {
+  uint64_t state;
+  uint32_t next() {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>(state >> 33);
+  }
+  float uniform() { return static_cast<float>(next()) / 2147483648.0f - 1.0f; }  // [-1, 1)
+};
+
+std::filesystem::path defaultPtxPath() {
+  return std::filesystem::read_symlink("/proc/self/exe").parent_path() / "mlp_kernels.ptx";
+}
+
+struct DeviceBuffer {
+  CUdeviceptr ptr = 0;
+  size_t bytes = 0;
+};
+
+DeviceBuffer alloc(size_t bytes) {
+  DeviceBuffer b{0, bytes};
+  CHECK(cuMemAlloc(&b.ptr, bytes));
+  return b;
+}
+
+template <typename T>
+DeviceBuffer upload(const std::vector<T>& host) {
+  DeviceBuffer b = alloc(host.size() * sizeof(T));
+  CHECK(cuMemcpyHtoD(b.ptr, host.data(), b.bytes));
+  return b;
+}
+
+void launch(CUfunction f, unsigned gx, unsigned gy, unsigned bx, unsigned by,
+            std::vector<void*> args) {
+  CHECK(cuLaunchKernel(f, gx, gy, 1, bx, by, 1, 0, nullptr, args.data(), nullptr));
+}
+
+unsigned blocks(int n, unsigned per) { return (static_cast<unsigned>(n) + per - 1) / per; }
+
+std::string floatBits(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  char text[16];
+  std::snprintf(text, sizeof text, "%08x", bits);
+  return text;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Train a small MLP on synthetic data with the CUDA Driver API (deterministic)"};
+  int iterations = 30;
+  int sleepMs = 0;
+  std::string ptxPath = defaultPtxPath().string();
+  app.add_option("--iterations", iterations, "training steps")->check(CLI::Range(1, 1000000));
+  app.add_option("--sleep-ms", sleepMs, "pause after each step (to checkpoint mid-run)")
+      ->check(CLI::Range(0, 60000));
+  app.add_option("--ptx", ptxPath, "the kernels' PTX (default: next to this program)");
+  CLI11_PARSE(app, argc, argv);
+
+  std::ifstream ptxFile(ptxPath);
+  if (!ptxFile) {
+    std::fprintf(stderr, "mlp-train: cannot read the kernels' PTX at %s\n", ptxPath.c_str());
+    return 2;
+  }
+  std::stringstream ptx;
+  ptx << ptxFile.rdbuf();
+
+  constexpr int kRows = 256, kIn = 32, kHidden = 64, kClasses = 8;
+  constexpr float kLearningRate = 0.1f;
+
+  CHECK(cuInit(0));
+  CUdevice device;
+  CHECK(cuDeviceGet(&device, 0));
+  CUcontext context;
+  CHECK(cuDevicePrimaryCtxRetain(&context, device));
+  CHECK(cuCtxSetCurrent(context));
+  CUmodule module;
+  CHECK(cuModuleLoadData(&module, ptx.str().c_str()));
+  auto function = [&](const char* name) {
+    CUfunction f;
+    CHECK(cuModuleGetFunction(&f, module, name));
+    return f;
+  };
+  CUfunction linearForward = function("linear_forward"), softmaxXent = function("softmax_xent"),
+             mean = function("mean_256"), weightGrad = function("weight_grad"),
+             biasGrad = function("bias_grad"), hiddenGrad = function("hidden_grad"),
+             sgd = function("sgd_step");
+
+  // Synthetic data: each class is a random centre; samples are centre + noise.
+  Lcg rng{42};
+  std::vector<float> centres(kClasses * kIn);
+  for (float& c : centres) c = rng.uniform();
+  std::vector<float> x(kRows * kIn);
+  std::vector<int> labels(kRows);
+  for (int i = 0; i < kRows; ++i) {
+    labels[i] = static_cast<int>(rng.next() % kClasses);
+    for (int k = 0; k < kIn; ++k) x[i * kIn + k] = centres[labels[i] * kIn + k] + 0.8f * rng.uniform();
+  }
+  std::vector<float> w1(kIn * kHidden), b1(kHidden, 0.0f), w2(kHidden * kClasses), b2(kClasses, 0.0f);
+  for (float& w : w1) w = rng.uniform() * std::sqrt(1.0f / kIn);
+  for (float& w : w2) w = rng.uniform() * std::sqrt(1.0f / kHidden);
+
+  DeviceBuffer dX = upload(x), dLabels = upload(labels), dW1 = upload(w1), dB1 = upload(b1),
+               dW2 = upload(w2), dB2 = upload(b2);
+  DeviceBuffer dH = alloc(kRows * kHidden * 4), dLogits = alloc(kRows * kClasses * 4),
+               dDlogits = alloc(kRows * kClasses * 4), dLosses = alloc(kRows * 4),
+               dLoss = alloc(4), dGW2 = alloc(dW2.bytes), dGB2 = alloc(dB2.bytes),
+               dDh = alloc(kRows * kHidden * 4), dGW1 = alloc(dW1.bytes), dGB1 = alloc(dB1.bytes);
+
+  int rows = kRows, in = kIn, hidden = kHidden, classes = kClasses, one = 1, zero = 0;
+  float lr = kLearningRate;
+  int nW1 = kIn * kHidden, nB1 = kHidden, nW2 = kHidden * kClasses, nB2 = kClasses;
+  for (int step = 0; step < iterations; ++step) {
+    // Forward.
+    launch(linearForward, blocks(kHidden, 16), blocks(kRows, 16), 16, 16,
+           {&dX.ptr, &dW1.ptr, &dB1.ptr, &dH.ptr, &rows, &in, &hidden, &one});
+    launch(linearForward, blocks(kClasses, 8), blocks(kRows, 32), 8, 32,
+           {&dH.ptr, &dW2.ptr, &dB2.ptr, &dLogits.ptr, &rows, &hidden, &classes, &zero});
+    launch(softmaxXent, blocks(kRows, 128), 1, 128, 1,
+           {&dLogits.ptr, &dLabels.ptr, &dDlogits.ptr, &dLosses.ptr, &rows, &classes});
+    launch(mean, 1, 1, 256, 1, {&dLosses.ptr, &dLoss.ptr, &rows});
+    // Backward.
+    launch(weightGrad, blocks(kClasses, 8), blocks(kHidden, 32), 8, 32,
+           {&dH.ptr, &dDlogits.ptr, &dGW2.ptr, &rows, &hidden, &classes});
+    launch(biasGrad, 1, 1, 32, 1, {&dDlogits.ptr, &dGB2.ptr, &rows, &classes});
+    launch(hiddenGrad, blocks(kHidden, 16), blocks(kRows, 16), 16, 16,
+           {&dDlogits.ptr, &dW2.ptr, &dH.ptr, &dDh.ptr, &rows, &hidden, &classes});
+    launch(weightGrad, blocks(kHidden, 16), blocks(kIn, 16), 16, 16,
+           {&dX.ptr, &dDh.ptr, &dGW1.ptr, &rows, &in, &hidden});
+    launch(biasGrad, blocks(kHidden, 64), 1, 64, 1, {&dDh.ptr, &dGB1.ptr, &rows, &hidden});
+    // Update.
+    launch(sgd, blocks(nW1, 256), 1, 256, 1, {&dW1.ptr, &dGW1.ptr, &lr, &nW1});
+    launch(sgd, 1, 1, 256, 1, {&dB1.ptr, &dGB1.ptr, &lr, &nB1});
+    launch(sgd, blocks(nW2, 256), 1, 256, 1, {&dW2.ptr, &dGW2.ptr, &lr, &nW2});
+    launch(sgd, 1, 1, 256, 1, {&dB2.ptr, &dGB2.ptr, &lr, &nB2});
+
+    float loss = 0;
+    CHECK(cuMemcpyDtoH(&loss, dLoss.ptr, sizeof loss));  // synchronizes the step
+    std::printf("step %d loss %.6f (%s)\n", step, static_cast<double>(loss), floatBits(loss).c_str());
+    std::fflush(stdout);
+    if (sleepMs > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleepMs));
+  }
+
+  XXH3_state_t* hash = XXH3_createState();
+  XXH3_64bits_reset(hash);
+  for (const DeviceBuffer* b : {&dW1, &dB1, &dW2, &dB2}) {
+    std::vector<unsigned char> host(b->bytes);
+    CHECK(cuMemcpyDtoH(host.data(), b->ptr, b->bytes));
+    XXH3_64bits_update(hash, host.data(), host.size());
+  }
+  std::printf("weights checksum %016llx\n",
+              static_cast<unsigned long long>(XXH3_64bits_digest(hash)));
+  XXH3_freeState(hash);
+  CHECK(cuModuleUnload(module));
+  CHECK(cuDevicePrimaryCtxRelease(device));
+  return 0;
+}
