@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -183,10 +184,22 @@ std::shared_ptr<Stream> Context::createStream(unsigned flags, int priority) {
 
 void Context::forgetStream(const std::shared_ptr<Stream>& stream) {
   std::lock_guard lock(mutex_);
+  lastRecorded_.erase(stream->id());
   std::erase_if(streams_, [&](const std::weak_ptr<Stream>& w) {
     auto s = w.lock();
     return !s || s == stream;
   });
+}
+
+void Context::setLastRecordedLaunch(std::uint64_t stream, std::shared_ptr<RecordedLaunch> launch) {
+  std::lock_guard lock(mutex_);
+  lastRecorded_[stream] = std::move(launch);
+}
+
+std::shared_ptr<RecordedLaunch> Context::lastRecordedLaunch(std::uint64_t stream) const {
+  std::lock_guard lock(mutex_);
+  auto it = lastRecorded_.find(stream);
+  return it == lastRecorded_.end() ? nullptr : it->second;
 }
 
 std::uint64_t Context::submit(const std::shared_ptr<Stream>& stream, Stream::Work work,
@@ -1113,13 +1126,86 @@ Status Driver::launch(CUfunction handle, const LaunchConfig& config, CUstream st
   std::size_t index = f->index;
   Context* context = ref.context.get();
   Driver* driver = this;
+  // Whether to record is decided at enqueue time, so switching the recorder does
+  // not race with launches already queued.
+  std::shared_ptr<RecordedLaunch> recorded;
+  if (context->recordsAccesses()) {
+    recorded = std::make_shared<RecordedLaunch>();
+    recorded->accesses.function = handle;
+  }
+  // Published before the work is submitted, so it is findable by the time it runs.
+  // (Two threads launching on one stream at once: "last" is the last to publish.)
+  if (recorded) context->setLastRecordedLaunch(ref.stream->id(), recorded);
   ref.context->submit(ref.stream, [=, params = std::move(params)] {
     ContextAddressChecker checker(*driver, *context);
     StdoutPrintfSink sink;
-    LaunchContext launchContext{&checker, &sink, context->device()};
-    return program->launch(index, config, params, launchContext);
+    AccessRecord accesses;
+    LaunchContext launchContext{&checker, &sink, context->device(), recorded ? &accesses : nullptr};
+    Status status = program->launch(index, config, params, launchContext);
+    if (recorded) {
+      // Grouped now, while every allocation the kernel touched is still live.
+      recorded->recorded = accesses.recorded;
+      if (accesses.recorded) recorded->accesses.allocations = driver->groupByAllocation(accesses);
+      recorded->done.store(true, std::memory_order_release);
+    }
+    return status;
   });
   return Status::ok();
+}
+
+// --- Driver: access recorder ---------------------------------------------------------------
+
+Status Driver::setRecordAccesses(CUcontext handle, bool enabled) {
+  std::shared_ptr<Context> context;
+  if (handle == nullptr) {
+    ASSIGN_OR_RETURN(context, current());
+  } else {
+    ASSIGN_OR_RETURN(context, this->context(handle));
+  }
+  context->setRecordAccesses(enabled);
+  return Status::ok();
+}
+
+Result<LaunchAccesses> Driver::lastLaunchAccesses(CUstream handle) {
+  ASSIGN_OR_RETURN(StreamRef ref, stream(handle, false));
+  auto launch = ref.context->lastRecordedLaunch(ref.stream->id());
+  if (!launch) return cuError(CUDA_ERROR_NOT_FOUND, "no recorded launch was enqueued on the stream");
+  if (!launch->done.load(std::memory_order_acquire)) {
+    return cuError(CUDA_ERROR_NOT_READY, "the last recorded launch of the stream has not run yet");
+  }
+  if (!launch->recorded) {
+    return cuError(CUDA_ERROR_NOT_SUPPORTED, "the engine that ran the launch does not record accesses");
+  }
+  return launch->accesses;
+}
+
+std::vector<AllocationAccesses> Driver::groupByAllocation(const AccessRecord& record) const {
+  std::map<std::uint64_t, AllocationAccesses> byBase;
+  auto add = [&](const std::vector<ByteRange>& ranges, bool write) {
+    for (const ByteRange& r : ranges) {
+      std::uint64_t covered = 0;
+      for (const Allocation& a : allocations_.overlapping(r.begin, r.end - r.begin)) {
+        std::uint64_t begin = std::max(r.begin, a.base);
+        std::uint64_t end = std::min<std::uint64_t>(r.end, a.base + a.size);
+        AllocationAccesses& group = byBase[a.base];
+        group.base = a.base;
+        group.size = a.size;
+        // The engine's ranges are sorted and coalesced, so clipped pieces stay so.
+        (write ? group.writes : group.reads).push_back({begin - a.base, end - a.base});
+        covered += end - begin;
+      }
+      if (covered != r.end - r.begin) {
+        logger()->warn("access recorder: {} of the bytes [0x{:x}, 0x{:x}) lie outside every allocation",
+                       r.end - r.begin - covered, r.begin, r.end);
+      }
+    }
+  };
+  add(record.reads, false);
+  add(record.writes, true);
+  std::vector<AllocationAccesses> out;
+  out.reserve(byBase.size());
+  for (auto& [base, group] : byBase) out.push_back(std::move(group));
+  return out;
 }
 
 Result<CUlibrary> Driver::loadLibrary(const void* image) {

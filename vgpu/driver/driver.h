@@ -20,6 +20,7 @@
 #include "address_space.h"
 #include "copy_model.h"
 #include "device_profile.h"
+#include "phos/vgpu/export_table.h"
 #include "phos/vgpu/program.h"
 #include "stream.h"
 
@@ -72,6 +73,14 @@ class HandleTable {
   std::unordered_map<std::uint64_t, std::shared_ptr<T>> objects_;
 };
 
+// One launch enqueued while its context recorded accesses; the stream worker fills
+// it when the launch has run.
+struct RecordedLaunch {
+  std::atomic<bool> done{false};  // stored (release) once the fields below are final
+  bool recorded = false;          // false: the Program that ran it cannot record
+  LaunchAccesses accesses;
+};
+
 class Context {
  public:
   Context(std::uint64_t id, int device, unsigned flags, bool primary);
@@ -116,6 +125,13 @@ class Context {
   bool addPeer(std::uint64_t owner);     // false if already enabled
   bool removePeer(std::uint64_t owner);  // false if not enabled
 
+  // The access recorder: whether launches enqueued now are recorded, and the last
+  // recorded launch enqueued on each stream (by Stream::id()).
+  bool recordsAccesses() const { return recordAccesses_.load(std::memory_order_relaxed); }
+  void setRecordAccesses(bool enabled) { recordAccesses_ = enabled; }
+  void setLastRecordedLaunch(std::uint64_t stream, std::shared_ptr<RecordedLaunch> launch);
+  std::shared_ptr<RecordedLaunch> lastRecordedLaunch(std::uint64_t stream) const;
+
  private:
   std::shared_ptr<Stream> makeStream(Stream::Kind kind, unsigned flags, int priority);
 
@@ -127,6 +143,8 @@ class Context {
   std::atomic<int> sticky_{CUDA_SUCCESS};
   mutable std::mutex mutex_;
   std::set<std::uint64_t> peers_;  // guarded by mutex_
+  std::atomic<bool> recordAccesses_{false};
+  std::unordered_map<std::uint64_t, std::shared_ptr<RecordedLaunch>> lastRecorded_;  // guarded by mutex_
   Status asyncError_;  // guarded by mutex_
   std::mutex submitMutex_;
   std::shared_ptr<Stream> legacy_;
@@ -266,6 +284,14 @@ class Driver {
   Result<CUlibrary> loadLibraryFile(const char* path);
   Status unloadLibrary(CUlibrary library);
   Result<std::shared_ptr<Library>> library(CUlibrary handle) const;
+
+  // --- access recorder (export table) ---------------------------------------------------
+  // `handle` null: the current context.
+  Status setRecordAccesses(CUcontext handle, bool enabled);
+  Result<LaunchAccesses> lastLaunchAccesses(CUstream stream);
+  // `record`'s absolute ranges split at allocation boundaries, relative to each
+  // allocation; bytes outside every allocation are dropped (and logged).
+  std::vector<AllocationAccesses> groupByAllocation(const AccessRecord& record) const;
 
  private:
   Driver() = default;

@@ -43,7 +43,20 @@ bool isAccessible(CUcontext handle, std::uint64_t address, std::size_t size) {
   return context.isOk() && driver.isAccessible(**context, address, size);
 }
 
-const ExportTable kExportTable = {sizeof(ExportTable), &setProgramLoader, &isAccessible};
+CUresult setRecordAccesses(CUcontext context, bool enabled) {
+  return call(__func__, [&](Driver& d) { return d.setRecordAccesses(context, enabled); });
+}
+
+CUresult lastLaunchAccesses(CUstream stream, LaunchAccesses* out) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(out, "out"));
+    ASSIGN_OR_RETURN(*out, d.lastLaunchAccesses(stream));
+    return Status::ok();
+  });
+}
+
+const ExportTable kExportTable = {sizeof(ExportTable), &setProgramLoader, &isAccessible,
+                                  &setRecordAccesses, &lastLaunchAccesses};
 
 }  // namespace
 }  // namespace phos::vgpu::api

@@ -22,12 +22,17 @@ namespace phos::vgpu::engine {
 namespace detail {
 namespace {
 
+// Read once: hardware_concurrency() opens and parses a sysfs file, which was
+// half the cost of launching an empty kernel when asked at every launch.
 uint32_t defaultWorkers() {
-  if (const char* env = std::getenv("PHOS_VGPU_THREADS")) {
-    long v = std::strtol(env, nullptr, 10);
-    if (v > 0 && v <= 1024) return static_cast<uint32_t>(v);
-  }
-  return std::max(1u, std::thread::hardware_concurrency());
+  static const uint32_t workers = [] {
+    if (const char* env = std::getenv("PHOS_VGPU_THREADS")) {
+      long v = std::strtol(env, nullptr, 10);
+      if (v > 0 && v <= 1024) return static_cast<uint32_t>(v);
+    }
+    return std::max(1u, std::thread::hardware_concurrency());
+  }();
+  return workers;
 }
 
 // Flattens a (possibly nested) initializer into bytes of `elemSize` elements.
@@ -121,17 +126,26 @@ class EngineProgram final : public Program {
     launch.context = context;
     launch.workers = workers_ ? workers_ : defaultWorkers();
     AccessRecord record;
-    if (recordAccesses_) launch.record = &record;
+    if (recordAccesses_ || context.accesses != nullptr) launch.record = &record;
     LaunchStats stats;
     Status st = runKernel(launch, &stats);
     if (!st.isOk()) {
       // The fault names the instruction, the address and the thread.
       log::get("vgpu-engine")->warn("launch of {} ended: {}", info.name, st.message());
     }
+    if (context.accesses != nullptr) {
+      *context.accesses = record;
+      context.accesses->recorded = true;
+    }
     {
       std::lock_guard lock(statsMutex_);
       stats_ = stats;
-      accesses_ = std::move(record);
+      if (recordAccesses_) {
+        record.recorded = true;
+        accesses_ = std::move(record);
+      } else {
+        accesses_ = {};
+      }
     }
     return st;
   }

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include <cuda.h>
 
@@ -26,6 +27,23 @@ namespace phos::vgpu {
 inline constexpr CUuuid kExportTableId = {{'P', 'h', 'O', 'S', '-', 'v', 'g', 'p', 'u', '-', 't',
                                            'a', 'b', 'l', 'e', '1'}};
 
+// One allocation a recorded launch touched, as vgpu's allocation map knows it (a
+// cuMemAlloc* block, one module global, pinned or registered host memory, a VMM
+// mapping): the range cuMemGetAddressRange reports. Offsets are relative to `base`.
+struct AllocationAccesses {
+  std::uint64_t base = 0;
+  std::size_t size = 0;
+  std::vector<ByteRange> reads;   // bytes loaded (atomics included), sorted, coalesced
+  std::vector<ByteRange> writes;  // bytes stored (atomics included), sorted, coalesced
+  friend bool operator==(const AllocationAccesses&, const AllocationAccesses&) = default;
+};
+
+// What one recorded launch read and wrote in global and constant memory.
+struct LaunchAccesses {
+  CUfunction function = nullptr;                 // as given to the launch
+  std::vector<AllocationAccesses> allocations;  // the allocations touched, by base
+};
+
 struct ExportTable {
   std::size_t size;  // sizeof(ExportTable) of the driver; fields are only appended
   // Installs (or, with nullptr, removes) the engine used by module loading.
@@ -34,6 +52,20 @@ struct ExportTable {
   // The check a kernel of `context` gets through LaunchContext::memory.
   // False for an invalid context.
   bool (*isAccessible)(CUcontext context, std::uint64_t address, std::size_t size);
+
+  // The access recorder, for speculation tests (docs/vgpu.md). Turns recording on or
+  // off for the launches enqueued in `context` (null: the current context) from now
+  // on; a launch enqueued before the switch keeps the state it was enqueued with.
+  // Recording costs a range per lane access. CUDA_ERROR_INVALID_CONTEXT for a bad
+  // context.
+  CUresult (*setRecordAccesses)(CUcontext context, bool enabled);
+  // The accesses of the last launch enqueued on `stream` (NULL, CU_STREAM_LEGACY and
+  // CU_STREAM_PER_THREAD as in cu* calls) while recording was on. Synchronize the
+  // stream first: CUDA_ERROR_NOT_READY while that launch has not run,
+  // CUDA_ERROR_NOT_FOUND when no recorded launch was enqueued on the stream,
+  // CUDA_ERROR_NOT_SUPPORTED when the engine that ran it cannot record,
+  // CUDA_ERROR_INVALID_VALUE for a null `out`.
+  CUresult (*lastLaunchAccesses)(CUstream stream, LaunchAccesses* out);
 };
 
 }  // namespace phos::vgpu

@@ -98,11 +98,31 @@ struct LaunchConfig {
   std::uint32_t dynamicSharedBytes = 0;
 };
 
+// Half-open byte range [begin, end).
+struct ByteRange {
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+  friend bool operator==(const ByteRange&, const ByteRange&) = default;
+};
+
+// The global/constant memory one launch touched, as absolute addresses, sorted and
+// coalesced: every byte a load (or an atomic) read, every byte a store (or an
+// atomic) wrote. Shared, local and parameter memory are not included.
+struct AccessRecord {
+  std::vector<ByteRange> reads;
+  std::vector<ByteRange> writes;
+  bool recorded = false;  // set by a Program that filled the record
+};
+
 // Everything a launch may use besides its program and parameters.
 struct LaunchContext {
   const AddressChecker* memory = nullptr;  // never null during launch()
   PrintfSink* printf = nullptr;            // never null during launch()
   int device = 0;
+  // When set, the Program records what the launch reads and writes into it (also
+  // when it faults: the accesses made before the fault) and sets `recorded`. A
+  // Program that cannot record leaves it untouched.
+  AccessRecord* accesses = nullptr;
 };
 
 // Faults a kernel can raise; each maps to the CUresult of the same name and, as

@@ -11,7 +11,7 @@
 namespace phos::vgpu::engine {
 
 // The loader the driver registers. Programs it returns run launches with as many
-// worker threads as PHOS_VGPU_THREADS says (default: the hardware concurrency).
+// worker threads as PHOS_VGPU_THREADS says (default: the hardware concurrency; read once).
 std::shared_ptr<phos::vgpu::ProgramLoader> makeProgramLoader();
 
 // Counters of one launch: dynamic instructions executed, per warp and per lane.
@@ -27,20 +27,11 @@ LaunchStats lastLaunchStats(const phos::vgpu::Program& program);
 // Overrides the worker-thread count of launches of `program` (0: the default).
 void setWorkerThreads(phos::vgpu::Program& program, uint32_t workers);
 
-// Half-open byte range [begin, end) of device memory.
-struct ByteRange {
-  uint64_t begin = 0;
-  uint64_t end = 0;
-  friend bool operator==(const ByteRange&, const ByteRange&) = default;
-};
-
-// The global/constant memory one launch touched, sorted and coalesced: every byte a
-// load (or an atomic) read, every byte a store (or an atomic) wrote. Shared, local
-// and parameter memory are not included.
-struct AccessRecord {
-  std::vector<ByteRange> reads;
-  std::vector<ByteRange> writes;
-};
+// Byte ranges and access records are the driver seam's (program.h): the driver asks
+// for a launch's accesses through LaunchContext::accesses; the functions below are
+// the engine's own switch for tests that hold a Program directly.
+using phos::vgpu::AccessRecord;
+using phos::vgpu::ByteRange;
 
 // Turns the per-launch access recorder of `program` on or off (off by default; it
 // costs a record per lane access).
