@@ -2,6 +2,8 @@
 // vgpu copy-engine benchmark: achieved bandwidth per modelled link against its configured value.
 #include <cuda.h>
 
+#include "cu_check.h"
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -10,17 +12,6 @@
 #include <vector>
 
 namespace {
-
-#define CHECK(expr)                                                          \
-  do {                                                                       \
-    CUresult r_ = (expr);                                                    \
-    if (r_ != CUDA_SUCCESS) {                                                \
-      const char* name_ = nullptr;                                           \
-      cuGetErrorName(r_, &name_);                                            \
-      std::fprintf(stderr, "%s failed: %s\n", #expr, name_ ? name_ : "?");   \
-      std::exit(1);                                                          \
-    }                                                                        \
-  } while (0)
 
 struct Row {
   std::string link;
@@ -32,10 +23,10 @@ struct Row {
 template <typename Copy>
 double measure(CUstream stream, std::size_t bytes, int reps, Copy copy) {
   copy();  // warm-up: maps pages, starts workers
-  CHECK(cuStreamSynchronize(stream));
+  CU_CHECK(cuStreamSynchronize(stream));
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < reps; ++i) copy();
-  CHECK(cuStreamSynchronize(stream));
+  CU_CHECK(cuStreamSynchronize(stream));
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return static_cast<double>(bytes) * reps / seconds / 1e9;
 }
@@ -51,32 +42,32 @@ int main(int argc, char** argv) {
   // stay bound by memcpy.
   setenv("PHOS_VGPU_BANDWIDTH_SCALE", "20", 0);
   const double scale = std::atof(std::getenv("PHOS_VGPU_BANDWIDTH_SCALE"));
-  CHECK(cuInit(0));
+  CU_CHECK(cuInit(0));
   const std::size_t bytes = std::size_t{64} << 20;
   const int reps = 8;
   CUcontext c0 = nullptr, c1 = nullptr;
-  CHECK(cuCtxCreate(&c1, nullptr, 0, 1));
-  CHECK(cuCtxCreate(&c0, nullptr, 0, 0));
+  CU_CHECK(cuCtxCreate(&c1, nullptr, 0, 1));
+  CU_CHECK(cuCtxCreate(&c0, nullptr, 0, 0));
   CUstream s = nullptr;
-  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CU_CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CUdeviceptr a = 0, b = 0, peer = 0;
-  CHECK(cuMemAlloc(&a, bytes));
-  CHECK(cuMemAlloc(&b, bytes));
+  CU_CHECK(cuMemAlloc(&a, bytes));
+  CU_CHECK(cuMemAlloc(&b, bytes));
   void* pinned = nullptr;
-  CHECK(cuMemAllocHost(&pinned, bytes));
-  CHECK(cuCtxPushCurrent(c1));
-  CHECK(cuMemAlloc(&peer, bytes));
-  CHECK(cuCtxPopCurrent(nullptr));
+  CU_CHECK(cuMemAllocHost(&pinned, bytes));
+  CU_CHECK(cuCtxPushCurrent(c1));
+  CU_CHECK(cuMemAlloc(&peer, bytes));
+  CU_CHECK(cuCtxPopCurrent(nullptr));
 
   std::vector<Row> rows;
   rows.push_back({"host->device (PCIe)", 25.0,
-                  measure(s, bytes, reps, [&] { CHECK(cuMemcpyHtoDAsync(a, pinned, bytes, s)); })});
+                  measure(s, bytes, reps, [&] { CU_CHECK(cuMemcpyHtoDAsync(a, pinned, bytes, s)); })});
   rows.push_back({"device->host (PCIe)", 25.0,
-                  measure(s, bytes, reps, [&] { CHECK(cuMemcpyDtoHAsync(pinned, a, bytes, s)); })});
+                  measure(s, bytes, reps, [&] { CU_CHECK(cuMemcpyDtoHAsync(pinned, a, bytes, s)); })});
   rows.push_back({"device->device (local)", 1500.0,
-                  measure(s, bytes, reps * 4, [&] { CHECK(cuMemcpyDtoDAsync(b, a, bytes, s)); })});
+                  measure(s, bytes, reps * 4, [&] { CU_CHECK(cuMemcpyDtoDAsync(b, a, bytes, s)); })});
   rows.push_back({"device0->device1 (NVLink)", 50.0,
-                  measure(s, bytes, reps, [&] { CHECK(cuMemcpyPeerAsync(peer, c1, a, c0, bytes, s)); })});
+                  measure(s, bytes, reps, [&] { CU_CHECK(cuMemcpyPeerAsync(peer, c1, a, c0, bytes, s)); })});
 
   std::string json = "{\n  \"benchmark\": \"vgpu-copy\",\n  \"bytes\": " + std::to_string(bytes) + ",\n  \"links\": [\n";
   std::printf("bandwidth scale %.1f: modelled = configured / scale\n", scale);

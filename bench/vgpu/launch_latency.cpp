@@ -2,6 +2,8 @@
 // vgpu kernel launch latency: an empty kernel, launched asynchronously and as a launch+synchronize round trip, against a 1-byte memset.
 #include <cuda.h>
 
+#include "cu_check.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,17 +14,6 @@
 #include <vector>
 
 namespace {
-
-#define CHECK(expr)                                                          \
-  do {                                                                       \
-    CUresult r_ = (expr);                                                    \
-    if (r_ != CUDA_SUCCESS) {                                                \
-      const char* name_ = nullptr;                                           \
-      cuGetErrorName(r_, &name_);                                            \
-      std::fprintf(stderr, "%s failed: %s\n", #expr, name_ ? name_ : "?");   \
-      std::exit(1);                                                          \
-    }                                                                        \
-  } while (0)
 
 // Written by hand so the benchmark needs no nvcc: what nvcc emits for
 // `extern "C" __global__ void empty() {}`.
@@ -67,7 +58,7 @@ constexpr int kRoundTrips = 5000;
 Row measure(const std::string& name, CUstream stream, const std::function<void()>& op) {
   Row row{name, {}, {}, {}};
   for (int i = 0; i < 1000; ++i) op();  // warm-up: the stream worker, allocator, caches
-  CHECK(cuStreamSynchronize(stream));
+  CU_CHECK(cuStreamSynchronize(stream));
 
   std::vector<double> enqueue, batch;
   enqueue.reserve(static_cast<std::size_t>(kBatch) * kBatches);
@@ -78,7 +69,7 @@ Row measure(const std::string& name, CUstream stream, const std::function<void()
       op();
       enqueue.push_back(microseconds(Clock::now() - t0));
     }
-    CHECK(cuStreamSynchronize(stream));
+    CU_CHECK(cuStreamSynchronize(stream));
     batch.push_back(microseconds(Clock::now() - start) / kBatch);
   }
   row.enqueue = summarize(std::move(enqueue));
@@ -89,7 +80,7 @@ Row measure(const std::string& name, CUstream stream, const std::function<void()
   for (int i = 0; i < kRoundTrips; ++i) {
     Clock::time_point t0 = Clock::now();
     op();
-    CHECK(cuStreamSynchronize(stream));
+    CU_CHECK(cuStreamSynchronize(stream));
     roundTrip.push_back(microseconds(Clock::now() - t0));
   }
   row.roundTrip = summarize(std::move(roundTrip));
@@ -104,25 +95,25 @@ std::string json(const Summary& s) {
 
 int main(int argc, char** argv) {
   setenv("PHOS_VGPU_BANDWIDTH_SCALE", "0", 0);  // the memset baseline: no modelled copy time
-  CHECK(cuInit(0));
+  CU_CHECK(cuInit(0));
   CUcontext context = nullptr;
-  CHECK(cuCtxCreate(&context, nullptr, 0, 0));
+  CU_CHECK(cuCtxCreate(&context, nullptr, 0, 0));
   CUmodule module = nullptr;
-  CHECK(cuModuleLoadData(&module, kEmptyKernelPtx));
+  CU_CHECK(cuModuleLoadData(&module, kEmptyKernelPtx));
   CUfunction empty = nullptr;
-  CHECK(cuModuleGetFunction(&empty, module, "empty"));
+  CU_CHECK(cuModuleGetFunction(&empty, module, "empty"));
   CUstream stream = nullptr;
-  CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CU_CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   CUdeviceptr byte = 0;
-  CHECK(cuMemAlloc(&byte, 1));
+  CU_CHECK(cuMemAlloc(&byte, 1));
 
   std::vector<Row> rows;
   rows.push_back(measure("cuLaunchKernel empty<<<1,1>>>", stream,
-                         [&] { CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr)); }));
+                         [&] { CU_CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr)); }));
   rows.push_back(measure("cuLaunchKernel empty<<<1,256>>>", stream,
-                         [&] { CHECK(cuLaunchKernel(empty, 1, 1, 1, 256, 1, 1, 0, stream, nullptr, nullptr)); }));
+                         [&] { CU_CHECK(cuLaunchKernel(empty, 1, 1, 1, 256, 1, 1, 0, stream, nullptr, nullptr)); }));
   rows.push_back(measure("cuMemsetD8Async 1 byte (baseline)", stream,
-                         [&] { CHECK(cuMemsetD8Async(byte, 0x5a, 1, stream)); }));
+                         [&] { CU_CHECK(cuMemsetD8Async(byte, 0x5a, 1, stream)); }));
 
   std::printf("%d batches of %d async operations then a sync; %d launch+sync round trips (microseconds)\n",
               kBatches, kBatch, kRoundTrips);
@@ -142,9 +133,9 @@ int main(int argc, char** argv) {
   out += "  ]\n}\n";
   if (argc == 3 && std::string(argv[1]) == "--out") std::ofstream(argv[2]) << out;
 
-  CHECK(cuMemFree(byte));
-  CHECK(cuStreamDestroy(stream));
-  CHECK(cuModuleUnload(module));
-  CHECK(cuCtxDestroy(context));
+  CU_CHECK(cuMemFree(byte));
+  CU_CHECK(cuStreamDestroy(stream));
+  CU_CHECK(cuModuleUnload(module));
+  CU_CHECK(cuCtxDestroy(context));
   return 0;
 }

@@ -10,24 +10,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
+
+from job_output import lines, wait_for
 
 ITERATIONS, MS = 30, 30
 
 
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
-
-
-def lines(path: pathlib.Path):
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def alive(pid: int) -> bool:

@@ -6,9 +6,10 @@ import os
 import pathlib
 import signal
 import subprocess
-import time
 
 import pytest
+
+from job_output import lines, wait_for
 
 ITERATIONS, MS = 30, 30
 
@@ -20,17 +21,6 @@ def criu_path(phos) -> str:
     return check["detail"].split()[0]
 
 
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
-
-
-def lines(path: pathlib.Path):
-    return path.read_text().splitlines() if path.exists() else []
 
 
 @pytest.fixture(scope="module")

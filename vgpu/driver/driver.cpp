@@ -612,16 +612,7 @@ Status Driver::copy(const StreamRef& ref, std::uint64_t dst, std::uint64_t src, 
     });
     return Status::ok();
   });
-  // "For transfers from pageable host memory to device memory, a stream sync is
-  // performed before the copy is initiated" and "for transfers from device memory
-  // to pageable host memory, the function will return only once the copy has
-  // completed": vgpu waits for any copy that touches pageable memory.
-  bool pageable = (d.device < 0 && !d.pinned) || (s.device < 0 && !s.pinned);
-  if (!async || pageable) {
-    ref.stream->wait(seq);
-    return ref.context->usable();
-  }
-  return Status::ok();
+  return finishCopy(ref, seq, d, s, async);
 }
 
 Status Driver::copyRows(const StreamRef& ref, std::vector<std::pair<std::uint64_t, std::uint64_t>> rows,
@@ -642,6 +633,15 @@ Status Driver::copyRows(const StreamRef& ref, std::vector<std::pair<std::uint64_
     });
     return Status::ok();
   });
+  return finishCopy(ref, seq, d, s, async);
+}
+
+// "For transfers from pageable host memory to device memory, a stream sync is
+// performed before the copy is initiated" and "for transfers from device memory
+// to pageable host memory, the function will return only once the copy has
+// completed": vgpu waits for any copy that touches pageable memory.
+Status Driver::finishCopy(const StreamRef& ref, std::uint64_t seq, const CopyEndpoint& d,
+                          const CopyEndpoint& s, bool async) {
   bool pageable = (d.device < 0 && !d.pinned) || (s.device < 0 && !s.pinned);
   if (!async || pageable) {
     ref.stream->wait(seq);

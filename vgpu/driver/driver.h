@@ -235,6 +235,9 @@ class Driver {
   Status registerHost(void* pointer, std::size_t bytes, unsigned flags, std::uint64_t context);
   Status unregisterHost(void* pointer);
   // INVALID_VALUE unless [address, address+bytes) lies in memory a copy may touch.
+  // Waits for an enqueued copy when CUDA's semantics make the call synchronous.
+  Status finishCopy(const StreamRef& ref, std::uint64_t seq, const CopyEndpoint& d,
+                    const CopyEndpoint& s, bool async);
   Result<CopyEndpoint> classify(std::uint64_t address, std::size_t bytes, bool mustBeDevice);
   bool isAccessible(const Context& context, std::uint64_t address, std::size_t bytes) const;
   // Copies on `stream` and, unless `async` (and the host side is pinned), waits.

@@ -2014,18 +2014,38 @@ class BlockRunner {
     return Step::kContinue;
   }
 
+  // PTX min/max on floats: a NaN operand loses to a number (both NaN, or .NaN:
+  // the canonical NaN), and -0.0 is smaller than +0.0. Which operand wins, for
+  // every float width (f16/bf16 values are exact in double).
+  enum class MinMaxPick { kA, kB, kNaN };
+  static MinMaxPick minMaxPick(bool isMin, double a, double b, bool propagateNan) {
+    bool an = std::isnan(a), bn = std::isnan(b);
+    if (an || bn) {
+      if (propagateNan || (an && bn)) return MinMaxPick::kNaN;
+      return an ? MinMaxPick::kB : MinMaxPick::kA;
+    }
+    if (a == b) return (isMin ? std::signbit(a) : !std::signbit(a)) ? MinMaxPick::kA : MinMaxPick::kB;
+    return (isMin ? a < b : a > b) ? MinMaxPick::kA : MinMaxPick::kB;
+  }
+
+  // The winning operand's bits, or `nanBits`.
+  static uint64_t minMaxBits(bool isMin, double a, double b, uint64_t ab, uint64_t bb,
+                             bool propagateNan, uint64_t nanBits) {
+    switch (minMaxPick(isMin, a, b, propagateNan)) {
+      case MinMaxPick::kA: return ab;
+      case MinMaxPick::kB: return bb;
+      case MinMaxPick::kNaN: return nanBits;
+    }
+    return nanBits;
+  }
+
   static float minMaxF32(bool isMin, float x, float y, bool propagateNan) {
-    bool xn = std::isnan(x), yn = std::isnan(y);
-    if (xn || yn) {
-      if (propagateNan || (xn && yn)) return asF32(kCanonicalNanF32);
-      return xn ? y : x;
+    switch (minMaxPick(isMin, x, y, propagateNan)) {
+      case MinMaxPick::kA: return x;
+      case MinMaxPick::kB: return y;
+      case MinMaxPick::kNaN: return asF32(kCanonicalNanF32);
     }
-    if (x == y) {
-      // -0.0 is smaller than +0.0.
-      bool pick = isMin ? std::signbit(x) : !std::signbit(x);
-      return pick ? x : y;
-    }
-    return (isMin ? x < y : x > y) ? x : y;
+    return asF32(kCanonicalNanF32);
   }
 
   static bool f32Lane(const Inst& in, uint64_t ab, uint64_t bb, uint64_t cb, uint64_t* out) {
@@ -2112,22 +2132,10 @@ class BlockRunner {
       case Opcode::kAbs: *out = ab & 0x7fffffffffffffffull; return true;
       case Opcode::kNeg: *out = ab ^ 0x8000000000000000ull; return true;
       case Opcode::kCopysign: *out = (ab & 0x8000000000000000ull) | (bb & 0x7fffffffffffffffull); return true;
-      case Opcode::kMin: case Opcode::kMax: {
-        bool isMin = in.op == Opcode::kMin;
-        bool an = std::isnan(a), bn = std::isnan(b);
-        if (an || bn) {
-          if (in.m.has(Flag::kNaN) || (an && bn)) { *out = 0x7fffffffffffffffull; return true; }
-          *out = an ? bb : ab;
-          return true;
-        }
-        if (a == b) {
-          bool pick = isMin ? std::signbit(a) : !std::signbit(a);
-          *out = pick ? ab : bb;
-          return true;
-        }
-        *out = (isMin ? a < b : a > b) ? ab : bb;
+      case Opcode::kMin: case Opcode::kMax:
+        *out = minMaxBits(in.op == Opcode::kMin, a, b, ab, bb, in.m.has(Flag::kNaN),
+                          0x7fffffffffffffffull);
         return true;
-      }
       default:
         return false;
     }
@@ -2156,22 +2164,10 @@ class BlockRunner {
       case Opcode::kFma: case Opcode::kMad: *out = enc(std::fma(a, b, c)); return true;
       case Opcode::kNeg: *out = (ab ^ 0x8000u) & 0xffffu; return true;
       case Opcode::kAbs: *out = ab & 0x7fffu; return true;
-      case Opcode::kMin: case Opcode::kMax: {
-        bool isMin = in.op == Opcode::kMin;
-        bool an = std::isnan(a), bn = std::isnan(b);
-        if (an || bn) {
-          if (in.m.has(Flag::kNaN) || (an && bn)) { *out = 0x7fff; return true; }
-          *out = (an ? bb : ab) & 0xffff;
-          return true;
-        }
-        if (a == b) {
-          bool pick = isMin ? std::signbit(a) : !std::signbit(a);
-          *out = (pick ? ab : bb) & 0xffff;
-          return true;
-        }
-        *out = ((isMin ? a < b : a > b) ? ab : bb) & 0xffff;
+      case Opcode::kMin: case Opcode::kMax:
+        *out = minMaxBits(in.op == Opcode::kMin, a, b, ab & 0xffff, bb & 0xffff,
+                          in.m.has(Flag::kNaN), 0x7fff);
         return true;
-      }
       default:
         return false;
     }
