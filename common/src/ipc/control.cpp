@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+// Client side of phosd's control socket.
+#include "phos/common/ipc/control.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace phos::ipc {
+
+std::string runtimeDir() {
+  if (const char* d = std::getenv("PHOS_RUNTIME_DIR"); d != nullptr && *d != '\0') return d;
+  if (geteuid() == 0) return "/run/phos";
+  if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x != nullptr && *x != '\0') return std::string(x) + "/phos";
+  return fmt::format("/tmp/phos-{}", geteuid());
+}
+
+std::string controlSocketPath(const std::string& runtimeDirectory) { return runtimeDirectory + "/phosd.sock"; }
+
+Result<std::string> controlRequest(const std::string& socketPath, const std::string& request,
+                                   std::chrono::milliseconds timeout) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socketPath.size() >= sizeof(addr.sun_path)) {
+    return makeError(Code::kInvalidArgument, "control socket path {} is too long", socketPath);
+  }
+  std::memcpy(addr.sun_path, socketPath.c_str(), socketPath.size() + 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errnoError(errno, "socket");
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int e = errno;
+    return Status(Code::kUnavailable, fmt::format("no phosd at {}: {}", socketPath, std::strerror(e)));
+  }
+  std::string line = request + "\n";
+  for (size_t done = 0; done < line.size();) {
+    ssize_t n = send(fd, line.data() + done, line.size() - done, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errnoError(errno, fmt::format("cannot send to phosd at {}", socketPath));
+    }
+    done += static_cast<size_t>(n);
+  }
+  std::string answer;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  char buf[4096];
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return makeError(Code::kUnavailable, "phosd at {} did not answer in time", socketPath);
+    pollfd p{fd, POLLIN, 0};
+    int ready = poll(&p, 1, static_cast<int>(left.count()));
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      return errnoError(errno, "poll");
+    }
+    if (ready == 0) continue;
+    ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errnoError(errno, fmt::format("cannot read from phosd at {}", socketPath));
+    }
+    if (n == 0) break;
+    answer.append(buf, static_cast<size_t>(n));
+    if (answer.size() > kMaxControlMessage) return makeError(Code::kDataLoss, "answer of phosd is too long");
+    if (auto nl = answer.find('\n'); nl != std::string::npos) {
+      answer.resize(nl);
+      return answer;
+    }
+  }
+  if (answer.empty()) return makeError(Code::kUnavailable, "phosd at {} closed the connection", socketPath);
+  return answer;
+}
+
+}  // namespace phos::ipc
