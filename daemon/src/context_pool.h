@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+// ContextPool: GPU contexts created when phosd starts, so that no session
+// (and no restore) creates one on its critical path.
+#pragma once
+
+#include <cuda.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "driver_table.h"
+
+namespace phos::daemon {
+
+class ContextPool {
+ public:
+  // Creates `perDevice` contexts on each of the driver's devices.
+  ContextPool(const DriverTable& driver, int perDevice);
+  ~ContextPool();
+  ContextPool(const ContextPool&) = delete;
+  ContextPool& operator=(const ContextPool&) = delete;
+
+  int deviceCount() const { return static_cast<int>(free_.size()); }
+  // A context of `device`, not current on any thread. From the pool when it
+  // has one (refilled in the background), else created now.
+  Result<CUcontext> take(int device, unsigned flags);
+  // Destroys a context a session no longer uses (freeing its memory) and
+  // creates a replacement in the background.
+  void retire(CUcontext context, int device);
+
+  struct Stats {
+    int device;
+    int free;
+    int target;
+  };
+  std::vector<Stats> stats() const;
+  uint64_t misses() const;
+
+ private:
+  Result<CUcontext> create(int device, unsigned flags);
+  void refill();
+
+  const DriverTable& driver_;
+  int perDevice_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<std::vector<CUcontext>> free_;
+  std::vector<std::pair<CUcontext, int>> retired_;
+  uint64_t misses_ = 0;
+  bool stop_ = false;
+  std::thread refiller_;
+};
+
+}  // namespace phos::daemon

@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+// ServerCall: decoding checks, handle translation and replies.
+#include "server_call.h"
+
+#include "phos/common/log.h"
+#include "phos/cuda_api/api_table.h"
+#include "session.h"
+
+#define PHOS_HANDLE_TYPE_NAMES
+#include "handle_types.h"
+
+namespace phos::daemon {
+namespace {
+
+// Where CUDA reports the errors of asynchronous work: the synchronizing calls.
+bool synchronizing(cuda_api::EntryPointId id) {
+  std::string_view name = cuda_api::entryPoint(id).publicName;
+  return name == "cuCtxSynchronize" || name == "cuStreamSynchronize" || name == "cuEventSynchronize" ||
+         name == "cuMemcpyDtoH" || name == "cuMemcpyHtoD" || name == "cuMemcpy" || name == "cuMemcpyDtoD";
+}
+
+}  // namespace
+
+ServerCall::ServerCall(Session& session, const ipc::CallHeader& header, std::span<const std::byte> args,
+                       bool expectsReply, std::span<std::byte> replyBuffer)
+    : session_(session), driver_(session.driver()), header_(header), args_(args), expectsReply_(expectsReply),
+      replyBuffer_(replyBuffer), replyEncoder_(replyBuffer) {}
+
+bool ServerCall::argumentsComplete() {
+  if (args_.ok() && args_.atEnd()) return true;
+  log::get("daemon")->warn("session {}: malformed arguments of {} ({} bytes left)", session_.id(),
+                           cuda_api::entryPoint(entry()).symbol, args_.remaining());
+  fail(CUDA_ERROR_INVALID_VALUE);
+  return false;
+}
+
+bool ServerCall::resolveRaw(HandleType type, uint64_t id, void** out) {
+  if (id == 0) {
+    *out = nullptr;
+    return true;
+  }
+  void* real = nullptr;
+  if (type == HandleType::kCUctx_st) {
+    auto& contexts = session_.contexts();
+    auto it = contexts.find(id);
+    real = it != contexts.end() ? it->second.real : nullptr;
+  } else {
+    real = session_.handles().resolve(type, id);
+  }
+  if (real == nullptr) {
+    fail(type == HandleType::kCUctx_st ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_INVALID_HANDLE);
+    return false;
+  }
+  *out = real;
+  return true;
+}
+
+bool ServerCall::resolveStream(uint64_t id, bool perThreadVariant, CUstream* out) {
+  const auto legacy = reinterpret_cast<uint64_t>(CU_STREAM_LEGACY);
+  const auto perThread = reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD);
+  if (id == perThread || (id == 0 && perThreadVariant)) {
+    auto s = session_.perThreadStream(header_.thread);
+    if (!s.isOk()) {
+      fail(CUDA_ERROR_OUT_OF_MEMORY);
+      return false;
+    }
+    *out = *s;
+    return true;
+  }
+  if (id == 0 || id == legacy) {
+    *out = reinterpret_cast<CUstream>(id);
+    return true;
+  }
+  return resolve(HandleType::kCUstream_st, id, out);
+}
+
+bool ServerCall::checkDevicePointer(CUdeviceptr p) {
+  if (p == 0 || session_.findAllocation(p) != nullptr || session_.findPinned(p) != nullptr) return true;
+  fail(CUDA_ERROR_INVALID_VALUE);
+  return false;
+}
+
+bool ServerCall::checkDeviceRange(CUdeviceptr p, size_t bytes) {
+  if (bytes == 0 || session_.ownsRange(p, bytes)) return true;
+  fail(CUDA_ERROR_INVALID_VALUE);
+  return false;
+}
+
+ipc::Encoder& ServerCall::reply(CUresult result) {
+  if (expectsReply_ && result == CUDA_SUCCESS && synchronizing(entry())) {
+    result = session_.takeDeferredError();
+  }
+  result_ = result;
+  replyEncoder_ = ipc::Encoder(replyBuffer_);
+  ipc::ReplyHeader h;
+  h.result = static_cast<int32_t>(result);
+  replyEncoder_.value(h);
+  return replyEncoder_;
+}
+
+uint64_t ServerCall::exportHandle(HandleType type, CUresult result, void* real) {
+  if (result != CUDA_SUCCESS) return 0;
+  return session_.handles().exportHandle(type, real);
+}
+
+void ServerCall::send() {
+  if (sent_) return;
+  sent_ = true;
+  if (!expectsReply_ && result_ != CUDA_SUCCESS) session_.deferError(result_);
+  if (replyEncoder_.overflow()) {
+    // Outputs larger than a slot: a bug in the server function, not the client's.
+    log::get("daemon")->error("reply of {} does not fit a ring slot", cuda_api::entryPoint(entry()).symbol);
+    reply(CUDA_ERROR_UNKNOWN);
+  }
+}
+
+void ServerCall::fail(CUresult result) {
+  reply(result);
+  send();
+}
+
+}  // namespace phos::daemon
