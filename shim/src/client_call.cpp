@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: Apache-2.0
+// Forwarding one call through the session's ring.
+#include "client_call.h"
+
+#include <array>
+#include <atomic>
+
+#include "connection.h"
+#include "phos/common/log.h"
+#include "phos/cuda_api/api_table.h"
+
+namespace phos::shim {
+namespace {
+
+// Per thread: one request being built and one reply being read at a time.
+// Large enough for any slot phosd configures.
+constexpr size_t kBufferBytes = 64 * 1024;
+
+std::span<std::byte> requestBuffer() {
+  thread_local std::array<std::byte, kBufferBytes> buffer;
+  return buffer;
+}
+std::span<std::byte> replyBuffer() {
+  thread_local std::array<std::byte, kBufferBytes> buffer;
+  return buffer;
+}
+
+// Once phosd is gone every call fails the same way; say it once.
+CUresult daemonGone(const Status& why) {
+  if (why.code() == Code::kInvalidArgument || why.code() == Code::kOutOfRange) {
+    // Not the daemon: a request or reply larger than a ring slot.
+    log::get("shim")->warn("{}", why.message());
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) log::get("shim")->error("phosd is gone: {}", why.message());
+  return CUDA_ERROR_DEVICE_UNAVAILABLE;
+}
+
+}  // namespace
+
+ReplyReader::ReplyReader(std::span<const std::byte> bytes) : result_(CUDA_ERROR_UNKNOWN), ok_(false), decoder_(bytes) {
+  auto header = decoder_.value<ipc::ReplyHeader>();
+  if (decoder_.ok()) {
+    result_ = static_cast<CUresult>(header.result);
+    ok_ = true;
+  }
+}
+
+ClientCall::ClientCall(cuda_api::EntryPointId id) : id_(id), encoder_(requestBuffer()) {
+  ipc::CallHeader header;
+  header.entry = static_cast<uint32_t>(id);
+  header.context = currentContext();
+  header.thread = threadId();
+  encoder_.value(header);
+}
+
+CUresult ClientCall::ready() const {
+  if (!Connection::instance().connected()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (encoder_.overflow()) {
+    log::get("shim")->warn("{}: the call's arguments do not fit a ring slot", cuda_api::entryPoint(id_).symbol);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+ReplyReader ClientCall::run() {
+  if (CUresult r = ready(); r != CUDA_SUCCESS) return ReplyReader(r);
+  auto reply = replyBuffer();
+  auto n = Connection::instance().ring().call(encoder_.written(), reply);
+  if (!n.isOk()) return ReplyReader(daemonGone(n.status()));
+  return ReplyReader(std::span<const std::byte>(reply.data(), *n));
+}
+
+CUresult ClientCall::post() {
+  if (CUresult r = ready(); r != CUDA_SUCCESS) return r;
+  Status s = Connection::instance().ring().post(encoder_.written());
+  return s.isOk() ? CUDA_SUCCESS : daemonGone(s);
+}
+
+}  // namespace phos::shim

@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+// ClientCall: one Driver API call forwarded to phosd, the interface the
+// generated and the handwritten shim functions are written against.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <span>
+
+#include "phos/common/ipc/wire.h"
+#include "phos/cuda_api/dispatch.h"
+
+namespace phos::shim {
+
+// The decoded reply of a synchronous call.
+class ReplyReader {
+ public:
+  ReplyReader(CUresult transportError) : result_(transportError), ok_(false), decoder_({}) {}
+  ReplyReader(std::span<const std::byte> bytes);
+
+  // False when the call failed before the driver ran (no daemon, malformed
+  // reply); result() then says why.
+  bool ok() const { return ok_; }
+  CUresult result() const { return result_; }
+  ipc::Decoder& decoder() { return decoder_; }
+
+  // Outputs, in parameter order: a presence byte, then the value.
+  template <typename T>
+  void out(T* p) {
+    if (!decoder_.present()) return;
+    T v = decoder_.value<T>();
+    if (p != nullptr) *p = v;
+  }
+  template <typename H>
+  void outHandle(H* p) {
+    if (!decoder_.present()) return;
+    uint64_t id = decoder_.u64();
+    if (p != nullptr) *p = reinterpret_cast<H>(id);
+  }
+  // The driver's result. A failed call may come back without its outputs
+  // (phosd refused it before the driver ran); a successful one without them
+  // is malformed: CUDA_ERROR_UNKNOWN.
+  CUresult finish() const { return decoder_.ok() || result_ != CUDA_SUCCESS ? result_ : CUDA_ERROR_UNKNOWN; }
+
+ private:
+  CUresult result_;
+  bool ok_;
+  ipc::Decoder decoder_;
+};
+
+class ClientCall {
+ public:
+  explicit ClientCall(cuda_api::EntryPointId id);
+  ClientCall(const ClientCall&) = delete;
+  ClientCall& operator=(const ClientCall&) = delete;
+
+  ipc::Encoder& args() { return encoder_; }
+  // Sends the call and waits for its reply.
+  ReplyReader run();
+  // Sends the call without waiting: CUDA_SUCCESS once it is in the ring.
+  CUresult post();
+
+  static uint64_t handleId(const void* handle) { return reinterpret_cast<uintptr_t>(handle); }
+
+ private:
+  CUresult ready() const;
+  cuda_api::EntryPointId id_;
+  ipc::Encoder encoder_;
+};
+
+namespace generated {
+void installGenerated(cuda_api::Dispatch& table);
+int generatedCount();
+}  // namespace generated
+
+// The handwritten entry points (custom_calls.cpp), installed over the generated ones.
+void installCustom(cuda_api::Dispatch& table);
+
+}  // namespace phos::shim

@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: Apache-2.0
+// Attaching to phosd, and the shim's view of its session.
+#include "connection.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "phos/common/ipc/control.h"
+#include "phos/common/log.h"
+
+namespace phos::shim {
+
+Connection& Connection::instance() {
+  // Never destroyed: application threads may still call in during exit.
+  static Connection* c = new Connection();
+  return *c;
+}
+
+CUresult Connection::connect() {
+  std::lock_guard lock(connectMutex_);
+  if (ring_.has_value()) return CUDA_SUCCESS;
+  auto log = log::get("shim");
+  socketPath_ = ipc::controlSocketPath(ipc::runtimeDir());
+  nlohmann::json request{{"op", "attach"}, {"pid", getpid()}};
+  auto answer = ipc::controlRequest(socketPath_, request.dump());
+  if (!answer.isOk()) {
+    log->error("cuInit: {} (start one with `phos daemon`, or run the program with `phos run`)",
+               answer.status().message());
+    return CUDA_ERROR_NO_DEVICE;
+  }
+  auto reply = nlohmann::json::parse(*answer, nullptr, false);
+  if (reply.is_discarded() || !reply.is_object() || !reply.value("ok", false) || !reply.contains("ring") ||
+      !reply["ring"].is_string()) {
+    log->error("cuInit: phosd at {} refused the session: {}", socketPath_, *answer);
+    return CUDA_ERROR_NO_DEVICE;
+  }
+  auto ring = ipc::CallRing::open(reply["ring"].get<std::string>());
+  if (!ring.isOk()) {
+    log->error("cuInit: cannot map the session's ring: {}", ring.status().message());
+    return CUDA_ERROR_NO_DEVICE;
+  }
+  session_ = reply.value("session", uint64_t{0});
+  ring_.emplace(std::move(*ring));
+  log->info("attached to phosd at {} (session {})", socketPath_, session_);
+  return CUDA_SUCCESS;
+}
+
+void Connection::addContext(uint64_t id) {
+  std::unique_lock lock(mutex_);
+  if (std::find(contexts_.begin(), contexts_.end(), id) == contexts_.end()) contexts_.push_back(id);
+}
+
+void Connection::removeContext(uint64_t id) {
+  std::unique_lock lock(mutex_);
+  contexts_.erase(std::remove(contexts_.begin(), contexts_.end(), id), contexts_.end());
+}
+
+bool Connection::knownContext(uint64_t id) const {
+  std::shared_lock lock(mutex_);
+  return std::find(contexts_.begin(), contexts_.end(), id) != contexts_.end();
+}
+
+void Connection::addPinned(const Pinned& p) {
+  std::unique_lock lock(mutex_);
+  pinned_[p.address] = p;
+}
+
+std::optional<Connection::Pinned> Connection::removePinned(uintptr_t address) {
+  std::unique_lock lock(mutex_);
+  auto it = pinned_.find(address);
+  if (it == pinned_.end()) return std::nullopt;
+  Pinned p = it->second;
+  pinned_.erase(it);
+  return p;
+}
+
+bool Connection::isPinned(uintptr_t p, size_t bytes) const {
+  std::shared_lock lock(mutex_);
+  auto it = pinned_.upper_bound(p);
+  if (it == pinned_.begin()) return false;
+  --it;
+  const Pinned& r = it->second;
+  return p - r.address < r.bytes && bytes <= r.bytes - (p - r.address);
+}
+
+std::optional<std::vector<uint32_t>> Connection::paramSizes(uint64_t function) const {
+  std::shared_lock lock(mutex_);
+  auto it = paramSizes_.find(function);
+  if (it == paramSizes_.end()) return std::nullopt;
+  return it->second;
+}
+
+void Connection::setParamSizes(uint64_t function, std::vector<uint32_t> sizes) {
+  std::unique_lock lock(mutex_);
+  paramSizes_[function] = std::move(sizes);
+}
+
+const char* Connection::keepString(uint64_t key, std::string value) {
+  std::unique_lock lock(mutex_);
+  auto [it, inserted] = strings_.try_emplace(key, std::move(value));
+  return it->second.c_str();
+}
+
+void Connection::forgetAfterFork() {
+  // The child holds copies of the parent's mappings; only drop our records
+  // (the mutexes may have been held by another thread at fork time).
+  new (&connectMutex_) std::mutex();
+  new (&mutex_) std::shared_mutex();
+  ring_.reset();
+  session_ = 0;
+  contexts_.clear();
+  paramSizes_.clear();
+}
+
+std::vector<uint64_t>& contextStack() {
+  thread_local std::vector<uint64_t> stack;
+  return stack;
+}
+
+uint64_t threadId() {
+  thread_local uint64_t tid = static_cast<uint64_t>(syscall(SYS_gettid));
+  return tid;
+}
+
+}  // namespace phos::shim

@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: Apache-2.0
+// The shim's link to phosd: the session's call ring, the state kept per
+// application thread (its context stack), and what the shim knows of the
+// session's objects (live contexts, pinned ranges, kernel parameter sizes).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "phos/common/ipc/call_ring.h"
+
+namespace phos::shim {
+
+class Connection {
+ public:
+  static Connection& instance();
+
+  // Attaches to phosd (once per process; again in a forked child). Returns
+  // the CUresult cuInit reports when it cannot.
+  CUresult connect();
+  bool connected() const { return ring_.has_value(); }
+  ipc::CallRing& ring() { return *ring_; }
+  uint64_t session() const { return session_; }
+  const std::string& socketPath() const { return socketPath_; }
+
+  // ---- what the shim knows of the session --------------------------------
+  void addContext(uint64_t id);
+  void removeContext(uint64_t id);
+  bool knownContext(uint64_t id) const;
+
+  struct Pinned {
+    uintptr_t address;
+    size_t bytes;
+    size_t mapped;
+  };
+  void addPinned(const Pinned& p);
+  std::optional<Pinned> removePinned(uintptr_t address);
+  // True when [p, p+bytes) lies inside one pinned range.
+  bool isPinned(uintptr_t p, size_t bytes) const;
+
+  // Parameter sizes of a function or kernel, cached (empty optional: unknown).
+  std::optional<std::vector<uint32_t>> paramSizes(uint64_t function) const;
+  void setParamSizes(uint64_t function, std::vector<uint32_t> sizes);
+
+  // Strings the application may keep pointers to (cuFuncGetName).
+  const char* keepString(uint64_t key, std::string value);
+
+  // After fork(): the child has no session (CUDA: "the child process cannot
+  // use the CUDA context of its parent").
+  void forgetAfterFork();
+
+ private:
+  Connection() = default;
+  std::mutex connectMutex_;
+  std::optional<ipc::CallRing> ring_;
+  uint64_t session_ = 0;
+  std::string socketPath_;
+
+  mutable std::shared_mutex mutex_;
+  std::vector<uint64_t> contexts_;
+  std::map<uintptr_t, Pinned> pinned_;
+  std::map<uint64_t, std::vector<uint32_t>> paramSizes_;
+  std::map<uint64_t, std::string> strings_;
+};
+
+// The calling thread's context stack (virtual ids), as CUDA keeps it per thread.
+std::vector<uint64_t>& contextStack();
+inline uint64_t currentContext() {
+  auto& s = contextStack();
+  return s.empty() ? 0 : s.back();
+}
+uint64_t threadId();
+
+}  // namespace phos::shim
