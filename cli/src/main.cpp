@@ -23,6 +23,11 @@ int main(int argc, char** argv) {
 #ifdef PHOS_HAVE_POLICY
   phos::cli::addPolicy(app, runner);
 #endif
+#ifdef PHOS_HAVE_DAEMON_COMMANDS
+  phos::cli::addDaemon(app, runner);
+  phos::cli::addRun(app, runner);
+  phos::cli::addPs(app, runner);
+#endif
 
   // Unknown words are kept so that the error can name them; CLI11 would
   // otherwise only say that a subcommand is required. Set after the

@@ -23,5 +23,8 @@ void addInspect(CLI::App& app, SubcommandRunner& runner);     // image_commands.
 void addVerify(CLI::App& app, SubcommandRunner& runner);      // image_commands.cpp
 void addOffloadPlan(CLI::App& app, SubcommandRunner& runner);  // offload_plan.cpp
 void addPolicy(CLI::App& app, SubcommandRunner& runner);       // policy.cpp
+void addDaemon(CLI::App& app, SubcommandRunner& runner);       // daemon_commands.cpp
+void addRun(CLI::App& app, SubcommandRunner& runner);          // daemon_commands.cpp
+void addPs(CLI::App& app, SubcommandRunner& runner);           // daemon_commands.cpp
 
 }  // namespace phos::cli

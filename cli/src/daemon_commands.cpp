@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: Apache-2.0
+// `phos daemon` (run phosd in the foreground), `phos run -- CMD` (run a
+// program under PhOS, starting a per-user daemon if none runs) and `phos ps`
+// (sessions of the daemon).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "byte_units.h"
+#include "phos/common/ipc/control.h"
+#include "phos/common/log.h"
+#include "phos/daemon/phosd.h"
+#include "subcommands.h"
+
+#ifndef PHOS_SHIM_LIBRARY
+#define PHOS_SHIM_LIBRARY ""
+#endif
+
+namespace phos::cli {
+namespace {
+
+using json = nlohmann::json;
+
+std::atomic<bool> stopRequested{false};
+
+void onSignal(int) { stopRequested.store(true); }
+
+struct DaemonArgs {
+  std::string driver;
+  std::string runtimeDir;
+  int pool = 2;
+  bool stop = false;
+};
+
+std::string runtimeDirOf(const std::string& given) { return given.empty() ? ipc::runtimeDir() : given; }
+
+int runDaemon(const DaemonArgs& args) {
+  const std::string dir = runtimeDirOf(args.runtimeDir);
+  if (args.stop) {
+    auto answer = ipc::controlRequest(ipc::controlSocketPath(dir), R"({"op":"stop"})");
+    if (!answer.isOk()) {
+      std::fprintf(stderr, "phos daemon --stop: %s\n", answer.status().message().c_str());
+      return kExitFailure;
+    }
+    auto reply = json::parse(*answer, nullptr, false);
+    if (reply.is_discarded() || !reply.value("ok", false)) {
+      std::fprintf(stderr, "phos daemon --stop: refused: %s\n", answer->c_str());
+      return kExitFailure;
+    }
+    return kExitOk;
+  }
+  if (args.pool < 0 || args.pool > 64) {
+    std::fprintf(stderr, "phos daemon: --pool must be 0..64, not %d\n", args.pool);
+    return kExitBadInput;
+  }
+  log::setup({.toStderr = true});
+  daemon::DaemonOptions options;
+  options.driver = args.driver;
+  options.runtimeDir = dir;
+  options.poolContextsPerDevice = args.pool;
+  auto started = daemon::Daemon::start(options);
+  if (!started.isOk()) {
+    std::fprintf(stderr, "phos daemon: %s\n", started.status().message().c_str());
+    return started.status().code() == Code::kInvalidArgument ? kExitBadInput : kExitFailure;
+  }
+  auto& d = **started;
+  struct sigaction sa {};
+  sa.sa_handler = onSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  std::fprintf(stderr, "phosd: listening on %s (driver %s)\n", d.socketPath().c_str(), d.driverPath().c_str());
+  Status s = d.run(stopRequested);
+  if (!s.isOk()) {
+    std::fprintf(stderr, "phos daemon: %s\n", s.message().c_str());
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+// Starts `phos daemon` in the background (its own session, log in the
+// runtime directory) and waits until it answers.
+Status startBackgroundDaemon(const std::string& dir, const std::string& driver) {
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return errnoError(errno, fmt::format("cannot create {}", dir));
+  const std::string logPath = dir + "/phosd.log";
+  pid_t child = fork();
+  if (child < 0) return errnoError(errno, "fork");
+  if (child == 0) {
+    setsid();
+    int fd = open(logPath.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+    }
+    if (null >= 0) dup2(null, STDIN_FILENO);
+    // A second fork: the daemon is not our child, nobody has to reap it.
+    if (fork() != 0) _exit(0);
+    std::vector<std::string> argv{"phos", "daemon", "--runtime-dir", dir};
+    if (!driver.empty()) {
+      argv.push_back("--driver");
+      argv.push_back(driver);
+    }
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    execv("/proc/self/exe", cargv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  const std::string socket = ipc::controlSocketPath(dir);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (ipc::controlRequest(socket, R"({"op":"ping"})", std::chrono::seconds(2)).isOk()) return Status::ok();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return makeError(Code::kUnavailable, "the daemon did not start within 20 s (see {})", logPath);
+}
+
+struct RunArgs {
+  std::string driver;
+  std::string runtimeDir;
+  std::vector<std::string> command;
+};
+
+int runRun(const RunArgs& args) {
+  if (args.command.empty()) {
+    std::fprintf(stderr, "phos run: no command given (phos run -- CMD ARGS...)\n");
+    return kExitBadInput;
+  }
+  const char* shimEnv = std::getenv("PHOS_SHIM");
+  const std::string shim = shimEnv != nullptr && *shimEnv != '\0' ? shimEnv : PHOS_SHIM_LIBRARY;
+  if (shim.empty() || access(shim.c_str(), R_OK) != 0) {
+    std::fprintf(stderr, "phos run: libphos.so not found at '%s' (set PHOS_SHIM)\n", shim.c_str());
+    return kExitFailure;
+  }
+  const std::string dir = runtimeDirOf(args.runtimeDir);
+  const std::string socket = ipc::controlSocketPath(dir);
+  if (!ipc::controlRequest(socket, R"({"op":"ping"})", std::chrono::seconds(2)).isOk()) {
+    if (Status s = startBackgroundDaemon(dir, args.driver); !s.isOk()) {
+      std::fprintf(stderr, "phos run: %s\n", s.message().c_str());
+      return kExitFailure;
+    }
+  }
+  std::string preload = shim;
+  if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0') preload += std::string(":") + old;
+  setenv("LD_PRELOAD", preload.c_str(), 1);
+  setenv("PHOS_RUNTIME_DIR", dir.c_str(), 1);
+  std::vector<char*> argv;
+  for (const auto& a : args.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  // exec: the program keeps this pid (what `phos checkpoint --pid` takes),
+  // and its exit code is ours.
+  execvp(argv[0], argv.data());
+  std::fprintf(stderr, "phos run: cannot run %s: %s\n", argv[0], std::strerror(errno));
+  return errno == ENOENT ? kExitBadInput : kExitFailure;
+}
+
+struct PsArgs {
+  std::string runtimeDir;
+  bool json = false;
+};
+
+int runPs(const PsArgs& args) {
+  const std::string socket = ipc::controlSocketPath(runtimeDirOf(args.runtimeDir));
+  auto answer = ipc::controlRequest(socket, R"({"op":"ps"})");
+  if (!answer.isOk()) {
+    std::fprintf(stderr, "phos ps: %s\n", answer.status().message().c_str());
+    return kExitFailure;
+  }
+  auto reply = json::parse(*answer, nullptr, false);
+  if (reply.is_discarded() || !reply.value("ok", false) || !reply.contains("sessions")) {
+    std::fprintf(stderr, "phos ps: unexpected answer from the daemon: %s\n", answer->c_str());
+    return kExitFailure;
+  }
+  if (args.json) {
+    std::puts(reply["sessions"].dump(2).c_str());
+    return kExitOk;
+  }
+  std::printf("%-8s %-8s %-6s %12s %12s %8s %8s %10s  %s\n", "SESSION", "PID", "UID", "DEVICE-MEM", "PINNED",
+              "CONTEXTS", "MODULES", "LAUNCHES", "COMMAND");
+  for (const auto& s : reply["sessions"]) {
+    std::printf("%-8llu %-8d %-6u %12s %12s %8llu %8llu %10llu  %s\n",
+                static_cast<unsigned long long>(s.value("session", 0ull)), s.value("pid", 0),
+                s.value("uid", 0u), formatBytes(s.value("device_bytes", 0ull)).c_str(),
+                formatBytes(s.value("pinned_bytes", 0ull)).c_str(),
+                static_cast<unsigned long long>(s.value("contexts", 0ull)),
+                static_cast<unsigned long long>(s.value("modules", 0ull)),
+                static_cast<unsigned long long>(s.value("launches", 0ull)), s.value("command", "").c_str());
+    if (s.contains("kernels") && !s["kernels"].empty()) {
+      std::string kernels;
+      for (const auto& k : s["kernels"]) kernels += (kernels.empty() ? "" : ", ") + k.get<std::string>();
+      std::printf("         kernels: %s\n", kernels.c_str());
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void addDaemon(CLI::App& app, SubcommandRunner& runner) {
+  auto* cmd = app.add_subcommand("daemon", "Run phosd in the foreground (for systemd: see daemon/phosd.service)");
+  auto args = std::make_shared<DaemonArgs>();
+  cmd->add_option("--driver", args->driver,
+                  "the libcuda.so.1 to drive (default: NVIDIA's driver if it sees a GPU, else vgpu)");
+  cmd->add_option("--runtime-dir", args->runtimeDir, "where the control socket lives (default: $PHOS_RUNTIME_DIR, "
+                                                      "/run/phos for root, else $XDG_RUNTIME_DIR/phos)");
+  cmd->add_option("--pool", args->pool, "contexts pre-created per device (default 2)");
+  cmd->add_flag("--stop", args->stop, "ask the running daemon to exit");
+  cmd->callback([&runner, args] { runner = [args] { return runDaemon(*args); }; });
+}
+
+void addRun(CLI::App& app, SubcommandRunner& runner) {
+  auto* cmd = app.add_subcommand("run", "Run a program under PhOS (starts a per-user daemon if none runs)");
+  auto args = std::make_shared<RunArgs>();
+  cmd->add_option("--driver", args->driver, "driver of a daemon started by this command");
+  cmd->add_option("--runtime-dir", args->runtimeDir, "the daemon's runtime directory");
+  cmd->add_option("command", args->command, "the program and its arguments (after --)")->required();
+  cmd->prefix_command(false);
+  cmd->callback([&runner, args] { runner = [args] { return runRun(*args); }; });
+}
+
+void addPs(CLI::App& app, SubcommandRunner& runner) {
+  auto* cmd = app.add_subcommand("ps", "List the daemon's sessions: processes, their memory and kernels");
+  auto args = std::make_shared<PsArgs>();
+  cmd->add_option("--runtime-dir", args->runtimeDir, "the daemon's runtime directory");
+  cmd->add_flag("--json", args->json, "print JSON");
+  cmd->callback([&runner, args] { runner = [args] { return runPs(*args); }; });
+}
+
+}  // namespace phos::cli
