@@ -196,6 +196,16 @@ void Context::setLastRecordedLaunch(std::uint64_t stream, std::shared_ptr<Record
   lastRecorded_[stream] = std::move(launch);
 }
 
+void Context::setPrintfSink(std::shared_ptr<PrintfSink> sink) {
+  std::lock_guard lock(mutex_);
+  printfSink_ = std::move(sink);
+}
+
+std::shared_ptr<PrintfSink> Context::printfSink() const {
+  std::lock_guard lock(mutex_);
+  return printfSink_;
+}
+
 std::shared_ptr<RecordedLaunch> Context::lastRecordedLaunch(std::uint64_t stream) const {
   std::lock_guard lock(mutex_);
   auto it = lastRecorded_.find(stream);
@@ -1136,11 +1146,14 @@ Status Driver::launch(CUfunction handle, const LaunchConfig& config, CUstream st
   // Published before the work is submitted, so it is findable by the time it runs.
   // (Two threads launching on one stream at once: "last" is the last to publish.)
   if (recorded) context->setLastRecordedLaunch(ref.stream->id(), recorded);
+  // The sink is chosen at enqueue time too, like the recorder.
+  std::shared_ptr<PrintfSink> printfSink = context->printfSink();
   ref.context->submit(ref.stream, [=, params = std::move(params)] {
     ContextAddressChecker checker(*driver, *context);
-    StdoutPrintfSink sink;
+    StdoutPrintfSink stdoutSink;
     AccessRecord accesses;
-    LaunchContext launchContext{&checker, &sink, context->device(), recorded ? &accesses : nullptr};
+    PrintfSink* sink = printfSink ? printfSink.get() : &stdoutSink;
+    LaunchContext launchContext{&checker, sink, context->device(), recorded ? &accesses : nullptr};
     Status status = program->launch(index, config, params, launchContext);
     if (recorded) {
       // Grouped now, while every allocation the kernel touched is still live.
@@ -1163,6 +1176,17 @@ Status Driver::setRecordAccesses(CUcontext handle, bool enabled) {
     ASSIGN_OR_RETURN(context, this->context(handle));
   }
   context->setRecordAccesses(enabled);
+  return Status::ok();
+}
+
+Status Driver::setPrintfSink(CUcontext handle, std::shared_ptr<PrintfSink> sink) {
+  std::shared_ptr<Context> context;
+  if (handle == nullptr) {
+    ASSIGN_OR_RETURN(context, current());
+  } else {
+    ASSIGN_OR_RETURN(context, this->context(handle));
+  }
+  context->setPrintfSink(std::move(sink));
   return Status::ok();
 }
 

@@ -132,6 +132,11 @@ class Context {
   void setLastRecordedLaunch(std::uint64_t stream, std::shared_ptr<RecordedLaunch> launch);
   std::shared_ptr<RecordedLaunch> lastRecordedLaunch(std::uint64_t stream) const;
 
+  // Where device printf output of launches enqueued from now on goes; null:
+  // the process's stdout.
+  void setPrintfSink(std::shared_ptr<PrintfSink> sink);
+  std::shared_ptr<PrintfSink> printfSink() const;
+
  private:
   std::shared_ptr<Stream> makeStream(Stream::Kind kind, unsigned flags, int priority);
 
@@ -145,6 +150,7 @@ class Context {
   std::set<std::uint64_t> peers_;  // guarded by mutex_
   std::atomic<bool> recordAccesses_{false};
   std::unordered_map<std::uint64_t, std::shared_ptr<RecordedLaunch>> lastRecorded_;  // guarded by mutex_
+  std::shared_ptr<PrintfSink> printfSink_;  // guarded by mutex_
   Status asyncError_;  // guarded by mutex_
   std::mutex submitMutex_;
   std::shared_ptr<Stream> legacy_;
@@ -291,6 +297,7 @@ class Driver {
   // --- access recorder (export table) ---------------------------------------------------
   // `handle` null: the current context.
   Status setRecordAccesses(CUcontext handle, bool enabled);
+  Status setPrintfSink(CUcontext handle, std::shared_ptr<PrintfSink> sink);
   Result<LaunchAccesses> lastLaunchAccesses(CUstream stream);
   // `record`'s absolute ranges split at allocation boundaries, relative to each
   // allocation; bytes outside every allocation are dropped (and logged).

@@ -55,8 +55,12 @@ CUresult lastLaunchAccesses(CUstream stream, LaunchAccesses* out) {
   });
 }
 
+CUresult setPrintfSink(CUcontext context, std::shared_ptr<PrintfSink> sink) {
+  return call(__func__, [&](Driver& d) { return d.setPrintfSink(context, std::move(sink)); });
+}
+
 const ExportTable kExportTable = {sizeof(ExportTable), &setProgramLoader, &isAccessible,
-                                  &setRecordAccesses, &lastLaunchAccesses};
+                                  &setRecordAccesses, &lastLaunchAccesses, &setPrintfSink};
 
 }  // namespace
 }  // namespace phos::vgpu::api

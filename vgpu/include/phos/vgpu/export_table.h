@@ -66,6 +66,12 @@ struct ExportTable {
   // CUDA_ERROR_NOT_SUPPORTED when the engine that ran it cannot record,
   // CUDA_ERROR_INVALID_VALUE for a null `out`.
   CUresult (*lastLaunchAccesses)(CUstream stream, LaunchAccesses* out);
+
+  // Where device printf (and assert) output of launches enqueued in `context`
+  // (null: the current context) from now on goes; a null sink restores the
+  // default, the process's stdout. phosd gives each session's contexts a sink
+  // that forwards to the application. CUDA_ERROR_INVALID_CONTEXT for a bad context.
+  CUresult (*setPrintfSink)(CUcontext context, std::shared_ptr<PrintfSink> sink);
 };
 
 }  // namespace phos::vgpu
