@@ -94,7 +94,8 @@ def classify(model, policy):
         if name in custom:
             out.append((e, 'custom', custom[name], None))
             continue
-        prefix = next((p for p in excluded if name.startswith(p)), None)
+        # The longest prefix: "cuLaunchHostFunc" is not the pre-CUDA-4 "cuLaunch".
+        prefix = max((p for p in excluded if name.startswith(p)), key=len, default=None)
         if prefix is not None:
             out.append((e, 'excluded', excluded[prefix], None))
             continue

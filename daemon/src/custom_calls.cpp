@@ -7,9 +7,12 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <memory>
 #include <vector>
 
+#include "host_calls.h"
 #include "phos/common/log.h"
 #include "phos/cuda_api/api_table.h"
 #include "server_call.h"
@@ -42,8 +45,18 @@ void serveInit(ServerCall& c) {
 // ---- contexts ------------------------------------------------------------
 uint64_t adoptContext(Session& s, CUcontext real, int device, bool primary) {
   uint64_t id = s.handles().exportHandle(HandleType::kCUctx_st, real);
+  s.captureOutput(real);
   s.contexts()[id] = SessionContext{real, device, primary};
   return id;
+}
+
+// Context flags: only those cuda.h defines, and one scheduling policy at most.
+bool validContextFlags(unsigned flags) {
+  const unsigned known = CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX | CU_CTX_COREDUMP_ENABLE |
+                         CU_CTX_USER_COREDUMP_ENABLE | CU_CTX_SYNC_MEMOPS;
+  const unsigned sched = flags & CU_CTX_SCHED_MASK;
+  return (flags & ~known) == 0 && (sched == CU_CTX_SCHED_AUTO || sched == CU_CTX_SCHED_SPIN ||
+                                   sched == CU_CTX_SCHED_YIELD || sched == CU_CTX_SCHED_BLOCKING_SYNC);
 }
 
 // cuCtxCreate (all revisions): u32 flags, i32 device. Reply: u64 context.
@@ -54,6 +67,7 @@ void serveCtxCreate(ServerCall& c) {
   int count = 0;
   PHOS_DRIVER(drv(c), DeviceGetCount)(&count);
   if (device < 0 || device >= count) return replyResult(c, CUDA_ERROR_INVALID_DEVICE);
+  if (!validContextFlags(flags)) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
   auto ctx = c.session().pool().take(device, flags);
   if (!ctx.isOk()) return replyResult(c, CUDA_ERROR_OUT_OF_MEMORY);
   uint64_t id = adoptContext(c.session(), *ctx, device, false);
@@ -67,7 +81,7 @@ void serveCtxDestroy(ServerCall& c) {
   if (!c.argumentsComplete()) return;
   auto& contexts = c.session().contexts();
   auto it = contexts.find(id);
-  if (it == contexts.end()) return replyResult(c, id == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_CONTEXT);
+  if (it == contexts.end()) return replyResult(c, CUDA_ERROR_INVALID_CONTEXT);
   if (it->second.primary) return replyResult(c, CUDA_ERROR_INVALID_CONTEXT);
   PHOS_DRIVER(drv(c), CtxSynchronize)();
   c.session().destroyContext(id);
@@ -97,6 +111,7 @@ void servePrimaryRetain(ServerCall& c) {
       // Released earlier: the same virtual id, a new driver context.
       s.handles().bind(HandleType::kCUctx_st, st.id, *ctx);
       contexts[st.id] = SessionContext{*ctx, device, true};
+      s.captureOutput(*ctx);
     }
   }
   ++st.refs;
@@ -139,9 +154,7 @@ void servePrimarySetFlags(ServerCall& c) {
   auto flags = c.args().u32();
   if (!c.argumentsComplete()) return;
   if (!validDevice(c, device)) return replyResult(c, CUDA_ERROR_INVALID_DEVICE);
-  const unsigned known = CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX | CU_CTX_COREDUMP_ENABLE |
-                         CU_CTX_USER_COREDUMP_ENABLE | CU_CTX_SYNC_MEMOPS;
-  if ((flags & ~known) != 0) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
+  if (!validContextFlags(flags)) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
   c.session().primary(device).flags = flags;
   replyResult(c, CUDA_SUCCESS);
 }
@@ -270,6 +283,7 @@ bool resolveFunction(ServerCall& c, uint64_t id, CUfunction* out) {
 // kExtraBuffer and one blob (the CU_LAUNCH_PARAM_BUFFER_POINTER contents).
 struct KernelParams {
   std::vector<void*> pointers;
+  std::vector<size_t> sizes;  // of each pointed-to parameter
   std::vector<std::byte> buffer;
   size_t bufferSize = 0;
   void* extra[5] = {};
@@ -299,8 +313,51 @@ bool decodeParams(Decoder& d, KernelParams* p) {
     // The driver reads each parameter through its pointer; the blob lives in
     // the ring slot until the call is finished.
     p->pointers.push_back(const_cast<std::byte*>(blob.data()));
+    p->sizes.push_back(blob.size());
   }
   return true;
+}
+
+// The driver reads kernelParams[i] for every parameter the kernel declares,
+// sizeof(parameter i) bytes each: a client that sends fewer parameters, or
+// shorter ones, would make it read past what phosd holds. The parameters must
+// be exactly the kernel's (as libphos.so sends them, from cuFuncGetParamInfo).
+// The `extra` buffer needs no check: the driver is given its true size.
+bool checkParams(ServerCall& c, CUfunction f, const KernelParams& params) {
+  if (params.useExtra) return true;
+  if (!c.driverTable().has(EntryPointId::kCuFuncGetParamInfo)) {
+    c.fail(CUDA_ERROR_NOT_SUPPORTED);
+    return false;
+  }
+  const auto paramInfo = PHOS_DRIVER(drv(c), FuncGetParamInfo);
+  for (size_t i = 0; i <= params.sizes.size(); ++i) {
+    size_t offset = 0;
+    size_t size = 0;
+    // Past the last parameter the driver answers CUDA_ERROR_INVALID_VALUE.
+    CUresult r = paramInfo(f, i, &offset, &size);
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_VALUE) {
+      c.fail(r);
+      return false;
+    }
+    const bool declared = r == CUDA_SUCCESS;
+    const bool sent = i < params.sizes.size();
+    if (declared != sent || (sent && size != params.sizes[i])) {
+      c.fail(CUDA_ERROR_INVALID_VALUE);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Counts a served launch; the first launch of a function also records its
+// name, which `phos ps` lists.
+void noteLaunch(ServerCall& c, uint64_t fid, CUfunction f) {
+  Session& s = c.session();
+  const char* name = nullptr;
+  if (s.functionName(fid) == nullptr && PHOS_DRIVER(drv(c), FuncGetName)(&name, f) == CUDA_SUCCESS && name != nullptr) {
+    s.setFunctionName(fid, name);
+  }
+  s.noteLaunch(fid);
 }
 
 // cuLaunchKernel / cuLaunchCooperativeKernel (and _ptsz): u64 function, u32
@@ -318,7 +375,7 @@ void serveLaunch(ServerCall& c) {
   const bool perThread = cuda_api::entryPoint(c.entry()).origin == cuda_api::EntryPointOrigin::kPerThread;
   CUfunction f{};
   CUstream s{};
-  if (!resolveFunction(c, fid, &f) || !c.resolveStream(sid, perThread, &s)) return;
+  if (!resolveFunction(c, fid, &f) || !c.resolveStream(sid, perThread, &s) || !checkParams(c, f, params)) return;
   void** kernelParams = params.useExtra ? nullptr : params.pointers.data();
   void** extra = params.useExtra ? params.extra : nullptr;
   CUresult r;
@@ -329,7 +386,7 @@ void serveLaunch(ServerCall& c) {
     r = PHOS_DRIVER(drv(c), LaunchKernel)(f, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], s,
                                           kernelParams, extra);
   }
-  if (r == CUDA_SUCCESS) c.session().noteLaunch(fid);
+  if (r == CUDA_SUCCESS) noteLaunch(c, fid, f);
   replyResult(c, r);
 }
 
@@ -363,12 +420,15 @@ void serveLaunchEx(ServerCall& c) {
   }
   const bool perThread = cuda_api::entryPoint(c.entry()).origin == cuda_api::EntryPointOrigin::kPerThread;
   CUfunction f{};
-  if (!resolveFunction(c, fid, &f) || !c.resolveStream(sid, perThread, &config.hStream)) return;
+  if (!resolveFunction(c, fid, &f) || !c.resolveStream(sid, perThread, &config.hStream) ||
+      !checkParams(c, f, params)) {
+    return;
+  }
   config.attrs = attrs.empty() ? nullptr : attrs.data();
   config.numAttrs = attrCount;
   CUresult r = PHOS_DRIVER(drv(c), LaunchKernelEx)(&config, f, params.useExtra ? nullptr : params.pointers.data(),
                                                    params.useExtra ? params.extra : nullptr);
-  if (r == CUDA_SUCCESS) c.session().noteLaunch(fid);
+  if (r == CUDA_SUCCESS) noteLaunch(c, fid, f);
   replyResult(c, r);
 }
 
@@ -448,7 +508,7 @@ void serveMemFreeHost(ServerCall& c) {
   if (range == nullptr || range->address != p) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
   // Work that still reads it must finish first (as cuMemFreeHost does).
   PHOS_DRIVER(drv(c), CtxSynchronize)();
-  PHOS_DRIVER(drv(c), MemHostUnregister)(reinterpret_cast<void*>(p));
+  c.session().unregisterPinned(*range);
   (void)c.session().freePinned(p);
   replyResult(c, CUDA_SUCCESS);
 }
@@ -471,7 +531,9 @@ void serveMemHostGetFlags(ServerCall& c) {
   if (!c.argumentsComplete()) return;
   const PinnedRange* range = c.session().findPinned(p);
   if (range == nullptr) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
-  c.reply(CUDA_SUCCESS).u32(range->flags);
+  // With unified addressing every page-locked allocation is mapped: the
+  // driver reports DEVICEMAP whether or not it was asked for.
+  c.reply(CUDA_SUCCESS).u32(range->flags | CU_MEMHOSTALLOC_DEVICEMAP);
   c.send();
 }
 
@@ -480,38 +542,101 @@ void serveMemHostGetFlags(ServerCall& c) {
 // address phosd can use as is), or the application's pageable memory.
 bool isSessionMemory(Session& s, uint64_t p, uint64_t bytes) { return s.ownsRange(p, bytes); }
 
-// Copies `bytes` from the application's memory at `src` to device memory at
-// `dst`, through the staging buffer. `stream` null: synchronous copy.
-CUresult copyFromApplication(ServerCall& c, CUdeviceptr dst, uint64_t src, uint64_t bytes, CUstream stream,
-                             bool async) {
-  Session& s = c.session();
-  auto staging = s.staging();
-  if (staging.empty()) return CUDA_ERROR_OUT_OF_MEMORY;
-  for (uint64_t done = 0; done < bytes;) {
-    size_t n = static_cast<size_t>(std::min<uint64_t>(bytes - done, staging.size()));
-    if (!s.readApplication(src + done, staging.data(), n).isOk()) return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = async ? PHOS_DRIVER(drv(c), MemcpyHtoDAsync_v2)(dst + done, staging.data(), n, stream)
-                       : PHOS_DRIVER(drv(c), MemcpyHtoD_v2)(dst + done, staging.data(), n);
-    // The staging buffer is reused: an asynchronous copy must have read it.
-    if (r == CUDA_SUCCESS && async) r = PHOS_DRIVER(drv(c), StreamSynchronize)(stream);
-    if (r != CUDA_SUCCESS) return r;
-    done += n;
+// Copies between the application's pageable memory and device memory go
+// through the current context's two staging buffers, pipelined: while the
+// driver copies one chunk, phosd reads (or writes) the application's memory
+// of the next with process_vm_readv/writev. All chunks are enqueued on
+// `stream` in order and complete before the call returns (the buffers are
+// reused by the next call, and CUDA returns from copies of pageable memory
+// once the host side is done).
+class StagedCopy {
+ public:
+  StagedCopy(ServerCall& c, CopyStaging& staging, CUstream stream) : c_(c), st_(staging), stream_(stream) {}
+  ~StagedCopy() { (void)drain(); }
+
+  // Waits until buffer k is free again.
+  CUresult acquire(int k) {
+    if (!st_.pending[k]) return CUDA_SUCCESS;
+    st_.pending[k] = false;
+    return PHOS_DRIVER(c_.driverTable(), EventSynchronize)(st_.done[k]);
   }
-  return CUDA_SUCCESS;
+  CUresult release(int k) {
+    CUresult r = PHOS_DRIVER(c_.driverTable(), EventRecord)(st_.done[k], stream_);
+    st_.pending[k] = r == CUDA_SUCCESS;
+    return r;
+  }
+  CUresult drain() {
+    CUresult first = CUDA_SUCCESS;
+    for (int k = 0; k < 2; ++k) {
+      CUresult r = acquire(k);
+      if (first == CUDA_SUCCESS) first = r;
+    }
+    return first;
+  }
+
+ private:
+  ServerCall& c_;
+  CopyStaging& st_;
+  CUstream stream_;
+};
+
+CUresult copyFromApplication(ServerCall& c, CUdeviceptr dst, uint64_t src, uint64_t bytes, CUstream stream) {
+  Session& s = c.session();
+  CopyStaging* st = s.staging();
+  if (st == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  StagedCopy copy(c, *st, stream);
+  int k = 0;
+  for (uint64_t done = 0; done < bytes; done += st->bytes, k ^= 1) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(bytes - done, st->bytes));
+    if (CUresult r = copy.acquire(k); r != CUDA_SUCCESS) return r;
+    if (!s.readApplication(src + done, st->buffers[k], n).isOk()) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = PHOS_DRIVER(drv(c), MemcpyHtoDAsync_v2)(dst + done, st->buffers[k], n, stream);
+    if (r == CUDA_SUCCESS) r = copy.release(k);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return copy.drain();
 }
 
-CUresult copyToApplication(ServerCall& c, uint64_t dst, CUdeviceptr src, uint64_t bytes, CUstream stream,
-                           bool async) {
+CUresult copyToApplication(ServerCall& c, uint64_t dst, CUdeviceptr src, uint64_t bytes, CUstream stream) {
   Session& s = c.session();
-  auto staging = s.staging();
-  if (staging.empty()) return CUDA_ERROR_OUT_OF_MEMORY;
+  CopyStaging* st = s.staging();
+  if (st == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  StagedCopy copy(c, *st, stream);
+  const uint64_t chunks = (bytes + st->bytes - 1) / st->bytes;
+  auto enqueue = [&](uint64_t i) {
+    const uint64_t off = i * st->bytes;
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes - off, st->bytes));
+    CUresult r = PHOS_DRIVER(drv(c), MemcpyDtoHAsync_v2)(st->buffers[i % 2], src + off, n, stream);
+    return r == CUDA_SUCCESS ? copy.release(static_cast<int>(i % 2)) : r;
+  };
+  if (chunks > 0) {
+    if (CUresult r = enqueue(0); r != CUDA_SUCCESS) return r;
+  }
+  for (uint64_t i = 0; i < chunks; ++i) {
+    // The next chunk copies while this one is written to the application.
+    if (i + 1 < chunks) {
+      if (CUresult r = enqueue(i + 1); r != CUDA_SUCCESS) return r;
+    }
+    if (CUresult r = copy.acquire(static_cast<int>(i % 2)); r != CUDA_SUCCESS) return r;
+    const uint64_t off = i * st->bytes;
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes - off, st->bytes));
+    if (!s.writeApplication(dst + off, st->buffers[i % 2], n).isOk()) return CUDA_ERROR_INVALID_VALUE;
+  }
+  return copy.drain();
+}
+
+// Host to host: CUDA copies it too. Through a staging buffer: `bytes` is the
+// client's number, and a buffer of that size could be any size.
+CUresult copyWithinApplication(ServerCall& c, uint64_t dst, uint64_t src, uint64_t bytes) {
+  Session& s = c.session();
+  CopyStaging* st = s.staging();
+  if (st == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   for (uint64_t done = 0; done < bytes;) {
-    size_t n = static_cast<size_t>(std::min<uint64_t>(bytes - done, staging.size()));
-    CUresult r = async ? PHOS_DRIVER(drv(c), MemcpyDtoHAsync_v2)(staging.data(), src + done, n, stream)
-                       : PHOS_DRIVER(drv(c), MemcpyDtoH_v2)(staging.data(), src + done, n);
-    if (r == CUDA_SUCCESS && async) r = PHOS_DRIVER(drv(c), StreamSynchronize)(stream);
-    if (r != CUDA_SUCCESS) return r;
-    if (!s.writeApplication(dst + done, staging.data(), n).isOk()) return CUDA_ERROR_INVALID_VALUE;
+    size_t n = static_cast<size_t>(std::min<uint64_t>(bytes - done, st->bytes));
+    if (!s.readApplication(src + done, st->buffers[0], n).isOk() ||
+        !s.writeApplication(dst + done, st->buffers[0], n).isOk()) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
     done += n;
   }
   return CUDA_SUCCESS;
@@ -529,16 +654,18 @@ void serveMemcpyHtoD(ServerCall& c) {
   auto bytes = c.args().u64();
   uint64_t sid = kAsync ? c.args().u64() : 0;
   if (!c.argumentsComplete()) return;
+  // A synchronous copy runs on the default stream of its variant (legacy, or
+  // the calling thread's for _ptds) and waits for itself.
   CUstream s{};
-  if (kAsync && !c.resolveStream(sid, perThreadEntry(c), &s)) return;
+  if (!c.resolveStream(sid, perThreadEntry(c), &s)) return;
   if (!c.checkDeviceRange(dst, bytes)) return;
   CUresult r;
   if (isSessionMemory(c.session(), src, bytes)) {
     // Pinned memory: the same address in phosd.
-    r = kAsync ? PHOS_DRIVER(drv(c), MemcpyHtoDAsync_v2)(dst, reinterpret_cast<void*>(src), bytes, s)
-               : PHOS_DRIVER(drv(c), MemcpyHtoD_v2)(dst, reinterpret_cast<void*>(src), bytes);
+    r = PHOS_DRIVER(drv(c), MemcpyHtoDAsync_v2)(dst, reinterpret_cast<void*>(src), bytes, s);
+    if (r == CUDA_SUCCESS && !kAsync) r = PHOS_DRIVER(drv(c), StreamSynchronize)(s);
   } else {
-    r = copyFromApplication(c, dst, src, bytes, s, kAsync);
+    r = copyFromApplication(c, dst, src, bytes, s);
   }
   replyResult(c, r);
 }
@@ -552,14 +679,14 @@ void serveMemcpyDtoH(ServerCall& c) {
   uint64_t sid = kAsync ? c.args().u64() : 0;
   if (!c.argumentsComplete()) return;
   CUstream s{};
-  if (kAsync && !c.resolveStream(sid, perThreadEntry(c), &s)) return;
+  if (!c.resolveStream(sid, perThreadEntry(c), &s)) return;
   if (!c.checkDeviceRange(src, bytes)) return;
   CUresult r;
   if (isSessionMemory(c.session(), dst, bytes)) {
-    r = kAsync ? PHOS_DRIVER(drv(c), MemcpyDtoHAsync_v2)(reinterpret_cast<void*>(dst), src, bytes, s)
-               : PHOS_DRIVER(drv(c), MemcpyDtoH_v2)(reinterpret_cast<void*>(dst), src, bytes);
+    r = PHOS_DRIVER(drv(c), MemcpyDtoHAsync_v2)(reinterpret_cast<void*>(dst), src, bytes, s);
+    if (r == CUDA_SUCCESS && !kAsync) r = PHOS_DRIVER(drv(c), StreamSynchronize)(s);
   } else {
-    r = copyToApplication(c, dst, src, bytes, s, kAsync);
+    r = copyToApplication(c, dst, src, bytes, s);
   }
   replyResult(c, r);
 }
@@ -574,26 +701,23 @@ void serveMemcpy(ServerCall& c) {
   uint64_t sid = kAsync ? c.args().u64() : 0;
   if (!c.argumentsComplete()) return;
   CUstream s{};
-  if (kAsync && !c.resolveStream(sid, perThreadEntry(c), &s)) return;
+  if (!c.resolveStream(sid, perThreadEntry(c), &s)) return;
   Session& session = c.session();
   const bool dstOurs = isSessionMemory(session, dst, bytes);
   const bool srcOurs = isSessionMemory(session, src, bytes);
   if (bytes == 0) return replyResult(c, CUDA_SUCCESS);
   CUresult r;
   if (dstOurs && srcOurs) {
-    r = kAsync ? PHOS_DRIVER(drv(c), MemcpyAsync)(dst, src, bytes, s) : PHOS_DRIVER(drv(c), Memcpy)(dst, src, bytes);
+    r = PHOS_DRIVER(drv(c), MemcpyAsync)(dst, src, bytes, s);
+    if (r == CUDA_SUCCESS && !kAsync) r = PHOS_DRIVER(drv(c), StreamSynchronize)(s);
   } else if (kDeviceOnly) {
     r = CUDA_ERROR_INVALID_VALUE;
   } else if (dstOurs) {
-    r = copyFromApplication(c, dst, src, bytes, s, kAsync);
+    r = copyFromApplication(c, dst, src, bytes, s);
   } else if (srcOurs) {
-    r = copyToApplication(c, dst, src, bytes, s, kAsync);
+    r = copyToApplication(c, dst, src, bytes, s);
   } else {
-    // Host to host: CUDA copies it too.
-    std::vector<std::byte> tmp(bytes);
-    r = session.readApplication(src, tmp.data(), bytes).isOk() && session.writeApplication(dst, tmp.data(), bytes).isOk()
-            ? CUDA_SUCCESS
-            : CUDA_ERROR_INVALID_VALUE;
+    r = copyWithinApplication(c, dst, src, bytes);
   }
   replyResult(c, r);
 }
@@ -606,21 +730,462 @@ void serveMemset(ServerCall& c) {
   auto count = c.args().u64();
   uint64_t sid = kAsync ? c.args().u64() : 0;
   if (!c.argumentsComplete()) return;
+  // "Memset functions are asynchronous with respect to the host" for device
+  // memory: the synchronous variants only differ in their stream (the
+  // default stream of the variant, legacy or the calling thread's).
   CUstream s{};
-  if (kAsync && !c.resolveStream(sid, perThreadEntry(c), &s)) return;
-  if (count > (~0ull) / kBytes || !c.checkDeviceRange(dst, count * kBytes)) return;
+  if (!c.resolveStream(sid, perThreadEntry(c), &s)) return;
+  if (count > (~0ull) / kBytes) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
+  if (!c.checkDeviceRange(dst, count * kBytes)) return;
   CUresult r;
   if constexpr (kBytes == 1) {
-    r = kAsync ? PHOS_DRIVER(drv(c), MemsetD8Async)(dst, static_cast<unsigned char>(value), count, s)
-               : PHOS_DRIVER(drv(c), MemsetD8_v2)(dst, static_cast<unsigned char>(value), count);
+    r = PHOS_DRIVER(drv(c), MemsetD8Async)(dst, static_cast<unsigned char>(value), count, s);
   } else if constexpr (kBytes == 2) {
-    r = kAsync ? PHOS_DRIVER(drv(c), MemsetD16Async)(dst, static_cast<unsigned short>(value), count, s)
-               : PHOS_DRIVER(drv(c), MemsetD16_v2)(dst, static_cast<unsigned short>(value), count);
+    r = PHOS_DRIVER(drv(c), MemsetD16Async)(dst, static_cast<unsigned short>(value), count, s);
   } else {
-    r = kAsync ? PHOS_DRIVER(drv(c), MemsetD32Async)(dst, value, count, s)
-               : PHOS_DRIVER(drv(c), MemsetD32_v2)(dst, value, count);
+    r = PHOS_DRIVER(drv(c), MemsetD32Async)(dst, value, count, s);
   }
   replyResult(c, r);
+}
+
+// ---- 2D sets ----------------------------------------------------------------
+// cuMemsetD2D8/16/32[Async]: u64 dst, u64 pitch, u32 value, u64 width
+// (elements), u64 height[, u64 stream]. Every row must lie in one allocation
+// of the session: the last one ends pitch * (height - 1) + width * element
+// bytes after dst.
+template <int kBytes, bool kAsync>
+void serveMemset2D(ServerCall& c) {
+  auto dst = c.args().u64();
+  auto pitch = c.args().u64();
+  auto value = c.args().u32();
+  auto width = c.args().u64();
+  auto height = c.args().u64();
+  uint64_t sid = kAsync ? c.args().u64() : 0;
+  if (!c.argumentsComplete()) return;
+  CUstream s{};
+  if (!c.resolveStream(sid, perThreadEntry(c), &s)) return;
+  const uint64_t kMax = ~0ull;
+  if (width > kMax / kBytes) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
+  const uint64_t row = width * kBytes;
+  if (height > 1 && pitch != 0 && height - 1 > (kMax - row) / pitch) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
+  const uint64_t extent = height == 0 ? 0 : pitch * (height - 1) + row;
+  if (!c.checkDeviceRange(dst, extent)) return;
+  // Like the 1D sets, the synchronous variants run on their default stream.
+  CUresult r;
+  if constexpr (kBytes == 1) {
+    r = PHOS_DRIVER(drv(c), MemsetD2D8Async)(dst, pitch, static_cast<unsigned char>(value), width, height, s);
+  } else if constexpr (kBytes == 2) {
+    r = PHOS_DRIVER(drv(c), MemsetD2D16Async)(dst, pitch, static_cast<unsigned short>(value), width, height, s);
+  } else {
+    r = PHOS_DRIVER(drv(c), MemsetD2D32Async)(dst, pitch, value, width, height, s);
+  }
+  replyResult(c, r);
+}
+
+// ---- peer copies --------------------------------------------------------------
+// cuMemcpyPeer[Async]: u64 dst, u64 dst context, u64 src, u64 src context,
+// u64 bytes[, u64 stream]. Both ranges in the session's allocations.
+template <bool kAsync>
+void serveMemcpyPeer(ServerCall& c) {
+  auto dst = c.args().u64();
+  auto dstContext = c.args().u64();
+  auto src = c.args().u64();
+  auto srcContext = c.args().u64();
+  auto bytes = c.args().u64();
+  uint64_t sid = kAsync ? c.args().u64() : 0;
+  if (!c.argumentsComplete()) return;
+  CUcontext dctx{};
+  CUcontext sctx{};
+  CUstream s{};
+  if (!c.resolve(HandleType::kCUctx_st, dstContext, &dctx) || !c.resolve(HandleType::kCUctx_st, srcContext, &sctx) ||
+      !c.resolveStream(sid, perThreadEntry(c), &s)) {
+    return;
+  }
+  if (dctx == nullptr || sctx == nullptr) return replyResult(c, CUDA_ERROR_INVALID_CONTEXT);
+  if (!c.checkDeviceRange(dst, bytes) || !c.checkDeviceRange(src, bytes)) return;
+  CUresult r = PHOS_DRIVER(drv(c), MemcpyPeerAsync)(dst, dctx, src, sctx, bytes, s);
+  if (r == CUDA_SUCCESS && !kAsync) r = PHOS_DRIVER(drv(c), StreamSynchronize)(s);
+  replyResult(c, r);
+}
+
+// ---- stream-ordered allocations ------------------------------------------------
+// cuMemAllocAsync: u64 bytes, u64 stream. Reply: u64 address. Recorded when
+// enqueued: work the application enqueues later may name it, and the stream
+// orders that work after the allocation.
+void serveMemAllocAsync(ServerCall& c) {
+  auto bytes = c.args().u64();
+  auto sid = c.args().u64();
+  if (!c.argumentsComplete()) return;
+  CUstream s{};
+  if (!c.resolveStream(sid, perThreadEntry(c), &s)) return;
+  CUdeviceptr p = 0;
+  CUresult r = PHOS_DRIVER(drv(c), MemAllocAsync)(&p, bytes, s);
+  if (r == CUDA_SUCCESS) c.session().addAllocation({p, bytes, c.session().currentContext()});
+  c.reply(r).u64(r == CUDA_SUCCESS ? p : 0);
+  c.send();
+}
+
+// cuMemFreeAsync: u64 address, u64 stream.
+void serveMemFreeAsync(ServerCall& c) {
+  auto p = c.args().u64();
+  auto sid = c.args().u64();
+  if (!c.argumentsComplete()) return;
+  CUstream s{};
+  if (!c.resolveStream(sid, perThreadEntry(c), &s)) return;
+  const Allocation* a = c.session().findAllocation(p);
+  if (a == nullptr || a->address != p) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
+  CUresult r = PHOS_DRIVER(drv(c), MemFreeAsync)(p, s);
+  if (r == CUDA_SUCCESS) c.session().removeAllocation(p);
+  replyResult(c, r);
+}
+
+// ---- pointer attributes -------------------------------------------------------
+// The size of an attribute's value as the driver writes it (0: no such attribute).
+size_t pointerAttributeBytes(uint32_t attribute) {
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      return sizeof(CUcontext);
+    case CU_POINTER_ATTRIBUTE_P2P_TOKENS:
+      return sizeof(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS);
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+      return sizeof(CUmemoryPool);
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+      return sizeof(CUdeviceptr);
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      return sizeof(void*);
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+      return sizeof(size_t);
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+      return sizeof(unsigned long long);
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+      return sizeof(unsigned int);
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
+      return sizeof(int);
+    default:
+      return 0;
+  }
+}
+
+// The session's own memory; anything else is unknown memory to it.
+bool ownsPointer(Session& s, CUdeviceptr p) { return s.findAllocation(p) != nullptr || s.findPinned(p) != nullptr; }
+
+// Driver objects in a value become what the application may hold.
+void virtualizePointerAttribute(Session& s, uint32_t attribute, std::byte* value) {
+  if (attribute == CU_POINTER_ATTRIBUTE_CONTEXT) {
+    CUcontext real{};
+    std::memcpy(&real, value, sizeof(real));
+    uint64_t id = 0;
+    for (const auto& [vid, ctx] : s.contexts()) {
+      if (real != nullptr && ctx.real == real) id = vid;
+    }
+    std::memcpy(value, &id, sizeof(id));
+  } else if (attribute == CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE) {
+    // Memory pools are not remoted: the application cannot hold one.
+    std::memset(value, 0, sizeof(CUmemoryPool));
+  }
+}
+
+using AttributeValue = std::array<std::byte, 64>;
+
+// cuPointerGetAttribute: u32 attribute, u64 pointer. Reply: blob value.
+void servePointerGetAttribute(ServerCall& c) {
+  auto attribute = c.args().u32();
+  auto p = c.args().u64();
+  if (!c.argumentsComplete()) return;
+  const size_t bytes = pointerAttributeBytes(attribute);
+  if (bytes == 0 || !ownsPointer(c.session(), p)) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
+  alignas(16) AttributeValue value{};
+  CUresult r = PHOS_DRIVER(drv(c), PointerGetAttribute)(value.data(), static_cast<CUpointer_attribute>(attribute), p);
+  if (r == CUDA_SUCCESS) virtualizePointerAttribute(c.session(), attribute, value.data());
+  c.reply(r).blob(value.data(), r == CUDA_SUCCESS ? bytes : 0);
+  c.send();
+}
+
+// cuPointerGetAttributes: u64 pointer, u32 count, blob of `count` u32
+// attributes, blob of `count` u8 (1: the application wants the value).
+// Reply: `count` blobs.
+void servePointerGetAttributes(ServerCall& c) {
+  constexpr uint32_t kMaxAttributes = 64;
+  auto p = c.args().u64();
+  auto count = c.args().u32();
+  auto attrBytes = c.args().blob();
+  auto wanted = c.args().blob();
+  if (count > kMaxAttributes || attrBytes.size() != size_t{count} * sizeof(uint32_t) || wanted.size() != count) {
+    c.args().fail();
+  }
+  if (!c.argumentsComplete()) return;
+  std::vector<CUpointer_attribute> attributes(count);
+  std::vector<AttributeValue> values(count);
+  std::vector<void*> data(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    uint32_t a = 0;
+    std::memcpy(&a, attrBytes.data() + i * sizeof(a), sizeof(a));
+    if (pointerAttributeBytes(a) == 0) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
+    attributes[i] = static_cast<CUpointer_attribute>(a);
+    data[i] = wanted[i] != std::byte{0} ? values[i].data() : nullptr;
+  }
+  // "Unlike cuPointerGetAttribute, this function will not return an error when
+  // the ptr encountered is not a valid CUDA pointer": another session's memory
+  // is asked as address 0, which nothing is allocated at, so the driver's own
+  // defaults for unknown memory answer.
+  const CUdeviceptr asked = ownsPointer(c.session(), p) ? p : 0;
+  CUresult r = PHOS_DRIVER(drv(c), PointerGetAttributes)(count, attributes.data(), data.data(), asked);
+  auto& w = c.reply(r);
+  for (uint32_t i = 0; i < count; ++i) {
+    const bool give = r == CUDA_SUCCESS && data[i] != nullptr;
+    if (give) virtualizePointerAttribute(c.session(), attributes[i], values[i].data());
+    w.blob(values[i].data(), give ? pointerAttributeBytes(attributes[i]) : 0);
+  }
+  c.send();
+}
+
+// cuPointerSetAttribute: u32 attribute, u64 pointer, blob value. "The only
+// attribute supported is CU_POINTER_ATTRIBUTE_SYNC_MEMOPS".
+void servePointerSetAttribute(ServerCall& c) {
+  auto attribute = c.args().u32();
+  auto p = c.args().u64();
+  auto value = c.args().blob();
+  if (!c.argumentsComplete()) return;
+  if (!ownsPointer(c.session(), p) || attribute != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS ||
+      value.size() != sizeof(unsigned int)) {
+    return replyResult(c, CUDA_ERROR_INVALID_VALUE);
+  }
+  unsigned int v = 0;
+  std::memcpy(&v, value.data(), sizeof(v));
+  replyResult(c, PHOS_DRIVER(drv(c), PointerSetAttribute)(&v, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p));
+}
+
+// ---- 2D and 3D copies ---------------------------------------------------------
+// One side of a 2D or 3D copy: row (y, z) of the copy starts at
+// base + ((z0 + z) * height + y0 + y) * pitch + x0.
+struct RowSide {
+  CUmemorytype type = CU_MEMORYTYPE_DEVICE;
+  uint64_t base = 0;
+  uint64_t x = 0, y = 0, z = 0, pitch = 0, height = 0;
+  bool application = false;  // the application's pageable memory
+};
+
+uint64_t rowAddress(const RowSide& side, uint64_t y, uint64_t z) {
+  return side.base + ((side.z + z) * side.height + side.y + y) * side.pitch + side.x;
+}
+
+// Says where a side is: in the session's memory (device or pinned, used as
+// is) or the application's pageable memory (copied row by row). The whole
+// span of the side's rows must lie in one allocation when it is device
+// memory. False: the call was answered.
+bool placeSide(ServerCall& c, RowSide& side, uint64_t width, uint64_t rows, uint64_t depth) {
+  if (side.type == CU_MEMORYTYPE_ARRAY) {
+    c.fail(CUDA_ERROR_NOT_SUPPORTED);  // arrays are not remoted
+    return false;
+  }
+  if (side.type != CU_MEMORYTYPE_HOST && side.type != CU_MEMORYTYPE_DEVICE && side.type != CU_MEMORYTYPE_UNIFIED) {
+    c.fail(CUDA_ERROR_INVALID_VALUE);
+    return false;
+  }
+  if (side.base == 0) {
+    c.fail(CUDA_ERROR_INVALID_VALUE);
+    return false;
+  }
+  // The client's numbers: bounded first, then the span computed wide, so that
+  // no row address can wrap around.
+  constexpr uint64_t kLimit = 1ull << 40;
+  for (uint64_t v : {side.x, side.y, side.z, side.pitch, side.height, width, rows, depth}) {
+    if (v >= kLimit) {
+      c.fail(CUDA_ERROR_INVALID_VALUE);
+      return false;
+    }
+  }
+  __extension__ using Wide = unsigned __int128;
+  const Wide first = (Wide{side.z} * side.height + side.y) * side.pitch + side.x;
+  const Wide last = (Wide{side.z + depth - 1} * side.height + side.y + rows - 1) * side.pitch + side.x + width;
+  if (Wide{side.base} + last > Wide{~0ull}) {
+    c.fail(CUDA_ERROR_INVALID_VALUE);
+    return false;
+  }
+  const auto start = static_cast<uint64_t>(side.base + first);
+  if (c.session().ownsRange(start, static_cast<uint64_t>(last - first))) return true;
+  if (side.type == CU_MEMORYTYPE_DEVICE) {
+    c.fail(CUDA_ERROR_INVALID_VALUE);
+    return false;
+  }
+  side.application = true;
+  return true;
+}
+
+// Validates as CUDA does, places both sides, and copies: device and pinned
+// memory with the driver's own 2D/3D copy (`direct`), anything involving the
+// application's pageable memory row by row through the staging buffers (the
+// host side is done when the call returns, as CUDA does for pageable memory).
+template <typename Direct>
+void serveRowCopy(ServerCall& c, RowSide src, RowSide dst, uint64_t width, uint64_t rows, uint64_t depth, CUstream s,
+                  bool async, Direct direct) {
+  if ((rows > 1 || depth > 1) && (src.pitch < src.x + width || dst.pitch < dst.x + width)) {
+    return replyResult(c, CUDA_ERROR_INVALID_VALUE);
+  }
+  if (depth > 1 && (src.height < src.y + rows || dst.height < dst.y + rows)) {
+    return replyResult(c, CUDA_ERROR_INVALID_VALUE);
+  }
+  if (width == 0 || rows == 0 || depth == 0) return replyResult(c, CUDA_SUCCESS);
+  if (!placeSide(c, src, width, rows, depth) || !placeSide(c, dst, width, rows, depth)) return;
+  CUresult r = CUDA_SUCCESS;
+  if (!src.application && !dst.application) {
+    r = direct();
+    if (r == CUDA_SUCCESS && !async) r = PHOS_DRIVER(drv(c), StreamSynchronize)(s);
+    return replyResult(c, r);
+  }
+  for (uint64_t z = 0; z < depth && r == CUDA_SUCCESS; ++z) {
+    for (uint64_t y = 0; y < rows && r == CUDA_SUCCESS; ++y) {
+      const uint64_t from = rowAddress(src, y, z);
+      const uint64_t to = rowAddress(dst, y, z);
+      if (src.application && dst.application) {
+        r = copyWithinApplication(c, to, from, width);
+      } else if (src.application) {
+        r = copyFromApplication(c, to, from, width, s);
+      } else {
+        r = copyToApplication(c, to, from, width, s);
+      }
+    }
+  }
+  replyResult(c, r);
+}
+
+// cuMemcpy2D / cuMemcpy2DUnaligned / cuMemcpy2DAsync: blob CUDA_MEMCPY2D[, u64 stream].
+template <bool kAsync>
+void serveMemcpy2D(ServerCall& c) {
+  auto bytes = c.args().blob();
+  uint64_t sid = kAsync ? c.args().u64() : 0;
+  if (bytes.size() != sizeof(CUDA_MEMCPY2D)) c.args().fail();
+  if (!c.argumentsComplete()) return;
+  CUDA_MEMCPY2D p{};
+  std::memcpy(&p, bytes.data(), sizeof(p));
+  CUstream s{};
+  if (!c.resolveStream(sid, perThreadEntry(c), &s)) return;
+  auto side = [&](CUmemorytype type, const void* host, CUdeviceptr device, size_t x, size_t y, size_t pitch) {
+    RowSide r;
+    r.type = type;
+    r.base = type == CU_MEMORYTYPE_HOST ? reinterpret_cast<uintptr_t>(host) : device;
+    r.x = x;
+    r.y = y;
+    r.height = y + p.Height;
+    // A single row needs no pitch.
+    r.pitch = p.Height <= 1 ? std::max<uint64_t>(pitch, x + p.WidthInBytes) : pitch;
+    return r;
+  };
+  RowSide src = side(p.srcMemoryType, p.srcHost, p.srcDevice, p.srcXInBytes, p.srcY, p.srcPitch);
+  RowSide dst = side(p.dstMemoryType, p.dstHost, p.dstDevice, p.dstXInBytes, p.dstY, p.dstPitch);
+  serveRowCopy(c, src, dst, p.WidthInBytes, p.Height, 1, s, kAsync,
+               [&] { return PHOS_DRIVER(drv(c), Memcpy2DAsync_v2)(&p, s); });
+}
+
+// cuMemcpy3D / cuMemcpy3DAsync: blob CUDA_MEMCPY3D[, u64 stream].
+template <bool kAsync>
+void serveMemcpy3D(ServerCall& c) {
+  auto bytes = c.args().blob();
+  uint64_t sid = kAsync ? c.args().u64() : 0;
+  if (bytes.size() != sizeof(CUDA_MEMCPY3D)) c.args().fail();
+  if (!c.argumentsComplete()) return;
+  CUDA_MEMCPY3D p{};
+  std::memcpy(&p, bytes.data(), sizeof(p));
+  CUstream s{};
+  if (!c.resolveStream(sid, perThreadEntry(c), &s)) return;
+  // "reserved0/reserved1: Must be NULL"; "srcLOD and dstLOD ... must be set to 0".
+  if (p.reserved0 != nullptr || p.reserved1 != nullptr || p.srcLOD != 0 || p.dstLOD != 0) {
+    return replyResult(c, CUDA_ERROR_INVALID_VALUE);
+  }
+  auto side = [&](CUmemorytype type, const void* host, CUdeviceptr device, size_t x, size_t y, size_t z, size_t pitch,
+                  size_t height) {
+    RowSide r;
+    r.type = type;
+    r.base = type == CU_MEMORYTYPE_HOST ? reinterpret_cast<uintptr_t>(host) : device;
+    r.x = x;
+    r.y = y;
+    r.z = z;
+    // "srcHeight ... may be 0 if Depth==1"; a single row needs no pitch.
+    r.height = p.Depth == 1 ? std::max<uint64_t>(height, y + p.Height) : height;
+    r.pitch = p.Height <= 1 && p.Depth <= 1 ? std::max<uint64_t>(pitch, x + p.WidthInBytes) : pitch;
+    return r;
+  };
+  RowSide src = side(p.srcMemoryType, p.srcHost, p.srcDevice, p.srcXInBytes, p.srcY, p.srcZ, p.srcPitch, p.srcHeight);
+  RowSide dst = side(p.dstMemoryType, p.dstHost, p.dstDevice, p.dstXInBytes, p.dstY, p.dstZ, p.dstPitch, p.dstHeight);
+  serveRowCopy(c, src, dst, p.WidthInBytes, p.Height, p.Depth, s, kAsync,
+               [&] { return PHOS_DRIVER(drv(c), Memcpy3DAsync_v2)(&p, s); });
+}
+
+// ---- host functions -------------------------------------------------------------
+// The driver runs phosd's trampoline in stream order; it has the application
+// run its function and returns when that has returned.
+void CUDA_CB runHostFunction(void* p) {
+  std::unique_ptr<PendingHostCall> call(static_cast<PendingHostCall*>(p));
+  call->channel->run(ipc::kHostFunction, call->function, call->userData, call->stream, CUDA_SUCCESS);
+}
+
+void CUDA_CB runStreamCallback(CUstream, CUresult status, void* p) {
+  std::unique_ptr<PendingHostCall> call(static_cast<PendingHostCall*>(p));
+  call->channel->run(ipc::kStreamCallback, call->function, call->userData, call->stream, status);
+}
+
+// cuLaunchHostFunc: u64 stream, u64 function, u64 user data.
+// cuStreamAddCallback: the same and u32 flags. Reply: string path of the
+// session's host-call queue (the shim maps it and runs what it is asked to).
+template <bool kCallback>
+void serveHostCall(ServerCall& c) {
+  auto sid = c.args().u64();
+  auto function = c.args().u64();
+  auto userData = c.args().u64();
+  uint32_t flags = kCallback ? c.args().u32() : 0;
+  if (!c.argumentsComplete()) return;
+  CUstream s{};
+  if (!c.resolveStream(sid, perThreadEntry(c), &s)) return;
+  if (function == 0) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
+  auto channel = c.session().hostCalls();
+  if (!channel.isOk()) {
+    log::get("daemon")->warn("session {}: {}", c.session().id(), channel.status().message());
+    return replyResult(c, CUDA_ERROR_OUT_OF_MEMORY);
+  }
+  // The stream handle the application passed is what its callback receives.
+  auto pending = std::make_unique<PendingHostCall>(PendingHostCall{*channel, function, userData, sid});
+  CUresult r = kCallback ? PHOS_DRIVER(drv(c), StreamAddCallback)(s, runStreamCallback, pending.get(), flags)
+                         : PHOS_DRIVER(drv(c), LaunchHostFunc)(s, runHostFunction, pending.get());
+  if (r == CUDA_SUCCESS) (void)pending.release();  // the trampoline owns it now
+  c.reply(r).string((*channel)->path().c_str());
+  c.send();
+}
+
+// ---- events ------------------------------------------------------------------------
+// cuEventRecordWithFlags: u64 event, u64 stream, u32 flags. Posted.
+void serveEventRecordWithFlags(ServerCall& c) {
+  auto eid = c.args().u64();
+  auto sid = c.args().u64();
+  auto flags = c.args().u32();
+  if (!c.argumentsComplete()) return;
+  CUevent e{};
+  CUstream s{};
+  if (!c.resolve(HandleType::kCUevent_st, eid, &e) || !c.resolveStream(sid, perThreadEntry(c), &s)) return;
+  replyResult(c, PHOS_DRIVER(drv(c), EventRecordWithFlags)(e, s, flags));
+}
+
+// cuStreamWaitEvent: u64 stream, u64 event, u32 flags. Posted.
+void serveStreamWaitEvent(ServerCall& c) {
+  auto sid = c.args().u64();
+  auto eid = c.args().u64();
+  auto flags = c.args().u32();
+  if (!c.argumentsComplete()) return;
+  CUevent e{};
+  CUstream s{};
+  if (!c.resolveStream(sid, perThreadEntry(c), &s) || !c.resolve(HandleType::kCUevent_st, eid, &e)) return;
+  replyResult(c, PHOS_DRIVER(drv(c), StreamWaitEvent)(s, e, flags));
 }
 
 }  // namespace
@@ -694,6 +1259,47 @@ void installCustom(ServerTable& t) {
   set(EntryPointId::kCuMemsetD16Async_ptsz, serveMemset<2, true>);
   set(EntryPointId::kCuMemsetD32Async, serveMemset<4, true>);
   set(EntryPointId::kCuMemsetD32Async_ptsz, serveMemset<4, true>);
+  set(EntryPointId::kCuMemsetD2D8_v2, serveMemset2D<1, false>);
+  set(EntryPointId::kCuMemsetD2D8_v2_ptds, serveMemset2D<1, false>);
+  set(EntryPointId::kCuMemsetD2D16_v2, serveMemset2D<2, false>);
+  set(EntryPointId::kCuMemsetD2D16_v2_ptds, serveMemset2D<2, false>);
+  set(EntryPointId::kCuMemsetD2D32_v2, serveMemset2D<4, false>);
+  set(EntryPointId::kCuMemsetD2D32_v2_ptds, serveMemset2D<4, false>);
+  set(EntryPointId::kCuMemsetD2D8Async, serveMemset2D<1, true>);
+  set(EntryPointId::kCuMemsetD2D8Async_ptsz, serveMemset2D<1, true>);
+  set(EntryPointId::kCuMemsetD2D16Async, serveMemset2D<2, true>);
+  set(EntryPointId::kCuMemsetD2D16Async_ptsz, serveMemset2D<2, true>);
+  set(EntryPointId::kCuMemsetD2D32Async, serveMemset2D<4, true>);
+  set(EntryPointId::kCuMemsetD2D32Async_ptsz, serveMemset2D<4, true>);
+  set(EntryPointId::kCuMemcpyPeer, serveMemcpyPeer<false>);
+  set(EntryPointId::kCuMemcpyPeer_ptds, serveMemcpyPeer<false>);
+  set(EntryPointId::kCuMemcpyPeerAsync, serveMemcpyPeer<true>);
+  set(EntryPointId::kCuMemcpyPeerAsync_ptsz, serveMemcpyPeer<true>);
+  set(EntryPointId::kCuMemAllocAsync, serveMemAllocAsync);
+  set(EntryPointId::kCuMemAllocAsync_ptsz, serveMemAllocAsync);
+  set(EntryPointId::kCuMemFreeAsync, serveMemFreeAsync);
+  set(EntryPointId::kCuMemFreeAsync_ptsz, serveMemFreeAsync);
+  set(EntryPointId::kCuPointerGetAttribute, servePointerGetAttribute);
+  set(EntryPointId::kCuPointerGetAttributes, servePointerGetAttributes);
+  set(EntryPointId::kCuPointerSetAttribute, servePointerSetAttribute);
+  set(EntryPointId::kCuMemcpy2D_v2, serveMemcpy2D<false>);
+  set(EntryPointId::kCuMemcpy2D_v2_ptds, serveMemcpy2D<false>);
+  set(EntryPointId::kCuMemcpy2DUnaligned_v2, serveMemcpy2D<false>);
+  set(EntryPointId::kCuMemcpy2DUnaligned_v2_ptds, serveMemcpy2D<false>);
+  set(EntryPointId::kCuMemcpy2DAsync_v2, serveMemcpy2D<true>);
+  set(EntryPointId::kCuMemcpy2DAsync_v2_ptsz, serveMemcpy2D<true>);
+  set(EntryPointId::kCuMemcpy3D_v2, serveMemcpy3D<false>);
+  set(EntryPointId::kCuMemcpy3D_v2_ptds, serveMemcpy3D<false>);
+  set(EntryPointId::kCuMemcpy3DAsync_v2, serveMemcpy3D<true>);
+  set(EntryPointId::kCuMemcpy3DAsync_v2_ptsz, serveMemcpy3D<true>);
+  set(EntryPointId::kCuLaunchHostFunc, serveHostCall<false>);
+  set(EntryPointId::kCuLaunchHostFunc_ptsz, serveHostCall<false>);
+  set(EntryPointId::kCuStreamAddCallback, serveHostCall<true>);
+  set(EntryPointId::kCuStreamAddCallback_ptsz, serveHostCall<true>);
+  set(EntryPointId::kCuEventRecordWithFlags, serveEventRecordWithFlags);
+  set(EntryPointId::kCuEventRecordWithFlags_ptsz, serveEventRecordWithFlags);
+  set(EntryPointId::kCuStreamWaitEvent, serveStreamWaitEvent);
+  set(EntryPointId::kCuStreamWaitEvent_ptsz, serveStreamWaitEvent);
 }
 
 }  // namespace phos::daemon

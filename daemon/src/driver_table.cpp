@@ -44,6 +44,14 @@ Result<DriverTable*> DriverTable::load(const std::string& path) {
                      static_cast<int>(r));
   }
   PHOS_DRIVER(*table, DriverGetVersion)(&table->version_);
+  if (table->has(EntryPointId::kCuGetExportTable)) {
+    const void* vgpuTable = nullptr;
+    if (PHOS_DRIVER(*table, GetExportTable)(&vgpuTable, &vgpu::kExportTableId) == CUDA_SUCCESS &&
+        vgpuTable != nullptr &&
+        static_cast<const vgpu::ExportTable*>(vgpuTable)->size >= sizeof(vgpu::ExportTable)) {
+      table->vgpu_ = static_cast<const vgpu::ExportTable*>(vgpuTable);
+    }
+  }
   // The handle stays open for the life of the daemon: the driver is never unloaded.
   return table;
 }

@@ -10,6 +10,7 @@
 
 #include "phos/common/status.h"
 #include "phos/cuda_api/entry_points.h"
+#include "phos/vgpu/export_table.h"
 
 namespace phos::daemon {
 
@@ -29,12 +30,16 @@ class DriverTable {
   }
   const std::string& path() const { return path_; }
   int version() const { return version_; }
+  // vgpu's private table when the driver is vgpu (per-context printf sinks);
+  // nullptr for NVIDIA's driver.
+  const vgpu::ExportTable* vgpu() const { return vgpu_; }
 
  private:
   static size_t index(cuda_api::EntryPointId id) { return static_cast<size_t>(id); }
   std::array<void*, cuda_api::kEntryPointCount> fns_{};
   std::string path_;
   int version_ = 0;
+  const vgpu::ExportTable* vgpu_ = nullptr;
 };
 
 // A driver entry point by its exported name without the "cu" prefix:

@@ -12,9 +12,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -92,9 +94,15 @@ struct Daemon::Impl {
   uint64_t nextSession = 0;
   std::map<uint64_t, Client> clients;
   bool stopRequested = false;
+  struct Reaper {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Reaper> reapers;  // sessions being freed
 
   ~Impl() {
     clients.clear();
+    joinReapers(/*finishedOnly=*/false);
     pool.reset();
     if (listenFd >= 0) {
       close(listenFd);
@@ -135,7 +143,8 @@ struct Daemon::Impl {
                 {"device_bytes", i.deviceBytes}, {"allocations", i.allocations},
                 {"pinned_bytes", i.pinnedBytes}, {"modules", i.modules},
                 {"contexts", i.contexts}, {"calls", i.calls},
-                {"launches", i.launches}, {"kernels", i.kernels}};
+                {"launches", i.launches}, {"kernels", i.kernels},
+                {"busy", i.busy}};
   }
 
   json handle(const json& request, const ucred& peer) {
@@ -169,12 +178,14 @@ struct Daemon::Impl {
       if (!request.contains("pid") || !request["pid"].is_number_integer()) {
         return {{"ok", false}, {"error", "attach needs an integer \"pid\""}};
       }
-      const pid_t pid = request["pid"].get<pid_t>();
+      // Compared before narrowing to pid_t: 2^32 + pid must not pass as pid.
+      const auto named = request["pid"].get<int64_t>();
       // A process attaches itself: a session serves the memory of the process
       // that connected, never one it names.
-      if (pid != peer.pid) {
-        return {{"ok", false}, {"error", fmt::format("pid {} is not the connecting process ({})", pid, peer.pid)}};
+      if (named != static_cast<int64_t>(peer.pid)) {
+        return {{"ok", false}, {"error", fmt::format("pid {} is not the connecting process ({})", named, peer.pid)}};
       }
+      const pid_t pid = peer.pid;
       int pidfd = pidfdOpen(pid);
       if (pidfd < 0) return {{"ok", false}, {"error", fmt::format("cannot watch pid {}: {}", pid, std::strerror(errno))}};
       uint64_t id = ++nextSession;
@@ -204,12 +215,19 @@ struct Daemon::Impl {
     int flags = fcntl(fd, F_GETFL);
     fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     timeval tv{2, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    // The whole line within 2 s, not each read: a client sending a byte now
+    // and then would otherwise hold the daemon (which serves connections one
+    // at a time) for as long as it likes.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     std::string line;
     char buf[4096];
     bool complete = false;
     while (line.size() <= ipc::kMaxControlMessage) {
+      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      timeval wait{static_cast<time_t>(left.count() / 1000000), static_cast<suseconds_t>(left.count() % 1000000)};
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
       ssize_t n = recv(fd, buf, sizeof(buf), 0);
       if (n <= 0) break;
       line.append(buf, static_cast<size_t>(n));
@@ -239,13 +257,35 @@ struct Daemon::Impl {
     close(fd);
   }
 
+  // Freed on a thread of its own: stopping a session waits for the call it
+  // is serving, which may be waiting for a kernel that runs for hours (or
+  // forever); the control socket must keep answering meanwhile.
   void endSession(uint64_t id) {
     auto it = clients.find(id);
     if (it == clients.end()) return;
     log::get("daemon")->info("session {}: pid {} exited; freeing its session", id, it->second.session->pid());
-    it->second.session->stop();
     close(it->second.pidfd);
+    std::shared_ptr<Session> session = std::move(it->second.session);
     clients.erase(it);
+    joinReapers(/*finishedOnly=*/true);
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    reapers.push_back({std::thread([session, done] {
+                         session->stop();
+                         done->store(true);
+                       }),
+                       done});
+  }
+
+  // Waits for sessions being freed: those already done, or (at shutdown) all.
+  void joinReapers(bool finishedOnly) {
+    for (auto r = reapers.begin(); r != reapers.end();) {
+      if (finishedOnly && !r->done->load()) {
+        ++r;
+        continue;
+      }
+      r->thread.join();
+      r = reapers.erase(r);
+    }
   }
 };
 

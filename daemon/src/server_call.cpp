@@ -14,6 +14,7 @@ namespace {
 
 // Where CUDA reports the errors of asynchronous work: the synchronizing calls.
 bool synchronizing(cuda_api::EntryPointId id) {
+  if (static_cast<size_t>(id) >= cuda_api::kEntryPointCount) return false;
   std::string_view name = cuda_api::entryPoint(id).publicName;
   return name == "cuCtxSynchronize" || name == "cuStreamSynchronize" || name == "cuEventSynchronize" ||
          name == "cuMemcpyDtoH" || name == "cuMemcpyHtoD" || name == "cuMemcpy" || name == "cuMemcpyDtoD";
@@ -76,7 +77,10 @@ bool ServerCall::resolveStream(uint64_t id, bool perThreadVariant, CUstream* out
 
 bool ServerCall::checkDevicePointer(CUdeviceptr p) {
   if (p == 0 || session_.findAllocation(p) != nullptr || session_.findPinned(p) != nullptr) return true;
-  fail(CUDA_ERROR_INVALID_VALUE);
+  // cuMemGetAddressRange documents CUDA_ERROR_NOT_FOUND for an address no
+  // allocation contains.
+  const bool lookup = cuda_api::entryPoint(entry()).publicName == std::string_view("cuMemGetAddressRange");
+  fail(lookup ? CUDA_ERROR_NOT_FOUND : CUDA_ERROR_INVALID_VALUE);
   return false;
 }
 
@@ -90,17 +94,27 @@ ipc::Encoder& ServerCall::reply(CUresult result) {
   if (expectsReply_ && result == CUDA_SUCCESS && synchronizing(entry())) {
     result = session_.takeDeferredError();
   }
+  // A call that needed the current context while the thread's current one
+  // had been destroyed (on another thread): CUDA says so.
+  if (result == CUDA_ERROR_INVALID_CONTEXT && session_.contextDestroyed(header_.context)) {
+    result = CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  }
   result_ = result;
   replyEncoder_ = ipc::Encoder(replyBuffer_);
   ipc::ReplyHeader h;
   h.result = static_cast<int32_t>(result);
+  // Kernel printf output reaches the application at synchronization points,
+  // as CUDA flushes it.
+  if (expectsReply_ && synchronizing(entry()) && session_.outputPending()) h.flags |= ipc::kReplyOutputPending;
   replyEncoder_.value(h);
   return replyEncoder_;
 }
 
 uint64_t ServerCall::exportHandle(HandleType type, CUresult result, void* real) {
   if (result != CUDA_SUCCESS) return 0;
-  return session_.handles().exportHandle(type, real);
+  const uint64_t id = session_.handles().exportHandle(type, real);
+  session_.noteContextObject(type, id);
+  return id;
 }
 
 void ServerCall::send() {

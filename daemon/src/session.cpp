@@ -8,12 +8,14 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
 
+#include "host_calls.h"
 #include "phos/common/log.h"
 #include "phos/cuda_api/api_table.h"
 
@@ -27,7 +29,6 @@ namespace {
 constexpr uintptr_t kPinnedWindow = 0x500000000000ull;
 constexpr uintptr_t kPinnedSlice = 16ull << 30;  // 16 GiB per session
 constexpr uint64_t kPinnedSlices = 1024;
-constexpr size_t kStagingBytes = 8u << 20;
 
 size_t pageRound(size_t n) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -59,11 +60,29 @@ Status Session::start(const ipc::RingGeometry& geometry) {
 
 void Session::stop() {
   if (stopping_.exchange(true)) return;
+  {
+    // Streams blocked in a host function of the application let go first.
+    std::lock_guard lock(hostCallsMutex_);
+    if (hostCalls_ != nullptr) hostCalls_->close();
+  }
   if (thread_.joinable()) thread_.join();
   std::lock_guard lock(mutex_);
   // Contexts go first: destroying one frees its allocations, streams and
   // modules, and drains its work.
+  for (auto& [vid, ctx] : contexts_) {
+    if (ctx.real == nullptr) continue;
+    PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
+    // The pool destroys contexts later, on its own thread: work still queued
+    // (an asynchronous copy into pinned memory) must not outlive the
+    // mappings unmapped below.
+    PHOS_DRIVER(driver_, CtxSynchronize)();
+    freeStaging(vid);
+  }
+  // Registered in a context of the session (portable): unregistered while
+  // one is current, so that the next session's range at this address can be.
+  for (const auto& entry : pinned_) unregisterPinned(entry.second);
   PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
+  currentReal_ = nullptr;
   for (auto& [vid, ctx] : contexts_) {
     if (ctx.real != nullptr) pool_.retire(ctx.real, ctx.device);
   }
@@ -74,10 +93,6 @@ void Session::stop() {
     unlink(range.path.c_str());
   }
   pinned_.clear();
-  if (staging_ != nullptr) {
-    std::free(staging_);
-    staging_ = nullptr;
-  }
   ring_.reset();
   if (!ringPath_.empty()) unlink(ringPath_.c_str());
 }
@@ -110,16 +125,30 @@ bool Session::makeCurrent(uint64_t context) {
 }
 
 void Session::dispatch(const ipc::CallRing::Request& request) {
+  auto reply = serveOne(request.bytes, request.expectsReply, replyBuffer_);
+  if (request.expectsReply) {
+    (void)ring_->reply(request, reply);
+  } else {
+    ring_->finish(request);
+  }
+}
+
+std::span<const std::byte> Session::serveOne(std::span<const std::byte> request, bool expectsReply,
+                                             std::span<std::byte> reply) {
   std::lock_guard lock(mutex_);
   ++calls_;
+  // What `phos ps` shows if this call runs long (a synchronization waiting
+  // for a kernel); posted calls are cheap and frequent and need no snapshot.
+  if (expectsReply) (void)infoLocked();
   ipc::CallHeader header{};
-  const bool wellFormed = request.bytes.size() >= sizeof(header);
-  if (wellFormed) std::memcpy(&header, request.bytes.data(), sizeof(header));
-  std::span<const std::byte> args =
-      wellFormed ? request.bytes.subspan(sizeof(header)) : std::span<const std::byte>{};
-  ServerCall call(*this, header, args, request.expectsReply, replyBuffer_);
+  const bool wellFormed = request.size() >= sizeof(header);
+  if (wellFormed) std::memcpy(&header, request.data(), sizeof(header));
+  std::span<const std::byte> args = wellFormed ? request.subspan(sizeof(header)) : std::span<const std::byte>{};
+  ServerCall call(*this, header, args, expectsReply, reply);
   if (!wellFormed) {
     call.fail(CUDA_ERROR_INVALID_VALUE);
+  } else if (header.entry == ipc::kTakeOutputEntry) {
+    serveTakeOutput(call, reply.size());
   } else if (header.entry >= cuda_api::kEntryPointCount || servers_[header.entry] == nullptr) {
     call.fail(CUDA_ERROR_NOT_SUPPORTED);
   } else if (!makeCurrent(header.context)) {
@@ -130,19 +159,78 @@ void Session::dispatch(const ipc::CallRing::Request& request) {
   }
   if (auto log = log::get("daemon"); log->should_log(spdlog::level::debug) && wellFormed &&
       header.entry < cuda_api::kEntryPointCount) {
-    ipc::Decoder reply(call.replyBytes());
+    ipc::Decoder decoded(call.replyBytes());
     log->debug("session {}: {} -> {}{}", id_, cuda_api::entryPoint(static_cast<cuda_api::EntryPointId>(header.entry)).symbol,
-               reply.value<ipc::ReplyHeader>().result, request.expectsReply ? "" : " (posted)");
+               decoded.value<ipc::ReplyHeader>().result, expectsReply ? "" : " (posted)");
   }
-  if (request.expectsReply) {
-    (void)ring_->reply(request, call.replyBytes());
-  } else {
-    ring_->finish(request);
+  return call.replyBytes();
+}
+
+void Session::serveTakeOutput(ServerCall& call, size_t capacity) {
+  if (!call.argumentsComplete()) return;
+  constexpr size_t kOverhead = sizeof(ipc::ReplyHeader) + sizeof(uint32_t);
+  std::string text = output_->take(capacity > kOverhead ? capacity - kOverhead : 0);
+  auto& w = call.reply(CUDA_SUCCESS);
+  w.blob(text.data(), text.size());
+  if (output_->pending()) {
+    // The header was written first; mark it now that the blob is in.
+    auto bytes = call.replyBytes();
+    ipc::ReplyHeader h;
+    std::memcpy(&h, bytes.data(), sizeof(h));
+    h.flags |= ipc::kReplyOutputPending;
+    std::memcpy(const_cast<std::byte*>(bytes.data()), &h, sizeof(h));
+  }
+  call.send();
+}
+
+void Session::captureOutput(CUcontext context) {
+  if (const vgpu::ExportTable* vgpu = driver_.vgpu(); vgpu != nullptr && context != nullptr) {
+    vgpu->setPrintfSink(context, output_);
   }
 }
 
-SessionInfo Session::info() const {
+void KernelOutput::write(std::string_view text) {
   std::lock_guard lock(mutex_);
+  if (text_.size() + text.size() > kLimit) {
+    if (!truncated_) text_ += "\n[phosd: kernel printf output beyond 64 MiB was dropped]\n";
+    truncated_ = true;
+    return;
+  }
+  text_.append(text);
+}
+
+bool KernelOutput::pending() const {
+  std::lock_guard lock(mutex_);
+  return !text_.empty();
+}
+
+std::string KernelOutput::take(size_t max) {
+  std::lock_guard lock(mutex_);
+  size_t n = std::min(max, text_.size());
+  std::string out = text_.substr(0, n);
+  text_.erase(0, n);
+  if (text_.empty()) truncated_ = false;
+  return out;
+}
+
+SessionInfo Session::info() const {
+  std::unique_lock lock(mutex_, std::chrono::milliseconds(50));
+  if (lock.owns_lock()) return infoLocked();
+  // A call is running (maybe waiting for a long kernel): the snapshot of the
+  // last synchronous call, with the live counters.
+  std::lock_guard last(infoMutex_);
+  SessionInfo i = lastInfo_;
+  i.id = id_;
+  i.pid = pid_;
+  i.uid = uid_;
+  i.calls = calls_.load();
+  i.launches = launches_.load();
+  i.modules = static_cast<uint64_t>(std::max<int64_t>(0, modules_.load()));
+  i.busy = true;
+  return i;
+}
+
+SessionInfo Session::infoLocked() const {
   SessionInfo i;
   i.id = id_;
   i.pid = pid_;
@@ -150,14 +238,16 @@ SessionInfo Session::info() const {
   i.allocations = allocations_.size();
   for (const auto& [a, alloc] : allocations_) i.deviceBytes += alloc.bytes;
   for (const auto& [a, range] : pinned_) i.pinnedBytes += range.bytes;
-  i.modules = modules_ > 0 ? static_cast<uint64_t>(modules_) : 0;
+  i.modules = static_cast<uint64_t>(std::max<int64_t>(0, modules_.load()));
   i.contexts = contexts_.size();
-  i.calls = calls_;
-  i.launches = launches_;
+  i.calls = calls_.load();
+  i.launches = launches_.load();
   for (const auto& [fn, n] : launchesByFunction_) {
     auto it = functionNames_.find(fn);
     i.kernels.push_back(it != functionNames_.end() ? it->second : fmt::format("{:#x}", fn));
   }
+  std::lock_guard last(infoMutex_);
+  lastInfo_ = i;
   return i;
 }
 
@@ -231,9 +321,35 @@ Result<PinnedRange> Session::createPinned(size_t bytes, unsigned flags) {
   return r;
 }
 
+void Session::unregisterPinned(const PinnedRange& range) {
+  void* p = reinterpret_cast<void*>(range.address);
+  CUresult r = PHOS_DRIVER(driver_, MemHostUnregister)(p);
+  if (r == CUDA_SUCCESS || r == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED) return;
+  // The driver unregisters only in a usable context, and one that faulted
+  // (a sticky error such as CUDA_ERROR_ILLEGAL_ADDRESS) is not: then a fresh
+  // context of the pool does it. Left registered, the range would stay the
+  // driver's after it is unmapped, and the next session whose slice holds this
+  // address could not register its own.
+  auto owner = contexts_.find(range.context);
+  const int device = owner != contexts_.end() ? owner->second.device : 0;
+  auto fresh = pool_.take(device, 0);
+  if (!fresh.isOk()) return;
+  PHOS_DRIVER(driver_, CtxSetCurrent)(*fresh);
+  PHOS_DRIVER(driver_, MemHostUnregister)(p);
+  PHOS_DRIVER(driver_, CtxSetCurrent)(currentReal_);
+  pool_.retire(*fresh, device);
+}
+
 Status Session::freePinned(uintptr_t address) {
   auto it = pinned_.find(address);
   if (it == pinned_.end()) return makeError(Code::kNotFound, "{:#x} is not pinned memory of this session", address);
+  // Work of any of the session's contexts may still use the range.
+  for (const auto& [vid, ctx] : contexts_) {
+    if (ctx.real == nullptr) continue;
+    PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
+    PHOS_DRIVER(driver_, CtxSynchronize)();
+  }
+  PHOS_DRIVER(driver_, CtxSetCurrent)(currentReal_);
   munmap(reinterpret_cast<void*>(it->second.address), it->second.mapped);
   unlink(it->second.path.c_str());
   pinned_.erase(it);
@@ -284,12 +400,53 @@ Status Session::writeApplication(uintptr_t address, const void* data, size_t byt
   return Status::ok();
 }
 
-std::span<std::byte> Session::staging() {
-  if (staging_ == nullptr) {
-    if (posix_memalign(&staging_, 4096, kStagingBytes) != 0) return {};
-    stagingBytes_ = kStagingBytes;
+CopyStaging* Session::staging() {
+  if (currentContext_ == 0) return nullptr;
+  if (auto it = staging_.find(currentContext_); it != staging_.end()) return &it->second;
+  CopyStaging st;
+  for (int k = 0; k < 2; ++k) {
+    void* p = nullptr;
+    if (posix_memalign(&p, 4096, st.bytes) != 0) {
+      for (int j = 0; j < k; ++j) std::free(st.buffers[j]);
+      return nullptr;
+    }
+    st.buffers[k] = static_cast<std::byte*>(p);
   }
-  return {static_cast<std::byte*>(staging_), stagingBytes_};
+  // Registered, the driver copies from them asynchronously; unregistered
+  // (a driver that refuses), copies still work, one chunk at a time.
+  st.registered = true;
+  for (int k = 0; k < 2; ++k) {
+    if (PHOS_DRIVER(driver_, MemHostRegister_v2)(st.buffers[k], st.bytes, 0) != CUDA_SUCCESS) st.registered = false;
+  }
+  for (int k = 0; k < 2; ++k) {
+    if (PHOS_DRIVER(driver_, EventCreate)(&st.done[k], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      st.done[k] = nullptr;
+    }
+  }
+  if (st.done[0] == nullptr || st.done[1] == nullptr) {
+    freeStagingBuffers(st);
+    return nullptr;
+  }
+  return &staging_.emplace(currentContext_, st).first->second;
+}
+
+void Session::freeStagingBuffers(CopyStaging& st) {
+  for (int k = 0; k < 2; ++k) {
+    if (st.done[k] != nullptr) PHOS_DRIVER(driver_, EventDestroy_v2)(st.done[k]);
+    if (st.buffers[k] != nullptr) {
+      if (st.registered) PHOS_DRIVER(driver_, MemHostUnregister)(st.buffers[k]);
+      std::free(st.buffers[k]);
+    }
+    st.done[k] = nullptr;
+    st.buffers[k] = nullptr;
+  }
+}
+
+void Session::freeStaging(uint64_t context) {
+  auto it = staging_.find(context);
+  if (it == staging_.end()) return;
+  freeStagingBuffers(it->second);
+  staging_.erase(it);
 }
 
 void Session::destroyContext(uint64_t id) {
@@ -303,13 +460,68 @@ void Session::destroyContext(uint64_t id) {
   for (auto s = perThreadStreams_.begin(); s != perThreadStreams_.end();) {
     s = s->first.second == id ? perThreadStreams_.erase(s) : std::next(s);
   }
+  if (staging_.count(id) != 0) {
+    PHOS_DRIVER(driver_, CtxSetCurrent)(real);
+    currentReal_ = real;
+    freeStaging(id);
+  }
+  // Pinned memory allocated in it goes with it, as cuMemHostAlloc's does. The
+  // driver unregisters only with a context current: left registered, the
+  // range would stay the driver's after it is unmapped, and the next session
+  // whose slice holds this address could not register its own.
+  bool drained = false;
+  for (auto p = pinned_.begin(); p != pinned_.end();) {
+    if (p->second.context != id) {
+      ++p;
+      continue;
+    }
+    if (!drained) {
+      PHOS_DRIVER(driver_, CtxSetCurrent)(real);
+      currentReal_ = real;
+      PHOS_DRIVER(driver_, CtxSynchronize)();
+      drained = true;
+    }
+    unregisterPinned(p->second);
+    munmap(reinterpret_cast<void*>(p->second.address), p->second.mapped);
+    unlink(p->second.path.c_str());
+    p = pinned_.erase(p);
+  }
   if (currentReal_ == real) {
     PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
     currentReal_ = nullptr;
   }
+  // Its streams, events, modules and functions die with it: their handles
+  // must never reach the driver again.
+  for (auto h = contextOfHandle_.begin(); h != contextOfHandle_.end();) {
+    if (h->second == id) {
+      handles_.erase(h->first);
+      h = contextOfHandle_.erase(h);
+    } else {
+      ++h;
+    }
+  }
+  const bool primary = it->second.primary;
   handles_.erase(id);
   contexts_.erase(it);
+  // A released primary context is not "destroyed" to its threads: a retain
+  // brings it back under the same id.
+  if (!primary) destroyedContexts_.insert(id);
   pool_.retire(real, device);
+}
+
+Result<std::shared_ptr<HostCallChannel>> Session::hostCalls() {
+  std::lock_guard lock(hostCallsMutex_);
+  if (hostCalls_ == nullptr) {
+    ASSIGN_OR_RETURN(hostCalls_,
+                     HostCallChannel::create(fmt::format("/dev/shm/phos-{}-{}-hostcalls", getpid(), id_), uid_, pid_));
+  }
+  return hostCalls_;
+}
+
+void Session::noteContextObject(HandleType type, uint64_t id) {
+  const bool owned = type == HandleType::kCUstream_st || type == HandleType::kCUevent_st ||
+                     type == HandleType::kCUmod_st || type == HandleType::kCUfunc_st;
+  if (owned && id != 0 && currentContext_ != 0) contextOfHandle_.emplace(id, currentContext_);
 }
 
 void Session::noteLaunch(uint64_t function) {

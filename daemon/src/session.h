@@ -10,9 +10,13 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -42,6 +46,37 @@ struct PinnedRange {
   uint64_t context = 0;
 };
 
+// Two host buffers registered with the driver, through which phosd copies
+// between the application's pageable memory and the device (one chunk is
+// copied by the driver while the next is read from the application), and the
+// events that say when each is free again. One per context: registrations
+// and events belong to a context.
+struct CopyStaging {
+  static constexpr size_t kBufferBytes = 8u << 20;
+  std::byte* buffers[2] = {};
+  CUevent done[2] = {};
+  bool pending[2] = {};
+  size_t bytes = kBufferBytes;  // of each buffer
+  bool registered = false;
+};
+
+// Kernel printf output of the session's contexts (vgpu writes into it from its
+// stream workers), kept until the application fetches it at its next
+// synchronizing call.
+class KernelOutput final : public vgpu::PrintfSink {
+ public:
+  void write(std::string_view text) override;
+  bool pending() const;
+  // Up to `max` bytes, oldest first.
+  std::string take(size_t max);
+
+ private:
+  static constexpr size_t kLimit = 64u << 20;  // beyond this, output is dropped (and said so)
+  mutable std::mutex mutex_;
+  std::string text_;
+  bool truncated_ = false;
+};
+
 // A context the session owns, by virtual id.
 struct SessionContext {
   CUcontext real = nullptr;
@@ -59,6 +94,7 @@ struct PrimaryContext {
 };
 
 struct SessionInfo {
+  bool busy = false;  // in a call that outlasted the query: counters are from before it
   uint64_t id = 0;
   pid_t pid = 0;
   uid_t uid = 0;
@@ -72,6 +108,8 @@ struct SessionInfo {
   uint64_t launches = 0;
   std::vector<std::string> kernels;  // names of the functions it has launched
 };
+
+class HostCallChannel;
 
 class Session {
  public:
@@ -93,6 +131,13 @@ class Session {
   const std::string& ringPath() const { return ringPath_; }
   SessionInfo info() const;
 
+  // Serves one request (a CallHeader and its arguments) on the calling thread
+  // and returns its reply, written into `reply`. The serving thread calls it
+  // for every request of the ring; the decoder tests and the ring fuzzer call
+  // it directly on a session that was never started, without a ring.
+  std::span<const std::byte> serveOne(std::span<const std::byte> request, bool expectsReply,
+                                      std::span<std::byte> reply);
+
   // ---- used by server functions (on the session's thread) -----------------
   const DriverTable& driver() const { return driver_; }
   ContextPool& pool() { return pool_; }
@@ -110,6 +155,8 @@ class Session {
   void removeAllocation(CUdeviceptr p);
   Result<PinnedRange> createPinned(size_t bytes, unsigned flags);
   Status freePinned(uintptr_t address);
+  // Unregisters a pinned range with the driver, even when its context faulted.
+  void unregisterPinned(const PinnedRange& range);
 
   // The per-thread default stream of application thread `thread` in the
   // current context (created on first use).
@@ -128,11 +175,28 @@ class Session {
   // Application memory (process_vm_readv/writev).
   Status readApplication(uintptr_t address, void* out, size_t bytes) const;
   Status writeApplication(uintptr_t address, const void* data, size_t bytes) const;
-  // A host staging buffer of the session (registered with the driver).
-  std::span<std::byte> staging();
+  // Routes the kernel printf output of `context` to this session (vgpu only;
+  // with NVIDIA's driver it goes to phosd's stdout).
+  void captureOutput(CUcontext context);
+  bool outputPending() const { return output_->pending(); }
+
+  // The current context's staging buffers (created on first use); nullptr
+  // without a current context.
+  CopyStaging* staging();
 
   // Destroys a context the session owns (and what lived in it).
   void destroyContext(uint64_t id);
+  // True for the id of a context the session destroyed (and did not re-bind,
+  // as a retained primary context is).
+  bool contextDestroyed(uint64_t id) const {
+    return id != 0 && destroyedContexts_.count(id) != 0 && contexts_.count(id) == 0;
+  }
+  // Records that handle `id` is an object of the current context (a stream,
+  // event, module or function): it dies with the context.
+  void noteContextObject(HandleType type, uint64_t id);
+  // The queue through which the session's streams run the application's host
+  // functions (created on first use; its file is removed with the session).
+  Result<std::shared_ptr<HostCallChannel>> hostCalls();
   // Called when a launch of `function` (virtual id) was served.
   void noteLaunch(uint64_t function);
   void noteModule(int delta) { modules_ += delta; }
@@ -143,6 +207,10 @@ class Session {
   void serve();
   void dispatch(const ipc::CallRing::Request& request);
   bool makeCurrent(uint64_t context);
+  // Frees the staging buffers of a context; it must be current.
+  void freeStaging(uint64_t context);
+  void freeStagingBuffers(CopyStaging& staging);
+  void serveTakeOutput(ServerCall& call, size_t capacity);
 
   const uint64_t id_;
   const pid_t pid_;
@@ -156,10 +224,19 @@ class Session {
   std::thread thread_;
   std::atomic<bool> stopping_{false};
 
-  // Owned by the serving thread; info() takes mutex_ for the counters it reads.
-  mutable std::mutex mutex_;
+  // Owned by the serving thread, which holds mutex_ while it serves a call;
+  // info() waits for it only briefly (a call may run for as long as a kernel).
+  mutable std::timed_mutex mutex_;
+  mutable std::mutex infoMutex_;
+  mutable SessionInfo lastInfo_;  // guarded by infoMutex_: what info() says while a call runs
+  // Takes the snapshot info() falls back on; mutex_ held.
+  SessionInfo infoLocked() const;
   HandleTable handles_;
   std::map<uint64_t, SessionContext> contexts_;
+  std::set<uint64_t> destroyedContexts_;
+  std::map<uint64_t, uint64_t> contextOfHandle_;  // handle id -> context id
+  std::mutex hostCallsMutex_;  // not mutex_: stop() closes the queue while a call may be served
+  std::shared_ptr<HostCallChannel> hostCalls_;
   std::map<int, PrimaryContext> primaries_;
   std::map<CUdeviceptr, Allocation> allocations_;
   std::map<uintptr_t, PinnedRange> pinned_;
@@ -169,12 +246,13 @@ class Session {
   uint64_t currentContext_ = 0;
   CUcontext currentReal_ = nullptr;
   CUresult deferred_ = CUDA_SUCCESS;
-  uint64_t calls_ = 0;
-  uint64_t launches_ = 0;
-  int64_t modules_ = 0;
+  // Read by info() without mutex_, while a call may be running.
+  std::atomic<uint64_t> calls_{0};
+  std::atomic<uint64_t> launches_{0};
+  std::atomic<int64_t> modules_{0};
   uint64_t pinnedSerial_ = 0;
-  void* staging_ = nullptr;
-  size_t stagingBytes_ = 0;
+  std::map<uint64_t, CopyStaging> staging_;  // by context
+  std::shared_ptr<KernelOutput> output_ = std::make_shared<KernelOutput>();
   std::vector<std::byte> replyBuffer_;
 };
 

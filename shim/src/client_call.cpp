@@ -2,8 +2,12 @@
 // Forwarding one call through the session's ring.
 #include "client_call.h"
 
+#include <unistd.h>
+
 #include <array>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 
 #include "connection.h"
 #include "phos/common/log.h"
@@ -64,11 +68,43 @@ CUresult ClientCall::ready() const {
   return CUDA_SUCCESS;
 }
 
+// Kernel printf output phosd kept for this process: written to our stdout
+// (the application's own descriptor 1), as CUDA prints it at a synchronization
+// point. Its own buffers: the caller's reply is still being read.
+static void forwardKernelOutput() {
+  thread_local std::array<std::byte, kBufferBytes> request, reply;
+  for (int round = 0; round < 100000; ++round) {
+    ipc::Encoder e(request);
+    ipc::CallHeader header;
+    header.entry = ipc::kTakeOutputEntry;
+    header.thread = threadId();
+    e.value(header);
+    auto n = Connection::instance().ring().call(e.written(), reply);
+    if (!n.isOk()) return;
+    ipc::Decoder d(std::span<const std::byte>(reply.data(), *n));
+    auto h = d.value<ipc::ReplyHeader>();
+    auto text = d.blob();
+    if (!d.ok()) return;
+    for (size_t done = 0; done < text.size();) {
+      ssize_t w = write(STDOUT_FILENO, text.data() + done, text.size() - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return;
+      done += static_cast<size_t>(w);
+    }
+    if ((h.flags & ipc::kReplyOutputPending) == 0) return;
+  }
+}
+
 ReplyReader ClientCall::run() {
   if (CUresult r = ready(); r != CUDA_SUCCESS) return ReplyReader(r);
   auto reply = replyBuffer();
   auto n = Connection::instance().ring().call(encoder_.written(), reply);
   if (!n.isOk()) return ReplyReader(daemonGone(n.status()));
+  ipc::ReplyHeader h{};
+  if (*n >= sizeof(h)) {
+    std::memcpy(&h, reply.data(), sizeof(h));
+    if (h.flags & ipc::kReplyOutputPending) forwardKernelOutput();
+  }
   return ReplyReader(std::span<const std::byte>(reply.data(), *n));
 }
 

@@ -25,18 +25,20 @@ class ReplyReader {
   CUresult result() const { return result_; }
   ipc::Decoder& decoder() { return decoder_; }
 
-  // Outputs, in parameter order: a presence byte, then the value.
+  // Outputs, in parameter order: a presence byte, then the value. A failed
+  // call leaves the application's outputs as they were: the driver wrote
+  // phosd's copies, never the application's memory.
   template <typename T>
   void out(T* p) {
     if (!decoder_.present()) return;
     T v = decoder_.value<T>();
-    if (p != nullptr) *p = v;
+    if (p != nullptr && result_ == CUDA_SUCCESS) *p = v;
   }
   template <typename H>
   void outHandle(H* p) {
     if (!decoder_.present()) return;
     uint64_t id = decoder_.u64();
-    if (p != nullptr) *p = reinterpret_cast<H>(id);
+    if (p != nullptr && result_ == CUDA_SUCCESS) *p = reinterpret_cast<H>(id);
   }
   // The driver's result. A failed call may come back without its outputs
   // (phosd refused it before the driver ran); a successful one without them

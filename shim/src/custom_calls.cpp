@@ -9,16 +9,22 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <mutex>
+#include <span>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "client_call.h"
 #include "connection.h"
 #include "module_image.h"
+#include "phos/common/ipc/host_calls.h"
 #include "phos/common/log.h"
 #include "phos/cuda_api/api_table.h"
 #include "phos/cuda_api/proc_address.h"
@@ -92,9 +98,10 @@ CUresult getErrorStringImpl(CUresult error, const char** str) {
   return e != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-CUresult getExportTableImpl(const void** table, const CUuuid*) {
+CUresult getExportTableImpl(const void** table, const CUuuid* id) {
+  if (table == nullptr || id == nullptr) return CUDA_ERROR_INVALID_VALUE;
   // NVIDIA's private tables: no driver but NVIDIA's has them.
-  if (table != nullptr) *table = nullptr;
+  *table = nullptr;
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
@@ -116,7 +123,12 @@ CUresult getProcAddressV2Impl(const char* symbol, void** pfn, int cudaVersion, c
 }
 
 CUresult getProcAddressV1Impl(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
-  return getProcAddressCommon(symbol, pfn, cudaVersion, flags, nullptr);
+  // The CUDA 11 ABI has no status output: a symbol it cannot hand out is
+  // CUDA_ERROR_NOT_FOUND.
+  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
+  CUresult r = getProcAddressCommon(symbol, pfn, cudaVersion, flags, &status);
+  if (r != CUDA_SUCCESS) return r;
+  return status == CU_GET_PROC_ADDRESS_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
 // ---- contexts ----------------------------------------------------------------
@@ -711,6 +723,277 @@ CUresult memsetAsync(CUdeviceptr dst, T value, size_t count, CUstream stream) {
   return call.post();
 }
 
+// ---- 2D sets, peer copies, stream-ordered allocations ---------------------------------
+template <EntryPointId kId, typename T>
+CUresult memset2D(CUdeviceptr dst, size_t pitch, T value, size_t width, size_t height) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  ClientCall call(kId);
+  for (uint64_t v : {uint64_t{dst}, uint64_t{pitch}}) call.args().u64(v);
+  call.args().u32(value);
+  call.args().u64(width);
+  call.args().u64(height);
+  return resultOf(call);
+}
+
+template <EntryPointId kId, typename T>
+CUresult memset2DAsync(CUdeviceptr dst, size_t pitch, T value, size_t width, size_t height, CUstream stream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  ClientCall call(kId);
+  for (uint64_t v : {uint64_t{dst}, uint64_t{pitch}}) call.args().u64(v);
+  call.args().u32(value);
+  call.args().u64(width);
+  call.args().u64(height);
+  call.args().u64(ClientCall::handleId(stream));
+  return call.post();
+}
+
+template <EntryPointId kId>
+CUresult memcpyPeer(CUdeviceptr dst, CUcontext dstContext, CUdeviceptr src, CUcontext srcContext, size_t bytes) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  ClientCall call(kId);
+  for (uint64_t v : {uint64_t{dst}, ClientCall::handleId(dstContext), uint64_t{src}, ClientCall::handleId(srcContext),
+                     uint64_t{bytes}}) {
+    call.args().u64(v);
+  }
+  return resultOf(call);
+}
+
+// Device memory on both sides: the application need not wait.
+template <EntryPointId kId>
+CUresult memcpyPeerAsync(CUdeviceptr dst, CUcontext dstContext, CUdeviceptr src, CUcontext srcContext, size_t bytes,
+                         CUstream stream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  ClientCall call(kId);
+  for (uint64_t v : {uint64_t{dst}, ClientCall::handleId(dstContext), uint64_t{src}, ClientCall::handleId(srcContext),
+                     uint64_t{bytes}, ClientCall::handleId(stream)}) {
+    call.args().u64(v);
+  }
+  return call.post();
+}
+
+template <EntryPointId kId>
+CUresult memAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ClientCall call(kId);
+  call.args().u64(bytes);
+  call.args().u64(ClientCall::handleId(stream));
+  ReplyReader reply = call.run();
+  if (!reply.ok()) return reply.result();
+  uint64_t p = reply.decoder().u64();
+  CUresult r = reply.finish();
+  if (r == CUDA_SUCCESS) *dptr = p;
+  return r;
+}
+
+// Waits for the answer: freeing what the session does not own is refused at once.
+template <EntryPointId kId>
+CUresult memFreeAsync(CUdeviceptr p, CUstream stream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  ClientCall call(kId);
+  call.args().u64(p);
+  call.args().u64(ClientCall::handleId(stream));
+  return resultOf(call);
+}
+
+// ---- pointer attributes ------------------------------------------------------------------
+// phosd sends each value with its size (contexts already as virtual ids).
+CUresult pointerGetAttributeImpl(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ClientCall call(EntryPointId::kCuPointerGetAttribute);
+  call.args().u32(static_cast<uint32_t>(attribute));
+  call.args().u64(ptr);
+  ReplyReader reply = call.run();
+  if (!reply.ok()) return reply.result();
+  auto value = reply.decoder().blob();
+  CUresult r = reply.finish();
+  if (r == CUDA_SUCCESS) std::memcpy(data, value.data(), value.size());
+  return r;
+}
+
+CUresult pointerGetAttributesImpl(unsigned int count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (count == 0 || attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<uint32_t> ids(attributes, attributes + count);
+  std::vector<uint8_t> wanted(count);
+  for (unsigned i = 0; i < count; ++i) wanted[i] = data[i] != nullptr;
+  ClientCall call(EntryPointId::kCuPointerGetAttributes);
+  call.args().u64(ptr);
+  call.args().u32(count);
+  call.args().blob(ids.data(), ids.size() * sizeof(uint32_t));
+  call.args().blob(wanted.data(), wanted.size());
+  ReplyReader reply = call.run();
+  if (!reply.ok()) return reply.result();
+  std::vector<std::span<const std::byte>> values(count);
+  for (auto& v : values) v = reply.decoder().blob();
+  CUresult r = reply.finish();
+  if (r != CUDA_SUCCESS) return r;
+  for (unsigned i = 0; i < count; ++i) {
+    if (data[i] != nullptr) std::memcpy(data[i], values[i].data(), values[i].size());
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult pointerSetAttributeImpl(const void* value, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ClientCall call(EntryPointId::kCuPointerSetAttribute);
+  call.args().u32(static_cast<uint32_t>(attribute));
+  call.args().u64(ptr);
+  // Only CU_POINTER_ATTRIBUTE_SYNC_MEMOPS can be set; phosd refuses the rest.
+  call.args().blob(value, attribute == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS ? sizeof(unsigned int) : 0);
+  return resultOf(call);
+}
+
+// ---- 2D and 3D copies --------------------------------------------------------------------
+// The descriptor goes as it is; phosd places each side. The application waits
+// for the answer: a side in its pageable memory is done when the call returns.
+template <EntryPointId kId, typename Descriptor>
+CUresult memcpyRows(const Descriptor* copy) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (copy == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ClientCall call(kId);
+  call.args().blob(copy, sizeof(Descriptor));
+  return resultOf(call);
+}
+
+template <EntryPointId kId, typename Descriptor>
+CUresult memcpyRowsAsync(const Descriptor* copy, CUstream stream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (copy == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ClientCall call(kId);
+  call.args().blob(copy, sizeof(Descriptor));
+  call.args().u64(ClientCall::handleId(stream));
+  return resultOf(call);
+}
+
+// ---- host functions ---------------------------------------------------------------------
+// phosd's stream threads post the application's host functions to the
+// session's host-call queue; a thread of the shim runs each on a thread of
+// its own: CUDA runs the host functions of different streams independently,
+// so one that blocks must not hold up another stream's.
+void runHostCall(ipc::HostCallSlot* slot) {
+  if (slot->kind == ipc::kStreamCallback) {
+    auto fn = reinterpret_cast<CUstreamCallback>(slot->function);
+    fn(reinterpret_cast<CUstream>(slot->stream), static_cast<CUresult>(slot->status),
+       reinterpret_cast<void*>(slot->userData));
+  } else {
+    auto fn = reinterpret_cast<CUhostFn>(slot->function);
+    fn(reinterpret_cast<void*>(slot->userData));
+  }
+  slot->state.store(ipc::kHostCallDone, std::memory_order_release);
+  ipc::hostCallWake(&slot->state);
+}
+
+[[noreturn]] void dispatchHostCalls(ipc::HostCallQueue* queue) {
+  for (;;) {
+    const uint32_t bell = queue->doorbell.load();
+    for (auto& slot : queue->slots) {
+      uint32_t expected = ipc::kHostCallRequested;
+      if (slot.state.compare_exchange_strong(expected, ipc::kHostCallRunning)) {
+        try {
+          std::thread(runHostCall, &slot).detach();
+        } catch (const std::system_error&) {
+          runHostCall(&slot);  // no thread to spare: run it here, in order
+        }
+      }
+    }
+    ipc::hostCallWait(&queue->doorbell, bell, std::chrono::seconds(1));
+  }
+}
+
+// Maps the session's queue and starts its dispatcher, once per queue (a
+// forked child attached to a new session gets a new one).
+bool serveHostCallQueue(const std::string& path) {
+  static std::mutex mutex;
+  static std::string served;
+  std::lock_guard lock(mutex);
+  if (path == served) return true;
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    log::get("shim")->error("cannot open the host-call queue {}: {}", path, std::strerror(errno));
+    return false;
+  }
+  void* p = mmap(nullptr, sizeof(ipc::HostCallQueue), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    log::get("shim")->error("cannot map the host-call queue {}: {}", path, std::strerror(errno));
+    return false;
+  }
+  try {
+    std::thread(dispatchHostCalls, static_cast<ipc::HostCallQueue*>(p)).detach();
+  } catch (const std::system_error& e) {
+    log::get("shim")->error("cannot start the host-call thread: {}", e.what());
+    munmap(p, sizeof(ipc::HostCallQueue));
+    return false;
+  }
+  served = path;
+  return true;
+}
+
+CUresult hostCallReply(ClientCall& call) {
+  ReplyReader reply = call.run();
+  if (!reply.ok()) return reply.result();
+  auto path = reply.decoder().blob();
+  CUresult r = reply.finish();
+  if (r != CUDA_SUCCESS) return r;
+  // Enqueued already: a queue the shim cannot serve would block the stream forever.
+  if (!serveHostCallQueue(std::string(reinterpret_cast<const char*>(path.data()), path.size()))) {
+    return CUDA_ERROR_OPERATING_SYSTEM;
+  }
+  return CUDA_SUCCESS;
+}
+
+template <EntryPointId kId>
+CUresult launchHostFunc(CUstream stream, CUhostFn fn, void* userData) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ClientCall call(kId);
+  call.args().u64(ClientCall::handleId(stream));
+  call.args().u64(reinterpret_cast<uintptr_t>(fn));
+  call.args().u64(reinterpret_cast<uintptr_t>(userData));
+  return hostCallReply(call);
+}
+
+template <EntryPointId kId>
+CUresult streamAddCallback(CUstream stream, CUstreamCallback callback, void* userData, unsigned int flags) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  // "flags: Reserved for future use, must be 0".
+  if (callback == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  ClientCall call(kId);
+  call.args().u64(ClientCall::handleId(stream));
+  call.args().u64(reinterpret_cast<uintptr_t>(callback));
+  call.args().u64(reinterpret_cast<uintptr_t>(userData));
+  call.args().u32(flags);
+  return hostCallReply(call);
+}
+
+// ---- events --------------------------------------------------------------------------
+// Posted: the application does not wait. Flags are checked here, since CUDA
+// reports them from the call itself.
+template <EntryPointId kId>
+CUresult eventRecordWithFlags(CUevent event, CUstream stream, unsigned int flags) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if ((flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  ClientCall call(kId);
+  call.args().u64(ClientCall::handleId(event));
+  call.args().u64(ClientCall::handleId(stream));
+  call.args().u32(flags);
+  return call.post();
+}
+
+template <EntryPointId kId>
+CUresult streamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if ((flags & ~static_cast<unsigned>(CU_EVENT_WAIT_EXTERNAL)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  ClientCall call(kId);
+  call.args().u64(ClientCall::handleId(stream));
+  call.args().u64(ClientCall::handleId(event));
+  call.args().u32(flags);
+  return call.post();
+}
+
 }  // namespace
 
 void installCustom(cuda_api::Dispatch& t) {
@@ -800,6 +1083,53 @@ void installCustom(cuda_api::Dispatch& t) {
   INSTALL(kCuMemsetD16Async_ptsz, cuMemsetD16Async_ptsz, (memsetAsync<E::kCuMemsetD16Async_ptsz, unsigned short>));
   INSTALL(kCuMemsetD32Async, cuMemsetD32Async, (memsetAsync<E::kCuMemsetD32Async, unsigned int>));
   INSTALL(kCuMemsetD32Async_ptsz, cuMemsetD32Async_ptsz, (memsetAsync<E::kCuMemsetD32Async_ptsz, unsigned int>));
+  INSTALL(kCuMemsetD2D8_v2, cuMemsetD2D8_v2, (memset2D<E::kCuMemsetD2D8_v2, unsigned char>));
+  INSTALL(kCuMemsetD2D8_v2_ptds, cuMemsetD2D8_v2_ptds, (memset2D<E::kCuMemsetD2D8_v2_ptds, unsigned char>));
+  INSTALL(kCuMemsetD2D16_v2, cuMemsetD2D16_v2, (memset2D<E::kCuMemsetD2D16_v2, unsigned short>));
+  INSTALL(kCuMemsetD2D16_v2_ptds, cuMemsetD2D16_v2_ptds, (memset2D<E::kCuMemsetD2D16_v2_ptds, unsigned short>));
+  INSTALL(kCuMemsetD2D32_v2, cuMemsetD2D32_v2, (memset2D<E::kCuMemsetD2D32_v2, unsigned int>));
+  INSTALL(kCuMemsetD2D32_v2_ptds, cuMemsetD2D32_v2_ptds, (memset2D<E::kCuMemsetD2D32_v2_ptds, unsigned int>));
+  INSTALL(kCuMemsetD2D8Async, cuMemsetD2D8Async, (memset2DAsync<E::kCuMemsetD2D8Async, unsigned char>));
+  INSTALL(kCuMemsetD2D8Async_ptsz, cuMemsetD2D8Async_ptsz, (memset2DAsync<E::kCuMemsetD2D8Async_ptsz, unsigned char>));
+  INSTALL(kCuMemsetD2D16Async, cuMemsetD2D16Async, (memset2DAsync<E::kCuMemsetD2D16Async, unsigned short>));
+  INSTALL(kCuMemsetD2D16Async_ptsz, cuMemsetD2D16Async_ptsz,
+          (memset2DAsync<E::kCuMemsetD2D16Async_ptsz, unsigned short>));
+  INSTALL(kCuMemsetD2D32Async, cuMemsetD2D32Async, (memset2DAsync<E::kCuMemsetD2D32Async, unsigned int>));
+  INSTALL(kCuMemsetD2D32Async_ptsz, cuMemsetD2D32Async_ptsz,
+          (memset2DAsync<E::kCuMemsetD2D32Async_ptsz, unsigned int>));
+  INSTALL(kCuMemcpyPeer, cuMemcpyPeer, memcpyPeer<E::kCuMemcpyPeer>);
+  INSTALL(kCuMemcpyPeer_ptds, cuMemcpyPeer_ptds, memcpyPeer<E::kCuMemcpyPeer_ptds>);
+  INSTALL(kCuMemcpyPeerAsync, cuMemcpyPeerAsync, memcpyPeerAsync<E::kCuMemcpyPeerAsync>);
+  INSTALL(kCuMemcpyPeerAsync_ptsz, cuMemcpyPeerAsync_ptsz, memcpyPeerAsync<E::kCuMemcpyPeerAsync_ptsz>);
+  INSTALL(kCuMemAllocAsync, cuMemAllocAsync, memAllocAsync<E::kCuMemAllocAsync>);
+  INSTALL(kCuMemAllocAsync_ptsz, cuMemAllocAsync_ptsz, memAllocAsync<E::kCuMemAllocAsync_ptsz>);
+  INSTALL(kCuMemFreeAsync, cuMemFreeAsync, memFreeAsync<E::kCuMemFreeAsync>);
+  INSTALL(kCuMemFreeAsync_ptsz, cuMemFreeAsync_ptsz, memFreeAsync<E::kCuMemFreeAsync_ptsz>);
+  INSTALL(kCuPointerGetAttribute, cuPointerGetAttribute, pointerGetAttributeImpl);
+  INSTALL(kCuPointerGetAttributes, cuPointerGetAttributes, pointerGetAttributesImpl);
+  INSTALL(kCuPointerSetAttribute, cuPointerSetAttribute, pointerSetAttributeImpl);
+  INSTALL(kCuMemcpy2D_v2, cuMemcpy2D_v2, (memcpyRows<E::kCuMemcpy2D_v2, CUDA_MEMCPY2D>));
+  INSTALL(kCuMemcpy2D_v2_ptds, cuMemcpy2D_v2_ptds, (memcpyRows<E::kCuMemcpy2D_v2_ptds, CUDA_MEMCPY2D>));
+  INSTALL(kCuMemcpy2DUnaligned_v2, cuMemcpy2DUnaligned_v2, (memcpyRows<E::kCuMemcpy2DUnaligned_v2, CUDA_MEMCPY2D>));
+  INSTALL(kCuMemcpy2DUnaligned_v2_ptds, cuMemcpy2DUnaligned_v2_ptds,
+          (memcpyRows<E::kCuMemcpy2DUnaligned_v2_ptds, CUDA_MEMCPY2D>));
+  INSTALL(kCuMemcpy2DAsync_v2, cuMemcpy2DAsync_v2, (memcpyRowsAsync<E::kCuMemcpy2DAsync_v2, CUDA_MEMCPY2D>));
+  INSTALL(kCuMemcpy2DAsync_v2_ptsz, cuMemcpy2DAsync_v2_ptsz,
+          (memcpyRowsAsync<E::kCuMemcpy2DAsync_v2_ptsz, CUDA_MEMCPY2D>));
+  INSTALL(kCuMemcpy3D_v2, cuMemcpy3D_v2, (memcpyRows<E::kCuMemcpy3D_v2, CUDA_MEMCPY3D>));
+  INSTALL(kCuMemcpy3D_v2_ptds, cuMemcpy3D_v2_ptds, (memcpyRows<E::kCuMemcpy3D_v2_ptds, CUDA_MEMCPY3D>));
+  INSTALL(kCuMemcpy3DAsync_v2, cuMemcpy3DAsync_v2, (memcpyRowsAsync<E::kCuMemcpy3DAsync_v2, CUDA_MEMCPY3D>));
+  INSTALL(kCuMemcpy3DAsync_v2_ptsz, cuMemcpy3DAsync_v2_ptsz,
+          (memcpyRowsAsync<E::kCuMemcpy3DAsync_v2_ptsz, CUDA_MEMCPY3D>));
+  INSTALL(kCuLaunchHostFunc, cuLaunchHostFunc, launchHostFunc<E::kCuLaunchHostFunc>);
+  INSTALL(kCuLaunchHostFunc_ptsz, cuLaunchHostFunc_ptsz, launchHostFunc<E::kCuLaunchHostFunc_ptsz>);
+  INSTALL(kCuStreamAddCallback, cuStreamAddCallback, streamAddCallback<E::kCuStreamAddCallback>);
+  INSTALL(kCuStreamAddCallback_ptsz, cuStreamAddCallback_ptsz, streamAddCallback<E::kCuStreamAddCallback_ptsz>);
+  INSTALL(kCuEventRecordWithFlags, cuEventRecordWithFlags, eventRecordWithFlags<E::kCuEventRecordWithFlags>);
+  INSTALL(kCuEventRecordWithFlags_ptsz, cuEventRecordWithFlags_ptsz,
+          eventRecordWithFlags<E::kCuEventRecordWithFlags_ptsz>);
+  INSTALL(kCuStreamWaitEvent, cuStreamWaitEvent, streamWaitEvent<E::kCuStreamWaitEvent>);
+  INSTALL(kCuStreamWaitEvent_ptsz, cuStreamWaitEvent_ptsz, streamWaitEvent<E::kCuStreamWaitEvent_ptsz>);
 #undef INSTALL
 }
 

@@ -43,9 +43,20 @@ enum CallFlags : uint32_t {
 // Every reply starts with this.
 struct ReplyHeader {
   int32_t result = 0;        // CUresult
-  uint32_t reserved = 0;
+  uint32_t flags = 0;        // ReplyFlags
 };
 static_assert(sizeof(ReplyHeader) == 8);
+
+enum ReplyFlags : uint32_t {
+  // Kernel printf output is waiting for the application (set on the replies
+  // of synchronizing calls): fetch it with kTakeOutputEntry.
+  kReplyOutputPending = 1u << 0,
+};
+
+// Not a Driver API entry point: asks phosd for the session's pending kernel
+// printf output. No arguments; the reply carries a blob of text (as much as
+// fits) and kReplyOutputPending while more is left.
+inline constexpr uint32_t kTakeOutputEntry = 0xffff0001u;
 
 // Appends to a caller-provided buffer (a ring slot); remembers overflow
 // instead of writing past the end, so a call that does not fit fails cleanly.
