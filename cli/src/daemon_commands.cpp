@@ -139,9 +139,36 @@ struct RunArgs {
   std::vector<std::string> command;
 };
 
+// Whether execvp would find `name`: a path, or a file of $PATH. Otherwise
+// `why` says what is wrong.
+bool findsProgram(const std::string& name, std::string* why) {
+  if (name.find('/') != std::string::npos) {
+    if (access(name.c_str(), X_OK) == 0) return true;
+    *why = std::strerror(errno);
+    return false;
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  for (size_t start = 0; start <= dirs.size();) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string dir = dirs.substr(start, end - start);
+    if (dir.empty()) dir = ".";
+    if (access((dir + "/" + name).c_str(), X_OK) == 0) return true;
+    start = end + 1;
+  }
+  *why = "not found in PATH";
+  return false;
+}
+
 int runRun(const RunArgs& args) {
   if (args.command.empty()) {
     std::fprintf(stderr, "phos run: no command given (phos run -- CMD ARGS...)\n");
+    return kExitBadInput;
+  }
+  // Before a daemon is started for it.
+  if (std::string why; !findsProgram(args.command.front(), &why)) {
+    std::fprintf(stderr, "phos run: cannot run %s: %s\n", args.command.front().c_str(), why.c_str());
     return kExitBadInput;
   }
   const char* shimEnv = std::getenv("PHOS_SHIM");
