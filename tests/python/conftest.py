@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Fixtures for the Python end-to-end tests: paths of the built programs."""
+"""Fixtures for the Python end-to-end tests: paths of the built programs, and private daemons."""
 import os
 import pathlib
 
 import pytest
+
+from private_daemon import PrivateDaemon
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -21,3 +23,33 @@ def phos(build_dir) -> pathlib.Path:
     exe = build_dir / "cli" / "phos"
     assert exe.exists(), f"{exe} was not built"
     return exe
+
+
+@pytest.fixture
+def start_phosd(phos, build_dir):
+    """Starts private daemons (`start_phosd(PHOS_VGPU_MEMORY=...)`); stops them after the test."""
+    started = []
+
+    def start(**env):
+        daemon = PrivateDaemon(phos, build_dir, env)
+        started.append(daemon)
+        return daemon.start()
+
+    yield start
+    for daemon in started:
+        daemon.stop()
+
+
+@pytest.fixture
+def phosd(start_phosd):
+    """A private daemon with the default vgpu."""
+    return start_phosd()
+
+
+@pytest.fixture(scope="session")
+def shim_clients(build_dir) -> pathlib.Path:
+    """Where the Driver API clients of tests/shim/clients are built."""
+    path = build_dir / "tests" / "shim"
+    if not (path / "shim_kernels.ptx").exists():
+        pytest.skip(f"the shim test clients were not built in {path} (they need nvcc and vgpu)")
+    return path

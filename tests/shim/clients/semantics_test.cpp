@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: Apache-2.0
+// What an application sees of asynchrony through libphos.so: posted launches, synchronizing
+// calls, deferred errors, per-thread default streams and pinned memory.
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client_support.h"
+
+namespace phos::shim::testing {
+namespace {
+
+const auto* const kUnderPhos = ::testing::AddGlobalTestEnvironment(new UnderPhos);
+
+// Far more steps than any gate stays closed in these tests; reaching it means
+// the gate was never seen open.
+constexpr unsigned long long kGateLimit = 2'000'000'000ull;
+
+// The primary context with a gate: two ints of mapped pinned memory, [0] the
+// flag the host sets to let the gate kernel finish, [1] how it finished.
+class SemanticsTest : public PrimaryContextTest {
+ protected:
+  void SetUp() override {
+    PrimaryContextTest::SetUp();
+    if (HasFatalFailure()) return;
+    void* p = nullptr;
+    ASSERT_CU(cuMemHostAlloc(&p, 2 * sizeof(int), CU_MEMHOSTALLOC_DEVICEMAP));
+    gate_ = static_cast<int*>(p);
+    std::memset(gate_, 0, 2 * sizeof(int));
+    ASSERT_CU(cuMemHostGetDevicePointer(&gateDevice_, gate_, 0));
+  }
+  void TearDown() override {
+    if (gate_ != nullptr) {
+      openGate();
+      EXPECT_CU(cuCtxSynchronize());
+      EXPECT_CU(cuMemFreeHost(gate_));
+    }
+    PrimaryContextTest::TearDown();
+  }
+
+  // Launches the gate kernel; it reports how it ended at `done` (default: gate_[1]).
+  CUresult launchGate(CUstream stream, decltype(&::cuLaunchKernel) launch = &cuLaunchKernel, CUdeviceptr done = 0) {
+    CUdeviceptr open = gateDevice_;
+    if (done == 0) done = gateDevice_ + sizeof(int);
+    unsigned long long limit = kGateLimit;
+    void* params[] = {&open, &limit, &done};
+    return launch(function("gate"), 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
+  }
+  void openGate() { __atomic_store_n(&gate_[0], 1, __ATOMIC_RELEASE); }
+  int gateOutcome() const { return __atomic_load_n(&gate_[1], __ATOMIC_ACQUIRE); }
+
+  // Opens the gate from another thread a little later, while this thread is
+  // blocked in a synchronizing call. If that call did not wait, it returns
+  // before the gate opens and the kernel's outcome is still 0.
+  std::thread openGateSoon() {
+    return std::thread([this] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      openGate();
+    });
+  }
+
+  int* gate_ = nullptr;
+  CUdeviceptr gateDevice_ = 0;
+};
+
+TEST_F(SemanticsTest, LaunchReturnsWhileTheKernelStillRuns) {
+  CUevent finished = nullptr;
+  ASSERT_CU(cuEventCreate(&finished, CU_EVENT_DEFAULT));
+  // The kernel cannot end before openGate() below, so a launch that waited for
+  // it would never return.
+  ASSERT_CU(launchGate(nullptr));
+  ASSERT_CU(cuEventRecord(finished, nullptr));
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_READY, cuEventQuery(finished));
+  EXPECT_EQ(gateOutcome(), 0);
+  openGate();
+  EXPECT_CU(cuEventSynchronize(finished));
+  EXPECT_CU(cuEventQuery(finished));
+  EXPECT_EQ(gateOutcome(), 1);
+  EXPECT_CU(cuEventDestroy(finished));
+}
+
+TEST_F(SemanticsTest, CtxSynchronizeWaitsForTheKernel) {
+  ASSERT_CU(launchGate(nullptr));
+  std::thread opener = openGateSoon();
+  EXPECT_CU(cuCtxSynchronize());
+  EXPECT_EQ(gateOutcome(), 1) << "cuCtxSynchronize returned before the kernel ended";
+  opener.join();
+}
+
+TEST_F(SemanticsTest, SynchronousCopyWaitsForTheKernelBeforeIt) {
+  CUdeviceptr done = 0;
+  ASSERT_CU(cuMemAlloc(&done, sizeof(int)));
+  ASSERT_CU(cuMemsetD32(done, 0, 1));
+  ASSERT_CU(launchGate(nullptr, &cuLaunchKernel, done));
+  std::thread opener = openGateSoon();
+  // "cuMemcpyDtoH ... synchronous": it follows the kernel on the legacy stream.
+  int outcome = -1;
+  EXPECT_CU(cuMemcpyDtoH(&outcome, done, sizeof(outcome)));
+  EXPECT_EQ(outcome, 1) << "the copy did not wait for the kernel that writes its source";
+  opener.join();
+  EXPECT_CU(cuMemFree(done));
+}
+
+TEST_F(SemanticsTest, ErrorOfAPostedCallIsReportedAtTheNextSynchronizingCall) {
+  CUdeviceptr p = 0;
+  ASSERT_CU(cuMemAlloc(&p, 256));
+  // Posted: the application does not wait for phosd, so it cannot know yet.
+  EXPECT_CU(cuMemsetD8Async(p + 256, 0x11, 16, nullptr));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamSynchronize(nullptr));
+  // Reported once.
+  EXPECT_CU(cuStreamSynchronize(nullptr));
+
+  // A launch the driver refuses (more threads per block than the device has).
+  CUdeviceptr a = p;
+  int n = 1;
+  void* params[] = {&a, &a, &a, &n};
+  EXPECT_CU(cuLaunchKernel(function("addVectors"), 1, 1, 1, 4096, 1, 1, 0, nullptr, params, nullptr));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuCtxSynchronize());
+  EXPECT_CU(cuCtxSynchronize());
+  EXPECT_CU(cuMemFree(p));
+}
+
+TEST_F(SemanticsTest, PerThreadDefaultStreamsAreDistinct) {
+  // How a program built with --default-stream per-thread gets its launches.
+  void* pfn = nullptr;
+  CUdriverProcAddressQueryResult status{};
+  ASSERT_CU(cuGetProcAddress_v2("cuLaunchKernel", &pfn, CUDA_VERSION, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+                                &status));
+  ASSERT_EQ(status, CU_GET_PROC_ADDRESS_SUCCESS);
+  auto launchPerThread = reinterpret_cast<decltype(&::cuLaunchKernel)>(pfn);
+  ASSERT_NE(launchPerThread, nullptr);
+
+  constexpr int n = 256;
+  const size_t bytes = n * sizeof(float);
+  CUdeviceptr da = 0, db = 0, dc = 0;
+  ASSERT_CU(cuMemAlloc(&da, bytes));
+  ASSERT_CU(cuMemAlloc(&db, bytes));
+  ASSERT_CU(cuMemAlloc(&dc, bytes));
+  CUevent gateDone = nullptr;
+  ASSERT_CU(cuEventCreate(&gateDone, CU_EVENT_DEFAULT));
+
+  // This thread's per-thread stream is held by the gate kernel.
+  ASSERT_CU(launchGate(nullptr, launchPerThread));
+  ASSERT_CU(cuEventRecord(gateDone, CU_STREAM_PER_THREAD));
+
+  // Another thread's per-thread stream is not: its work runs and its stream
+  // synchronizes while the gate is closed. Only per-thread streams are used
+  // there: the legacy default stream would wait for this thread's.
+  std::vector<float> a(n), b(n), c(n, 0.0f);
+  for (int i = 0; i < n; ++i) {
+    a[i] = static_cast<float>(i);
+    b[i] = 0.5f;
+  }
+  CUresult launched = CUDA_ERROR_UNKNOWN, synced = CUDA_ERROR_UNKNOWN, copied = CUDA_ERROR_UNKNOWN;
+  std::thread other([&] {
+    if (cuCtxSetCurrent(context_) != CUDA_SUCCESS) return;
+    cuMemcpyHtoDAsync(da, a.data(), bytes, CU_STREAM_PER_THREAD);
+    cuMemcpyHtoDAsync(db, b.data(), bytes, CU_STREAM_PER_THREAD);
+    int count = n;
+    void* params[] = {&da, &db, &dc, &count};
+    launched = launchPerThread(function("addVectors"), 1, 1, 1, n, 1, 1, 0, nullptr, params, nullptr);
+    synced = cuStreamSynchronize(CU_STREAM_PER_THREAD);
+    copied = cuMemcpyDtoHAsync(c.data(), dc, bytes, CU_STREAM_PER_THREAD);
+  });
+  other.join();
+  EXPECT_CU(launched);
+  EXPECT_CU(synced);
+  EXPECT_CU(copied);
+  for (int i = 0; i < n; ++i) ASSERT_EQ(c[i], a[i] + b[i]) << "at " << i;
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_READY, cuEventQuery(gateDone));
+  EXPECT_EQ(gateOutcome(), 0);
+
+  openGate();
+  EXPECT_CU(cuStreamSynchronize(CU_STREAM_PER_THREAD));
+  EXPECT_CU(cuEventQuery(gateDone));
+  EXPECT_EQ(gateOutcome(), 1);
+  EXPECT_CU(cuEventDestroy(gateDone));
+  for (CUdeviceptr p : {da, db, dc}) EXPECT_CU(cuMemFree(p));
+}
+
+TEST_F(SemanticsTest, PinnedMemoryRoundTripsThroughAsyncCopies) {
+  constexpr int n = 4096;
+  const size_t bytes = n * sizeof(float);
+  void* in = nullptr;
+  void* out = nullptr;
+  ASSERT_CU(cuMemHostAlloc(&in, bytes, 0));
+  ASSERT_CU(cuMemHostAlloc(&out, bytes, 0));
+  auto* hin = static_cast<float*>(in);
+  auto* hout = static_cast<float*>(out);
+  for (int i = 0; i < n; ++i) {
+    hin[i] = static_cast<float>(i) - 1000.0f;
+    hout[i] = 0.0f;
+  }
+  CUdeviceptr din = 0, dout = 0;
+  ASSERT_CU(cuMemAlloc(&din, bytes));
+  ASSERT_CU(cuMemAlloc(&dout, bytes));
+  CUstream stream = nullptr;
+  ASSERT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuMemcpyHtoDAsync(din, in, bytes, stream));
+  float factor = 2.5f;
+  int count = n;
+  void* params[] = {&din, &dout, &factor, &count};
+  ASSERT_CU(cuLaunchKernel(function("scale"), n / 256, 1, 1, 256, 1, 1, 0, stream, params, nullptr));
+  ASSERT_CU(cuMemcpyDtoHAsync(out, dout, bytes, stream));
+  ASSERT_CU(cuStreamSynchronize(stream));
+  for (int i = 0; i < n; ++i) ASSERT_EQ(hout[i], hin[i] * 2.5f) << "at " << i;
+  EXPECT_CU(cuStreamDestroy(stream));
+  EXPECT_CU(cuMemFree(din));
+  EXPECT_CU(cuMemFree(dout));
+  EXPECT_CU(cuMemFreeHost(in));
+  EXPECT_CU(cuMemFreeHost(out));
+}
+
+TEST_F(SemanticsTest, KernelUsesPinnedMemoryThroughItsDevicePointer) {
+  constexpr int n = 1024;
+  const size_t bytes = n * sizeof(float);
+  void* in = nullptr;
+  void* out = nullptr;
+  ASSERT_CU(cuMemHostAlloc(&in, bytes, CU_MEMHOSTALLOC_DEVICEMAP));
+  ASSERT_CU(cuMemHostAlloc(&out, bytes, CU_MEMHOSTALLOC_DEVICEMAP));
+  auto* hin = static_cast<float*>(in);
+  auto* hout = static_cast<float*>(out);
+  for (int i = 0; i < n; ++i) {
+    hin[i] = static_cast<float>(3 * i);
+    hout[i] = -1.0f;
+  }
+  CUdeviceptr din = 0, dout = 0;
+  ASSERT_CU(cuMemHostGetDevicePointer(&din, in, 0));
+  ASSERT_CU(cuMemHostGetDevicePointer(&dout, out, 0));
+  float factor = -1.5f;
+  int count = n;
+  void* params[] = {&din, &dout, &factor, &count};
+  ASSERT_CU(cuLaunchKernel(function("scale"), n / 128, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
+  ASSERT_CU(cuCtxSynchronize());
+  // The kernel wrote the application's own pages: no copy back.
+  for (int i = 0; i < n; ++i) ASSERT_EQ(hout[i], hin[i] * -1.5f) << "at " << i;
+  EXPECT_CU(cuMemFreeHost(in));
+  EXPECT_CU(cuMemFreeHost(out));
+}
+
+}  // namespace
+}  // namespace phos::shim::testing
