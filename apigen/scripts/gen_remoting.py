@@ -236,6 +236,11 @@ def emit_server(classified, json_path):
                 o.append(f'  {t} {v}{{}};\n')
                 call_args.append(f'{v}Present ? &{v} : nullptr')
         o.append('  if (!call.argumentsComplete()) return;\n')
+        # A driver older than cuda.h lacks newer entry points: never a call through NULL.
+        o.append(f'  if (!call.driverTable().has(EntryPointId::{enumerator(sym)})) {{\n')
+        o.append('    call.fail(CUDA_ERROR_NOT_SUPPORTED);\n')
+        o.append('    return;\n')
+        o.append('  }\n')
         for i, (p, rule, detail) in enumerate(rules):
             v = f'a{i}'
             if rule == 'handle':

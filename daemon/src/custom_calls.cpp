@@ -196,10 +196,104 @@ void serveFuncGetName(ServerCall& c) {
   CUfunction f{};
   if (!c.resolve(HandleType::kCUfunc_st, id, &f)) return;
   const char* name = nullptr;
-  CUresult r = PHOS_DRIVER(drv(c), FuncGetName)(&name, f);
+  // Drivers before CUDA 12.3 have no cuFuncGetName (no call through NULL).
+  CUresult r = c.driverTable().has(EntryPointId::kCuFuncGetName) ? PHOS_DRIVER(drv(c), FuncGetName)(&name, f)
+                                                                  : CUDA_ERROR_NOT_SUPPORTED;
   auto& w = c.reply(r);
   w.string(r == CUDA_SUCCESS ? name : nullptr);
   c.send();
+}
+
+// cuModuleEnumerateFunctions / cuLibraryEnumerateKernels: u64 module or
+// library, u32 count (the application's array). Reply: u32 n, n x u64 handle.
+// The driver writes up to `count` handles: it gets an array of
+// min(count, what the module has), never the application's count unchecked.
+template <typename Owner, typename Handle, HandleType kOwnerType, HandleType kHandleType, EntryPointId kCountId,
+          EntryPointId kEnumerateId>
+void serveEnumerateHandles(ServerCall& c) {
+  auto ownerId = c.args().u64();
+  auto count = c.args().u32();
+  if (!c.argumentsComplete()) return;
+  Owner owner{};
+  if (!c.resolve(kOwnerType, ownerId, &owner)) return;
+  if (!c.driverTable().has(kCountId) || !c.driverTable().has(kEnumerateId)) {
+    return replyResult(c, CUDA_ERROR_NOT_SUPPORTED);
+  }
+  unsigned total = 0;
+  CUresult r = c.driverTable().get<CUresult (*)(unsigned*, Owner)>(kCountId)(&total, owner);
+  std::vector<Handle> handles(std::max(1u, std::min(count, total)));
+  const unsigned n = r == CUDA_SUCCESS ? std::min(count, total) : 0;
+  if (r == CUDA_SUCCESS) {
+    r = c.driverTable().get<CUresult (*)(Handle*, unsigned, Owner)>(kEnumerateId)(handles.data(), n, owner);
+  }
+  auto& w = c.reply(r);
+  w.u32(r == CUDA_SUCCESS ? n : 0);
+  for (unsigned i = 0; r == CUDA_SUCCESS && i < n; ++i) w.u64(c.exportHandle(kHandleType, r, handles[i]));
+  c.send();
+}
+
+// cuModuleGetGlobal / cuLibraryGetGlobal: present(dptr), present(bytes), u64
+// module or library, string name. Reply: present + u64 address, present + u64
+// bytes. The global's range becomes memory of the session (copies and memsets
+// may name it, as they may on CUDA) until its module or library is unloaded or
+// its context destroyed.
+template <typename Owner, HandleType kOwnerType, EntryPointId kId>
+void serveGetGlobal(ServerCall& c) {
+  Decoder& a = c.args();
+  const bool wantAddress = a.present();
+  const bool wantBytes = a.present();
+  const uint64_t ownerId = a.u64();
+  bool null = false;
+  const std::string name = ServerCall::text(a.blob(&null));
+  if (!c.argumentsComplete()) return;
+  Owner owner{};
+  if (!c.resolve(kOwnerType, ownerId, &owner)) return;
+  if (!c.driverTable().has(kId)) return replyResult(c, CUDA_ERROR_NOT_SUPPORTED);
+  CUdeviceptr address = 0;
+  size_t bytes = 0;
+  CUresult r = c.driverTable().get<CUresult (*)(CUdeviceptr*, size_t*, Owner, const char*)>(kId)(
+      &address, &bytes, owner, null ? nullptr : name.c_str());
+  if (r == CUDA_SUCCESS && bytes > 0) {
+    c.session().addAllocation({address, bytes, c.session().contextOf(ownerId), static_cast<void*>(owner)});
+  }
+  auto& w = c.reply(r);
+  w.u8(wantAddress);
+  if (wantAddress) w.value(address);
+  w.u8(wantBytes);
+  if (wantBytes) w.value(bytes);
+  c.send();
+}
+
+// cuModuleUnload: u64 module. Its globals stop being session memory.
+void serveModuleUnload(ServerCall& c) {
+  auto id = c.args().u64();
+  if (!c.argumentsComplete()) return;
+  CUmodule m{};
+  if (!c.resolve(HandleType::kCUmod_st, id, &m)) return;
+  CUresult r = PHOS_DRIVER(drv(c), ModuleUnload)(m);
+  if (r == CUDA_SUCCESS) c.session().removeGlobalsOf(m);
+  replyResult(c, r);
+}
+
+// cuLibraryUnload: u64 library. Its globals, and those asked of its module,
+// stop being session memory.
+void serveLibraryUnload(ServerCall& c) {
+  auto id = c.args().u64();
+  if (!c.argumentsComplete()) return;
+  CUlibrary lib{};
+  if (!c.resolve(HandleType::kCUlib_st, id, &lib)) return;
+  if (!c.driverTable().has(EntryPointId::kCuLibraryUnload)) return replyResult(c, CUDA_ERROR_NOT_SUPPORTED);
+  CUmodule m{};
+  if (!c.driverTable().has(EntryPointId::kCuLibraryGetModule) ||
+      PHOS_DRIVER(drv(c), LibraryGetModule)(&m, lib) != CUDA_SUCCESS) {
+    m = nullptr;
+  }
+  CUresult r = PHOS_DRIVER(drv(c), LibraryUnload)(lib);
+  if (r == CUDA_SUCCESS) {
+    c.session().removeGlobalsOf(lib);
+    c.session().removeGlobalsOf(m);
+  }
+  replyResult(c, r);
 }
 
 void serveKernelGetName(ServerCall& c) {
@@ -252,6 +346,7 @@ void serveLibraryLoad(ServerCall& c) {
   std::vector<char> image;
   if (!readImage(c, &image)) return;
   CUlibrary lib = nullptr;
+  if (!c.driverTable().has(EntryPointId::kCuLibraryLoadData)) return replyResult(c, CUDA_ERROR_NOT_SUPPORTED);
   CUresult r = PHOS_DRIVER(drv(c), LibraryLoadData)(&lib, image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
   if (r == CUDA_SUCCESS) c.session().noteModule(+1);
   c.reply(r).u64(c.exportHandle(HandleType::kCUlib_st, r, lib));
@@ -354,7 +449,8 @@ bool checkParams(ServerCall& c, CUfunction f, const KernelParams& params) {
 void noteLaunch(ServerCall& c, uint64_t fid, CUfunction f) {
   Session& s = c.session();
   const char* name = nullptr;
-  if (s.functionName(fid) == nullptr && PHOS_DRIVER(drv(c), FuncGetName)(&name, f) == CUDA_SUCCESS && name != nullptr) {
+  if (s.functionName(fid) == nullptr && c.driverTable().has(EntryPointId::kCuFuncGetName) &&
+      PHOS_DRIVER(drv(c), FuncGetName)(&name, f) == CUDA_SUCCESS && name != nullptr) {
     s.setFunctionName(fid, name);
   }
   s.noteLaunch(fid);
@@ -424,6 +520,7 @@ void serveLaunchEx(ServerCall& c) {
       !checkParams(c, f, params)) {
     return;
   }
+  if (!c.driverTable().has(EntryPointId::kCuLaunchKernelEx)) return replyResult(c, CUDA_ERROR_NOT_SUPPORTED);
   config.attrs = attrs.empty() ? nullptr : attrs.data();
   config.numAttrs = attrCount;
   CUresult r = PHOS_DRIVER(drv(c), LaunchKernelEx)(&config, f, params.useExtra ? nullptr : params.pointers.data(),
@@ -465,7 +562,7 @@ void serveMemFree(ServerCall& c) {
   auto p = c.args().u64();
   if (!c.argumentsComplete()) return;
   const Allocation* a = c.session().findAllocation(p);
-  if (a == nullptr || a->address != p) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
+  if (a == nullptr || a->address != p || a->module != nullptr) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
   CUresult r = PHOS_DRIVER(drv(c), MemFree_v2)(p);
   if (r == CUDA_SUCCESS) c.session().removeAllocation(p);
   replyResult(c, r);
@@ -833,7 +930,7 @@ void serveMemFreeAsync(ServerCall& c) {
   CUstream s{};
   if (!c.resolveStream(sid, perThreadEntry(c), &s)) return;
   const Allocation* a = c.session().findAllocation(p);
-  if (a == nullptr || a->address != p) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
+  if (a == nullptr || a->address != p || a->module != nullptr) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
   CUresult r = PHOS_DRIVER(drv(c), MemFreeAsync)(p, s);
   if (r == CUDA_SUCCESS) c.session().removeAllocation(p);
   replyResult(c, r);
@@ -1211,6 +1308,18 @@ void installCustom(ServerTable& t) {
   set(EntryPointId::kCuDeviceGetPCIBusId, serveDeviceString<true>);
   set(EntryPointId::kCuFuncGetName, serveFuncGetName);
   set(EntryPointId::kCuKernelGetName, serveKernelGetName);
+  set(EntryPointId::kCuModuleGetGlobal_v2,
+      serveGetGlobal<CUmodule, HandleType::kCUmod_st, EntryPointId::kCuModuleGetGlobal_v2>);
+  set(EntryPointId::kCuLibraryGetGlobal,
+      serveGetGlobal<CUlibrary, HandleType::kCUlib_st, EntryPointId::kCuLibraryGetGlobal>);
+  set(EntryPointId::kCuModuleUnload, serveModuleUnload);
+  set(EntryPointId::kCuLibraryUnload, serveLibraryUnload);
+  set(EntryPointId::kCuModuleEnumerateFunctions,
+      serveEnumerateHandles<CUmodule, CUfunction, HandleType::kCUmod_st, HandleType::kCUfunc_st,
+                            EntryPointId::kCuModuleGetFunctionCount, EntryPointId::kCuModuleEnumerateFunctions>);
+  set(EntryPointId::kCuLibraryEnumerateKernels,
+      serveEnumerateHandles<CUlibrary, CUkernel, HandleType::kCUlib_st, HandleType::kCUkern_st,
+                            EntryPointId::kCuLibraryGetKernelCount, EntryPointId::kCuLibraryEnumerateKernels>);
   for (auto id : {EntryPointId::kCuModuleLoad, EntryPointId::kCuModuleLoadData, EntryPointId::kCuModuleLoadDataEx,
                   EntryPointId::kCuModuleLoadFatBinary}) {
     set(id, serveModuleLoad);

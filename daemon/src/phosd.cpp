@@ -230,10 +230,12 @@ struct Daemon::Impl {
       setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
       ssize_t n = recv(fd, buf, sizeof(buf), 0);
       if (n <= 0) break;
+      const size_t searched = line.size();
       line.append(buf, static_cast<size_t>(n));
-      if (auto nl = line.find('\n'); nl != std::string::npos) {
+      if (auto nl = line.find('\n', searched); nl != std::string::npos) {
         line.resize(nl);
-        complete = true;
+        // The newline may arrive in the read that crosses the limit.
+        complete = nl <= ipc::kMaxControlMessage;
         break;
       }
     }

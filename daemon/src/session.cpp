@@ -235,8 +235,12 @@ SessionInfo Session::infoLocked() const {
   i.id = id_;
   i.pid = pid_;
   i.uid = uid_;
-  i.allocations = allocations_.size();
-  for (const auto& [a, alloc] : allocations_) i.deviceBytes += alloc.bytes;
+  // What the application allocated: module globals are its modules' memory.
+  for (const auto& [a, alloc] : allocations_) {
+    if (alloc.module != nullptr) continue;
+    ++i.allocations;
+    i.deviceBytes += alloc.bytes;
+  }
   for (const auto& [a, range] : pinned_) i.pinnedBytes += range.bytes;
   i.modules = static_cast<uint64_t>(std::max<int64_t>(0, modules_.load()));
   i.contexts = contexts_.size();
@@ -275,6 +279,15 @@ bool Session::ownsRange(CUdeviceptr p, size_t bytes) const {
 
 void Session::addAllocation(const Allocation& a) { allocations_[a.address] = a; }
 void Session::removeAllocation(CUdeviceptr p) { allocations_.erase(p); }
+void Session::removeGlobalsOf(void* module) {
+  for (auto a = allocations_.begin(); a != allocations_.end();) {
+    a = module != nullptr && a->second.module == module ? allocations_.erase(a) : std::next(a);
+  }
+}
+uint64_t Session::contextOf(uint64_t handle) const {
+  auto it = contextOfHandle_.find(handle);
+  return it != contextOfHandle_.end() ? it->second : currentContext_;
+}
 
 Result<PinnedRange> Session::createPinned(size_t bytes, unsigned flags) {
   PinnedRange r;

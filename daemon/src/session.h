@@ -33,6 +33,9 @@ struct Allocation {
   CUdeviceptr address = 0;
   size_t bytes = 0;
   uint64_t context = 0;  // virtual id of the context it belongs to
+  // The module or library (the driver's handle) whose global this is; null
+  // for memory from cuMemAlloc*. Such a range is freed with its module.
+  void* module = nullptr;
 };
 
 // Pinned host memory: a shared-memory file mapped at the same address in the
@@ -153,6 +156,11 @@ class Session {
   bool ownsRange(CUdeviceptr p, size_t bytes) const;
   void addAllocation(const Allocation& a);
   void removeAllocation(CUdeviceptr p);
+  // Forgets the globals of a module or library (the driver's handle) once unloaded.
+  void removeGlobalsOf(void* module);
+  // The context a stream, event, module or function (virtual id) was created
+  // in; the current one when it is not known.
+  uint64_t contextOf(uint64_t handle) const;
   Result<PinnedRange> createPinned(size_t bytes, unsigned flags);
   Status freePinned(uintptr_t address);
   // Unregisters a pinned range with the driver, even when its context faulted.

@@ -304,6 +304,50 @@ CUresult handleName(const char** name, Handle h) {
   return CUDA_SUCCESS;
 }
 
+// ---- handle arrays ---------------------------------------------------------------
+// cuModuleEnumerateFunctions / cuLibraryEnumerateKernels fill an array of
+// `count` handles (the generic encoding knows single outputs only).
+template <EntryPointId kId, typename Handle, typename Owner>
+CUresult enumerateHandles(Handle* out, unsigned int count, Owner owner) {
+  if (out == nullptr) return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
+  ClientCall call(kId);
+  call.args().u64(ClientCall::handleId(owner));
+  call.args().u32(count);
+  ReplyReader reply = call.run();
+  if (!reply.ok()) return reply.result();
+  uint32_t n = reply.decoder().u32();
+  std::vector<uint64_t> ids;
+  for (uint32_t i = 0; i < n && i < count && reply.decoder().ok(); ++i) ids.push_back(reply.decoder().u64());
+  CUresult r = reply.finish();
+  if (r != CUDA_SUCCESS) return r;
+  for (size_t i = 0; i < ids.size(); ++i) out[i] = reinterpret_cast<Handle>(ids[i]);
+  return CUDA_SUCCESS;
+}
+
+// Module globals and unloads: phosd records each global's range as session
+// memory until its module goes (the wire format is the generic one).
+template <EntryPointId kId, typename Owner>
+CUresult getGlobal(CUdeviceptr* dptr, size_t* bytes, Owner owner, const char* name) {
+  ClientCall call(kId);
+  auto& e = call.args();
+  e.outPointer(dptr);
+  e.outPointer(bytes);
+  e.u64(ClientCall::handleId(owner));
+  e.string(name);
+  ReplyReader reply = call.run();
+  if (!reply.ok()) return reply.result();
+  reply.out(dptr);
+  reply.out(bytes);
+  return reply.finish();
+}
+
+template <EntryPointId kId, typename Handle>
+CUresult unloadImage(Handle h) {
+  ClientCall call(kId);
+  call.args().u64(ClientCall::handleId(h));
+  return resultOf(call);
+}
+
 // ---- modules and libraries ----------------------------------------------------
 // The image stays where it is; phosd reads it from this process.
 template <EntryPointId kId, typename Handle>
@@ -531,6 +575,56 @@ CUresult launchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kerne
   e.blob(config->attrs, sizeof(CUlaunchAttribute) * config->numAttrs);
   if (CUresult r = encodeParams(e, f, kernelParams, extra); r != CUDA_SUCCESS) return r;
   return call.post();
+}
+
+// ---- occupancy -----------------------------------------------------------------
+// cuOccupancyMaxPotentialBlockSize(WithFlags) take a host callback (dynamic
+// shared memory per block size), so they are answered here: the callback runs
+// in the application, each candidate block size is one remoted
+// cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags. The largest block size
+// of the highest occupancy wins, as in the driver.
+CUresult occupancyMaxPotentialBlockSizeWithFlagsImpl(int* minGridSize, int* blockSize, CUfunction f,
+                                                     CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+                                                     size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (minGridSize == nullptr || blockSize == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (f == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  int maxThreads = 0, multiprocessors = 0, warp = 0;
+  CUdevice device = 0;
+  if (CUresult r = ::cuFuncGetAttribute(&maxThreads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f); r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (CUresult r = ::cuCtxGetDevice(&device); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ::cuDeviceGetAttribute(&multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (CUresult r = ::cuDeviceGetAttribute(&warp, CU_DEVICE_ATTRIBUTE_WARP_SIZE, device); r != CUDA_SUCCESS) return r;
+  warp = std::max(warp, 1);
+  int limit = blockSizeLimit > 0 ? std::min(maxThreads, blockSizeLimit) : maxThreads;
+  int bestSize = 0, bestThreads = 0, bestBlocks = 0;
+  for (int size = (limit / warp) * warp; size >= warp; size -= warp) {
+    size_t shared = blockSizeToDynamicSMemSize != nullptr ? blockSizeToDynamicSMemSize(size) : dynamicSMemSize;
+    int blocks = 0;
+    CUresult r = ::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, f, size, shared, flags);
+    if (r != CUDA_SUCCESS) return r;
+    if (blocks * size > bestThreads) {
+      bestThreads = blocks * size;
+      bestSize = size;
+      bestBlocks = blocks;
+    }
+  }
+  if (bestSize == 0) return CUDA_ERROR_INVALID_VALUE;
+  *blockSize = bestSize;
+  *minGridSize = bestBlocks * multiprocessors;
+  return CUDA_SUCCESS;
+}
+
+CUresult occupancyMaxPotentialBlockSizeImpl(int* minGridSize, int* blockSize, CUfunction f,
+                                            CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize,
+                                            int blockSizeLimit) {
+  return occupancyMaxPotentialBlockSizeWithFlagsImpl(minGridSize, blockSize, f, blockSizeToDynamicSMemSize,
+                                                     dynamicSMemSize, blockSizeLimit, CU_OCCUPANCY_DEFAULT);
 }
 
 // ---- device memory -------------------------------------------------------------
@@ -1034,6 +1128,17 @@ void installCustom(cuda_api::Dispatch& t) {
   INSTALL(kCuDeviceGetPCIBusId, cuDeviceGetPCIBusId, deviceString<E::kCuDeviceGetPCIBusId>);
   INSTALL(kCuFuncGetName, cuFuncGetName, (handleName<E::kCuFuncGetName, CUfunction>));
   INSTALL(kCuKernelGetName, cuKernelGetName, (handleName<E::kCuKernelGetName, CUkernel>));
+  INSTALL(kCuModuleEnumerateFunctions, cuModuleEnumerateFunctions,
+          (enumerateHandles<E::kCuModuleEnumerateFunctions, CUfunction, CUmodule>));
+  INSTALL(kCuLibraryEnumerateKernels, cuLibraryEnumerateKernels,
+          (enumerateHandles<E::kCuLibraryEnumerateKernels, CUkernel, CUlibrary>));
+  INSTALL(kCuModuleGetGlobal_v2, cuModuleGetGlobal_v2, (getGlobal<E::kCuModuleGetGlobal_v2, CUmodule>));
+  INSTALL(kCuLibraryGetGlobal, cuLibraryGetGlobal, (getGlobal<E::kCuLibraryGetGlobal, CUlibrary>));
+  INSTALL(kCuModuleUnload, cuModuleUnload, (unloadImage<E::kCuModuleUnload, CUmodule>));
+  INSTALL(kCuLibraryUnload, cuLibraryUnload, (unloadImage<E::kCuLibraryUnload, CUlibrary>));
+  INSTALL(kCuOccupancyMaxPotentialBlockSize, cuOccupancyMaxPotentialBlockSize, occupancyMaxPotentialBlockSizeImpl);
+  INSTALL(kCuOccupancyMaxPotentialBlockSizeWithFlags, cuOccupancyMaxPotentialBlockSizeWithFlags,
+          occupancyMaxPotentialBlockSizeWithFlagsImpl);
   INSTALL(kCuModuleLoad, cuModuleLoad, moduleLoadImpl);
   INSTALL(kCuModuleLoadData, cuModuleLoadData, moduleLoadDataImpl);
   INSTALL(kCuModuleLoadDataEx, cuModuleLoadDataEx, moduleLoadDataExImpl);

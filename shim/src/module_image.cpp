@@ -48,7 +48,9 @@ ModuleImage moduleImage(const void* image) {
   if (magic == kFatbinWrapperMagic) {
     // { int magic; int version; const unsigned long long* data; void* filename_or_fatbins; }
     const void* data = load<const void*>(image, 8);
-    if (data == nullptr || load<uint32_t>(data, 0) != kFatbinMagic) return {};
+    // Not recognizable (bytes 0), but not a null image either: the caller
+    // answers CUDA_ERROR_INVALID_IMAGE, as the driver does.
+    if (data == nullptr || load<uint32_t>(data, 0) != kFatbinMagic) return {image, 0};
     image = data;
     magic = kFatbinMagic;
   }
@@ -56,7 +58,7 @@ ModuleImage moduleImage(const void* image) {
     // { u32 magic; u16 version; u16 headerSize; u64 fatSize; }
     uint16_t header = load<uint16_t>(image, 6);
     uint64_t body = load<uint64_t>(image, 8);
-    if (body > kMaxImage) return {};
+    if (body > kMaxImage) return {image, 0};
     return {image, header + body};
   }
   if (std::memcmp(image, "\x7f" "ELF", 4) == 0) return {image, elfSize(image)};
