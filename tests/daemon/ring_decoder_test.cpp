@@ -1,0 +1,783 @@
+// SPDX-License-Identifier: Apache-2.0
+// Hostile requests on a session's ring, each answered with a specific CUresult
+// by a session that keeps serving; and two sessions that cannot reach each
+// other's memory or handles. phosd's sessions run on vgpu in this process; the
+// applications are child processes holding the memory phosd copies from/to.
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "context_pool.h"
+#include "driver_table.h"
+#include "phos/common/ipc/call_ring.h"
+#include "ring_requests.h"
+#include "server_call.h"
+#include "session.h"
+
+namespace phos::daemon {
+namespace {
+
+using cuda_api::EntryPointId;
+using fuzz::kAppPtx;
+using fuzz::kAppScratch;
+using fuzz::kModulePtx;
+using fuzz::RequestBuilder;
+
+constexpr uint64_t kHandleTypeShift = 48;
+uint64_t fakeHandle(HandleType type, uint64_t serial) { return (static_cast<uint64_t>(type) << kHandleTypeShift) | serial; }
+
+// A stand-in application: this test binary executed again, which maps the
+// module's PTX and scratch memory at fuzz::kAppBase and waits. A fresh
+// executable, not a fork: a forked child would hold copies of the driver's
+// mappings, which a real client never has.
+constexpr char kApplicationEnv[] = "PHOS_RING_TEST_APPLICATION=1";
+
+[[gnu::constructor]] void runAsStandInApplication() {
+  const char* role = std::getenv("PHOS_RING_TEST_APPLICATION");
+  if (role == nullptr) return;
+  void* p = mmap(reinterpret_cast<void*>(fuzz::kAppBase), fuzz::kAppBytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  if (p != reinterpret_cast<void*>(fuzz::kAppBase)) _exit(1);
+  std::memcpy(p, kModulePtx.data(), kModulePtx.size());
+  for (;;) pause();
+}
+
+class Application {
+ public:
+  Application() {
+    pid_ = fork();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      char* const env[] = {const_cast<char*>(kApplicationEnv), nullptr};
+      execle("/proc/self/exe", "ring_decoder_application", static_cast<char*>(nullptr), env);
+      _exit(127);
+    }
+    // Ready once its memory holds the PTX.
+    for (int i = 0; i < 500 && pid_ > 0; ++i) {
+      auto head = read(kAppPtx, 8);
+      if (!head.empty() && std::memcmp(head.data(), kModulePtx.data(), 8) == 0) return;
+      usleep(10000);
+    }
+    stop();
+  }
+  ~Application() { stop(); }
+  void stop() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    pid_ = -1;
+  }
+  pid_t pid() const { return pid_; }
+  std::vector<uint8_t> read(uint64_t address, size_t bytes) const {
+    std::vector<uint8_t> out(bytes);
+    iovec local{out.data(), bytes};
+    iovec remote{reinterpret_cast<void*>(address), bytes};
+    if (process_vm_readv(pid_, &local, 1, &remote, 1, 0) != static_cast<ssize_t>(bytes)) out.clear();
+    return out;
+  }
+  bool write(uint64_t address, const std::vector<uint8_t>& bytes) const {
+    iovec local{const_cast<uint8_t*>(bytes.data()), bytes.size()};
+    iovec remote{reinterpret_cast<void*>(address), bytes.size()};
+    return process_vm_writev(pid_, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(bytes.size());
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// What every session of this process shares, as in phosd: the driver, the
+// context pool and the server functions.
+struct Daemon {
+  DriverTable* driver = nullptr;
+  std::unique_ptr<ContextPool> pool;
+  ServerTable servers{};
+  std::string error;
+
+  Daemon() {
+    auto d = DriverTable::load(PHOS_VGPU_DRIVER);
+    if (!d.isOk()) {
+      error = d.status().message();
+      return;
+    }
+    driver = *d;
+    pool = std::make_unique<ContextPool>(*driver, 1);
+    generated::installGenerated(servers);
+    installCustom(servers);
+  }
+};
+
+Daemon& daemonState() {
+  static Daemon* d = new Daemon();  // the driver stays loaded for the process
+  return *d;
+}
+
+struct Reply {
+  CUresult result = CUDA_ERROR_UNKNOWN;
+  std::vector<std::byte> bytes;
+  // The u64 after the result (and after a presence byte for generated calls).
+  uint64_t value(bool presence = false) const {
+    ipc::Decoder d(bytes);
+    (void)d.value<ipc::ReplyHeader>();
+    if (presence) (void)d.u8();
+    return d.u64();
+  }
+};
+
+// A session served by its own thread, and the client end of its ring.
+class Client {
+ public:
+  Client(uint64_t id, pid_t pid) {
+    Daemon& d = daemonState();
+    session_ = std::make_unique<Session>(id, pid, getuid(), *d.driver, *d.pool, d.servers, "/tmp");
+    Status s = session_->start(ipc::RingGeometry{});
+    EXPECT_TRUE(s.isOk()) << s.message();
+    auto ring = ipc::CallRing::open(session_->ringPath());
+    EXPECT_TRUE(ring.isOk()) << ring.status().message();
+    if (ring.isOk()) ring_.emplace(std::move(*ring));
+  }
+  ~Client() {
+    ring_.reset();
+    session_->stop();
+  }
+
+  Reply call(std::span<const std::byte> request) {
+    Reply r;
+    r.bytes.resize(ring_->payloadCapacity());
+    auto n = ring_->call(request, r.bytes);
+    EXPECT_TRUE(n.isOk()) << n.status().message();
+    if (!n.isOk()) return r;
+    r.bytes.resize(*n);
+    if (*n >= sizeof(ipc::ReplyHeader)) {
+      ipc::ReplyHeader h;
+      std::memcpy(&h, r.bytes.data(), sizeof(h));
+      r.result = static_cast<CUresult>(h.result);
+    }
+    return r;
+  }
+  Reply call(const RequestBuilder& b) { return call(b.span()); }
+  void post(const RequestBuilder& b) { ASSERT_TRUE(ring_->post(b.span()).isOk()); }
+
+  // The objects most tests need.
+  void setUpContext() {
+    Reply r = call(RequestBuilder(EntryPointId::kCuDevicePrimaryCtxRetain, 0).i32(0));
+    ASSERT_EQ(r.result, CUDA_SUCCESS);
+    context = r.value();
+    r = call(RequestBuilder(EntryPointId::kCuMemAlloc_v2, context).u64(kBytes));
+    ASSERT_EQ(r.result, CUDA_SUCCESS);
+    device = r.value();
+  }
+  void loadModule() {
+    Reply r = call(RequestBuilder(EntryPointId::kCuModuleLoadData, context).u64(kAppPtx).u64(kModulePtx.size()));
+    ASSERT_EQ(r.result, CUDA_SUCCESS);
+    module = r.value();
+    r = call(RequestBuilder(EntryPointId::kCuModuleGetFunction, context).u8(1).u64(module).text("fill"));
+    ASSERT_EQ(r.result, CUDA_SUCCESS);
+    function = r.value(true);
+  }
+  // A valid call that must still succeed after whatever was sent before.
+  void expectStillServing() {
+    EXPECT_EQ(call(RequestBuilder(EntryPointId::kCuMemsetD8_v2, context).u64(device).u32(1).u64(kBytes)).result,
+              CUDA_SUCCESS);
+    Reply v = call(RequestBuilder(EntryPointId::kCuDriverGetVersion, context).u8(1));
+    EXPECT_EQ(v.result, CUDA_SUCCESS);
+    ipc::Decoder d(v.bytes);
+    (void)d.value<ipc::ReplyHeader>();
+    EXPECT_EQ(d.u8(), 1);
+    EXPECT_GT(d.value<int32_t>(), 0);
+  }
+  RequestBuilder req(EntryPointId id) const { return RequestBuilder(id, context); }
+
+  static constexpr uint64_t kBytes = 4096;
+  uint64_t context = 0;
+  uint64_t device = 0;
+  uint64_t module = 0;
+  uint64_t function = 0;
+  Session& session() { return *session_; }
+
+ private:
+  std::unique_ptr<Session> session_;
+  std::optional<ipc::CallRing> ring_;
+};
+
+class RingDecoder : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { app_ = new Application(); }
+  static void TearDownTestSuite() {
+    delete app_;
+    app_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(daemonState().error.empty()) << daemonState().error;
+    ASSERT_GT(app_->pid(), 0) << "cannot start the stand-in application";
+    client_ = std::make_unique<Client>(++nextId_, app_->pid());
+    ASSERT_NO_FATAL_FAILURE(client_->setUpContext());
+  }
+  void TearDown() override {
+    if (client_) {
+      client_->expectStillServing();
+      client_.reset();
+    }
+  }
+  Client& c() { return *client_; }
+  static Application* app_;
+  static uint64_t nextId_;
+  std::unique_ptr<Client> client_;
+};
+Application* RingDecoder::app_ = nullptr;
+uint64_t RingDecoder::nextId_ = 100;
+
+std::vector<std::byte> bytesOf(const RequestBuilder& b) { return b.bytes(); }
+
+// ---- framing -------------------------------------------------------------
+
+TEST_F(RingDecoder, EmptyRequestIsInvalidValue) {
+  EXPECT_EQ(c().call(std::span<const std::byte>{}).result, CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(RingDecoder, TruncatedHeaderIsInvalidValue) {
+  auto bytes = bytesOf(c().req(EntryPointId::kCuDriverGetVersion).u8(1));
+  bytes.resize(sizeof(ipc::CallHeader) - 1);
+  EXPECT_EQ(c().call(bytes).result, CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(RingDecoder, UnknownEntryIdIsNotSupported) {
+  for (uint32_t entry : {static_cast<uint32_t>(cuda_api::kEntryPointCount), 0xffffffffu}) {
+    ipc::CallHeader h;
+    h.entry = entry;
+    h.flags = ipc::kCallExpectsReply;
+    h.context = c().context;
+    std::vector<std::byte> bytes(sizeof(h));
+    std::memcpy(bytes.data(), &h, sizeof(h));
+    EXPECT_EQ(c().call(bytes).result, CUDA_ERROR_NOT_SUPPORTED) << "entry " << entry;
+  }
+}
+
+TEST_F(RingDecoder, EntryWithoutServerIsNotSupported) {
+  // cuGraphCreate is not remoted (apigen/remoting.json): no server function.
+  ASSERT_EQ(daemonState().servers[static_cast<size_t>(EntryPointId::kCuGraphCreate)], nullptr);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuGraphCreate).u8(1).u32(0)).result, CUDA_ERROR_NOT_SUPPORTED);
+}
+
+TEST_F(RingDecoder, MissingArgumentIsInvalidValue) {
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemAlloc_v2).u32(4096)).result, CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(RingDecoder, TrailingBytesAreInvalidValue) {
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemAlloc_v2).u64(4096).u8(0)).result, CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(RingDecoder, PresenceByteSevenIsInvalidValue) {
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuDriverGetVersion).u8(7)).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemGetInfo_v2).u8(1).u8(7)).result, CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(RingDecoder, HugeStringLengthIsInvalidValue) {
+  ASSERT_NO_FATAL_FAILURE(c().loadModule());
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleGetFunction).u8(1).u64(c().module).u32(0xfffffff0u)).result,
+            CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(RingDecoder, BlobLengthPastTheEndIsInvalidValue) {
+  ASSERT_NO_FATAL_FAILURE(c().loadModule());
+  // Four bytes of name follow a length of five.
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleGetFunction).u8(1).u64(c().module).u32(5).raw("fill", 4))
+                .result,
+            CUDA_ERROR_INVALID_VALUE);
+}
+
+// ---- handles ---------------------------------------------------------------
+
+TEST_F(RingDecoder, HandleOfTheWrongTypeIsInvalidHandle) {
+  ASSERT_NO_FATAL_FAILURE(c().loadModule());
+  // A module id where a stream is expected, a function id where a module is.
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuStreamSynchronize).u64(c().module)).result, CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleGetFunction).u8(1).u64(c().function).text("fill")).result,
+            CUDA_ERROR_INVALID_HANDLE);
+  // A context id where a module is expected.
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleUnload).u64(c().context)).result, CUDA_ERROR_INVALID_HANDLE);
+}
+
+TEST_F(RingDecoder, HandleOfNothingIsInvalidHandle) {
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuStreamSynchronize).u64(fakeHandle(HandleType::kCUstream_st, 999)))
+                .result,
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuEventRecord).u64(fakeHandle(HandleType::kCUevent_st, 77)).u64(0))
+                .result,
+            CUDA_ERROR_INVALID_HANDLE);
+  // A raw pointer-looking value is not an id.
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuStreamSynchronize).u64(0x7fff12345678)).result,
+            CUDA_ERROR_INVALID_HANDLE);
+}
+
+TEST_F(RingDecoder, ContextOfNothingIsInvalidContext) {
+  const uint64_t nothing = fakeHandle(HandleType::kCUctx_st, 4242);
+  EXPECT_EQ(c().call(RequestBuilder(EntryPointId::kCuCtxSynchronize, nothing)).result, CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuCtxDestroy_v2).u64(nothing)).result, CUDA_ERROR_INVALID_CONTEXT);
+}
+
+TEST_F(RingDecoder, DestroyingThePrimaryContextIsInvalidContext) {
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuCtxDestroy_v2).u64(c().context)).result, CUDA_ERROR_INVALID_CONTEXT);
+}
+
+TEST_F(RingDecoder, FunctionIdZeroIsInvalidHandle) {
+  const uint32_t n = 1;
+  const uint64_t p = c().device;
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuLaunchKernel)
+                         .u64(0)
+                         .u32(1).u32(1).u32(1).u32(1).u32(1).u32(1).u32(0)
+                         .u64(0)
+                         .u32(2).blob(&p, 8).blob(&n, 4))
+                .result,
+            CUDA_ERROR_INVALID_HANDLE);
+}
+
+// ---- device pointers and ranges ----------------------------------------------
+
+TEST_F(RingDecoder, DevicePointerOfNothingIsInvalidValue) {
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemsetD8_v2).u64(0xdead0000).u32(0).u64(16)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemFree_v2).u64(0x1234)).result, CUDA_ERROR_INVALID_VALUE);
+  // "CUDA_ERROR_NOT_FOUND" is what cuMemGetAddressRange documents for an
+  // address no allocation contains.
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemGetAddressRange_v2).u8(1).u8(1).u64(0x1234)).result,
+            CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemcpyDtoH_v2).u64(kAppScratch).u64(0xdead0000).u64(16)).result,
+            CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(RingDecoder, FreeInsideAnAllocationIsInvalidValue) {
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemFree_v2).u64(c().device + 16)).result, CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(RingDecoder, RangePastTheAllocationIsInvalidValue) {
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemcpyHtoD_v2).u64(c().device + 1).u64(kAppScratch).u64(Client::kBytes))
+                .result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemsetD32_v2).u64(c().device).u32(0).u64(Client::kBytes / 4 + 1))
+                .result,
+            CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(RingDecoder, MemcpyRangesOverflowing64BitsAreInvalidValue) {
+  const uint64_t wrap = std::numeric_limits<uint64_t>::max() - c().device + 17;  // device + wrap == 16
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemcpyHtoD_v2).u64(c().device).u64(kAppScratch).u64(wrap)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemcpyDtoH_v2).u64(kAppScratch).u64(c().device + 16).u64(~0ull)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemcpyDtoD_v2).u64(c().device).u64(c().device + 8).u64(~0ull - 7))
+                .result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemcpyHtoD_v2).u64(c().device).u64(~0ull - 8).u64(64)).result,
+            CUDA_ERROR_INVALID_VALUE);
+}
+
+// count * 4 wraps to a small number: refused, and answered.
+TEST_F(RingDecoder, MemsetCountOverflowingIsInvalidValue) {
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemsetD32_v2).u64(c().device).u32(0).u64((1ull << 62) + 1)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemsetD16_v2).u64(c().device).u32(0).u64(~0ull)).result,
+            CUDA_ERROR_INVALID_VALUE);
+}
+
+// Host to host through cuMemcpy: a length phosd must not allocate.
+TEST_F(RingDecoder, HugeHostToHostCopyIsInvalidValue) {
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemcpy).u64(0x10).u64(0x20).u64(1ull << 62)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemcpy).u64(kAppScratch).u64(kAppScratch + 64).u64(~0ull)).result,
+            CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(RingDecoder, HostToHostCopyStaysInTheApplication) {
+  std::vector<uint8_t> pattern(64, 0xc3);
+  ASSERT_TRUE(app_->write(kAppScratch + 256, pattern));
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemcpy).u64(kAppScratch + 512).u64(kAppScratch + 256).u64(64)).result,
+            CUDA_SUCCESS);
+  EXPECT_EQ(app_->read(kAppScratch + 512, 64), pattern);
+}
+
+TEST_F(RingDecoder, UnreadableApplicationMemoryIsInvalidValue) {
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemcpyHtoD_v2).u64(c().device).u64(0x1000).u64(64)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemcpyDtoH_v2).u64(0x1000).u64(c().device).u64(64)).result,
+            CUDA_ERROR_INVALID_VALUE);
+}
+
+// ---- modules -------------------------------------------------------------------
+
+TEST_F(RingDecoder, ModuleImageAtAddressZeroIsInvalidValue) {
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleLoadData).u64(0).u64(kModulePtx.size())).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuLibraryLoadData).u64(0).u64(16)).result, CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(RingDecoder, ModuleImageOfHugeSizeIsInvalidValue) {
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleLoadData).u64(kAppPtx).u64(1ull << 40)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleLoadData).u64(kAppPtx).u64(~0ull)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleLoadData).u64(kAppPtx).u64(0)).result, CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(RingDecoder, ModuleImageOutsideTheApplicationIsInvalidValue) {
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleLoadData).u64(0x10).u64(4096)).result, CUDA_ERROR_INVALID_VALUE);
+  // Past the end of the application's mapping.
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleLoadData).u64(fuzz::kAppBase).u64(fuzz::kAppBytes + 4096)).result,
+            CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(RingDecoder, ModuleImageThatIsNotAModuleFails) {
+  std::vector<uint8_t> junk(256, 0x7f);
+  ASSERT_TRUE(app_->write(kAppScratch, junk));
+  Reply r = c().call(c().req(EntryPointId::kCuModuleLoadData).u64(kAppScratch).u64(junk.size()));
+  EXPECT_NE(r.result, CUDA_SUCCESS);
+  EXPECT_EQ(r.value(), 0u);
+}
+
+// ---- launches ------------------------------------------------------------------
+
+RequestBuilder launchHeader(Client& c, EntryPointId id = EntryPointId::kCuLaunchKernel) {
+  RequestBuilder b = c.req(id);
+  b.u64(c.function).u32(1).u32(1).u32(1).u32(32).u32(1).u32(1).u32(0).u64(0);
+  return b;
+}
+
+TEST_F(RingDecoder, LaunchWithWellFormedParametersSucceeds) {
+  ASSERT_NO_FATAL_FAILURE(c().loadModule());
+  const uint64_t p = c().device;
+  const uint32_t n = 32;
+  EXPECT_EQ(c().call(launchHeader(c()).u32(2).blob(&p, 8).blob(&n, 4)).result, CUDA_SUCCESS);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuCtxSynchronize)).result, CUDA_SUCCESS);
+}
+
+TEST_F(RingDecoder, LaunchWith100000ParametersIsInvalidValue) {
+  ASSERT_NO_FATAL_FAILURE(c().loadModule());
+  RequestBuilder b = launchHeader(c()).u32(100000);
+  for (int i = 0; i < 100; ++i) b.u32(0);  // a slot holds no more; the count alone must be refused
+  EXPECT_EQ(c().call(b).result, CUDA_ERROR_INVALID_VALUE);
+}
+
+// The kernel takes (u64, u32). The driver reads one pointer per declared
+// parameter and sizeof(parameter) bytes through it: fewer parameters, or
+// shorter ones, would make it read what phosd does not hold.
+TEST_F(RingDecoder, LaunchWithTooFewParametersIsInvalidValue) {
+  ASSERT_NO_FATAL_FAILURE(c().loadModule());
+  const uint64_t p = c().device;
+  EXPECT_EQ(c().call(launchHeader(c()).u32(1).blob(&p, 8)).result, CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(RingDecoder, LaunchWithTooManyParametersIsInvalidValue) {
+  ASSERT_NO_FATAL_FAILURE(c().loadModule());
+  const uint64_t p = c().device;
+  const uint32_t n = 1;
+  EXPECT_EQ(c().call(launchHeader(c()).u32(3).blob(&p, 8).blob(&n, 4).blob(&n, 4)).result, CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(RingDecoder, LaunchWithAShortParameterIsInvalidValue) {
+  ASSERT_NO_FATAL_FAILURE(c().loadModule());
+  const uint64_t p = c().device;
+  const uint32_t n = 1;
+  EXPECT_EQ(c().call(launchHeader(c()).u32(2).blob(&p, 1).blob(&n, 4)).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(launchHeader(c(), EntryPointId::kCuLaunchKernelEx)
+                         .u32(0).u32(0)
+                         .u32(2).blob(&p, 8).blob(&n, 0))
+                .result,
+            CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(RingDecoder, LaunchWithAShortParameterBufferIsInvalidValue) {
+  ASSERT_NO_FATAL_FAILURE(c().loadModule());
+  const uint64_t p = c().device;
+  EXPECT_EQ(c().call(launchHeader(c()).u32(0xfffffffeu).blob(&p, 8)).result, CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(RingDecoder, LaunchExWithAttributeCountNotMatchingIsInvalidValue) {
+  ASSERT_NO_FATAL_FAILURE(c().loadModule());
+  const uint64_t p = c().device;
+  const uint32_t n = 1;
+  EXPECT_EQ(c().call(launchHeader(c(), EntryPointId::kCuLaunchKernelEx)
+                         .u32(0xffffffffu).u32(0)
+                         .u32(2).blob(&p, 8).blob(&n, 4))
+                .result,
+            CUDA_ERROR_INVALID_VALUE);
+}
+
+// ---- other handwritten decoders -------------------------------------------------
+
+TEST_F(RingDecoder, DeviceNameOfHostileLengthIsInvalidValue) {
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuDeviceGetName).i32(-1).i32(0)).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuDeviceGetName).i32(1 << 30).i32(0)).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuDeviceGetName).i32(64).i32(12345)).result, CUDA_ERROR_INVALID_DEVICE);
+}
+
+TEST_F(RingDecoder, PrimaryContextOfNoDeviceIsInvalidDevice) {
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuDevicePrimaryCtxRetain).i32(-1)).result, CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuCtxCreate_v2).u32(0).i32(1 << 20)).result, CUDA_ERROR_INVALID_DEVICE);
+}
+
+TEST_F(RingDecoder, PinnedMemoryOfHostileSizeOrFlagsIsRefused) {
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemHostAlloc).u64(0).u32(0)).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemHostAlloc).u64(4096).u32(0x80)).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemHostAlloc).u64(1ull << 40).u32(0)).result, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemFreeHost).u64(0x500000000000ull)).result, CUDA_ERROR_INVALID_VALUE);
+}
+
+// A posted (no-reply) call that fails reports at the next synchronizing call.
+TEST_F(RingDecoder, PostedFailureIsReportedAtTheNextSynchronize) {
+  ASSERT_NO_FATAL_FAILURE(c().post(RequestBuilder(EntryPointId::kCuMemsetD8Async, c().context, false)
+                                       .u64(0xdead0000)
+                                       .u32(0)
+                                       .u64(16)
+                                       .u64(0)));
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuCtxSynchronize)).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuCtxSynchronize)).result, CUDA_SUCCESS);
+}
+
+// ---- sessions that end badly ---------------------------------------------------------
+
+// Whether `address` is still host memory the driver has registered.
+bool registeredWithDriver(uint64_t address) {
+  Daemon& d = daemonState();
+  auto ctx = d.pool->take(0, 0);
+  if (!ctx.isOk()) return false;
+  PHOS_DRIVER(*d.driver, CtxSetCurrent)(*ctx);
+  CUdeviceptr mapped = 0;
+  const bool registered = PHOS_DRIVER(*d.driver, MemHostGetDevicePointer_v2)(
+                              &mapped, reinterpret_cast<void*>(address), 0) == CUDA_SUCCESS;
+  PHOS_DRIVER(*d.driver, CtxSetCurrent)(nullptr);
+  d.pool->retire(*ctx, 0);
+  return registered;
+}
+
+// Found by the ring fuzzer: the pool destroys a session's contexts later, on
+// its own thread, and phosd unmapped pinned memory that queued copies still
+// wrote to (SIGSEGV in the driver's stream worker).
+TEST_F(RingDecoder, SessionEndingWithCopiesIntoPinnedMemoryQueued) {
+  client_.reset();
+  for (int i = 0; i < 8; ++i) {
+    Client c(++nextId_, app_->pid());
+    ASSERT_NO_FATAL_FAILURE(c.setUpContext());
+    Reply r = c.call(c.req(EntryPointId::kCuStreamCreate).u8(1).u32(0));
+    ASSERT_EQ(r.result, CUDA_SUCCESS);
+    const uint64_t stream = r.value(true);
+    r = c.call(c.req(EntryPointId::kCuMemHostAlloc).u64(Client::kBytes).u32(0));
+    ASSERT_EQ(r.result, CUDA_SUCCESS);
+    const uint64_t pinned = r.value();
+    for (int k = 0; k < 64; ++k) {
+      ASSERT_NO_FATAL_FAILURE(c.post(RequestBuilder(EntryPointId::kCuMemcpyDtoHAsync_v2, c.context, false)
+                                         .u64(pinned)
+                                         .u64(c.device)
+                                         .u64(Client::kBytes)
+                                         .u64(stream)));
+    }
+    // ~Client ends the session with the copies possibly still queued.
+  }
+  client_ = std::make_unique<Client>(++nextId_, app_->pid());
+  ASSERT_NO_FATAL_FAILURE(client_->setUpContext());
+}
+
+// Found by the ring fuzzer: a context with a sticky error (here a kernel that
+// wrote to an address of nobody) cannot unregister memory, and the session's
+// pinned range stayed registered after it was unmapped; a later session whose
+// slice held the address could not allocate pinned memory.
+TEST_F(RingDecoder, PinnedMemoryIsUnregisteredWhenTheContextFaulted) {
+  ASSERT_NO_FATAL_FAILURE(c().loadModule());
+  Reply r = c().call(c().req(EntryPointId::kCuMemHostAlloc).u64(4096).u32(0));
+  ASSERT_EQ(r.result, CUDA_SUCCESS);
+  const uint64_t pinned = r.value();
+  const uint64_t nowhere = 0x10;
+  const uint32_t n = 32;
+  (void)c().call(launchHeader(c()).u32(2).blob(&nowhere, 8).blob(&n, 4));
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuCtxSynchronize)).result, CUDA_ERROR_ILLEGAL_ADDRESS);
+  client_.reset();  // the session ends; its pinned memory must go with it
+  EXPECT_FALSE(registeredWithDriver(pinned));
+}
+
+// Releasing the primary context frees the pinned memory allocated in it, as
+// cuMemHostAlloc's memory goes with its context.
+TEST_F(RingDecoder, PinnedMemoryGoesWithItsContext) {
+  Reply r = c().call(c().req(EntryPointId::kCuMemHostAlloc).u64(4096).u32(0));
+  ASSERT_EQ(r.result, CUDA_SUCCESS);
+  const uint64_t pinned = r.value();
+  ASSERT_EQ(c().call(c().req(EntryPointId::kCuDevicePrimaryCtxRelease_v2).i32(0)).result, CUDA_SUCCESS);
+  EXPECT_FALSE(registeredWithDriver(pinned));
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemFreeHost).u64(pinned)).result, CUDA_ERROR_INVALID_VALUE);
+  client_.reset();
+}
+
+// ---- isolation -------------------------------------------------------------------
+
+// Session A owns memory, a module global, pinned memory and handles; session
+// B names all of them. Each is refused, and A's memory is unchanged.
+class Isolation : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { appA_ = new Application(); }
+  static void TearDownTestSuite() {
+    delete appA_;
+    appA_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(daemonState().error.empty()) << daemonState().error;
+    ASSERT_GT(appA_->pid(), 0);
+    appB_ = std::make_unique<Application>();
+    ASSERT_GT(appB_->pid(), 0);
+    a_ = std::make_unique<Client>(1, appA_->pid());
+    b_ = std::make_unique<Client>(2, appB_->pid());
+    ASSERT_NO_FATAL_FAILURE(a_->setUpContext());
+    ASSERT_NO_FATAL_FAILURE(a_->loadModule());
+    Reply r = a_->call(a_->req(EntryPointId::kCuModuleGetGlobal_v2).u8(1).u8(1).u64(a_->module).text("counter"));
+    ASSERT_EQ(r.result, CUDA_SUCCESS);
+    global_ = r.value(true);
+    r = a_->call(a_->req(EntryPointId::kCuStreamCreate).u8(1).u32(0));
+    ASSERT_EQ(r.result, CUDA_SUCCESS);
+    stream_ = r.value(true);
+    r = a_->call(a_->req(EntryPointId::kCuMemHostAlloc).u64(4096).u32(0));
+    ASSERT_EQ(r.result, CUDA_SUCCESS);
+    pinned_ = r.value();
+    r = a_->call(a_->req(EntryPointId::kCuCtxCreate_v2).u32(0).i32(0));
+    ASSERT_EQ(r.result, CUDA_SUCCESS);
+    secondContext_ = r.value();
+    ASSERT_EQ(a_->call(a_->req(EntryPointId::kCuMemsetD8_v2).u64(a_->device).u32(0xa5).u64(Client::kBytes)).result,
+              CUDA_SUCCESS);
+    ASSERT_NO_FATAL_FAILURE(b_->setUpContext());
+  }
+  void TearDown() override {
+    b_.reset();
+    a_.reset();
+    appB_.reset();
+  }
+  // A's memory as A sees it.
+  void expectAUnchanged() {
+    ASSERT_EQ(a_->call(a_->req(EntryPointId::kCuMemcpyDtoH_v2).u64(kAppScratch).u64(a_->device).u64(Client::kBytes))
+                  .result,
+              CUDA_SUCCESS);
+    EXPECT_EQ(appA_->read(kAppScratch, Client::kBytes), std::vector<uint8_t>(Client::kBytes, 0xa5));
+  }
+  static Application* appA_;
+  std::unique_ptr<Application> appB_;
+  std::unique_ptr<Client> a_;
+  std::unique_ptr<Client> b_;
+  uint64_t global_ = 0;
+  uint64_t stream_ = 0;
+  uint64_t pinned_ = 0;
+  uint64_t secondContext_ = 0;
+};
+Application* Isolation::appA_ = nullptr;
+
+TEST_F(Isolation, CopiesNamingAnotherSessionsMemoryAreRefused) {
+  Client& b = *b_;
+  const uint64_t theirs = a_->device;
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemcpyHtoD_v2).u64(theirs).u64(kAppScratch).u64(16)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemcpyHtoDAsync_v2).u64(theirs).u64(kAppScratch).u64(16).u64(0)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemcpyDtoH_v2).u64(kAppScratch).u64(theirs).u64(16)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemcpyDtoD_v2).u64(b.device).u64(theirs).u64(16)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemcpyDtoD_v2).u64(theirs).u64(b.device).u64(16)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemcpyDtoDAsync_v2).u64(theirs).u64(b.device).u64(16).u64(0)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  // cuMemcpy treats an address B does not own as B's host memory: B's own
+  // process, never A's device memory.
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemcpy).u64(b.device).u64(theirs).u64(16)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemcpy).u64(theirs).u64(b.device).u64(16)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  expectAUnchanged();
+}
+
+TEST_F(Isolation, MemsetAndFreeOfAnotherSessionsMemoryAreRefused) {
+  Client& b = *b_;
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemsetD8_v2).u64(a_->device).u32(0).u64(16)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemsetD32Async).u64(a_->device).u32(0).u64(4).u64(0)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemFree_v2).u64(a_->device)).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemGetAddressRange_v2).u8(1).u8(1).u64(a_->device)).result,
+            CUDA_ERROR_NOT_FOUND);
+  expectAUnchanged();
+}
+
+TEST_F(Isolation, AnotherSessionsModuleGlobalIsRefused) {
+  Client& b = *b_;
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemcpyHtoD_v2).u64(global_).u64(kAppScratch).u64(4)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemcpyDtoH_v2).u64(kAppScratch).u64(global_).u64(4)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemsetD32_v2).u64(global_).u32(7).u64(1)).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemFree_v2).u64(global_)).result, CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(Isolation, AnotherSessionsPinnedMemoryIsRefused) {
+  Client& b = *b_;
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemFreeHost).u64(pinned_)).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemHostGetDevicePointer_v2).u64(pinned_).u32(0)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemHostGetFlags).u64(pinned_)).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemsetD8_v2).u64(pinned_).u32(0).u64(16)).result, CUDA_ERROR_INVALID_VALUE);
+  // The address is B's own (unmapped) host memory to B's requests.
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemcpyHtoD_v2).u64(b.device).u64(pinned_).u64(16)).result,
+            CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(Isolation, AnotherSessionsHandleIdsAreUnknown) {
+  Client& b = *b_;
+  // A's ids name nothing in B (B created only its context).
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuModuleGetFunction).u8(1).u64(a_->module).text("fill")).result,
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuModuleUnload).u64(a_->module)).result, CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuStreamSynchronize).u64(stream_)).result, CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuStreamDestroy_v2).u64(stream_)).result, CUDA_ERROR_INVALID_HANDLE);
+  const uint64_t p = b.device;
+  const uint32_t n = 1;
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuLaunchKernel)
+                       .u64(a_->function)
+                       .u32(1).u32(1).u32(1).u32(1).u32(1).u32(1).u32(0)
+                       .u64(0)
+                       .u32(2).blob(&p, 8).blob(&n, 4))
+                .result,
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(b.call(RequestBuilder(EntryPointId::kCuCtxSynchronize, secondContext_)).result, CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuCtxDestroy_v2).u64(secondContext_)).result, CUDA_ERROR_INVALID_CONTEXT);
+  // A's objects still work for A.
+  EXPECT_EQ(a_->call(a_->req(EntryPointId::kCuStreamSynchronize).u64(stream_)).result, CUDA_SUCCESS);
+  EXPECT_EQ(a_->call(RequestBuilder(EntryPointId::kCuCtxSynchronize, secondContext_)).result, CUDA_SUCCESS);
+  b.expectStillServing();
+}
+
+TEST_F(Isolation, AKernelOfBGivenAsMemoryFaultsInsteadOfWritingIt) {
+  // B loads the same module and launches `fill` at A's pointer: the driver
+  // refuses memory of another context (vgpu as a GPU does).
+  Client& b = *b_;
+  ASSERT_NO_FATAL_FAILURE(b.loadModule());
+  const uint64_t p = a_->device;
+  const uint32_t n = 32;
+  CUresult launched = b.call(b.req(EntryPointId::kCuLaunchKernel)
+                                 .u64(b.function)
+                                 .u32(1).u32(1).u32(1).u32(32).u32(1).u32(1).u32(0)
+                                 .u64(0)
+                                 .u32(2).blob(&p, 8).blob(&n, 4))
+                          .result;
+  CUresult synced = b.call(b.req(EntryPointId::kCuCtxSynchronize)).result;
+  EXPECT_TRUE(launched != CUDA_SUCCESS || synced != CUDA_SUCCESS);
+  expectAUnchanged();
+}
+
+}  // namespace
+}  // namespace phos::daemon

@@ -1,0 +1,295 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Hostile clients of phosd's control socket: every malformed or refused request
+gets an answer (or a closed connection), and the daemon keeps serving others."""
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+
+import pytest
+
+from job_output import wait_for
+
+# The daemon gives a connection this long to send its line.
+RECEIVE_TIMEOUT = 2.0
+
+
+class ControlDaemon:
+    """`phos daemon --pool 1` in a runtime directory of its own (no shim needed)."""
+
+    def __init__(self, phos: pathlib.Path):
+        # Under /tmp: a socket path has at most 107 bytes. Traversable by
+        # everyone, so that another user's client can reach the socket (0666).
+        self.runtime_dir = pathlib.Path(tempfile.mkdtemp(prefix="phos-ctl-", dir="/tmp"))
+        self.runtime_dir.chmod(0o755)
+        self.socket_path = self.runtime_dir / "phosd.sock"
+        self.log_path = self.runtime_dir / "phosd.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PHOS_") and k != "LD_PRELOAD"}
+        env.update(PHOS_VGPU_BANDWIDTH_SCALE="0", PHOS_LOG="daemon:info")
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(
+                [str(phos), "daemon", "--runtime-dir", str(self.runtime_dir), "--pool", "1"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+        def answering():
+            if self.process.poll() is not None:
+                pytest.fail(f"phos daemon exited with {self.process.returncode}:\n{self.log()}")
+            return self.request({"op": "ping"}) is not None
+
+        wait_for(answering, 30, f"phosd to answer on {self.socket_path}")
+
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+    def connect(self, timeout=10.0) -> socket.socket:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # A blocking connect, as libphos.so's: with a full backlog it waits
+        # instead of failing with EAGAIN.
+        s.connect(str(self.socket_path))
+        s.settimeout(timeout)
+        return s
+
+    def exchange(self, raw: bytes, timeout=10.0):
+        """Sends raw bytes; the answer as JSON, or None if the daemon closed without one."""
+        with self.connect(timeout) as s:
+            try:
+                s.sendall(raw)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the daemon stopped reading: the answer may still be there
+            return read_answer(s)
+
+    def request(self, message, timeout=10.0):
+        try:
+            return self.exchange((json.dumps(message) + "\n").encode(), timeout)
+        except (FileNotFoundError, ConnectionRefusedError, socket.timeout):
+            return None
+
+    def assert_serving(self):
+        assert self.process.poll() is None, f"phosd died:\n{self.log()}"
+        pong = self.request({"op": "ping"})
+        assert pong is not None and pong["ok"] is True, pong
+        assert pong["daemon_pid"] == self.process.pid
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.request({"op": "stop"})
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.runtime_dir, ignore_errors=True)
+
+
+def read_answer(s: socket.socket):
+    answer = b""
+    try:
+        while not answer.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    except ConnectionResetError:
+        pass
+    return json.loads(answer) if answer.endswith(b"\n") else None
+
+
+@pytest.fixture
+def daemon(phos):
+    d = ControlDaemon(phos)
+    yield d
+    try:
+        # After every hostile exchange the daemon still answers and is alive.
+        d.assert_serving()
+    finally:
+        d.stop()
+
+
+def refused(answer, words):
+    assert answer is not None, "no answer"
+    assert answer["ok"] is False, answer
+    assert words in answer["error"], answer
+
+
+def test_not_json(daemon):
+    refused(daemon.exchange(b"hello phosd\n"), "not valid JSON")
+    refused(daemon.exchange(b"{\"op\": \"ping\"\n"), "not valid JSON")
+    refused(daemon.exchange(b"\xff\xfe\x00garbage\n"), "not valid JSON")
+
+
+def test_json_that_is_not_an_object(daemon):
+    for raw in (b"[1, 2]\n", b"42\n", b"\"ping\"\n", b"null\n", b"true\n"):
+        refused(daemon.exchange(raw), "JSON object")
+
+
+def test_op_missing_or_not_a_string(daemon):
+    for message in ({}, {"operation": "ping"}, {"op": 5}, {"op": None}, {"op": ["ping"]}, {"op": {"op": "ping"}}):
+        refused(daemon.request(message), "string \"op\"")
+
+
+def test_unknown_op(daemon):
+    refused(daemon.request({"op": "frobnicate"}), "unknown op \"frobnicate\"")
+    refused(daemon.request({"op": ""}), "unknown op")
+
+
+def test_deeply_nested_json(daemon):
+    # Under 1 MiB; a recursive parser or destructor would overflow the stack.
+    depth = 400_000
+    refused(daemon.exchange(b"[" * depth + b"]" * depth + b"\n"), "JSON object")
+    refused(daemon.exchange(b"{\"op\": \"ping\", \"x\": " + b"[" * depth + b"\n"), "not valid JSON")
+
+
+def test_attach_without_pid(daemon):
+    refused(daemon.request({"op": "attach"}), "integer \"pid\"")
+
+
+def test_attach_with_a_pid_that_is_not_an_integer(daemon):
+    for pid in (str(os.getpid()), float(os.getpid()) + 0.5, None, [os.getpid()], True, 2 ** 70):
+        refused(daemon.request({"op": "attach", "pid": pid}), "integer \"pid\"")
+
+
+def test_attach_for_another_process_is_refused(daemon):
+    # SO_PEERCRED names the connecting process; a client cannot ask for a
+    # session serving (reading the memory of) someone else.
+    for pid in (1, daemon.process.pid, os.getppid(), 0, -1):
+        refused(daemon.request({"op": "attach", "pid": pid}), "is not the connecting process")
+    # Nor by a number that only truncates to its own pid.
+    refused(daemon.request({"op": "attach", "pid": 2 ** 32 + os.getpid()}), "is not the connecting process")
+    assert daemon.request({"op": "ps"})["sessions"] == []
+
+
+def test_attach_for_itself_is_served(daemon):
+    answer = daemon.request({"op": "attach", "pid": os.getpid()})
+    assert answer["ok"] is True, answer
+    ring = pathlib.Path(answer["ring"])
+    # Only the client's user may map its ring.
+    assert ring.stat().st_mode & 0o777 == 0o600
+    assert ring.stat().st_uid == os.getuid()
+
+
+def test_line_longer_than_1_mib(daemon):
+    answer = daemon.exchange(b"{\"op\": \"ping\", \"pad\": \"" + b"a" * (1 << 20) + b"\"}\n")
+    if answer is not None:  # the daemon may close before the client has sent it all
+        refused(answer, "at most 1 MiB")
+    answer = daemon.exchange(b"x" * (3 << 20))
+    if answer is not None:
+        refused(answer, "at most 1 MiB")
+
+
+def test_connection_without_newline_then_close(daemon):
+    with daemon.connect() as s:
+        s.sendall(b"{\"op\": \"ping\"}")
+        s.shutdown(socket.SHUT_WR)
+        refused(read_answer(s), "one line")
+
+
+def time_ping(daemon):
+    start = time.monotonic()
+    pong = daemon.request({"op": "ping"}, timeout=30)
+    return pong, time.monotonic() - start
+
+
+def test_silent_connection_does_not_stall_others(daemon):
+    with daemon.connect() as silent:
+        time.sleep(0.2)  # the daemon is now waiting for its line
+        pong, took = time_ping(daemon)
+        assert pong is not None and pong["ok"] is True
+        assert took < RECEIVE_TIMEOUT + 2.0, f"a ping waited {took:.1f}s behind a silent connection"
+        # The silent client is told why it was dropped.
+        refused(read_answer(silent), "one line")
+
+
+def test_slow_sender_does_not_stall_others(daemon):
+    # One byte now and then resets a per-read timeout; the daemon must bound
+    # the whole line instead.
+    stop = threading.Event()
+
+    def dribble():
+        with daemon.connect() as s:
+            for b in b"{\"op\": \"ping\", \"pad\": \"" + b"a" * 100:
+                if stop.is_set():
+                    return
+                try:
+                    s.sendall(bytes([b]))
+                except OSError:
+                    return
+                time.sleep(0.5)
+
+    slow = threading.Thread(target=dribble)
+    slow.start()
+    try:
+        time.sleep(0.3)
+        pong, took = time_ping(daemon)
+        assert pong is not None and pong["ok"] is True
+        assert took < RECEIVE_TIMEOUT + 2.0, f"a ping waited {took:.1f}s behind a slow sender"
+    finally:
+        stop.set()
+        slow.join()
+
+
+def test_many_connections_at_once(daemon):
+    answers = [None] * 100
+    barrier = threading.Barrier(len(answers))
+
+    def ping(i):
+        barrier.wait()
+        answers[i] = daemon.request({"op": "ping"}, timeout=30)
+
+    threads = [threading.Thread(target=ping, args=(i,)) for i in range(len(answers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(a is not None and a["ok"] is True for a in answers), answers
+
+
+def test_connections_closed_at_once(daemon):
+    # Clients that connect and leave without a word.
+    for _ in range(50):
+        daemon.connect().close()
+    daemon.assert_serving()
+
+
+def as_nobody(daemon, message):
+    """Sends `message` from a client running as uid/gid 65534."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to run a client as another user")
+    # The test's own interpreter may live where uid 65534 cannot read it.
+    python = "/usr/bin/python3"
+    if not os.access(python, os.X_OK):
+        pytest.skip(f"no {python} for a client running as another user")
+    code = (
+        "import json, socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        "s.settimeout(10)\n"
+        f"s.connect({str(daemon.socket_path)!r})\n"
+        f"s.sendall((json.dumps({message!r}) + '\\n').encode())\n"
+        "print(s.makefile().readline(), end='')\n"
+    )
+    r = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", code],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_stop_from_another_user_is_refused(daemon):
+    refused(as_nobody(daemon, {"op": "stop"}), "uid 65534 may not stop this daemon")
+    time.sleep(0.5)
+    assert daemon.process.poll() is None
+
+
+def test_ps_from_another_user_shows_none_of_ours(daemon):
+    assert daemon.request({"op": "attach", "pid": os.getpid()})["ok"] is True
+    assert len(daemon.request({"op": "ps"})["sessions"]) == 1
+    answer = as_nobody(daemon, {"op": "ps"})
+    assert answer["ok"] is True and answer["sessions"] == []
+
+
+def test_attach_from_another_user_for_our_pid_is_refused(daemon):
+    refused(as_nobody(daemon, {"op": "attach", "pid": os.getpid()}), "is not the connecting process")
