@@ -2,7 +2,9 @@
 // phosd's main loop: the control socket, session creation and cleanup.
 #include "phos/daemon/phosd.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -12,6 +14,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -62,6 +65,30 @@ DriverChoice chooseDriver(const std::string& requested) {
 }
 
 namespace {
+
+// Files of a phosd that was killed (SIGKILL, a crash) stay in /dev/shm: rings,
+// pinned memory, host-call queues, all named phos-<daemon pid>-<session>...
+// Removes those whose daemon is gone and that belong to this user.
+void removeStaleSessionFiles() {
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (dirent* e = readdir(dir)) {
+    std::string_view name(e->d_name);
+    if (!name.starts_with("phos-")) continue;
+    std::string_view rest = name.substr(5);
+    pid_t owner = 0;
+    auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), owner);
+    if (ec != std::errc() || end == rest.data() || *end != '-' || owner <= 0) continue;
+    if (owner == getpid() || kill(owner, 0) == 0 || errno != ESRCH) continue;
+    struct stat st {};
+    if (fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (geteuid() != 0 && st.st_uid != geteuid()) continue;
+    if (unlinkat(dirfd(dir), e->d_name, 0) == 0) {
+      log::get("daemon")->info("removed /dev/shm/{}: left by phosd {}, which is gone", name, owner);
+    }
+  }
+  closedir(dir);
+}
 
 int pidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
@@ -309,6 +336,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
   generated::installGenerated(impl->servers);
   installCustom(impl->servers);
   RETURN_IF_ERROR(impl->bind());
+  removeStaleSessionFiles();
   impl->pool = std::make_unique<ContextPool>(*impl->driver, options.poolContextsPerDevice);
   return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
 }

@@ -254,3 +254,22 @@ def test_a_client_cannot_touch_another_clients_memory(phosd, clients):
     owner.ok("sync")
     owner.ok(f"free {secret}")
     owner.close()
+
+
+def test_files_of_a_killed_daemon_are_removed_at_the_next_start(start_phosd):
+    # A daemon that was SIGKILLed leaves its rings and pinned files behind; the
+    # next one removes those of daemons that are gone, and nobody else's.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = [SHM / f"phos-{gone.pid}-7", SHM / f"phos-{gone.pid}-7-pinned-1", SHM / f"phos-{gone.pid}-7-hostcalls"]
+    alive = SHM / f"phos-{os.getpid()}-7"  # this test process stands for a daemon that is still running
+    for path in stale + [alive]:
+        path.write_bytes(b"x")
+    try:
+        daemon = start_phosd()
+        assert [p for p in stale if p.exists()] == []
+        assert alive.exists()
+        assert f"removed /dev/shm/phos-{gone.pid}-7" in daemon.log()
+    finally:
+        for path in stale + [alive]:
+            path.unlink(missing_ok=True)
