@@ -475,7 +475,8 @@ CUresult paramSizes(CUfunction f, std::vector<uint32_t>* sizes) {
 }
 
 // Parameters: u32 count and one blob each, or kExtraBuffer and the buffer.
-CUresult encodeParams(ipc::Encoder& e, CUfunction f, void** kernelParams, void** extra) {
+// `sizes` are the function's (paramSizes), unused with `extra`.
+CUresult encodeParams(ipc::Encoder& e, const std::vector<uint32_t>& sizes, void** kernelParams, void** extra) {
   if (kernelParams != nullptr && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (extra != nullptr) {
     const void* buffer = nullptr;
@@ -498,8 +499,6 @@ CUresult encodeParams(ipc::Encoder& e, CUfunction f, void** kernelParams, void**
     e.blob(buffer, bytes);
     return CUDA_SUCCESS;
   }
-  std::vector<uint32_t> sizes;
-  if (CUresult r = paramSizes(f, &sizes); r != CUDA_SUCCESS) return r;
   if (!sizes.empty() && kernelParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
   e.u32(static_cast<uint32_t>(sizes.size()));
   for (size_t i = 0; i < sizes.size(); ++i) e.blob(kernelParams[i], sizes[i]);
@@ -526,7 +525,7 @@ CUresult launchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsig
   e.u64(ClientCall::handleId(f));
   for (unsigned v : {gx, gy, gz, bx, by, bz, shared}) e.u32(v);
   e.u64(ClientCall::handleId(stream));
-  if (CUresult r = encodeParams(e, f, kernelParams, extra); r != CUDA_SUCCESS) return r;
+  if (CUresult r = encodeParams(e, sizes, kernelParams, extra); r != CUDA_SUCCESS) return r;
   return call.post();
 }
 
@@ -543,7 +542,7 @@ CUresult launchCooperative(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
   e.u64(ClientCall::handleId(f));
   for (unsigned v : {gx, gy, gz, bx, by, bz, shared}) e.u32(v);
   e.u64(ClientCall::handleId(stream));
-  if (CUresult r = encodeParams(e, f, kernelParams, nullptr); r != CUDA_SUCCESS) return r;
+  if (CUresult r = encodeParams(e, sizes, kernelParams, nullptr); r != CUDA_SUCCESS) return r;
   // A cooperative launch that cannot fit the device is refused at launch:
   // wait for the answer.
   return resultOf(call);
@@ -573,7 +572,7 @@ CUresult launchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kerne
   e.u64(ClientCall::handleId(config->hStream));
   e.u32(config->numAttrs);
   e.blob(config->attrs, sizeof(CUlaunchAttribute) * config->numAttrs);
-  if (CUresult r = encodeParams(e, f, kernelParams, extra); r != CUDA_SUCCESS) return r;
+  if (CUresult r = encodeParams(e, sizes, kernelParams, extra); r != CUDA_SUCCESS) return r;
   return call.post();
 }
 
