@@ -57,7 +57,7 @@ int runCheckpoint(pid_t pid, const checkpoint::CheckpointOptions& options, bool 
 }
 
 int runRestore(const std::string& image, bool asJson) {
-  auto report = checkpoint::restoreProcess(image);
+  auto report = checkpoint::restoreProcess({.image = image});
   if (!report) {
     std::fprintf(stderr, "phos restore: %s\n", report.status().message().c_str());
     return exitCodeFor(report.status());

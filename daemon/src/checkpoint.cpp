@@ -134,7 +134,8 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
   return report;
 }
 
-Result<RestoreReport> restoreProcess(const fs::path& imageDir) {
+Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
+  const fs::path& imageDir = options.image;
   auto start = Clock::now();
   ASSIGN_OR_RETURN(auto reader, image::ImageReader::open(imageDir));
   const nlohmann::json& state = reader->manifest().state;

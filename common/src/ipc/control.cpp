@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -23,6 +24,87 @@ std::string runtimeDir() {
 }
 
 std::string controlSocketPath(const std::string& runtimeDirectory) { return runtimeDirectory + "/phosd.sock"; }
+
+namespace {
+
+Result<int> connectTo(const std::string& socketPath) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socketPath.size() >= sizeof(addr.sun_path)) {
+    return makeError(Code::kInvalidArgument, "control socket path {} is too long", socketPath);
+  }
+  std::memcpy(addr.sun_path, socketPath.c_str(), socketPath.size() + 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errnoError(errno, "socket");
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int e = errno;
+    close(fd);
+    return Status(Code::kUnavailable, fmt::format("no phosd at {}: {}", socketPath, std::strerror(e)));
+  }
+  return fd;
+}
+
+Status sendAll(int fd, std::string_view bytes) {
+  for (size_t done = 0; done < bytes.size();) {
+    ssize_t n = send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errnoError(errno, "cannot send to phosd");
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<ControlStream> ControlStream::open(const std::string& socketPath, const std::string& request) {
+  ASSIGN_OR_RETURN(int fd, connectTo(socketPath));
+  ControlStream stream(fd);
+  RETURN_IF_ERROR(stream.writeLine(request));
+  return stream;
+}
+
+ControlStream::ControlStream(ControlStream&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), buffer_(std::move(other.buffer_)) {}
+
+ControlStream& ControlStream::operator=(ControlStream&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    buffer_ = std::move(other.buffer_);
+  }
+  return *this;
+}
+
+ControlStream::~ControlStream() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Result<std::string> ControlStream::readLine() {
+  char buf[4096];
+  for (;;) {
+    if (auto nl = buffer_.find('\n'); nl != std::string::npos) {
+      std::string line = buffer_.substr(0, nl);
+      buffer_.erase(0, nl + 1);
+      return line;
+    }
+    if (buffer_.size() > kMaxControlMessage) return makeError(Code::kDataLoss, "a line of phosd is too long");
+    ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errnoError(errno, "cannot read from phosd");
+    }
+    if (n == 0) return makeError(Code::kUnavailable, "phosd closed the connection");
+    buffer_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+Status ControlStream::writeLine(std::string_view line) {
+  std::string out(line);
+  out += '\n';
+  return sendAll(fd_, out);
+}
 
 Result<std::string> controlRequest(const std::string& socketPath, const std::string& request,
                                    std::chrono::milliseconds timeout) {

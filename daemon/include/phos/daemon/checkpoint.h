@@ -9,16 +9,42 @@
 #include <sys/types.h>
 
 #include <filesystem>
+#include <functional>
+#include <optional>
+
+#include <nlohmann/json.hpp>
 
 #include "phos/common/status.h"
 #include "phos/image/format.h"
+#include "phos/image/reader.h"
+#include "phos/image/writer.h"
 
 namespace phos::checkpoint {
+
+// What the GPU half of a checkpoint (phosd's engine) adds to the CPU half.
+// Every hook is optional.
+struct CheckpointHooks {
+  // The image's staging directory exists; CRIU has not run; the process runs.
+  // (Stop-the-world: drain the session's GPU work and copy device memory.)
+  std::function<Status(image::ImageWriter&)> beforeDump;
+  // CRIU has written its images and still holds the process frozen (its
+  // post-dump action script): state the process's CPU could still change,
+  // such as shared-memory files. A failure makes CRIU resume the process.
+  std::function<Status(image::ImageWriter&)> whileFrozen;
+  // CRIU is done (`dumped`: successfully); called before the image is
+  // committed, and on every failure path after beforeDump ran.
+  std::function<void(bool dumped)> afterDump;
+  // The manifest's "gpu" value; default {"sessions": []}.
+  std::function<nlohmann::json()> gpuState;
+  // Progress of the whole checkpoint, {"phase", "bytes", "total"}.
+  std::function<void(const nlohmann::json&)> progress;
+};
 
 struct CheckpointOptions {
   std::filesystem::path image;  // must not exist yet
   bool leaveRunning = false;    // otherwise the process is gone after a successful dump
   image::Codec codec = image::Codec::kNone;
+  CheckpointHooks hooks;
 };
 
 struct CheckpointReport {
@@ -37,8 +63,24 @@ struct CheckpointReport {
 // keeps running.
 Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& options);
 
+struct RestoreOptions {
+  std::filesystem::path image;
+  // Return as soon as the process runs; otherwise wait until it exits and
+  // report its exit status (phos restore behaves like the job it brings back).
+  bool detach = false;
+  // Attach the restored process's stdin/stdout/stderr to ours (CRIU's
+  // --inherit-fd); false restores them as they were at the checkpoint.
+  bool inheritStdio = true;
+  // The GPU half: called after the image checked out and before CRIU runs
+  // (re-create the session and its shared files); then with CRIU's outcome.
+  std::function<Status(const image::ImageReader&)> beforeRestore;
+  std::function<void(std::optional<pid_t> restored)> afterRestore;
+};
+
 struct RestoreReport {
   pid_t pid = 0;
+  double restoreSeconds = 0;          // until the process runs again
+  std::optional<int> exitCode;        // when waited for: its exit code, 128+N if killed by signal N
   double totalSeconds = 0;
 };
 
@@ -46,6 +88,6 @@ struct RestoreReport {
 // detached from this one. kNotFound/kDataLoss/kNotSupported for a missing,
 // damaged or newer image (refused before anything runs); kFailedPrecondition
 // when CRIU fails (e.g. the pid is taken by a running process).
-Result<RestoreReport> restoreProcess(const std::filesystem::path& image);
+Result<RestoreReport> restoreProcess(const RestoreOptions& options);
 
 }  // namespace phos::checkpoint

@@ -8,11 +8,27 @@
 //   ps      {}                   sessions the caller may see: {"sessions": [...]}
 //   ping    {}                   {"daemon_pid", "driver", "driver_version", "pool": [...]}
 //   stop    {}                   the daemon exits (root or the daemon's own user)
+//
+// Long operations keep the connection open (ControlStream): the daemon sends
+// any number of {"progress": {...}} lines, then one final line with "ok".
+//   checkpoint {"pid", "image", "leave_running", "compress"}
+//                                saves the process and its GPU session; the final
+//                                line carries "report". A pid without a session:
+//                                {"ok": false, "code": "no-session"}.
+//   restore    {"image"}         re-creates the image's GPU session in a fresh
+//                                worker; the final line is {"ok", "session", "pid"}.
+//                                The client then runs CRIU and writes one line
+//                                back: {"adopt": PID} once the process runs again,
+//                                anything else (or closing) abandons the session.
+//                                The daemon answers the adopt with a last line.
+// Progress lines: {"progress": {"phase": "gpu-memory"|"pinned"|"cpu"|...,
+//                               "bytes": done, "total": of the phase}}.
 // Every answer has "ok"; a refused request has "ok": false and "error".
 #pragma once
 
 #include <chrono>
 #include <string>
+#include <string_view>
 
 #include "phos/common/status.h"
 
@@ -30,5 +46,29 @@ Result<std::string> controlRequest(const std::string& socketPath, const std::str
                                    std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 inline constexpr size_t kMaxControlMessage = 1 << 20;
+
+// A control connection kept open for a long operation (checkpoint, restore):
+// one request, then lines both ways until either side closes.
+class ControlStream {
+ public:
+  // Connects and sends `request`. kUnavailable when nothing listens there.
+  static Result<ControlStream> open(const std::string& socketPath, const std::string& request);
+  ControlStream(ControlStream&& other) noexcept;
+  ControlStream& operator=(ControlStream&& other) noexcept;
+  ControlStream(const ControlStream&) = delete;
+  ControlStream& operator=(const ControlStream&) = delete;
+  ~ControlStream();
+
+  // The next line (without its newline). Waits as long as the daemon works;
+  // kUnavailable when it closed the connection (or died) first.
+  Result<std::string> readLine();
+  Status writeLine(std::string_view line);
+  int fd() const { return fd_; }
+
+ private:
+  explicit ControlStream(int fd) : fd_(fd) {}
+  int fd_ = -1;
+  std::string buffer_;
+};
 
 }  // namespace phos::ipc
