@@ -1,19 +1,31 @@
 // SPDX-License-Identifier: Apache-2.0
 // phos checkpoint / phos restore: a running process into an image and back.
-#include <cstdio>
+#include "phos/daemon/checkpoint.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "byte_units.h"
-#include "phos/daemon/checkpoint.h"
+#include "phos/common/ipc/control.h"
 #include "subcommands.h"
 
 namespace phos::cli {
 
 namespace {
 
+namespace fs = std::filesystem;
+using nlohmann::json;
+
 // Errors the user can fix by changing the command line exit with kExitBadInput.
-int exitCodeFor(const Status& status) {
+int checkpointExitCode(const Status& status) {
   switch (status.code()) {
     case Code::kInvalidArgument:
     case Code::kNotFound:
@@ -26,93 +38,437 @@ int exitCodeFor(const Status& status) {
   }
 }
 
-int runCheckpoint(pid_t pid, const checkpoint::CheckpointOptions& options, bool asJson) {
-  auto report = checkpoint::checkpointProcess(pid, options);
+// restore and verify agree: a damaged image is a failure (1), something that
+// is not an image this PhOS reads is bad input (2).
+int restoreExitCode(const Status& status) {
+  switch (status.code()) {
+    case Code::kInvalidArgument:
+    case Code::kNotFound:
+    case Code::kNotSupported:
+      return kExitBadInput;
+    default:
+      return kExitFailure;
+  }
+}
+
+// phosd's error codes for a refused checkpoint.
+int daemonExitCode(const std::string& code) {
+  for (const char* bad : {"invalid-argument", "not-found", "already-exists", "data-loss"}) {
+    if (code == bad) return kExitBadInput;
+  }
+  return kExitFailure;
+}
+
+std::string runtimeDirOf(const std::string& given) {
+  return given.empty() ? ipc::runtimeDir() : given;
+}
+
+// One line on stderr, redrawn in place, while a checkpoint or restore runs:
+// phase, bytes done of the phase's total, throughput and time left. Only on a
+// terminal, and never with --json.
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool wanted) : enabled_(wanted && ::isatty(STDERR_FILENO) == 1) {}
+  ~ProgressLine() { clear(); }
+
+  void update(const json& progress) {
+    if (!enabled_ || !progress.is_object()) return;
+    std::lock_guard lock(mutex_);
+    std::string phase = progress.value("phase", std::string("?"));
+    uint64_t bytes = progress.value("bytes", uint64_t{0});
+    uint64_t total = progress.value("total", uint64_t{0});
+    auto now = std::chrono::steady_clock::now();
+    if (phase != phase_) {
+      phase_ = phase;
+      phaseStart_ = now;
+    } else if (now - lastDraw_ < std::chrono::milliseconds(100) && bytes < total) {
+      return;
+    }
+    lastDraw_ = now;
+    double seconds = std::chrono::duration<double>(now - phaseStart_).count();
+    std::string line = fmt::format("{:<10} {}", phase, formatBytes(bytes));
+    if (total > 0) {
+      line += fmt::format(
+          " / {} ({:.0f}%)", formatBytes(total),
+          100.0 * static_cast<double>(std::min(bytes, total)) / static_cast<double>(total));
+    }
+    if (seconds > 0.05 && bytes > 0) {
+      double rate = static_cast<double>(bytes) / seconds;
+      line += fmt::format("  {}/s", formatBytes(static_cast<uint64_t>(rate)));
+      if (total > bytes) {
+        line += fmt::format("  ETA {:.1f} s", static_cast<double>(total - bytes) / rate);
+      }
+    }
+    std::fprintf(stderr, "\r\033[K%s", line.c_str());
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+
+  void clear() {
+    std::lock_guard lock(mutex_);
+    if (!drawn_) return;
+    std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+    drawn_ = false;
+  }
+
+ private:
+  bool enabled_;
+  std::mutex mutex_;
+  bool drawn_ = false;
+  std::string phase_;
+  std::chrono::steady_clock::time_point phaseStart_{}, lastDraw_{};
+};
+
+struct CheckpointArgs {
+  pid_t pid = 0;
+  std::string image;
+  std::string compress = "none";
+  std::string runtimeDir;
+  bool leaveRunning = false;
+  bool json = false;
+};
+
+void printCheckpointReport(const json& report, bool asJson, const std::string& gpuText) {
+  if (asJson) {
+    std::printf("%s\n", report.dump(2).c_str());
+    return;
+  }
+  std::printf(
+      "phos: checkpointed pid %d into %s: cpu %s in %llu files; gpu: %s; frozen %.2f s, "
+      "total %.2f s%s\n",
+      report.value("pid", 0), report.value("image", std::string()).c_str(),
+      formatBytes(report.value("cpu_bytes", uint64_t{0})).c_str(),
+      static_cast<unsigned long long>(report.value("cpu_files", uint64_t{0})), gpuText.c_str(),
+      report.value("freeze_seconds", 0.0), report.value("total_seconds", 0.0),
+      report.value("left_running", false) ? "; still running" : "; process ended");
+}
+
+// Without a PhOS session (no daemon, or the process does not use libphos.so)
+// the checkpoint is CRIU's alone.
+int localCheckpoint(const CheckpointArgs& args, const std::string& why) {
+  checkpoint::CheckpointOptions options;
+  options.image = fs::absolute(args.image).lexically_normal();
+  options.leaveRunning = args.leaveRunning;
+  options.codec = *image::parseCodec(args.compress);  // CLI11 checked the name
+  ProgressLine progress(!args.json);
+  options.hooks.progress = [&progress](const json& p) { progress.update(p); };
+  auto report = checkpoint::checkpointProcess(args.pid, options);
+  progress.clear();
   if (!report) {
     std::fprintf(stderr, "phos checkpoint: %s\n", report.status().message().c_str());
     if (report.status().code() == Code::kFailedPrecondition) {
-      std::fprintf(stderr, "phos checkpoint: nothing was written; pid %d keeps running\n", pid);
+      std::fprintf(stderr, "phos checkpoint: nothing was written; pid %d keeps running\n",
+                   args.pid);
     }
-    return exitCodeFor(report.status());
+    return checkpointExitCode(report.status());
   }
-  if (asJson) {
-    nlohmann::json out = {{"pid", report->pid},
-                          {"image", report->image.string()},
-                          {"cpu_bytes", report->cpuBytes},
-                          {"cpu_files", report->cpuFiles},
-                          {"gpu_bytes", report->gpuBytes},
-                          {"freeze_seconds", report->freezeSeconds},
-                          {"total_seconds", report->totalSeconds},
-                          {"left_running", options.leaveRunning}};
-    std::printf("%s\n", out.dump(2).c_str());
-  } else {
-    std::printf(
-        "phos: checkpointed pid %d into %s: cpu %s in %llu files; gpu: no PhOS session, CPU "
-        "state only; frozen %.2f s, total %.2f s%s\n",
-        pid, report->image.c_str(), formatBytes(report->cpuBytes).c_str(),
-        static_cast<unsigned long long>(report->cpuFiles), report->freezeSeconds,
-        report->totalSeconds, options.leaveRunning ? "; still running" : "; process ended");
-  }
+  json out = {{"pid", report->pid},
+              {"image", report->image.string()},
+              {"cpu_bytes", report->cpuBytes},
+              {"cpu_files", report->cpuFiles},
+              {"gpu_bytes", report->gpuBytes},
+              {"freeze_seconds", report->freezeSeconds},
+              {"total_seconds", report->totalSeconds},
+              {"left_running", args.leaveRunning},
+              {"gpu_session", false},
+              {"gpu_note", why}};
+  printCheckpointReport(out, args.json, "no PhOS session, CPU state only (" + why + ")");
   return kExitOk;
 }
 
-int runRestore(const std::string& image, bool asJson) {
-  auto report = checkpoint::restoreProcess({.image = image});
+int runCheckpoint(const CheckpointArgs& args) {
+  if (args.pid <= 0) {
+    std::fprintf(stderr, "phos checkpoint: pid %d is not a process id\n", args.pid);
+    return kExitBadInput;
+  }
+  std::string image = fs::absolute(args.image).lexically_normal().string();
+  json request = {{"op", "checkpoint"},
+                  {"pid", args.pid},
+                  {"image", image},
+                  {"leave_running", args.leaveRunning},
+                  {"compress", args.compress}};
+  std::string socket = ipc::controlSocketPath(runtimeDirOf(args.runtimeDir));
+  auto stream = ipc::ControlStream::open(socket, request.dump());
+  if (!stream) {
+    if (stream.status().code() == Code::kUnavailable) {
+      return localCheckpoint(args, "no phosd answers at " + socket);
+    }
+    std::fprintf(stderr, "phos checkpoint: %s\n", stream.status().message().c_str());
+    return kExitFailure;
+  }
+  ProgressLine progress(!args.json);
+  for (;;) {
+    auto line = stream->readLine();
+    if (!line) {
+      progress.clear();
+      std::fprintf(stderr,
+                   "phos checkpoint: phosd stopped answering before the checkpoint of pid %d "
+                   "finished (%s); no image was published at %s\n",
+                   args.pid, line.status().message().c_str(), image.c_str());
+      return kExitFailure;
+    }
+    json message = json::parse(*line, nullptr, /*allow_exceptions=*/false);
+    if (!message.is_object()) {
+      progress.clear();
+      std::fprintf(stderr, "phos checkpoint: phosd sent a line that is not a JSON object: %s\n",
+                   line->c_str());
+      return kExitFailure;
+    }
+    if (message.contains("progress")) {
+      progress.update(message["progress"]);
+      continue;
+    }
+    if (!message.contains("ok")) continue;  // a line of a newer phosd: not ours to judge
+    progress.clear();
+    if (message["ok"] == true) {
+      json report = message.value("report", json::object());
+      if (!report.is_object()) report = json::object();
+      if (!report.contains("pid")) report["pid"] = args.pid;
+      if (!report.contains("image")) report["image"] = image;
+      if (!report.contains("left_running")) report["left_running"] = args.leaveRunning;
+      report["gpu_session"] = true;
+      printCheckpointReport(report, args.json,
+                            formatBytes(report.value("gpu_bytes", uint64_t{0})) + " from phosd");
+      return kExitOk;
+    }
+    std::string code = message.value("code", std::string());
+    std::string error = message.value("error", std::string("phosd refused the checkpoint"));
+    if (code == "no-session") return localCheckpoint(args, error);
+    std::fprintf(stderr, "phos checkpoint: %s\n", error.c_str());
+    return daemonExitCode(code);
+  }
+}
+
+// --- restore -------------------------------------------------------------------
+
+// While phos restore waits for the job it brought back, the signals a user
+// sends to phos go to the job (Ctrl-C on a terminal, kill from a supervisor).
+// The handlers are installed before CRIU runs (the job may run, and be
+// signalled, before CRIU has returned its pid): a signal that comes before the
+// pid is known waits in gPending.
+std::atomic<pid_t> gForwardTo{0};
+std::atomic<int> gPending{0};
+constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
+void forwardSignal(int signal) {
+  pid_t pid = gForwardTo.load();
+  if (pid > 0) {
+    ::kill(pid, signal);
+  } else {
+    gPending = signal;
+  }
+}
+
+void installForwarding() {
+  struct sigaction action {};
+  action.sa_handler = forwardSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (int signal : kForwarded) ::sigaction(signal, &action, nullptr);
+}
+
+void forwardSignalsTo(pid_t pid) {
+  gForwardTo = pid;
+  if (int pending = gPending.exchange(0); pending != 0) ::kill(pid, pending);
+}
+
+// No job came back: a signal received meanwhile ends phos as it would have.
+void uninstallForwarding() {
+  for (int signal : kForwarded) ::signal(signal, SIG_DFL);
+  if (int pending = gPending.exchange(0); pending != 0) ::raise(pending);
+}
+
+struct RestoreArgs {
+  std::string image;
+  std::string runtimeDir;
+  bool detach = false;
+  bool keepDescriptors = false;
+  bool json = false;
+};
+
+// The GPU half of a restore, through phosd: the session is re-created before
+// CRIU runs and adopted by the restored pid after. The connection lives
+// across both hooks; closing it abandons the session.
+class GpuRestore {
+ public:
+  GpuRestore(std::string socket, ProgressLine& progress)
+      : socket_(std::move(socket)), progress_(progress) {}
+
+  Status before(const image::ImageReader& reader) {
+    const json& state = reader.manifest().state;
+    bool hasGpu = state.contains("gpu") && state["gpu"].is_object() &&
+                  state["gpu"].contains("sessions") && state["gpu"]["sessions"].is_array() &&
+                  !state["gpu"]["sessions"].empty();
+    if (!hasGpu) return Status::ok();
+    std::string image = fs::absolute(reader.directory()).lexically_normal().string();
+    auto stream =
+        ipc::ControlStream::open(socket_, json{{"op", "restore"}, {"image", image}}.dump());
+    if (!stream) {
+      if (stream.status().code() == Code::kUnavailable) {
+        return makeError(Code::kFailedPrecondition,
+                         "the image has GPU state; start phosd (phos daemon) and try again "
+                         "({}); nothing was restored",
+                         stream.status().message());
+      }
+      return std::move(stream).status();
+    }
+    stream_.emplace(std::move(*stream));
+    ASSIGN_OR_RETURN(json answer, finalLine("re-creating the GPU session"));
+    if (answer["ok"] != true) {
+      stream_.reset();
+      return makeError(Code::kFailedPrecondition, "phosd could not re-create the GPU session: {}",
+                       answer.value("error", std::string("no reason given")));
+    }
+    session_ = answer.value("session", json());
+    return Status::ok();
+  }
+
+  void after(std::optional<pid_t> restored) {
+    if (!stream_) return;
+    if (!restored) {
+      stream_.reset();  // CRIU failed: phosd drops the session
+      return;
+    }
+    if (Status s = stream_->writeLine(json{{"adopt", *restored}}.dump()); !s.isOk()) {
+      adoptError_ = s.message();
+      return;
+    }
+    auto final = finalLine("handing the GPU session to the restored process");
+    if (!final) {
+      adoptError_ = final.status().message();
+    } else if ((*final)["ok"] != true) {
+      adoptError_ = final->value("error", std::string("phosd refused"));
+    }
+  }
+
+  bool used() const { return session_.has_value(); }
+  const std::string& adoptError() const { return adoptError_; }
+
+ private:
+  Result<json> finalLine(const char* what) {
+    for (;;) {
+      auto line = stream_->readLine();
+      if (!line) {
+        progress_.clear();
+        return makeError(Code::kUnavailable, "phosd stopped answering while {}: {}", what,
+                         line.status().message());
+      }
+      json message = json::parse(*line, nullptr, false);
+      if (!message.is_object()) {
+        progress_.clear();
+        return makeError(Code::kInternal, "phosd sent a line that is not a JSON object: {}", *line);
+      }
+      if (message.contains("progress")) {
+        progress_.update(message["progress"]);
+        continue;
+      }
+      if (message.contains("ok")) {
+        progress_.clear();
+        return message;
+      }
+    }
+  }
+
+  std::string socket_;
+  ProgressLine& progress_;
+  std::optional<ipc::ControlStream> stream_;
+  std::optional<json> session_;
+  std::string adoptError_;
+};
+
+int runRestore(const RestoreArgs& args) {
+  ProgressLine progress(!args.json);
+  GpuRestore gpu(ipc::controlSocketPath(runtimeDirOf(args.runtimeDir)), progress);
+  checkpoint::RestoreOptions options;
+  options.image = args.image;
+  options.detach = args.detach;
+  options.inheritStdio = !args.keepDescriptors;
+  options.beforeRestore = [&gpu](const image::ImageReader& reader) { return gpu.before(reader); };
+  std::optional<double> runningAfter;
+  auto start = std::chrono::steady_clock::now();
+  options.afterRestore = [&](std::optional<pid_t> pid) {
+    gpu.after(pid);
+    if (!pid) return;
+    runningAfter = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (args.detach) return;
+    forwardSignalsTo(*pid);
+    if (!args.json) {
+      // stdout belongs to the job now: phos speaks on stderr.
+      std::fprintf(stderr, "phos: restored pid %d from %s in %.2f s; waiting for it to exit\n",
+                   *pid, args.image.c_str(), *runningAfter);
+    }
+  };
+  if (!args.detach) installForwarding();
+  auto report = checkpoint::restoreProcess(options);
   if (!report) {
     std::fprintf(stderr, "phos restore: %s\n", report.status().message().c_str());
-    return exitCodeFor(report.status());
+    if (!args.detach && gForwardTo.load() <= 0) uninstallForwarding();
+    return restoreExitCode(report.status());
   }
-  if (asJson) {
-    nlohmann::json out = {{"pid", report->pid}, {"image", image},
-                          {"total_seconds", report->totalSeconds}};
-    std::printf("%s\n", out.dump(2).c_str());
+  if (!gpu.adoptError().empty()) {
+    std::fprintf(stderr,
+                 "phos restore: pid %d runs, but phosd did not give it its GPU session back: %s\n",
+                 report->pid, gpu.adoptError().c_str());
+  }
+  json out = {{"pid", report->pid},
+              {"image", args.image},
+              {"restore_seconds", report->restoreSeconds},
+              {"total_seconds", report->totalSeconds},
+              {"gpu_session", gpu.used()},
+              {"detached", args.detach}};
+  if (report->exitCode) out["exit_code"] = *report->exitCode;
+  if (args.detach) {
+    if (args.json) {
+      std::printf("%s\n", out.dump(2).c_str());
+    } else {
+      std::printf("phos: restored pid %d from %s in %.2f s\n", report->pid, args.image.c_str(),
+                  report->restoreSeconds);
+    }
+    return gpu.adoptError().empty() ? kExitOk : kExitFailure;
+  }
+  // In the foreground, the job's output is on stdout; our report goes to stderr.
+  if (args.json) {
+    std::fprintf(stderr, "%s\n", out.dump().c_str());
   } else {
-    std::printf("phos: restored pid %d from %s in %.2f s\n", report->pid, image.c_str(),
-                report->totalSeconds);
+    std::fprintf(stderr, "phos: restored pid %d exited with code %d\n", report->pid,
+                 report->exitCode.value_or(0));
   }
-  return kExitOk;
+  return report->exitCode.value_or(0);
 }
 
 }  // namespace
 
 void addCheckpoint(CLI::App& app, SubcommandRunner& runner) {
   auto* cmd = app.add_subcommand("checkpoint", "Save a running process into an image");
-  struct Args {
-    pid_t pid = 0;
-    std::string image;
-    std::string compress = "none";
-    bool leaveRunning = false;
-    bool json = false;
-  };
-  auto args = std::make_shared<Args>();
+  auto args = std::make_shared<CheckpointArgs>();
   cmd->add_option("--pid", args->pid, "process to checkpoint")->required();
-  cmd->add_option("--image", args->image, "image directory to create (must not exist)")
-      ->required();
+  cmd->add_option("--image", args->image, "image directory to create (must not exist)")->required();
   cmd->add_flag("--leave-running", args->leaveRunning,
                 "keep the process running after the checkpoint (default: it ends)");
   cmd->add_option("--compress", args->compress, "chunk compression: none, zstd or lz4")
       ->check(CLI::IsMember({"none", "zstd", "lz4"}));
-  cmd->add_flag("--json", args->json, "print the result as JSON");
-  cmd->callback([&runner, args] {
-    runner = [args] {
-      checkpoint::CheckpointOptions options;
-      options.image = args->image;
-      options.leaveRunning = args->leaveRunning;
-      options.codec = *image::parseCodec(args->compress);  // CLI11 checked the name
-      return runCheckpoint(args->pid, options, args->json);
-    };
-  });
+  cmd->add_option("--runtime-dir", args->runtimeDir,
+                  "where phosd's control socket lives (default: $PHOS_RUNTIME_DIR, /run/phos "
+                  "for root)");
+  cmd->add_flag("--json", args->json, "print the result as JSON (and no progress)");
+  cmd->callback([&runner, args] { runner = [args] { return runCheckpoint(*args); }; });
 }
 
 void addRestore(CLI::App& app, SubcommandRunner& runner) {
-  auto* cmd = app.add_subcommand("restore", "Bring a checkpointed process back");
-  auto image = std::make_shared<std::string>();
-  auto asJson = std::make_shared<bool>(false);
-  cmd->add_option("--image", *image, "image directory")->required();
-  cmd->add_flag("--json", *asJson, "print the result as JSON");
-  cmd->callback([&runner, image, asJson] {
-    runner = [image, asJson] { return runRestore(*image, *asJson); };
-  });
+  auto* cmd = app.add_subcommand(
+      "restore", "Bring a checkpointed process back; waits for it and exits with its exit code");
+  auto args = std::make_shared<RestoreArgs>();
+  cmd->add_option("--image", args->image, "image directory")->required();
+  cmd->add_flag("--detach", args->detach, "return once the process runs, print its pid");
+  cmd->add_flag("--keep-descriptors", args->keepDescriptors,
+                "restore stdin/stdout/stderr as they were at the checkpoint (default: attach "
+                "them to phos restore's own)");
+  cmd->add_option("--runtime-dir", args->runtimeDir,
+                  "where phosd's control socket lives, for images with GPU state");
+  cmd->add_flag("--json", args->json,
+                "print the result as JSON (on stderr unless --detach: stdout is the job's)");
+  cmd->callback([&runner, args] { runner = [args] { return runRestore(*args); }; });
 }
 
 }  // namespace phos::cli

@@ -13,11 +13,42 @@ namespace phos::cli {
 
 namespace {
 
+using nlohmann::json;
+
 // Exit code for an image that cannot be opened: the user named a wrong or
 // damaged directory.
 int reportOpenError(const char* command, const Status& status) {
   std::fprintf(stderr, "phos %s: %s\n", command, status.message().c_str());
   return kExitBadInput;
+}
+
+// verify (and restore): a damaged image exits 1, something that is not an
+// image this PhOS reads (missing, foreign, newer format) exits 2.
+int openExitCode(const Status& status) {
+  return status.code() == Code::kDataLoss || status.code() == Code::kIo ? kExitFailure
+                                                                         : kExitBadInput;
+}
+
+// The summary of one GPU session of state.gpu.sessions: its id and pid if
+// recorded, and how many objects of each kind it holds.
+json sessionSummary(const json& session) {
+  json out = json::object();
+  if (!session.is_object()) return out;
+  for (const char* key : {"id", "session", "pid", "device"}) {
+    if (session.contains(key)) out[key] = session[key];
+  }
+  for (const char* key : {"contexts", "allocations", "modules", "streams", "events"}) {
+    if (session.contains(key) && (session[key].is_array() || session[key].is_object())) {
+      out[key] = session[key].size();
+    }
+  }
+  return out;
+}
+
+std::string deviceName(const image::BlobInfo& blob) {
+  if (!blob.attributes.contains("device")) return "host";
+  const json& device = blob.attributes["device"];
+  return device.is_string() ? device.get<std::string>() : device.dump();
 }
 
 int runInspect(const std::string& dir, bool asJson) {
@@ -29,44 +60,96 @@ int runInspect(const std::string& dir, bool asJson) {
   uint64_t raw = 0, stored = 0;
   // Per device (attributes.device) and per kind totals.
   std::map<std::string, uint64_t> perDevice, perKind;
+  std::map<std::string, uint64_t> perDeviceBlobs;
+  uint64_t gpuMemory = 0, pinned = 0, modules = 0;
   for (const auto& b : m.blobs) {
     raw += b.size;
     stored += b.storedBytes();
-    std::string device = b.attributes.contains("device") ? b.attributes["device"].dump() : "host";
-    perDevice[device] += b.size;
     perKind[b.kind] += b.size;
+    if (b.kind == "gpu-memory") {
+      gpuMemory += b.size;
+      perDevice[deviceName(b)] += b.size;
+      ++perDeviceBlobs[deviceName(b)];
+    } else if (b.kind == "pinned-host") {
+      pinned += b.size;
+    } else if (b.kind == "module-image") {
+      modules += b.size;
+    } else if (b.attributes.contains("device")) {
+      perDevice[deviceName(b)] += b.size;
+      ++perDeviceBlobs[deviceName(b)];
+    }
   }
-  const nlohmann::json& state = m.state;
+  const json& state = m.state;
+  json sessions = json::array();
+  if (state.contains("gpu") && state["gpu"].is_object() && state["gpu"].contains("sessions") &&
+      state["gpu"]["sessions"].is_array()) {
+    for (const auto& session : state["gpu"]["sessions"]) sessions.push_back(sessionSummary(session));
+  }
+  json cpuState = state.contains("cpu") && state["cpu"].is_object() ? state["cpu"] : json::object();
+  json preDump = {{"done", cpuState.value("pre_dump", false)}};
+  if (cpuState.contains("pre_dump_reason")) preDump["reason"] = cpuState["pre_dump_reason"];
+  if (cpuState.contains("pre_dump_seconds")) preDump["seconds"] = cpuState["pre_dump_seconds"];
   if (asJson) {
-    nlohmann::json out = {{"image", dir},
-                          {"version", m.version},
-                          {"created", m.created},
-                          {"state", state},
-                          {"cpu", {{"files", m.cpuFiles.size()}, {"bytes", cpuBytes}}},
-                          {"blobs", {{"count", m.blobs.size()}, {"bytes", raw},
-                                     {"stored_bytes", stored}}},
-                          {"per_device", perDevice},
-                          {"per_kind", perKind}};
+    json devices = json::object();
+    for (const auto& [device, bytes] : perDevice) {
+      devices[device] = {{"bytes", bytes}, {"blobs", perDeviceBlobs[device]}};
+    }
+    json out = {{"image", dir},
+                {"version", m.version},
+                {"created", m.created},
+                {"state", state},
+                {"cpu", {{"files", m.cpuFiles.size()}, {"bytes", cpuBytes}, {"pre_dump", preDump}}},
+                {"blobs", {{"count", m.blobs.size()}, {"bytes", raw}, {"stored_bytes", stored}}},
+                {"gpu_memory_bytes", gpuMemory},
+                {"pinned_bytes", pinned},
+                {"module_bytes", modules},
+                {"devices", devices},
+                {"sessions", sessions},
+                {"per_device", perDevice},
+                {"per_kind", perKind}};
     std::printf("%s\n", out.dump(2).c_str());
     return kExitOk;
   }
   std::printf("image      %s (format %d, created %s)\n", dir.c_str(), m.version,
               m.created.c_str());
-  if (state.contains("process")) {
+  if (state.contains("process") && state["process"].is_object()) {
     const auto& p = state["process"];
-    std::printf("process    pid %s, %s\n", p.value("pid", nlohmann::json()).dump().c_str(),
+    std::printf("process    pid %s, %s\n", p.value("pid", json()).dump().c_str(),
                 p.value("comm", std::string("?")).c_str());
   }
-  if (state.contains("protocol")) {
+  if (state.contains("protocol") && state["protocol"].is_string()) {
     std::printf("protocol   %s\n", state["protocol"].get<std::string>().c_str());
   }
   std::printf("cpu        %zu files, %s\n", m.cpuFiles.size(), formatBytes(cpuBytes).c_str());
+  if (preDump["done"] == true) {
+    std::printf("pre-dump   yes (%.2f s while running)\n", preDump.value("seconds", 0.0));
+  } else if (preDump.contains("reason")) {
+    std::printf("pre-dump   no: %s\n", preDump["reason"].get<std::string>().c_str());
+  }
+  if (sessions.empty()) {
+    std::printf("gpu        no PhOS session (CPU state only)\n");
+  }
+  for (const auto& session : sessions) {
+    std::string text;
+    for (const char* key : {"contexts", "allocations", "modules", "streams", "events"}) {
+      if (session.contains(key)) text += fmt::format(", {} {}", session[key].get<uint64_t>(), key);
+    }
+    std::printf("session    %s%s\n",
+                session.contains("id") ? session["id"].dump().c_str()
+                                       : session.value("session", json()).dump().c_str(),
+                text.c_str());
+  }
   std::printf("gpu/pinned %zu blobs, %s (%s stored)\n", m.blobs.size(), formatBytes(raw).c_str(),
               formatBytes(stored).c_str());
   for (const auto& [device, bytes] : perDevice) {
-    std::printf("  device %-6s %s\n", device.c_str(), formatBytes(bytes).c_str());
+    std::printf("  device %-6s %s in %llu blobs\n", device.c_str(), formatBytes(bytes).c_str(),
+                static_cast<unsigned long long>(perDeviceBlobs[device]));
   }
+  std::printf("  gpu memory    %s\n", formatBytes(gpuMemory).c_str());
+  std::printf("  pinned host   %s\n", formatBytes(pinned).c_str());
+  std::printf("  modules       %s\n", formatBytes(modules).c_str());
   for (const auto& [kind, bytes] : perKind) {
+    if (kind == "gpu-memory" || kind == "pinned-host" || kind == "module-image") continue;
     std::printf("  %-13s %s\n", kind.c_str(), formatBytes(bytes).c_str());
   }
   return kExitOk;
@@ -80,10 +163,10 @@ int runVerify(const std::string& dir, bool asJson) {
                             {"problems", {{{"where", "manifest"},
                                            {"what", reader.status().message()}}}}};
       std::printf("%s\n", out.dump(2).c_str());
-      return kExitFailure;
+      return openExitCode(reader.status());
     }
     std::fprintf(stderr, "phos verify: %s\n", reader.status().message().c_str());
-    return reader.status().code() == Code::kDataLoss ? kExitFailure : kExitBadInput;
+    return openExitCode(reader.status());
   }
   std::vector<image::Problem> problems = (*reader)->verify();
   const image::Manifest& m = (*reader)->manifest();

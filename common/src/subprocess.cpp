@@ -42,16 +42,34 @@ class Pipe {
 }  // namespace
 
 Result<ProcessOutput> runCapture(const std::vector<std::string>& argv) {
+  return runCapture(argv, CaptureOptions{});
+}
+
+Result<ProcessOutput> runCapture(const std::vector<std::string>& argv,
+                                 const CaptureOptions& options) {
   if (argv.empty()) return makeError(Code::kInvalidArgument, "runCapture: empty argv");
+  for (const auto& [ours, theirs] : options.passFds) {
+    if (theirs <= 2 || ours < 0) {
+      return makeError(Code::kInvalidArgument,
+                       "runCapture: cannot pass fd {} as the child's fd {} (must be > 2)", ours,
+                       theirs);
+    }
+  }
   Pipe out, err;
   RETURN_IF_ERROR(out.open());
   RETURN_IF_ERROR(err.open());
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  if (!options.inheritStdin) {
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  }
   posix_spawn_file_actions_adddup2(&actions, out.writeEnd(), 1);
   posix_spawn_file_actions_adddup2(&actions, err.writeEnd(), 2);
+  // dup2 clears FD_CLOEXEC on the copy, so only the chosen numbers reach the child.
+  for (const auto& [ours, theirs] : options.passFds) {
+    posix_spawn_file_actions_adddup2(&actions, ours, theirs);
+  }
 
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));

@@ -1,15 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
-// checkpointProcess/restoreProcess: CRIU into and out of a PhOS image.
+// checkpointProcess/restoreProcess: CRIU into and out of a PhOS image, with the GPU half's hooks.
 #include "phos/daemon/checkpoint.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "phos/common/log.h"
@@ -32,6 +44,7 @@ double secondsSince(Clock::time_point start) {
 struct ProcessInfo {
   std::string comm;
   std::vector<std::string> cmdline;
+  char state = '?';
   pid_t session = 0;
 };
 
@@ -55,6 +68,7 @@ Result<ProcessInfo> readProcess(pid_t pid) {
   std::string state;
   long ppid = 0, pgrp = 0, session = 0;
   rest >> state >> ppid >> pgrp >> session;
+  info.state = state.empty() ? '?' : state[0];
   info.session = static_cast<pid_t>(session);
   std::ifstream cmdFile(proc / "cmdline");
   for (std::string arg; std::getline(cmdFile, arg, '\0');) info.cmdline.push_back(arg);
@@ -62,11 +76,15 @@ Result<ProcessInfo> readProcess(pid_t pid) {
 }
 
 // The lines of CRIU's log that say what went wrong (it prefixes them "Error").
+// CRIU 4.1 run by root in a container logs a harmless "Can't setup
+// RLIMIT_NOFILE for self" error on every run; it never is the cause.
 std::string criuErrors(const fs::path& log) {
   std::ifstream in(log);
   std::vector<std::string> errors;
   for (std::string line; std::getline(in, line);) {
-    if (line.find("Error") != std::string::npos) errors.push_back(line);
+    if (line.find("Error") == std::string::npos) continue;
+    if (line.find("RLIMIT_NOFILE for self") != std::string::npos) continue;
+    errors.push_back(line);
   }
   if (errors.empty()) return "no error lines in " + log.string();
   std::string text;
@@ -76,70 +94,533 @@ std::string criuErrors(const fs::path& log) {
   return text;
 }
 
+// --- The process's standard descriptors --------------------------------------
+
+// What fd 0, 1 or 2 of the process points to, and the name CRIU gives that
+// file, which `--inherit-fd fd[N]:<key>` matches at restore. Verified with
+// CRIU 4.1.1 here: a regular file is its path without the leading '/'
+// ("tmp/job.log"), a pipe "pipe:[INODE]", a socket "socket:[INODE]" (a UNIX
+// socket whose peer is outside the dumped tree also needs `--external
+// unix[INODE]` at dump). A terminal is left to --shell-job, which re-attaches
+// it through CRIU's own stdin.
+struct StdioDescriptor {
+  int fd = 0;
+  std::string target;  // readlink /proc/P/fd/N
+  std::string kind;    // file, pipe, socket, tty, closed, other
+  std::string key;     // for --inherit-fd; empty: restored as it was
+  uint64_t inode = 0;  // pipes and sockets
+  bool unixSocket = false;
+};
+
+uint64_t bracketedInode(const std::string& target) {
+  size_t open = target.find('['), close = target.rfind(']');
+  if (open == std::string::npos || close == std::string::npos || close <= open + 1) return 0;
+  return std::strtoull(target.substr(open + 1, close - open - 1).c_str(), nullptr, 10);
+}
+
+// Whether `inode` is a UNIX socket in the process's network namespace
+// (/proc/P/net/unix: "Num RefCount Protocol Flags Type St Inode Path").
+bool isUnixSocket(pid_t pid, uint64_t inode) {
+  std::ifstream in(fmt::format("/proc/{}/net/unix", pid));
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string skip;
+    uint64_t value = 0;
+    for (int i = 0; i < 6; ++i) fields >> skip;
+    if (fields >> value && value == inode) return true;
+  }
+  return false;
+}
+
+std::vector<StdioDescriptor> readStdio(pid_t pid) {
+  std::vector<StdioDescriptor> out;
+  for (int fd = 0; fd <= 2; ++fd) {
+    StdioDescriptor d;
+    d.fd = fd;
+    std::error_code ec;
+    fs::path link = fmt::format("/proc/{}/fd/{}", pid, fd);
+    d.target = fs::read_symlink(link, ec).string();
+    if (ec) {
+      d.kind = "closed";
+    } else if (d.target.starts_with("pipe:[")) {
+      d.kind = "pipe";
+      d.inode = bracketedInode(d.target);
+      d.key = d.target;
+    } else if (d.target.starts_with("socket:[")) {
+      d.kind = "socket";
+      d.inode = bracketedInode(d.target);
+      d.unixSocket = isUnixSocket(pid, d.inode);
+      d.key = d.target;
+    } else if (d.target.starts_with("/dev/pts/") || d.target.starts_with("/dev/tty") ||
+               d.target == "/dev/console") {
+      d.kind = "tty";
+    } else if (d.target.starts_with("/") && !d.target.ends_with(" (deleted)")) {
+      d.kind = "file";
+      d.key = d.target.substr(1);
+    } else {
+      d.kind = "other";  // anon inodes, deleted files: CRIU restores them itself
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+nlohmann::json stdioJson(const std::vector<StdioDescriptor>& stdio) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& d : stdio) {
+    nlohmann::json entry = {{"fd", d.fd}, {"kind", d.kind}, {"target", d.target}};
+    entry["inherit_key"] = d.key.empty() ? nlohmann::json() : nlohmann::json(d.key);
+    list.push_back(std::move(entry));
+  }
+  return list;
+}
+
+// --- CRIU's post-dump action, run in this process --------------------------
+
+// CRIU runs `--action-script` for each step of a dump with the step in
+// CRTOOLS_SCRIPT_ACTION. At "post-dump" it has written its images and still
+// holds the tasks frozen; a script that exits non-zero makes CRIU resume them
+// and fail the dump (verified with CRIU 4.1.1 here: /proc/P/stat shows 't'
+// during the script, and the task runs on after a failing one).
+//
+// The script is generated into a private directory with two FIFOs: it writes
+// a line into `request`, and waits for our answer on `reply`. This process
+// holds both FIFOs open read-write, so neither side's open() blocks; if this
+// process dies, the script reads EOF, fails, and CRIU resumes the tasks.
+class PostDumpChannel {
+ public:
+  static Result<std::unique_ptr<PostDumpChannel>> create(std::function<Status()> hook) {
+    char dirTemplate[] = "/tmp/phos-criu-action.XXXXXX";
+    if (::mkdtemp(dirTemplate) == nullptr) {
+      return errnoError(errno, "creating a directory for CRIU's action script");
+    }
+    std::unique_ptr<PostDumpChannel> channel(new PostDumpChannel(dirTemplate, std::move(hook)));
+    RETURN_IF_ERROR(channel->setUp());
+    return channel;
+  }
+
+  ~PostDumpChannel() {
+    stop();
+    for (int fd : {request_, reply_, stop_}) {
+      if (fd >= 0) ::close(fd);
+    }
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  fs::path script() const { return dir_ / "action.sh"; }
+
+  // Ends the serving thread (after CRIU returned).
+  void stop() {
+    if (!thread_.joinable()) return;
+    uint64_t one = 1;
+    (void)!::write(stop_, &one, sizeof one);
+    thread_.join();
+  }
+
+  // After stop(): whether CRIU reached post-dump, and the hook's outcome.
+  bool ran() const { return ran_; }
+  const Status& status() const { return status_; }
+
+ private:
+  PostDumpChannel(fs::path dir, std::function<Status()> hook)
+      : dir_(std::move(dir)), hook_(std::move(hook)) {}
+
+  Status setUp() {
+    fs::path request = dir_ / "request", reply = dir_ / "reply";
+    for (const fs::path& fifo : {request, reply}) {
+      if (::mkfifo(fifo.c_str(), 0600) != 0) {
+        return errnoError(errno, fmt::format("creating the FIFO {}", fifo.string()));
+      }
+    }
+    request_ = ::open(request.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    reply_ = ::open(reply.c_str(), O_RDWR | O_CLOEXEC);
+    if (request_ < 0 || reply_ < 0) {
+      return errnoError(errno, fmt::format("opening the FIFOs in {}", dir_.string()));
+    }
+    stop_ = ::eventfd(0, EFD_CLOEXEC);
+    if (stop_ < 0) return errnoError(errno, "eventfd");
+    std::string text = fmt::format(
+        "#!/bin/sh\n"
+        "# Generated by PhOS (pid {}) for one checkpoint: CRIU's post-dump step runs\n"
+        "# the checkpoint's while-frozen hook in that process and fails if it fails.\n"
+        "[ \"$CRTOOLS_SCRIPT_ACTION\" = post-dump ] || exit 0\n"
+        "echo post-dump > '{}' || exit 1\n"
+        "read -r answer < '{}' || exit 1\n"
+        "[ \"$answer\" = ok ]\n",
+        ::getpid(), request.string(), reply.string());
+    {
+      std::ofstream out(script());
+      out << text;
+      if (!out) return makeError(Code::kIo, "cannot write {}", script().string());
+    }
+    if (::chmod(script().c_str(), 0700) != 0) {
+      return errnoError(errno, fmt::format("chmod {}", script().string()));
+    }
+    thread_ = std::thread([this] { serve(); });
+    return Status::ok();
+  }
+
+  void serve() {
+    std::string line;
+    for (;;) {
+      pollfd fds[2] = {{request_, POLLIN, 0}, {stop_, POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        status_ = errnoError(errno, "waiting for CRIU's post-dump script");
+        return;
+      }
+      if (fds[1].revents != 0) return;
+      char buf[256];
+      ssize_t n = ::read(request_, buf, sizeof buf);
+      if (n <= 0) continue;
+      line.append(buf, static_cast<size_t>(n));
+      if (line.find('\n') == std::string::npos) continue;
+      line.clear();
+      ran_ = true;
+      status_ = hook_();
+      std::string answer = status_.isOk() ? "ok\n" : "fail\n";
+      (void)!::write(reply_, answer.data(), answer.size());
+    }
+  }
+
+  fs::path dir_;
+  std::function<Status()> hook_;
+  int request_ = -1, reply_ = -1, stop_ = -1;
+  std::thread thread_;
+  std::atomic<bool> ran_{false};
+  Status status_;
+};
+
+// --- Progress of the CPU phase ----------------------------------------------
+
+// Bytes of anonymous memory of the process: what CRIU's pages images will
+// roughly hold (the total shown while the dump runs).
+uint64_t anonymousBytes(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/smaps_rollup", pid));
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("Anonymous:")) {
+      return std::strtoull(line.c_str() + 10, nullptr, 10) * 1024;
+    }
+  }
+  return 0;
+}
+
+uint64_t directoryBytes(const fs::path& dir) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    std::error_code sizeError;
+    if (it->is_regular_file(sizeError)) total += it->file_size(sizeError);
+  }
+  return total;
+}
+
+// Reports the size of cpu/ while CRIU writes it.
+class CpuProgress {
+ public:
+  CpuProgress(const std::function<void(const nlohmann::json&)>& progress, fs::path dir,
+              uint64_t total)
+      : progress_(progress), dir_(std::move(dir)), total_(total) {
+    if (!progress_) return;
+    progress_({{"phase", "cpu"}, {"bytes", 0}, {"total", total_}});
+    thread_ = std::thread([this] {
+      std::unique_lock lock(mutex_);
+      while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return done_; })) {
+        progress_({{"phase", "cpu"}, {"bytes", directoryBytes(dir_)}, {"total", total_}});
+      }
+    });
+  }
+  ~CpuProgress() { finish(); }
+  void finish() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    uint64_t bytes = directoryBytes(dir_);
+    progress_({{"phase", "cpu"}, {"bytes", bytes}, {"total", bytes}});
+  }
+
+ private:
+  const std::function<void(const nlohmann::json&)>& progress_;
+  fs::path dir_;
+  uint64_t total_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+// --- Pre-dump -----------------------------------------------------------------
+
+// `pre-dump --track-mem` needs the kernel's soft-dirty bits; CRIU says whether
+// they work with `check --feature mem_dirty_track` (exit 0).
+Result<bool> dirtyTrackingWorks(const criu::CriuBinary& criu, std::string& reason) {
+  ASSIGN_OR_RETURN(ProcessOutput run,
+                   runCapture({criu.path, "check", "--feature", "mem_dirty_track"}));
+  if (run.exitCode == 0) return true;
+  std::string said = run.out + run.err;
+  while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+  if (auto nl = said.rfind('\n'); nl != std::string::npos) said = said.substr(nl + 1);
+  reason = fmt::format(
+      "the kernel does not track dirty pages (criu check --feature mem_dirty_track: {})",
+      said.empty() ? fmt::format("exit {}", run.exitCode) : said);
+  return false;
+}
+
 std::vector<std::string> withShellJob(std::vector<std::string> argv, bool shellJob) {
   if (shellJob) argv.push_back("--shell-job");
   return argv;
 }
+
+// The process and its descendants (CRIU dumps the whole tree), from /proc.
+std::vector<pid_t> processTree(pid_t root) {
+  std::multimap<pid_t, pid_t> children;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator("/proc", ec); !ec && it != fs::end(it); it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    auto info = std::ifstream(it->path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(info)), std::istreambuf_iterator<char>());
+    size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    std::string state;
+    long ppid = 0;
+    rest >> state >> ppid;
+    children.emplace(static_cast<pid_t>(ppid), static_cast<pid_t>(std::stol(name)));
+  }
+  std::vector<pid_t> tree{root};
+  for (size_t i = 0; i < tree.size(); ++i) {
+    auto [begin, end] = children.equal_range(tree[i]);
+    for (auto it = begin; it != end; ++it) tree.push_back(it->second);
+  }
+  return tree;
+}
+
+// Without --leave-running, CRIU is told to leave the dumped tree stopped
+// (--leave-stopped) rather than to kill it: the tree is killed only once the
+// image is published, and resumed if anything fails before. So a checkpoint
+// that dies midway (phos killed, a full disk at commit) never costs the job:
+// at worst it stays stopped (kill -CONT resumes it).
+class StoppedTree {
+ public:
+  explicit StoppedTree(pid_t root) : root_(root) {}
+  ~StoppedTree() {
+    if (armed_) signalTree(SIGCONT);
+  }
+  void arm() { armed_ = true; }
+  void kill() {
+    if (!armed_) return;
+    armed_ = false;
+    signalTree(SIGKILL);
+  }
+
+ private:
+  void signalTree(int signal) {
+    for (pid_t pid : processTree(root_)) ::kill(pid, signal);
+  }
+  pid_t root_;
+  bool armed_ = false;
+};
+
+// Calls afterDump once, on whichever path leaves checkpointProcess.
+class AfterDumpGuard {
+ public:
+  explicit AfterDumpGuard(const std::function<void(bool)>& hook) : hook_(hook) {}
+  ~AfterDumpGuard() { call(false); }
+  void arm() { armed_ = true; }
+  void call(bool dumped) {
+    if (!armed_ || called_) return;
+    called_ = true;
+    if (hook_) hook_(dumped);
+  }
+
+ private:
+  const std::function<void(bool)>& hook_;
+  bool armed_ = false;
+  bool called_ = false;
+};
 
 }  // namespace
 
 Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& options) {
   auto start = Clock::now();
   auto log = log::get("checkpoint");
+  const CheckpointHooks& hooks = options.hooks;
   ASSIGN_OR_RETURN(ProcessInfo process, readProcess(pid));
-  ASSIGN_OR_RETURN(auto writer, image::ImageWriter::create(options.image, {.codec = options.codec}));
   auto criuBinary = criu::locate();
   if (!criuBinary) {
     return makeError(Code::kFailedPrecondition, "CRIU is needed for the CPU state: {}",
                      criuBinary.status().message());
   }
+  ASSIGN_OR_RETURN(auto writer,
+                   image::ImageWriter::create(options.image, {.codec = options.codec}));
   // A process that does not lead its own session (started from a shell) needs
   // --shell-job, at dump and at restore.
   bool shellJob = process.session != pid;
   fs::path cpu = writer->cpuDirectory();
-  std::vector<std::string> argv{criuBinary->path, "dump", "-t", std::to_string(pid), "-D",
-                                cpu.string(), "-o", "dump.log"};
-  if (options.leaveRunning) argv.push_back("--leave-running");
+  std::vector<StdioDescriptor> stdio = readStdio(pid);
+
+  AfterDumpGuard afterDump(hooks.afterDump);
+  afterDump.arm();
+  if (hooks.beforeDump) {
+    RETURN_IF_ERROR_CTX(hooks.beforeDump(*writer), fmt::format("before dumping pid {}", pid));
+  }
+
+  // Pre-dump: copy memory while the process runs, so the final dump only
+  // writes the pages dirtied since.
+  std::string preDumpReason;
+  ASSIGN_OR_RETURN(bool canPreDump, dirtyTrackingWorks(*criuBinary, preDumpReason));
+  bool preDumped = false;
+  double preDumpSeconds = 0;
+  const std::string preDumpDir = "pre-dump";
+  if (canPreDump) {
+    std::error_code ec;
+    fs::create_directory(cpu / preDumpDir, ec);
+    auto preStart = Clock::now();
+    ASSIGN_OR_RETURN(
+        ProcessOutput pre,
+        runCapture(withShellJob({criuBinary->path, "pre-dump", "-t", std::to_string(pid), "-D",
+                                 (cpu / preDumpDir).string(), "-o", "pre-dump.log", "--track-mem"},
+                                shellJob)));
+    preDumpSeconds = secondsSince(preStart);
+    if (pre.exitCode == 0) {
+      preDumped = true;
+    } else {
+      // Not fatal: the final dump then copies everything.
+      preDumpReason = fmt::format("CRIU pre-dump failed (exit {}):{}", pre.exitCode,
+                                  criuErrors(cpu / preDumpDir / "pre-dump.log"));
+      log->warn("pid {}: {}", pid, preDumpReason);
+      fs::remove_all(cpu / preDumpDir, ec);
+    }
+  }
+
+  std::vector<std::string> argv{criuBinary->path, "dump", "-t",      std::to_string(pid), "-D",
+                                cpu.string(),     "-o",   "dump.log"};
+  argv.push_back(options.leaveRunning ? "--leave-running" : "--leave-stopped");
+  if (preDumped) {
+    argv.insert(argv.end(), {"--track-mem", "--prev-images-dir", preDumpDir});
+  }
+  // A UNIX socket on stdio whose peer is outside the dumped tree (a
+  // supervisor's socketpair): restore attaches it to ours.
+  std::set<uint64_t> externalSockets;
+  for (const auto& d : stdio) {
+    if (d.kind == "socket" && d.unixSocket && externalSockets.insert(d.inode).second) {
+      argv.insert(argv.end(), {"--external", fmt::format("unix[{}]", d.inode)});
+    }
+  }
+  std::unique_ptr<PostDumpChannel> channel;
+  if (hooks.whileFrozen) {
+    ASSIGN_OR_RETURN(channel, PostDumpChannel::create([&] { return hooks.whileFrozen(*writer); }));
+    argv.insert(argv.end(), {"--action-script", channel->script().string()});
+  }
   log->debug("dumping pid {} ({}) with {}", pid, process.comm, criuBinary->path);
   auto freezeStart = Clock::now();
-  ASSIGN_OR_RETURN(ProcessOutput dump, runCapture(withShellJob(argv, shellJob)));
+  Result<ProcessOutput> dump = [&] {
+    CpuProgress progress(hooks.progress, cpu, anonymousBytes(pid));
+    return runCapture(withShellJob(argv, shellJob));
+  }();
   double freeze = secondsSince(freezeStart);
-  if (dump.exitCode != 0) {
+  if (channel) channel->stop();
+  if (!dump) return std::move(dump).status().withContext("running CRIU");
+  if (dump->exitCode != 0) {
     // CRIU resumes the process when a dump fails; the writer drops the staging directory.
+    if (channel && channel->ran() && !channel->status().isOk()) {
+      return makeError(Code::kFailedPrecondition,
+                       "the checkpoint's step while pid {} was frozen failed, so CRIU resumed "
+                       "it: {}",
+                       pid, channel->status().message());
+    }
     return makeError(Code::kFailedPrecondition, "CRIU could not dump pid {} (exit {}):{}", pid,
-                     dump.exitCode, criuErrors(cpu / "dump.log"));
+                     dump->exitCode, criuErrors(cpu / "dump.log"));
   }
+  StoppedTree stopped(pid);
+  if (!options.leaveRunning) stopped.arm();
+  if (channel && !channel->ran()) {
+    // CRIU succeeded without running the script: the GPU half never saw the
+    // frozen process, so the image would be inconsistent.
+    return makeError(Code::kInternal,
+                     "CRIU dumped pid {} without running its post-dump action script {}", pid,
+                     channel->script().string());
+  }
+  afterDump.call(true);
+
   nlohmann::json cmdline = process.cmdline;
+  nlohmann::json cpuState = {{"tool", "criu"},
+                             {"version", criuBinary->version},
+                             {"shell_job", shellJob},
+                             {"leave_running", options.leaveRunning},
+                             {"stdio", stdioJson(stdio)},
+                             {"pre_dump", preDumped}};
+  if (preDumped) {
+    cpuState["pre_dump_seconds"] = preDumpSeconds;
+    cpuState["pre_dump_dir"] = preDumpDir;
+  } else {
+    cpuState["pre_dump_reason"] = preDumpReason;
+  }
   writer->setState({
       {"process", {{"pid", pid}, {"comm", process.comm}, {"cmdline", cmdline}}},
-      {"cpu", {{"tool", "criu"}, {"version", criuBinary->version}, {"shell_job", shellJob},
-               {"leave_running", options.leaveRunning}}},
-      // No phosd session yet: the process's GPU state is not part of this image.
-      {"gpu", {{"sessions", nlohmann::json::array()}}},
+      {"cpu", cpuState},
+      {"gpu",
+       hooks.gpuState ? hooks.gpuState() : nlohmann::json{{"sessions", nlohmann::json::array()}}},
       {"protocol", "stop-the-world"},
       {"timings", {{"freeze_seconds", freeze}}},
   });
-  RETURN_IF_ERROR_CTX(writer->commit(), "writing the image");
+  RETURN_IF_ERROR_CTX(writer->commit(),
+                      fmt::format("writing the image (pid {} keeps running)", pid));
+  stopped.kill();  // published: the process ends, as a dump without --leave-running does
 
   CheckpointReport report;
   report.pid = pid;
-  report.image = fs::absolute(options.image);
+  // As ImageWriter names it: "a/../b" and "b/" are the directory b.
+  report.image = fs::absolute(options.image).lexically_normal();
+  if (!report.image.has_filename()) report.image = report.image.parent_path();
   ASSIGN_OR_RETURN(auto reader, image::ImageReader::open(report.image));
   for (const auto& file : reader->manifest().cpuFiles) {
     report.cpuBytes += file.size;
     ++report.cpuFiles;
   }
+  for (const auto& blob : reader->manifest().blobs) report.gpuBytes += blob.size;
   report.freezeSeconds = freeze;
   report.totalSeconds = secondsSince(start);
   return report;
 }
+
+namespace {
+
+// A process killed just before (by a dump without --leave-running) may
+// linger a moment as a zombie of a parent that has not reaped it yet, and
+// CRIU cannot give its pid back until it is gone.
+void waitForPidToBeFree(pid_t pid) {
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (Clock::now() < deadline) {
+    auto info = readProcess(pid);
+    if (!info || (info->state != 'Z' && info->state != 'X')) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// Our descriptor `fd` under a number of its own (>= 64, close-on-exec), so
+// that handing it to CRIU as fd 10+N never overwrites another one.
+int duplicateHigh(int fd) {
+  return ::fcntl(fd, F_DUPFD_CLOEXEC, 64);
+}
+
+}  // namespace
 
 Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
   const fs::path& imageDir = options.image;
   auto start = Clock::now();
   ASSIGN_OR_RETURN(auto reader, image::ImageReader::open(imageDir));
   const nlohmann::json& state = reader->manifest().state;
-  if (!state.contains("cpu") || reader->manifest().cpuFiles.empty()) {
+  if (!state.contains("cpu") || !state["cpu"].is_object() || reader->manifest().cpuFiles.empty()) {
     return makeError(Code::kDataLoss, "{}: the image holds no CPU state (cpu/ is empty)",
                      imageDir.string());
   }
@@ -152,29 +633,128 @@ Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
     return makeError(Code::kFailedPrecondition, "CRIU is needed for the CPU state: {}",
                      criuBinary.status().message());
   }
+  if (state.contains("process") && state["process"].contains("pid") &&
+      state["process"]["pid"].is_number_integer()) {
+    waitForPidToBeFree(state["process"]["pid"].get<pid_t>());
+  }
   // CRIU's log and pid file go to a private work directory: the image may be
   // read-only and is never modified by a restore.
   char workTemplate[] = "/tmp/phos-restore.XXXXXX";
   if (::mkdtemp(workTemplate) == nullptr) return errnoError(errno, "creating a work directory");
   fs::path work = workTemplate;
+  struct WorkCleanup {
+    fs::path dir;
+    bool keep = false;
+    ~WorkCleanup() {
+      std::error_code ec;
+      if (!keep) fs::remove_all(dir, ec);
+    }
+  } cleanup{work};
+
   bool shellJob = state["cpu"].value("shell_job", false);
-  std::vector<std::string> argv{criuBinary->path, "restore", "-D", reader->cpuDirectory().string(),
-                                "-W", work.string(), "-o", "restore.log", "--restore-detached",
-                                "--pidfile", (work / "pid").string()};
-  ASSIGN_OR_RETURN(ProcessOutput run, runCapture(withShellJob(argv, shellJob)));
-  if (run.exitCode != 0) {
+  std::vector<std::string> argv{criuBinary->path,
+                                "restore",
+                                "-D",
+                                reader->cpuDirectory().string(),
+                                "-W",
+                                work.string(),
+                                "-o",
+                                "restore.log",
+                                "--restore-detached",
+                                "--pidfile",
+                                (work / "pid").string()};
+  // The standard descriptors: ours stand in for the ones recorded at dump.
+  CaptureOptions capture{.inheritStdin = true, .passFds = {}};
+  struct FdCloser {
+    std::vector<int> fds;
+    ~FdCloser() {
+      for (int fd : fds) ::close(fd);
+    }
+  } passed;
+  if (options.inheritStdio && state["cpu"].contains("stdio") && state["cpu"]["stdio"].is_array()) {
+    std::set<std::string> keys;
+    for (const auto& entry : state["cpu"]["stdio"]) {
+      if (!entry.is_object() || !entry.contains("inherit_key") ||
+          !entry["inherit_key"].is_string() || !entry.contains("fd") ||
+          !entry["fd"].is_number_integer()) {
+        continue;
+      }
+      int fd = entry["fd"].get<int>();
+      std::string key = entry["inherit_key"].get<std::string>();
+      // stdout and stderr into one file (2>&1) are one file for CRIU: the
+      // lower of our descriptors stands for both.
+      if (fd < 0 || fd > 2 || key.empty() || !keys.insert(key).second) continue;
+      int copy = duplicateHigh(fd);
+      if (copy < 0) continue;  // our own fd N is closed: restore it as it was
+      passed.fds.push_back(copy);
+      capture.passFds.emplace_back(copy, 10 + fd);
+      argv.insert(argv.end(), {"--inherit-fd", fmt::format("fd[{}]:{}", 10 + fd, key)});
+    }
+  }
+
+  if (options.beforeRestore) {
+    RETURN_IF_ERROR_CTX(options.beforeRestore(*reader),
+                        fmt::format("preparing the restore of {}", imageDir.string()));
+  }
+  auto afterRestore = [&](std::optional<pid_t> pid) {
+    if (options.afterRestore) options.afterRestore(pid);
+  };
+  // The restored tree is CRIU's child; when CRIU leaves (--restore-detached)
+  // it is re-parented to the nearest subreaper, which we become to wait for it.
+  if (!options.detach && ::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    Status status = errnoError(errno, "prctl(PR_SET_CHILD_SUBREAPER)");
+    afterRestore(std::nullopt);
+    return status;
+  }
+  auto run = runCapture(withShellJob(argv, shellJob), capture);
+  for (int fd : passed.fds) ::close(fd);
+  passed.fds.clear();
+  if (!run) {
+    afterRestore(std::nullopt);
+    return std::move(run).status().withContext("running CRIU");
+  }
+  if (run->exitCode != 0) {
+    afterRestore(std::nullopt);
+    cleanup.keep = true;  // the log is named in the error
     std::string errors = criuErrors(work / "restore.log");
+    std::string hint;
+    if (errors.find("has bad size") != std::string::npos) {
+      hint =
+          "\n  a file the process had open changed size since the checkpoint; for its "
+          "stdin/stdout/stderr, restoring with them attached to ours (phos restore without "
+          "--keep-descriptors) avoids this";
+    } else if (errors.find("Can't fork for") != std::string::npos) {
+      hint = "\n  the process's pid is taken: is the checkpointed process still running?";
+    }
     return makeError(Code::kFailedPrecondition,
-                     "CRIU could not restore {} (exit {}; its log is {}):{}", imageDir.string(),
-                     run.exitCode, (work / "restore.log").string(), errors);
+                     "CRIU could not restore {} (exit {}; its log is {}):{}{}", imageDir.string(),
+                     run->exitCode, (work / "restore.log").string(), errors, hint);
   }
   RestoreReport report;
-  std::ifstream pidFile(work / "pid");
-  long restored = 0;
-  pidFile >> restored;
-  report.pid = static_cast<pid_t>(restored);
-  std::error_code ec;
-  fs::remove_all(work, ec);
+  {
+    std::ifstream pidFile(work / "pid");
+    long restored = 0;
+    pidFile >> restored;
+    report.pid = static_cast<pid_t>(restored);
+  }
+  report.restoreSeconds = secondsSince(start);
+  if (report.pid <= 0) {
+    afterRestore(std::nullopt);
+    return makeError(Code::kInternal, "CRIU restored {} but wrote no pid into {}",
+                     imageDir.string(), (work / "pid").string());
+  }
+  afterRestore(report.pid);
+  if (!options.detach) {
+    int status = 0;
+    for (;;) {
+      if (::waitpid(report.pid, &status, 0) >= 0) break;
+      if (errno == EINTR) continue;
+      return errnoError(errno, fmt::format("waiting for the restored pid {} (it was not "
+                                           "re-parented to this process)",
+                                           report.pid));
+    }
+    report.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
   report.totalSeconds = secondsSince(start);
   return report;
 }

@@ -2,6 +2,11 @@
 // Tests of runCapture.
 #include "phos/common/subprocess.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <string>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -37,6 +42,30 @@ TEST(RunCapture, KilledBySignal) {
 TEST(RunCapture, MissingProgramIsNotFound) {
   EXPECT_THAT(runCapture({"/nonexistent/program"}), StatusIs(Code::kNotFound));
   EXPECT_THAT(runCapture({}), StatusIs(Code::kInvalidArgument));
+}
+
+TEST(RunCapture, PassesDescriptorsUnderTheChosenNumbers) {
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+  // Descriptor 9: dash redirects single-digit descriptors only.
+  auto r = runCapture({"sh", "-c", "echo through-9 >&9; echo out"},
+                      CaptureOptions{.inheritStdin = false, .passFds = {{fds[1], 9}}});
+  // Only the chosen numbers reach a child: the original stays close-on-exec.
+  auto closed = runCapture({"sh", "-c", "echo x >&" + std::to_string(fds[1])});
+  ::close(fds[1]);
+  ASSERT_THAT(closed, IsOk());
+  EXPECT_NE(closed->exitCode, 0);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->out, "out\n") << r->err;
+  char buf[64] = {};
+  ASSERT_GT(::read(fds[0], buf, sizeof buf - 1), 0);
+  ::close(fds[0]);
+  EXPECT_STREQ(buf, "through-9\n");
+}
+
+TEST(RunCapture, RefusesToReplaceTheStandardDescriptors) {
+  EXPECT_THAT(runCapture({"true"}, CaptureOptions{.passFds = {{0, 1}}}),
+              StatusIs(Code::kInvalidArgument, ::testing::HasSubstr("must be > 2")));
 }
 
 }  // namespace

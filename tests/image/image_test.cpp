@@ -290,7 +290,7 @@ TEST_F(ImageTest, DamagedManifestIsRefusedWithWhatIsWrong) {
   EXPECT_THAT(openWith(j), StatusIs(Code::kNotSupported, HasSubstr("newer")));
   j = good;
   j["format"] = "tarball";
-  EXPECT_THAT(openWith(j), StatusIs(Code::kDataLoss, HasSubstr("manifest.format")));
+  EXPECT_THAT(openWith(j), StatusIs(Code::kNotFound, HasSubstr("not a PhOS manifest")));
   j = good;
   j.erase("blobs");
   EXPECT_THAT(openWith(j), StatusIs(Code::kDataLoss, HasSubstr("manifest.blobs: missing")));

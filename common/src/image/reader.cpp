@@ -56,6 +56,20 @@ Status readExactly(const fs::path& path, uint64_t offset, std::span<std::byte> o
 Result<std::unique_ptr<ImageReader>> ImageReader::open(const fs::path& directory) {
   std::error_code ec;
   if (!fs::is_directory(directory, ec)) {
+    // An interrupted checkpoint leaves its staging directory next to the
+    // name it would have published (ImageWriter): say so, it is no image.
+    fs::path target = fs::absolute(directory, ec).lexically_normal();
+    if (!target.has_filename()) target = target.parent_path();
+    std::string prefix = fmt::format(".{}.partial-", target.filename().string());
+    for (auto it = fs::directory_iterator(target.parent_path(), ec); !ec && it != fs::end(it);
+         it.increment(ec)) {
+      if (it->path().filename().string().starts_with(prefix)) {
+        return makeError(Code::kNotFound,
+                         "{}: no such image directory ({} is what an interrupted checkpoint "
+                         "left: it is not an image)",
+                         directory.string(), it->path().filename().string());
+      }
+    }
     return makeError(Code::kNotFound, "{}: no such image directory", directory.string());
   }
   fs::path manifestPath = directory / kManifestFile;
@@ -70,6 +84,14 @@ Result<std::unique_ptr<ImageReader>> ImageReader::open(const fs::path& directory
   if (json.is_discarded()) {
     return makeError(Code::kDataLoss, "{}: not valid JSON (damaged or truncated)",
                      manifestPath.string());
+  }
+  // A manifest.json of something else (another tool's directory).
+  if (!json.is_object() || !json.contains("format") || json["format"] != kFormatName) {
+    std::string what = json.is_object() && json.contains("format")
+                           ? fmt::format("its format is {}", json["format"].dump())
+                           : std::string("it has no \"format\" field");
+    return makeError(Code::kNotFound, "{}: not a PhOS image ({} is not a PhOS manifest: {})",
+                     directory.string(), kManifestFile, what);
   }
   auto manifest = manifestFromJson(json);
   if (!manifest) return std::move(manifest).status().withContext(manifestPath.string());

@@ -3,11 +3,13 @@
 #include "phos/image/writer.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <system_error>
 
 #include <fmt/chrono.h>
@@ -131,9 +133,25 @@ Result<std::unique_ptr<ImageWriter>> ImageWriter::create(const fs::path& directo
     return makeError(Code::kIo, "cannot create {}: {}", target.parent_path().string(),
                      ec.message());
   }
-  fs::path staging =
-      target.parent_path() / fmt::format(".{}.partial-{}", target.filename().string(), ::getpid());
+  std::string prefix = fmt::format(".{}.partial-", target.filename().string());
+  fs::path staging = target.parent_path() / fmt::format("{}{}", prefix, ::getpid());
   fs::remove_all(staging, ec);  // left over by a crashed writer with our pid
+  // Staging directories of writers that died (a killed phos checkpoint): no
+  // one will finish them. A live pid's is left alone (it may be writing).
+  for (auto it = fs::directory_iterator(target.parent_path(), ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    char* end = nullptr;
+    long owner = std::strtol(name.c_str() + prefix.size(), &end, 10);
+    if (owner <= 0 || *end != '\0') continue;
+    if (::kill(static_cast<pid_t>(owner), 0) == 0 || errno != ESRCH) continue;  // alive
+    std::error_code removeError;
+    fs::remove_all(it->path(), removeError);
+    log::get("image")->info("removed {}, left by writer pid {} which is gone", it->path().string(),
+                            owner);
+  }
+  ec.clear();
   for (const fs::path& dir : {staging, staging / kBlobDir, staging / kCpuDir}) {
     if (!fs::create_directory(dir, ec) || ec) {
       fs::remove_all(staging, ec);

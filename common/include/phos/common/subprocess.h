@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "phos/common/status.h"
@@ -19,5 +20,16 @@ struct ProcessOutput {
 // /dev/null, waits for it, and returns its exit code and output. Fails only if
 // the program cannot be started; a non-zero exit is a successful result.
 Result<ProcessOutput> runCapture(const std::vector<std::string>& argv);
+
+struct CaptureOptions {
+  // The child reads our stdin instead of /dev/null (CRIU's --shell-job
+  // re-attaches a job's terminal through its own stdin).
+  bool inheritStdin = false;
+  // {our fd, the child's fd}: descriptors handed to the child under a chosen
+  // number (CRIU's --inherit-fd fd[N]:...). The child's fd must be > 2.
+  std::vector<std::pair<int, int>> passFds;
+};
+Result<ProcessOutput> runCapture(const std::vector<std::string>& argv,
+                                 const CaptureOptions& options);
 
 }  // namespace phos

@@ -2,10 +2,11 @@
 // Checkpoint and restore of a whole process into a PhOS image (the entry point the CLI calls).
 #pragma once
 
-// Today this saves what exists without phosd: the CPU state through CRIU, into
-// the image's cpu/, with the process, the CRIU run and timings in the manifest.
-// A process that runs under libphos.so also has GPU state in phosd; saving it is
-// the GPU half of issue 7 and lands with the daemon (see docs/checkpoint.md).
+// The CPU state goes through CRIU into the image's cpu/, with the process, its
+// standard descriptors, the CRIU run and timings in the manifest; the GPU half
+// (phosd's engine) joins through CheckpointHooks and the restore hooks. The
+// order of the steps and how whileFrozen runs inside CRIU's post-dump step are
+// in docs/checkpoint.md.
 #include <sys/types.h>
 
 #include <filesystem>
@@ -60,19 +61,23 @@ struct CheckpointReport {
 // kNotFound: no such process; kAlreadyExists: the image directory exists;
 // kFailedPrecondition: CRIU is missing or refused (its log's errors are in the
 // message). On any failure nothing is left at `options.image` and the process
-// keeps running.
+// keeps running: without leaveRunning, CRIU leaves the dumped tree stopped and
+// it is killed only once the image is published (resumed on any failure).
 Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& options);
 
 struct RestoreOptions {
   std::filesystem::path image;
   // Return as soon as the process runs; otherwise wait until it exits and
   // report its exit status (phos restore behaves like the job it brings back).
+  // Waiting makes the calling process a child subreaper (PR_SET_CHILD_SUBREAPER)
+  // so that the restored tree, CRIU's child, is re-parented to it.
   bool detach = false;
   // Attach the restored process's stdin/stdout/stderr to ours (CRIU's
   // --inherit-fd); false restores them as they were at the checkpoint.
   bool inheritStdio = true;
   // The GPU half: called after the image checked out and before CRIU runs
   // (re-create the session and its shared files); then with CRIU's outcome.
+  // afterRestore is called once if beforeRestore succeeded (or is unset).
   std::function<Status(const image::ImageReader&)> beforeRestore;
   std::function<void(std::optional<pid_t> restored)> afterRestore;
 };
