@@ -271,7 +271,10 @@ void serveModuleUnload(ServerCall& c) {
   CUmodule m{};
   if (!c.resolve(HandleType::kCUmod_st, id, &m)) return;
   CUresult r = PHOS_DRIVER(drv(c), ModuleUnload)(m);
-  if (r == CUDA_SUCCESS) c.session().removeGlobalsOf(m);
+  if (r == CUDA_SUCCESS) {
+    c.session().removeGlobalsOf(m);
+    c.session().forgetModule(id);
+  }
   replyResult(c, r);
 }
 
@@ -292,6 +295,7 @@ void serveLibraryUnload(ServerCall& c) {
   if (r == CUDA_SUCCESS) {
     c.session().removeGlobalsOf(lib);
     c.session().removeGlobalsOf(m);
+    c.session().forgetModule(id);
   }
   replyResult(c, r);
 }
@@ -338,7 +342,10 @@ void serveModuleLoad(ServerCall& c) {
   CUmodule m = nullptr;
   CUresult r = PHOS_DRIVER(drv(c), ModuleLoadData)(&m, image.data());
   if (r == CUDA_SUCCESS) c.session().noteModule(+1);
-  c.reply(r).u64(c.exportHandle(HandleType::kCUmod_st, r, m));
+  const uint64_t id = c.exportHandle(HandleType::kCUmod_st, r, m);
+  // Kept for a checkpoint: a restore loads the module again from its image.
+  if (r == CUDA_SUCCESS) c.session().recordModule(id, {false, std::move(image), c.session().currentContext()});
+  c.reply(r).u64(id);
   c.send();
 }
 
@@ -349,7 +356,9 @@ void serveLibraryLoad(ServerCall& c) {
   if (!c.driverTable().has(EntryPointId::kCuLibraryLoadData)) return replyResult(c, CUDA_ERROR_NOT_SUPPORTED);
   CUresult r = PHOS_DRIVER(drv(c), LibraryLoadData)(&lib, image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
   if (r == CUDA_SUCCESS) c.session().noteModule(+1);
-  c.reply(r).u64(c.exportHandle(HandleType::kCUlib_st, r, lib));
+  const uint64_t id = c.exportHandle(HandleType::kCUlib_st, r, lib);
+  if (r == CUDA_SUCCESS) c.session().recordModule(id, {true, std::move(image), 0});
+  c.reply(r).u64(id);
   c.send();
 }
 
@@ -530,27 +539,40 @@ void serveLaunchEx(ServerCall& c) {
 }
 
 // ---- device memory -------------------------------------------------------
+// Device memory comes from the session's heap, at addresses a restore can
+// give back (device_heap.h), not from cuMemAlloc.
 // cuMemAlloc: u64 bytes. Reply: u64 address.
 void serveMemAlloc(ServerCall& c) {
   auto bytes = c.args().u64();
   if (!c.argumentsComplete()) return;
+  Session& s = c.session();
+  if (s.currentContext() == 0) return replyResult(c, CUDA_ERROR_INVALID_CONTEXT);
   CUdeviceptr p = 0;
-  CUresult r = PHOS_DRIVER(drv(c), MemAlloc_v2)(&p, bytes);
-  if (r == CUDA_SUCCESS) c.session().addAllocation({p, bytes, c.session().currentContext()});
+  const int device = s.currentDevice();
+  CUresult r = s.allocateDevice(device, bytes, &p);
+  if (r == CUDA_SUCCESS) s.addAllocation({p, bytes, s.currentContext(), nullptr, device});
   c.reply(r).u64(r == CUDA_SUCCESS ? p : 0);
   c.send();
 }
 
 // cuMemAllocPitch: u64 width, u64 height, u32 element bytes. Reply: u64 address, u64 pitch.
+// The driver chooses the pitch (and checks the arguments): asked with a
+// throw-away allocation, then the memory comes from the heap.
 void serveMemAllocPitch(ServerCall& c) {
   auto width = c.args().u64();
   auto height = c.args().u64();
   auto element = c.args().u32();
   if (!c.argumentsComplete()) return;
-  CUdeviceptr p = 0;
+  Session& s = c.session();
+  if (s.currentContext() == 0) return replyResult(c, CUDA_ERROR_INVALID_CONTEXT);
+  CUdeviceptr probe = 0;
   size_t pitch = 0;
-  CUresult r = PHOS_DRIVER(drv(c), MemAllocPitch_v2)(&p, &pitch, width, height, element);
-  if (r == CUDA_SUCCESS) c.session().addAllocation({p, pitch * height, c.session().currentContext()});
+  CUresult r = PHOS_DRIVER(drv(c), MemAllocPitch_v2)(&probe, &pitch, width, height, element);
+  if (r == CUDA_SUCCESS) PHOS_DRIVER(drv(c), MemFree_v2)(probe);
+  CUdeviceptr p = 0;
+  const int device = s.currentDevice();
+  if (r == CUDA_SUCCESS) r = s.allocateDevice(device, pitch * height, &p);
+  if (r == CUDA_SUCCESS) s.addAllocation({p, pitch * height, s.currentContext(), nullptr, device});
   auto& w = c.reply(r);
   w.u64(r == CUDA_SUCCESS ? p : 0);
   w.u64(r == CUDA_SUCCESS ? pitch : 0);
@@ -561,11 +583,28 @@ void serveMemAllocPitch(ServerCall& c) {
 void serveMemFree(ServerCall& c) {
   auto p = c.args().u64();
   if (!c.argumentsComplete()) return;
-  const Allocation* a = c.session().findAllocation(p);
-  if (a == nullptr || a->address != p || a->module != nullptr) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
-  CUresult r = PHOS_DRIVER(drv(c), MemFree_v2)(p);
-  if (r == CUDA_SUCCESS) c.session().removeAllocation(p);
-  replyResult(c, r);
+  replyResult(c, c.session().freeDevice(p));
+}
+
+// ---- events --------------------------------------------------------------
+// cuEventCreate, the generated wire format (present(event), u32 flags; reply
+// u8 present + u64 event), served here to keep the flags: the driver has no
+// query for them, and a restore creates the event again with them.
+void serveEventCreate(ServerCall& c) {
+  Decoder& a = c.args();
+  const bool wantEvent = a.present();
+  const auto flags = a.value<unsigned>();
+  if (!c.argumentsComplete()) return;
+  CUevent e = nullptr;
+  CUresult r = PHOS_DRIVER(drv(c), EventCreate)(wantEvent ? &e : nullptr, flags);
+  auto& w = c.reply(r);
+  w.u8(wantEvent);
+  if (wantEvent) {
+    const uint64_t id = c.exportHandle(HandleType::kCUevent_st, r, e);
+    if (r == CUDA_SUCCESS) c.session().recordEventFlags(id, flags);
+    w.u64(id);
+  }
+  c.send();
 }
 
 // ---- pinned host memory ----------------------------------------------------
@@ -978,8 +1017,40 @@ size_t pointerAttributeBytes(uint32_t attribute) {
 // The session's own memory; anything else is unknown memory to it.
 bool ownsPointer(Session& s, CUdeviceptr p) { return s.findAllocation(p) != nullptr || s.findPinned(p) != nullptr; }
 
+// Memory from the session's heap is a VMM mapping to the driver, but the
+// application allocated it with cuMemAlloc: it answers as such memory does
+// (owned by the context it was allocated in, its range the size asked for,
+// usable with cuIpcGetMemHandle).
+bool heapAllocationAttribute(const Allocation& a, uint32_t attribute, std::byte* value) {
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      std::memcpy(value, &a.context, sizeof(a.context));
+      return true;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: {
+      const CUdeviceptr start = a.address;
+      std::memcpy(value, &start, sizeof(start));
+      return true;
+    }
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: {
+      const size_t bytes = a.bytes;
+      std::memcpy(value, &bytes, sizeof(bytes));
+      return true;
+    }
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: {
+      const int capable = 1;
+      std::memcpy(value, &capable, sizeof(capable));
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
 // Driver objects in a value become what the application may hold.
-void virtualizePointerAttribute(Session& s, uint32_t attribute, std::byte* value) {
+void virtualizePointerAttribute(Session& s, uint32_t attribute, std::byte* value, CUdeviceptr p) {
+  if (const Allocation* a = s.findAllocation(p); a != nullptr && a->module == nullptr) {
+    if (heapAllocationAttribute(*a, attribute, value)) return;
+  }
   if (attribute == CU_POINTER_ATTRIBUTE_CONTEXT) {
     CUcontext real{};
     std::memcpy(&real, value, sizeof(real));
@@ -1005,7 +1076,7 @@ void servePointerGetAttribute(ServerCall& c) {
   if (bytes == 0 || !ownsPointer(c.session(), p)) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
   alignas(16) AttributeValue value{};
   CUresult r = PHOS_DRIVER(drv(c), PointerGetAttribute)(value.data(), static_cast<CUpointer_attribute>(attribute), p);
-  if (r == CUDA_SUCCESS) virtualizePointerAttribute(c.session(), attribute, value.data());
+  if (r == CUDA_SUCCESS) virtualizePointerAttribute(c.session(), attribute, value.data(), p);
   c.reply(r).blob(value.data(), r == CUDA_SUCCESS ? bytes : 0);
   c.send();
 }
@@ -1042,9 +1113,37 @@ void servePointerGetAttributes(ServerCall& c) {
   auto& w = c.reply(r);
   for (uint32_t i = 0; i < count; ++i) {
     const bool give = r == CUDA_SUCCESS && data[i] != nullptr;
-    if (give) virtualizePointerAttribute(c.session(), attributes[i], values[i].data());
+    if (give) virtualizePointerAttribute(c.session(), attributes[i], values[i].data(), asked);
     w.blob(values[i].data(), give ? pointerAttributeBytes(attributes[i]) : 0);
   }
+  c.send();
+}
+
+// cuMemGetAddressRange, the generated wire format (present(base),
+// present(size), u64 pointer; reply u8 + base, u8 + size): the session's own
+// allocations answer with the range the application asked for (the driver
+// would give the heap's mapping, rounded to its granularity).
+void serveMemGetAddressRange(ServerCall& c) {
+  Decoder& a = c.args();
+  const bool wantBase = a.present();
+  const bool wantSize = a.present();
+  const auto p = a.value<CUdeviceptr>();
+  if (!c.argumentsComplete()) return;
+  if (!c.checkDevicePointer(p)) return;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  CUresult r = CUDA_SUCCESS;
+  if (const Allocation* alloc = c.session().findAllocation(p); alloc != nullptr && alloc->module == nullptr) {
+    base = alloc->address;
+    size = alloc->bytes;
+  } else {
+    r = PHOS_DRIVER(drv(c), MemGetAddressRange_v2)(&base, &size, p);
+  }
+  auto& w = c.reply(r);
+  w.u8(wantBase);
+  if (wantBase) w.value(base);
+  w.u8(wantSize);
+  if (wantSize) w.value(size);
   c.send();
 }
 
@@ -1389,6 +1488,7 @@ void installCustom(ServerTable& t) {
   set(EntryPointId::kCuMemFreeAsync, serveMemFreeAsync);
   set(EntryPointId::kCuMemFreeAsync_ptsz, serveMemFreeAsync);
   set(EntryPointId::kCuPointerGetAttribute, servePointerGetAttribute);
+  set(EntryPointId::kCuMemGetAddressRange_v2, serveMemGetAddressRange);
   set(EntryPointId::kCuPointerGetAttributes, servePointerGetAttributes);
   set(EntryPointId::kCuPointerSetAttribute, servePointerSetAttribute);
   set(EntryPointId::kCuMemcpy2D_v2, serveMemcpy2D<false>);
@@ -1405,6 +1505,7 @@ void installCustom(ServerTable& t) {
   set(EntryPointId::kCuLaunchHostFunc_ptsz, serveHostCall<false>);
   set(EntryPointId::kCuStreamAddCallback, serveHostCall<true>);
   set(EntryPointId::kCuStreamAddCallback_ptsz, serveHostCall<true>);
+  set(EntryPointId::kCuEventCreate, serveEventCreate);
   set(EntryPointId::kCuEventRecordWithFlags, serveEventRecordWithFlags);
   set(EntryPointId::kCuEventRecordWithFlags_ptsz, serveEventRecordWithFlags);
   set(EntryPointId::kCuStreamWaitEvent, serveStreamWaitEvent);

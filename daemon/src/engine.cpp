@@ -1,19 +1,1111 @@
 // SPDX-License-Identifier: Apache-2.0
-// The checkpoint/restore engine of a phosd worker (engine.h).
+// The checkpoint/restore engine of a phosd worker (engine.h): stop-the-world.
+//
+// Checkpoint: the session stops serving (its application's calls wait in the
+// ring), every context is drained, and device memory, module images and
+// module globals are copied into the image; CRIU then dumps the process, and
+// while CRIU holds it frozen the shared-memory files (pinned memory, the ring,
+// the host-call queue) are copied too. The manifest's state.gpu.sessions[0]
+// describes everything a restore re-creates (docs/checkpoint.md).
+//
+// Restore, in a fresh worker: contexts from the pool, device memory mapped
+// back at its addresses, modules loaded again from their images (globals
+// rewritten), streams and events created again; every object re-bound to the
+// virtual id the application holds. The shared-memory files are re-created at
+// their paths before CRIU maps them.
 #include "engine.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "host_calls.h"
+#include "phos/common/log.h"
+#include "phos/daemon/checkpoint.h"
+#include "phos/ptx/parser.h"
 #include "session.h"
 
 namespace phos::daemon {
 
-nlohmann::json checkpointSession(Session&, const nlohmann::json&, const ProgressFn&) {
-  return {{"ok", false}, {"error", "GPU checkpoints are being built (issue 7)"}, {"code", "unsupported"}};
+using json = nlohmann::json;
+
+namespace {
+
+constexpr auto kPauseTimeout = std::chrono::seconds(60);
+
+std::string hex(uint64_t v) { return fmt::format("{:#x}", v); }
+
+Status cuStatus(CUresult r, std::string_view what) {
+  if (r == CUDA_SUCCESS) return Status::ok();
+  return makeError(Code::kFailedPrecondition, "{}: CUresult {}", what, static_cast<int>(r));
 }
 
-Result<std::unique_ptr<Session>> restoreSession(uint64_t, const DriverTable&, ContextPool&,
-                                                const ServerTable&, const std::string&,
-                                                const nlohmann::json&, const ProgressFn&) {
-  return makeError(Code::kNotSupported, "GPU restores are being built (issue 7)");
+// The codes the CLI tells apart (bad input, exit 2, or a failure, exit 1).
+std::string codeFor(Code code) {
+  switch (code) {
+    case Code::kInvalidArgument: return "invalid-argument";
+    case Code::kNotFound: return "not-found";
+    case Code::kAlreadyExists: return "already-exists";
+    case Code::kDataLoss: return "data-loss";
+    case Code::kNotSupported: return "not-supported";
+    default: return "failed";
+  }
+}
+
+json failure(const Status& s) { return {{"ok", false}, {"error", s.message()}, {"code", codeFor(s.code())}}; }
+
+// Names of the module-scope variables of a PTX image that hold data a kernel
+// may have changed: .global and .const, defined here (not .extern).
+Result<std::vector<std::string>> ptxGlobals(const std::vector<char>& image) {
+  std::string_view text(image.data(), strnlen(image.data(), image.size()));
+  ASSIGN_OR_RETURN(ptx::Module module, ptx::parseModule(text, "module image"));
+  std::vector<std::string> names;
+  for (const auto& item : module.items) {
+    const auto* var = std::get_if<ptx::VarDecl>(&item);
+    if (var == nullptr || var->linkage == ptx::Linkage::kExtern) continue;
+    if (var->space != ptx::StateSpace::kGlobal && var->space != ptx::StateSpace::kConst) continue;
+    names.push_back(var->name);
+  }
+  return names;
+}
+
+bool isPtx(const std::vector<char>& image) {
+  std::string_view text(image.data(), strnlen(image.data(), image.size()));
+  return text.find(".version") != std::string_view::npos && text.find(".target") != std::string_view::npos;
+}
+
+// Copies between device memory and the image through two page-locked
+// buffers: while the driver copies one chunk, the other is checksummed and
+// written (or read and decompressed).
+class ChunkCopier {
+ public:
+  ChunkCopier(const DriverTable& driver, size_t chunkBytes) : driver_(driver), chunkBytes_(chunkBytes) {}
+  ~ChunkCopier() { release(); }
+
+  // Needs a context current (the buffers are registered portable).
+  Status prepare() {
+    for (int k = 0; k < 2; ++k) {
+      void* p = nullptr;
+      if (posix_memalign(&p, 4096, chunkBytes_) != 0) return makeError(Code::kResourceExhausted, "no staging memory");
+      buffers_[k] = static_cast<std::byte*>(p);
+      registered_[k] = PHOS_DRIVER(driver_, MemHostRegister_v2)(p, chunkBytes_, CU_MEMHOSTREGISTER_PORTABLE) ==
+                       CUDA_SUCCESS;
+    }
+    return Status::ok();
+  }
+
+  // Device -> image: `bytes` at `address` into blob `blob`, chunk by chunk.
+  Status save(image::ImageWriter& writer, size_t blob, CUdeviceptr address, uint64_t bytes,
+              const std::function<void(uint64_t)>& advanced) {
+    const uint64_t chunks = (bytes + chunkBytes_ - 1) / chunkBytes_;
+    auto length = [&](uint64_t i) { return std::min<uint64_t>(chunkBytes_, bytes - i * chunkBytes_); };
+    auto issue = [&](uint64_t i) {
+      return PHOS_DRIVER(driver_, MemcpyDtoHAsync_v2)(buffers_[i % 2], address + i * chunkBytes_, length(i), nullptr);
+    };
+    if (chunks == 0) return Status::ok();
+    RETURN_IF_ERROR(cuStatus(issue(0), fmt::format("copying device memory at {}", hex(address))));
+    for (uint64_t i = 0; i < chunks; ++i) {
+      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(driver_, CtxSynchronize)(), "waiting for a device copy"));
+      if (i + 1 < chunks) {
+        RETURN_IF_ERROR(cuStatus(issue(i + 1), fmt::format("copying device memory at {}", hex(address))));
+      }
+      RETURN_IF_ERROR(writer.writeChunk(blob, i, {buffers_[i % 2], length(i)}));
+      advanced(length(i));
+    }
+    return Status::ok();
+  }
+
+  // Image -> device.
+  Status load(const image::ImageReader& reader, size_t blob, CUdeviceptr address,
+              const std::function<void(uint64_t)>& advanced) {
+    const image::BlobInfo& info = reader.manifest().blobs[blob];
+    if (info.chunkBytes > chunkBytes_) {
+      return makeError(Code::kDataLoss, "blob {}: chunks of {} bytes, more than {}", info.name, info.chunkBytes,
+                       chunkBytes_);
+    }
+    const uint64_t chunks = info.chunkCount();
+    for (uint64_t i = 0; i < chunks; ++i) {
+      std::byte* buf = buffers_[i % 2];
+      const uint32_t n = info.chunkRawBytes(i);
+      // The buffer is free again once the copy issued two chunks ago is done.
+      if (i >= 2) RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(driver_, CtxSynchronize)(), "waiting for a device copy"));
+      RETURN_IF_ERROR(reader.readChunk(blob, i, {buf, n}));
+      RETURN_IF_ERROR(cuStatus(
+          PHOS_DRIVER(driver_, MemcpyHtoDAsync_v2)(address + i * uint64_t{info.chunkBytes}, buf, n, nullptr),
+          fmt::format("copying {} back to {}", info.name, hex(address))));
+      advanced(n);
+    }
+    return cuStatus(PHOS_DRIVER(driver_, CtxSynchronize)(), "waiting for a device copy");
+  }
+
+  void release() {
+    for (int k = 0; k < 2; ++k) {
+      if (buffers_[k] == nullptr) continue;
+      if (registered_[k]) PHOS_DRIVER(driver_, MemHostUnregister)(buffers_[k]);
+      std::free(buffers_[k]);
+      buffers_[k] = nullptr;
+    }
+  }
+
+ private:
+  const DriverTable& driver_;
+  size_t chunkBytes_;
+  std::byte* buffers_[2] = {};
+  bool registered_[2] = {};
+};
+
+// Reports progress of one phase at most every 50 ms (and at its end).
+class PhaseProgress {
+ public:
+  PhaseProgress(const ProgressFn& fn, std::string phase, uint64_t total)
+      : fn_(fn), phase_(std::move(phase)), total_(total) {}
+  void advance(uint64_t bytes) {
+    done_ += bytes;
+    auto now = std::chrono::steady_clock::now();
+    if (fn_ && (done_ == total_ || now - last_ > std::chrono::milliseconds(50))) {
+      last_ = now;
+      fn_({{"phase", phase_}, {"bytes", done_}, {"total", total_}});
+    }
+  }
+  void start() {
+    if (fn_) fn_({{"phase", phase_}, {"bytes", 0}, {"total", total_}});
+  }
+
+ private:
+  const ProgressFn& fn_;
+  std::string phase_;
+  uint64_t total_;
+  uint64_t done_ = 0;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+// Device memory copied into host memory first, at the copy engine's rate, so
+// that the application waits only for that; background threads then checksum,
+// compress and write the chunks while it runs on (with --leave-running) or
+// while CRIU's images are committed.
+class StagedWrite {
+ public:
+  struct Item {
+    size_t blob;
+    uint64_t offset;  // in the staging memory
+    uint64_t bytes;
+  };
+
+  // Host memory of `bytes`, its pages faulted in now: done before the session
+  // pauses, so the application does not wait for it.
+  static Result<std::unique_ptr<StagedWrite>> reserve(const DriverTable& driver, uint64_t bytes) {
+    auto staged = std::unique_ptr<StagedWrite>(new StagedWrite(driver));
+    staged->bytes_ = std::max<uint64_t>(bytes, 1);
+    void* p = mmap(nullptr, staged->bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (p == MAP_FAILED) return errnoError(errno, fmt::format("cannot stage {} bytes of device memory", bytes));
+    staged->data_ = static_cast<std::byte*>(p);
+    return staged;
+  }
+  uint64_t capacity() const { return bytes_; }
+  // Registers the memory with the driver (in the current context), so that
+  // copies into it run at the copy engine's rate; unregistered, they still work.
+  void registerMemory() {
+    if (registered_) return;
+    PHOS_DRIVER(driver_, CtxGetCurrent)(&context_);
+    registered_ = PHOS_DRIVER(driver_, MemHostRegister_v2)(data_, bytes_, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS;
+  }
+  ~StagedWrite() {
+    join();
+    if (registered_) {
+      CUcontext previous = nullptr;
+      PHOS_DRIVER(driver_, CtxGetCurrent)(&previous);
+      PHOS_DRIVER(driver_, CtxSetCurrent)(context_);
+      PHOS_DRIVER(driver_, MemHostUnregister)(data_);
+      PHOS_DRIVER(driver_, CtxSetCurrent)(previous);
+    }
+    if (data_ != nullptr) munmap(data_, bytes_);
+  }
+  std::byte* data() const { return data_; }
+
+  // Writes every chunk of `items` on `threads` threads.
+  void start(image::ImageWriter& writer, std::vector<Item> items, unsigned threads) {
+    items_ = std::move(items);
+    for (const Item& item : items_) {
+      for (uint64_t at = 0; at < item.bytes; at += image::kDefaultChunkBytes) chunks_.push_back({&item, at});
+      total_ += item.bytes;
+    }
+    for (unsigned t = 0; t < threads; ++t) {
+      workers_.emplace_back([this, &writer] {
+        for (size_t i = next_++; i < chunks_.size() && !failed_.load(); i = next_++) {
+          const auto& [item, at] = chunks_[i];
+          const uint64_t n = std::min<uint64_t>(image::kDefaultChunkBytes, item->bytes - at);
+          Status st = writer.writeChunk(item->blob, at / image::kDefaultChunkBytes, {data_ + item->offset + at, n});
+          if (!st.isOk()) {
+            std::lock_guard lock(errorMutex_);
+            if (error_.isOk()) error_ = st;
+            failed_ = true;
+          }
+          written_ += n;
+        }
+      });
+    }
+  }
+
+  // Stops the writing threads at their next chunk (the checkpoint failed).
+  void abandon() {
+    failed_ = true;
+    join();
+  }
+
+  // Waits for the writing threads; reports {"phase": "write"} progress.
+  Status finish(const ProgressFn& progress) {
+    PhaseProgress phase(progress, "write", total_);
+    phase.start();
+    uint64_t reported = 0;
+    while (!workers_.empty() && written_.load() < total_ && !failed_.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const uint64_t now = written_.load();
+      phase.advance(now - reported);
+      reported = now;
+    }
+    join();
+    phase.advance(written_.load() - reported);
+    std::lock_guard lock(errorMutex_);
+    return error_;
+  }
+
+ private:
+  explicit StagedWrite(const DriverTable& driver) : driver_(driver) {}
+  void join() {
+    for (auto& w : workers_) w.join();
+    workers_.clear();
+  }
+
+  const DriverTable& driver_;
+  CUcontext context_ = nullptr;
+  std::byte* data_ = nullptr;
+  uint64_t bytes_ = 0;
+  bool registered_ = false;
+  std::vector<Item> items_;
+  std::vector<std::pair<const Item*, uint64_t>> chunks_;
+  uint64_t total_ = 0;
+  std::atomic<size_t> next_{0};
+  std::atomic<uint64_t> written_{0};
+  std::atomic<bool> failed_{false};
+  std::mutex errorMutex_;
+  Status error_ = Status::ok();
+  std::vector<std::thread> workers_;
+};
+
+// Host memory a checkpoint may use to stage device memory: half of what the
+// kernel says is available.
+uint64_t stagingBudget() {
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string key; meminfo >> key;) {
+    uint64_t kib = 0;
+    meminfo >> kib;
+    if (key == "MemAvailable:") return kib * 1024 / 2;
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return 0;
+}
+
+// Whether `pid` has exited (a zombie not reaped yet counts as gone).
+bool processGone(pid_t pid) {
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  return text.empty() || paren == std::string::npos || text.compare(paren + 1, 3, " Z ") == 0 ||
+         text.compare(paren + 1, 3, " X ") == 0;
+}
+
+// A session file of the image is about to be re-created at its path: one left
+// by a session that is gone is removed; while a live session holds the ring
+// locked (Session::lockRing), the checkpointed session still runs here.
+Status claimPath(const std::string& path, const std::string& ringPath, pid_t process) {
+  if (path.rfind("/dev/shm/phos-", 0) != 0 || path.find("..") != std::string::npos) {
+    return makeError(Code::kDataLoss, "the image names a session file outside /dev/shm/phos-*: {}", path);
+  }
+  auto inUse = [&](std::string why) {
+    return makeError(Code::kFailedPrecondition, "{} is in use ({}): the checkpointed session still runs on this host",
+                     path, why);
+  };
+  if (int fd = open(ringPath.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+    // A session whose process just ended is still being freed by its worker
+    // for a moment: wait for that, not for a session that lives on.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    bool held = flock(fd, LOCK_EX | LOCK_NB) != 0;
+    if (held && !processGone(process)) {
+      close(fd);
+      return inUse(fmt::format("a session holds its ring, and pid {} runs", process));
+    }
+    while (held && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      held = flock(fd, LOCK_EX | LOCK_NB) != 0;
+    }
+    close(fd);  // releases the lock taken, if any
+    if (held) return inUse("a session holds its ring");
+  }
+  struct stat st{};
+  if (lstat(path.c_str(), &st) != 0) return Status::ok();
+  if (unlink(path.c_str()) != 0) return errnoError(errno, fmt::format("cannot remove the stale {}", path));
+  return Status::ok();
+}
+
+// Whether `uid` may create entries in `dir` (its owner with write permission,
+// or anyone with write permission for others; group membership is not
+// looked up: a group-writable directory of another owner is refused).
+Status writableBy(const std::filesystem::path& dir, uid_t uid) {
+  struct stat st{};
+  const std::filesystem::path where = dir.empty() ? std::filesystem::path(".") : dir;
+  if (stat(where.c_str(), &st) != 0) return errnoError(errno, fmt::format("cannot use {}", where.string()));
+  const bool owner = st.st_uid == uid && (st.st_mode & S_IWUSR) != 0;
+  const bool anyone = (st.st_mode & S_IWOTH) != 0;  // /tmp
+  if (owner || anyone) return Status::ok();
+  return makeError(Code::kPermissionDenied, "uid {} may not write into {}", uid, where.string());
+}
+
+template <typename T>
+Result<T> field(const json& object, const char* name, const std::string& where) {
+  if (!object.is_object() || !object.contains(name)) {
+    return makeError(Code::kDataLoss, "{}: \"{}\" is missing", where, name);
+  }
+  try {
+    return object.at(name).get<T>();
+  } catch (const json::exception&) {
+    return makeError(Code::kDataLoss, "{}: \"{}\" has the wrong type", where, name);
+  }
+}
+
+}  // namespace
+
+class Engine {
+ public:
+  // ---- checkpoint ----------------------------------------------------------
+  static json checkpoint(Session& s, const json& request, const ProgressFn& progress) {
+    if (!request.contains("image") || !request["image"].is_string() || request["image"].get<std::string>().empty()) {
+      return failure(makeError(Code::kInvalidArgument, "checkpoint needs an \"image\" directory"));
+    }
+    checkpoint::CheckpointOptions options;
+    options.image = request["image"].get<std::string>();
+    // phosd may run as root for users who are not: the image goes only where
+    // the asking user could write it.
+    if (const uid_t peer = request.value("peer_uid", uid_t{0}); peer != 0) {
+      if (Status allowed = writableBy(options.image.parent_path(), peer); !allowed.isOk()) return failure(allowed);
+    }
+    options.leaveRunning = request.value("leave_running", false);
+    auto codec = image::parseCodec(request.value("compress", std::string("none")));
+    if (!codec.isOk()) return failure(codec.status());
+    options.codec = *codec;
+
+    json state;
+    uint64_t gpuBytes = 0;
+    bool paused = false;
+    const bool leaveRunning = options.leaveRunning;
+    options.hooks.progress = progress;
+    using Clock = std::chrono::steady_clock;
+    Clock::time_point pausedAt{}, resumedAt{};
+    std::unique_ptr<StagedWrite> staged;
+    double copySeconds = 0;
+    Status written = Status::ok();
+    options.hooks.beforeDump = [&](image::ImageWriter& writer) -> Status {
+      // Host memory for the device memory's copy, prepared while the
+      // application still runs (module globals may need a little more).
+      if (const uint64_t expected = s.info().deviceBytes + (1u << 20); expected <= stagingBudget()) {
+        if (auto reserved = StagedWrite::reserve(s.driver_, expected); reserved.isOk()) staged = std::move(*reserved);
+      }
+      RETURN_IF_ERROR(s.pause(kPauseTimeout));
+      paused = true;
+      pausedAt = Clock::now();
+      std::lock_guard lock(s.mutex_);
+      return captureDevice(s, writer, state, gpuBytes, staged, copySeconds, progress);
+    };
+    options.hooks.whileFrozen = [&](image::ImageWriter& writer) -> Status {
+      std::lock_guard lock(s.mutex_);
+      return captureShared(s, writer, state, gpuBytes, progress);
+    };
+    options.hooks.afterDump = [&](bool dumped) {
+      // Without --leave-running the process is gone after a good dump: its
+      // calls are never served again (the worker frees the session).
+      if (paused && (!dumped || leaveRunning)) {
+        s.resume();
+        resumedAt = Clock::now();
+      }
+      paused = paused && dumped && !leaveRunning;
+      // The staged device memory reaches the image (the application may run
+      // meanwhile); commit follows.
+      if (staged != nullptr) {
+        if (dumped) {
+          written = staged->finish(progress);
+        } else {
+          staged->abandon();
+        }
+        staged.reset();
+      }
+    };
+    options.hooks.gpuState = [&] { return json{{"sessions", json::array({state})}}; };
+
+    auto report = checkpoint::checkpointProcess(s.pid(), options);
+    if (paused && !report.isOk()) s.resume();  // a failure after the dump
+    if (!report.isOk()) return failure(written.isOk() ? report.status() : written);
+    // How long the application's GPU calls waited: from the pause to the
+    // resume (--leave-running), or to the end of the dump that ended it.
+    const double stall = pausedAt == Clock::time_point{}
+                             ? 0.0
+                             : std::chrono::duration<double>((resumedAt != Clock::time_point{} ? resumedAt : Clock::now()) -
+                                                             pausedAt)
+                                   .count();
+    return {{"ok", true},
+            {"report",
+             {{"pid", report->pid},
+              {"image", report->image.string()},
+              {"cpu_bytes", report->cpuBytes},
+              {"cpu_files", report->cpuFiles},
+              {"gpu_bytes", gpuBytes},
+              {"freeze_seconds", report->freezeSeconds},
+              {"total_seconds", report->totalSeconds},
+              {"left_running", leaveRunning},
+              {"gpu_stall_seconds", stall},
+              {"gpu_copy_seconds", copySeconds},
+              {"session", s.id()}}}};
+  }
+
+  // Device memory, modules, globals and the description of every object.
+  // The session is paused and its mutex held.
+  static Status captureDevice(Session& s, image::ImageWriter& writer, json& state, uint64_t& gpuBytes,
+                              std::unique_ptr<StagedWrite>& staged, double& copySeconds,
+                              const ProgressFn& progress) {
+    const DriverTable& d = s.driver_;
+    state = {{"session", s.id_},   {"pid", s.pid_},     {"uid", s.uid_},
+             {"driver", d.path()}, {"worker_pid", getpid()}, {"handles_last_serial", s.handles_.lastSerial()}};
+    // Drain every context: nothing may write device memory while it is copied.
+    json contexts = json::array();
+    for (const auto& [vid, ctx] : s.contexts_) {
+      if (ctx.real == nullptr) continue;
+      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, CtxSetCurrent)(ctx.real), "making a context current"));
+      CUresult r = PHOS_DRIVER(d, CtxSynchronize)();
+      if (r != CUDA_SUCCESS) {
+        return makeError(Code::kFailedPrecondition,
+                         "context {} of the session failed (CUresult {}): its memory cannot be trusted", hex(vid),
+                         static_cast<int>(r));
+      }
+      unsigned flags = 0;
+      PHOS_DRIVER(d, CtxGetFlags)(&flags);
+      contexts.push_back({{"id", vid}, {"device", ctx.device}, {"primary", ctx.primary}, {"flags", flags}});
+    }
+    s.currentReal_ = nullptr;  // changed above; the next call makes its own current
+    state["contexts"] = contexts;
+    json primaries = json::array();
+    for (const auto& [device, p] : s.primaries_) {
+      primaries.push_back({{"device", device}, {"id", p.id}, {"refs", p.refs}, {"flags", p.flags}});
+    }
+    state["primaries"] = primaries;
+    state["destroyed_contexts"] = s.destroyedContexts_;
+    json heaps = json::array();
+    for (const auto& [device, heap] : s.heaps_) heaps.push_back({{"device", device}, {"base", heap->base()}});
+    state["heaps"] = heaps;
+
+    auto contextOnDevice = [&](int device) -> CUcontext {
+      for (const auto& [vid, ctx] : s.contexts_) {
+        if (ctx.real != nullptr && ctx.device == device) return ctx.real;
+      }
+      return nullptr;
+    };
+
+    // What is copied: allocations, then module globals.
+    struct Copy {
+      size_t blob;
+      CUdeviceptr address;
+      uint64_t bytes;
+      int device;
+    };
+    std::vector<Copy> copies;
+    json allocations = json::array();
+    for (const auto& [address, a] : s.allocations_) {
+      if (a.module != nullptr) continue;
+      std::string name = fmt::format("gpu/{}/{}", a.device, hex(address));
+      ASSIGN_OR_RETURN(size_t blob, writer.addBlob(name, "gpu-memory", a.bytes,
+                                                   {{"device", a.device}, {"address", address}, {"context", a.context}}));
+      copies.push_back({blob, address, a.bytes, a.device});
+      allocations.push_back({{"address", address}, {"bytes", a.bytes}, {"device", a.device}, {"context", a.context},
+                             {"blob", name}});
+    }
+    state["allocations"] = allocations;
+
+    // Modules and libraries, in creation order, with their images and globals.
+    json modules = json::array();
+    std::vector<std::pair<uint64_t, const ModuleRecord*>> records;
+    for (const auto& [id, rec] : s.moduleRecords_) records.emplace_back(id, &rec);
+    std::sort(records.begin(), records.end(),
+              [](const auto& a, const auto& b) { return HandleTable::serialOf(a.first) < HandleTable::serialOf(b.first); });
+    for (const auto& [id, rec] : records) {
+      const HandleType type = rec->library ? HandleType::kCUlib_st : HandleType::kCUmod_st;
+      void* real = s.handles_.resolve(type, id);
+      if (real == nullptr) continue;
+      std::string name = fmt::format("module/{}", hex(id));
+      ASSIGN_OR_RETURN(size_t imageBlob, writer.addBlob(name, "module-image", rec->image.size(),
+                                                        {{"module", id}, {"library", rec->library}}));
+      RETURN_IF_ERROR(writer.writeBlob(imageBlob, std::as_bytes(std::span(rec->image))));
+      int device = 0;
+      if (auto ctx = s.contexts_.find(rec->context); ctx != s.contexts_.end()) device = ctx->second.device;
+      json globals = json::array();
+      json entry = {{"id", id}, {"library", rec->library}, {"context", rec->context}, {"image", name}};
+      if (isPtx(rec->image)) {
+        ASSIGN_OR_RETURN(auto names, ptxGlobals(rec->image));
+        CUcontext ctx = rec->library ? contextOnDevice(0) : s.contexts_.at(rec->context).real;
+        if (ctx != nullptr) PHOS_DRIVER(d, CtxSetCurrent)(ctx);
+        for (const std::string& g : names) {
+          CUdeviceptr address = 0;
+          size_t bytes = 0;
+          CUresult r = rec->library
+                           ? PHOS_DRIVER(d, LibraryGetGlobal)(&address, &bytes, static_cast<CUlibrary>(real), g.c_str())
+                           : PHOS_DRIVER(d, ModuleGetGlobal_v2)(&address, &bytes, static_cast<CUmodule>(real), g.c_str());
+          if (r != CUDA_SUCCESS || bytes == 0) continue;
+          const Allocation* taken = s.findAllocation(address);
+          std::string blobName = fmt::format("global/{}/{}", hex(id), g);
+          ASSIGN_OR_RETURN(size_t blob, writer.addBlob(blobName, "module-global", bytes,
+                                                       {{"module", id}, {"name", g}, {"address", address}}));
+          copies.push_back({blob, address, bytes, device});
+          globals.push_back({{"name", g},
+                             {"address", address},
+                             {"bytes", bytes},
+                             {"blob", blobName},
+                             {"taken", taken != nullptr && taken->address == address}});
+        }
+        entry["globals_enumerated"] = true;
+      } else {
+        // No PTX to list the globals from: only those the application asked
+        // for are known (by address, not by name), so none is saved.
+        entry["globals_enumerated"] = false;
+      }
+      entry["globals"] = globals;
+      entry["device"] = device;
+      modules.push_back(entry);
+    }
+    state["modules"] = modules;
+
+    // Functions, kernels, library modules, streams and events: how to make
+    // each again, by the id the application holds.
+    json functions = json::array(), kernels = json::array(), libraryModules = json::array();
+    json lost = json::array();
+    auto libraryOfModule = [&](CUmodule m) -> uint64_t {
+      for (const auto& [id, rec] : records) {
+        if (!rec->library) continue;
+        auto* lib = static_cast<CUlibrary>(s.handles_.resolve(HandleType::kCUlib_st, id));
+        CUmodule lm = nullptr;
+        if (lib != nullptr && PHOS_DRIVER(d, LibraryGetModule)(&lm, lib) == CUDA_SUCCESS && lm == m) return id;
+      }
+      return 0;
+    };
+    for (uint64_t id : s.handles_.ids(HandleType::kCUmod_st)) {
+      if (s.moduleRecords_.count(id) != 0) continue;
+      auto* m = static_cast<CUmodule>(s.handles_.resolve(HandleType::kCUmod_st, id));
+      if (auto ctx = s.contexts_.find(s.contextOf(id)); ctx != s.contexts_.end()) {
+        PHOS_DRIVER(d, CtxSetCurrent)(ctx->second.real);
+      }
+      if (uint64_t lib = libraryOfModule(m); lib != 0) {
+        libraryModules.push_back({{"id", id}, {"library", lib}, {"context", s.contextOf(id)}});
+      } else {
+        lost.push_back({{"id", id}, {"what", "a module phosd did not load itself"}});
+      }
+    }
+    for (uint64_t id : s.handles_.ids(HandleType::kCUfunc_st)) {
+      auto* f = static_cast<CUfunction>(s.handles_.resolve(HandleType::kCUfunc_st, id));
+      const char* fname = nullptr;
+      CUmodule m = nullptr;
+      if (PHOS_DRIVER(d, FuncGetName)(&fname, f) != CUDA_SUCCESS || PHOS_DRIVER(d, FuncGetModule)(&m, f) != CUDA_SUCCESS) {
+        lost.push_back({{"id", id}, {"what", "a function the driver cannot name"}});
+        continue;
+      }
+      json entry = {{"id", id}, {"name", fname}, {"context", s.contextOf(id)}};
+      if (uint64_t mid = s.handles_.idOf(m); mid != 0 && HandleTable::typeOf(mid) == HandleType::kCUmod_st) {
+        entry["module"] = mid;
+      } else if (uint64_t lib = libraryOfModule(m); lib != 0) {
+        entry["library"] = lib;  // cuKernelGetFunction: the library's module in this context
+      } else {
+        lost.push_back({{"id", id}, {"what", fmt::format("function {} of a module phosd did not load", fname)}});
+        continue;
+      }
+      functions.push_back(entry);
+    }
+    for (uint64_t id : s.handles_.ids(HandleType::kCUkern_st)) {
+      auto* k = static_cast<CUkernel>(s.handles_.resolve(HandleType::kCUkern_st, id));
+      const char* kname = nullptr;
+      CUlibrary lib = nullptr;
+      if (PHOS_DRIVER(d, KernelGetName)(&kname, k) != CUDA_SUCCESS ||
+          PHOS_DRIVER(d, KernelGetLibrary)(&lib, k) != CUDA_SUCCESS) {
+        lost.push_back({{"id", id}, {"what", "a kernel the driver cannot name"}});
+        continue;
+      }
+      kernels.push_back({{"id", id}, {"library", s.handles_.idOf(lib)}, {"name", kname}});
+    }
+    json streams = json::array();
+    for (uint64_t id : s.handles_.ids(HandleType::kCUstream_st)) {
+      auto* st = static_cast<CUstream>(s.handles_.resolve(HandleType::kCUstream_st, id));
+      unsigned flags = 0;
+      int priority = 0;
+      PHOS_DRIVER(d, StreamGetFlags)(st, &flags);
+      PHOS_DRIVER(d, StreamGetPriority)(st, &priority);
+      streams.push_back({{"id", id}, {"context", s.contextOf(id)}, {"flags", flags}, {"priority", priority}});
+    }
+    json events = json::array();
+    for (uint64_t id : s.handles_.ids(HandleType::kCUevent_st)) {
+      auto flags = s.eventFlags_.find(id);
+      events.push_back({{"id", id}, {"context", s.contextOf(id)}, {"flags", flags != s.eventFlags_.end() ? flags->second : 0u}});
+    }
+    state["library_modules"] = libraryModules;
+    state["functions"] = functions;
+    state["kernels"] = kernels;
+    state["streams"] = streams;
+    state["events"] = events;
+    state["lost_handles"] = lost;
+    // An error of a posted call not reported yet: the next synchronizing call
+    // of the restored process reports it, as it would have.
+    state["deferred_error"] = static_cast<int>(s.deferred_);
+
+    // The copies: into host memory when it has room (the application then
+    // waits for the copy engine only), else chunk by chunk into the image.
+    uint64_t total = 0;
+    for (const Copy& c : copies) total += c.bytes;
+    PhaseProgress phase(progress, "gpu-memory", total);
+    phase.start();
+    std::map<int, std::vector<const Copy*>> byDevice;
+    for (const Copy& c : copies) byDevice[c.device].push_back(&c);
+    const bool stage = total <= stagingBudget();
+    if (stage && !byDevice.empty()) {
+      // Reserved before the pause for what the session had then; more was
+      // allocated since: reserve again (now, while the application waits).
+      if (staged == nullptr || staged->capacity() < total) {
+        staged.reset();
+        ASSIGN_OR_RETURN(staged, StagedWrite::reserve(d, total));
+      }
+      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, CtxSetCurrent)(contextOnDevice(byDevice.begin()->first)),
+                               "making a context current"));
+      staged->registerMemory();
+    } else {
+      staged.reset();
+    }
+    const auto copyStart = std::chrono::steady_clock::now();
+    std::vector<StagedWrite::Item> items;
+    uint64_t offset = 0, advanced = 0;
+    for (const auto& [device, list] : byDevice) {
+      CUcontext ctx = contextOnDevice(device);
+      if (ctx == nullptr) return makeError(Code::kInternal, "device {} memory without a context of the session", device);
+      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, CtxSetCurrent)(ctx), "making a context current"));
+      if (stage) {
+        for (const Copy* c : list) {
+          RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, MemcpyDtoHAsync_v2)(staged->data() + offset, c->address, c->bytes, nullptr),
+                                   fmt::format("copying device memory at {}", hex(c->address))));
+          items.push_back({c->blob, offset, c->bytes});
+          offset += c->bytes;
+        }
+        RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, CtxSynchronize)(), "waiting for the device copies"));
+        phase.advance(offset - advanced);
+        advanced = offset;
+        continue;
+      }
+      ChunkCopier copier(d, image::kDefaultChunkBytes);
+      RETURN_IF_ERROR(copier.prepare());
+      for (const Copy* c : list) {
+        RETURN_IF_ERROR(copier.save(writer, c->blob, c->address, c->bytes, [&](uint64_t n) { phase.advance(n); }));
+      }
+    }
+    copySeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - copyStart).count();
+    PHOS_DRIVER(d, CtxSetCurrent)(nullptr);
+    if (staged != nullptr) {
+      staged->start(writer, std::move(items), std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+    }
+    gpuBytes += total;
+    return Status::ok();
+  }
+
+  // Pinned memory, the ring and the host-call queue: the application's CPU
+  // writes them, so they are copied while CRIU holds it frozen.
+  static Status captureShared(Session& s, image::ImageWriter& writer, json& state, uint64_t& gpuBytes,
+                              const ProgressFn& progress) {
+    uint64_t total = 0;
+    for (const auto& [address, r] : s.pinned_) total += r.bytes;
+    PhaseProgress phase(progress, "pinned", total);
+    phase.start();
+    json pinned = json::array();
+    for (const auto& [address, r] : s.pinned_) {
+      std::string name = fmt::format("pinned/{}", hex(address));
+      ASSIGN_OR_RETURN(size_t blob, writer.addBlob(name, "pinned-host", r.bytes, {{"address", address}}));
+      RETURN_IF_ERROR(writer.writeBlob(blob, {reinterpret_cast<const std::byte*>(address), r.bytes}));
+      phase.advance(r.bytes);
+      pinned.push_back({{"address", address}, {"bytes", r.bytes}, {"mapped", r.mapped}, {"flags", r.flags},
+                        {"path", r.path}, {"context", r.context}, {"blob", name}});
+    }
+    state["pinned"] = pinned;
+    gpuBytes += total;
+    if (s.ring_.has_value()) {
+      auto snap = s.ring_->snapshot();
+      ASSIGN_OR_RETURN(size_t blob, writer.addBlob("session/ring", "call-ring", snap.bytes.size()));
+      RETURN_IF_ERROR(writer.writeBlob(blob, snap.bytes));
+      state["ring"] = {{"path", s.ringPath_}, {"blob", "session/ring"}, {"read_position", snap.readPosition},
+                       {"slot_count", s.ring_->geometry().slotCount}, {"slot_bytes", s.ring_->geometry().slotBytes}};
+    }
+    std::lock_guard lock(s.hostCallsMutex_);
+    if (s.hostCalls_ != nullptr) {
+      auto bytes = s.hostCalls_->bytes();
+      ASSIGN_OR_RETURN(size_t blob, writer.addBlob("session/hostcalls", "host-call-queue", bytes.size()));
+      RETURN_IF_ERROR(writer.writeBlob(blob, bytes));
+      state["host_calls"] = {{"path", s.hostCalls_->path()}, {"blob", "session/hostcalls"}};
+    }
+    return Status::ok();
+  }
+
+  // ---- restore -------------------------------------------------------------
+  static Result<std::unique_ptr<Session>> restore(uint64_t id, const DriverTable& d, ContextPool& pool,
+                                                  const ServerTable& servers, const std::string& runtimeDir,
+                                                  const json& request, const ProgressFn& progress) {
+    if (!request.contains("image") || !request["image"].is_string()) {
+      return makeError(Code::kInvalidArgument, "restore needs an \"image\" directory");
+    }
+    const std::string dir = request["image"].get<std::string>();
+    ASSIGN_OR_RETURN(auto reader, image::ImageReader::open(dir));
+    const json& all = reader->manifest().state;
+    if (!all.contains("gpu") || !all["gpu"].contains("sessions") || !all["gpu"]["sessions"].is_array() ||
+        all["gpu"]["sessions"].empty()) {
+      return makeError(Code::kInvalidArgument, "{} holds no GPU session (a CPU-only image needs no phosd)", dir);
+    }
+    if (all["gpu"]["sessions"].size() != 1) {
+      return makeError(Code::kNotSupported, "{} holds {} GPU sessions; a worker restores one", dir,
+                       all["gpu"]["sessions"].size());
+    }
+    const json& st = all["gpu"]["sessions"][0];
+    const std::string where = "state.gpu.sessions[0]";
+    ASSIGN_OR_RETURN(pid_t pid, field<pid_t>(st, "pid", where));
+    ASSIGN_OR_RETURN(uid_t uid, field<uid_t>(st, "uid", where));
+    auto session = std::make_unique<Session>(id, pid, uid, d, pool, servers, runtimeDir);
+    Session& s = *session;
+    Status done = rebuild(s, *reader, st, progress);
+    if (!done.isOk()) return done.withContext(fmt::format("restoring {}", dir));
+    return session;
+  }
+
+  static Result<size_t> blobOf(const image::ImageReader& reader, const json& entry, const std::string& where) {
+    ASSIGN_OR_RETURN(std::string name, field<std::string>(entry, "blob", where));
+    auto blob = reader.findBlob(name);
+    if (!blob) return makeError(Code::kDataLoss, "{}: blob {} is not in the image", where, name);
+    return *blob;
+  }
+
+  static Status rebuild(Session& s, const image::ImageReader& reader, const json& st, const ProgressFn& progress) {
+    const DriverTable& d = s.driver_;
+    std::lock_guard lock(s.mutex_);
+    // The session's files first: if it still runs here, nothing is done.
+    if (!st.contains("ring")) return makeError(Code::kDataLoss, "the session's call ring is not in the image");
+    ASSIGN_OR_RETURN(const std::string ringPath, field<std::string>(st["ring"], "path", "ring"));
+    RETURN_IF_ERROR(claimPath(ringPath, ringPath, s.pid_));
+    ASSIGN_OR_RETURN(uint64_t lastSerial, field<uint64_t>(st, "handles_last_serial", "session"));
+    s.handles_.setLastSerial(lastSerial);
+    s.deferred_ = static_cast<CUresult>(st.value("deferred_error", 0));
+
+    // Contexts, from the pool.
+    for (const json& c : st.value("contexts", json::array())) {
+      ASSIGN_OR_RETURN(uint64_t vid, field<uint64_t>(c, "id", "context"));
+      ASSIGN_OR_RETURN(int device, field<int>(c, "device", "context"));
+      if (device < 0 || device >= s.pool_.deviceCount()) {
+        return makeError(Code::kFailedPrecondition, "the image's context {} is on device {}; this host has {}",
+                         hex(vid), device, s.pool_.deviceCount());
+      }
+      ASSIGN_OR_RETURN(CUcontext real, s.pool_.take(device, c.value("flags", 0u)));
+      s.contexts_[vid] = {real, device, c.value("primary", false)};
+      s.handles_.bind(HandleType::kCUctx_st, vid, real);
+      s.captureOutput(real);
+    }
+    for (const json& p : st.value("primaries", json::array())) {
+      PrimaryContext& pc = s.primaries_[p.value("device", 0)];
+      pc.id = p.value("id", uint64_t{0});
+      pc.refs = p.value("refs", 0u);
+      pc.flags = p.value("flags", 0u);
+    }
+    for (const json& c : st.value("destroyed_contexts", json::array())) s.destroyedContexts_.insert(c.get<uint64_t>());
+    auto contextReal = [&](uint64_t vid) -> Result<CUcontext> {
+      auto it = s.contexts_.find(vid);
+      if (it == s.contexts_.end()) return makeError(Code::kDataLoss, "the image names context {}, which it does not hold", hex(vid));
+      return it->second.real;
+    };
+    auto makeCurrent = [&](uint64_t vid) -> Status {
+      ASSIGN_OR_RETURN(CUcontext real, contextReal(vid));
+      return cuStatus(PHOS_DRIVER(d, CtxSetCurrent)(real), "making a context current");
+    };
+
+    uint64_t total = 0;
+    for (const auto& b : reader.manifest().blobs) {
+      if (b.kind == "gpu-memory" || b.kind == "module-global") total += b.size;
+    }
+    PhaseProgress phase(progress, "gpu-memory", total);
+    phase.start();
+    auto advance = [&](uint64_t n) { phase.advance(n); };
+
+    // Device memory, at its addresses, in the ranges it was in.
+    std::map<int, CUdeviceptr> heapBases;
+    for (const json& h : st.value("heaps", json::array())) {
+      ASSIGN_OR_RETURN(int device, field<int>(h, "device", "heap"));
+      ASSIGN_OR_RETURN(heapBases[device], field<uint64_t>(h, "base", "heap"));
+    }
+    std::map<int, std::unique_ptr<ChunkCopier>> copiers;
+    auto copierFor = [&](int device) -> Result<ChunkCopier*> {
+      auto& c = copiers[device];
+      if (c == nullptr) {
+        c = std::make_unique<ChunkCopier>(d, image::kDefaultChunkBytes);
+        RETURN_IF_ERROR(c->prepare());
+      }
+      return c.get();
+    };
+    for (const json& a : st.value("allocations", json::array())) {
+      ASSIGN_OR_RETURN(CUdeviceptr address, field<uint64_t>(a, "address", "allocation"));
+      ASSIGN_OR_RETURN(uint64_t bytes, field<uint64_t>(a, "bytes", "allocation"));
+      ASSIGN_OR_RETURN(int device, field<int>(a, "device", "allocation"));
+      ASSIGN_OR_RETURN(uint64_t context, field<uint64_t>(a, "context", "allocation"));
+      ASSIGN_OR_RETURN(size_t blob, blobOf(reader, a, "allocation"));
+      RETURN_IF_ERROR(makeCurrent(context));
+      auto& heap = s.heaps_[device];
+      if (heap == nullptr) {
+        auto base = heapBases.find(device);
+        if (base == heapBases.end()) {
+          return makeError(Code::kDataLoss, "allocation {} is on device {}, whose range the image does not name",
+                           hex(address), device);
+        }
+        heap = std::make_unique<DeviceHeap>(d, device, base->second);
+      }
+      CUresult r = heap->allocateAt(address, bytes);
+      if (r != CUDA_SUCCESS) {
+        return makeError(Code::kFailedPrecondition, "cannot map {} bytes of device {} at {} again (CUresult {})", bytes,
+                         device, hex(address), static_cast<int>(r));
+      }
+      s.allocations_[address] = {address, bytes, context, nullptr, device};
+      ASSIGN_OR_RETURN(ChunkCopier * copier, copierFor(device));
+      RETURN_IF_ERROR(copier->load(reader, blob, address, advance));
+    }
+
+    // Modules and libraries, loaded again in creation order; their globals.
+    for (const json& m : st.value("modules", json::array())) {
+      ASSIGN_OR_RETURN(uint64_t mid, field<uint64_t>(m, "id", "module"));
+      const bool library = m.value("library", false);
+      const uint64_t context = m.value("context", uint64_t{0});
+      auto imageBlob = reader.findBlob(m.value("image", std::string()));
+      if (!imageBlob) return makeError(Code::kDataLoss, "the image of module {} is missing", hex(mid));
+      ModuleRecord rec{library, std::vector<char>(reader.manifest().blobs[*imageBlob].size), context};
+      RETURN_IF_ERROR(reader.read(*imageBlob, 0, std::as_writable_bytes(std::span(rec.image))));
+      if (!library) RETURN_IF_ERROR(makeCurrent(context));
+      void* real = nullptr;
+      CUresult r;
+      if (library) {
+        CUlibrary lib = nullptr;
+        r = PHOS_DRIVER(d, LibraryLoadData)(&lib, rec.image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
+        real = lib;
+      } else {
+        CUmodule mod = nullptr;
+        r = PHOS_DRIVER(d, ModuleLoadData)(&mod, rec.image.data());
+        real = mod;
+      }
+      if (r != CUDA_SUCCESS) {
+        return makeError(Code::kFailedPrecondition, "the driver refused module {} again (CUresult {})", hex(mid),
+                         static_cast<int>(r));
+      }
+      s.handles_.bind(library ? HandleType::kCUlib_st : HandleType::kCUmod_st, mid, real);
+      if (!library) s.contextOfHandle_[mid] = context;
+      s.moduleRecords_[mid] = std::move(rec);
+      s.noteModule(+1);
+      const int device = m.value("device", 0);
+      for (const json& g : m.value("globals", json::array())) {
+        ASSIGN_OR_RETURN(std::string name, field<std::string>(g, "name", "global"));
+        ASSIGN_OR_RETURN(CUdeviceptr was, field<uint64_t>(g, "address", "global"));
+        ASSIGN_OR_RETURN(size_t blob, blobOf(reader, g, "global"));
+        CUdeviceptr address = 0;
+        size_t bytes = 0;
+        if (library) {
+          ASSIGN_OR_RETURN(CUcontext any, contextReal(s.contexts_.empty() ? 0 : s.contexts_.begin()->first));
+          PHOS_DRIVER(d, CtxSetCurrent)(any);
+          r = PHOS_DRIVER(d, LibraryGetGlobal)(&address, &bytes, static_cast<CUlibrary>(real), name.c_str());
+        } else {
+          r = PHOS_DRIVER(d, ModuleGetGlobal_v2)(&address, &bytes, static_cast<CUmodule>(real), name.c_str());
+        }
+        if (r != CUDA_SUCCESS || bytes != reader.manifest().blobs[blob].size) {
+          return makeError(Code::kFailedPrecondition, "global {} of module {} is not what it was", name, hex(mid));
+        }
+        if (g.value("taken", false)) {
+          if (address != was) {
+            // The application holds the old address (cuModuleGetGlobal) and
+            // the driver chose another: nothing can make them agree.
+            return makeError(Code::kFailedPrecondition,
+                             "global {} of module {} was at {} and the driver placed it at {} now; the application "
+                             "holds the old address",
+                             name, hex(mid), hex(was), hex(address));
+          }
+          s.allocations_[address] = {address, bytes, context, real, device};
+        }
+        ASSIGN_OR_RETURN(ChunkCopier * copier, copierFor(device));
+        RETURN_IF_ERROR(copier->load(reader, blob, address, advance));
+      }
+    }
+    for (const json& m : st.value("library_modules", json::array())) {
+      ASSIGN_OR_RETURN(uint64_t mid, field<uint64_t>(m, "id", "library module"));
+      ASSIGN_OR_RETURN(uint64_t lid, field<uint64_t>(m, "library", "library module"));
+      const uint64_t context = m.value("context", uint64_t{0});
+      if (context != 0) RETURN_IF_ERROR(makeCurrent(context));
+      CUmodule mod = nullptr;
+      auto* lib = static_cast<CUlibrary>(s.handles_.resolve(HandleType::kCUlib_st, lid));
+      if (lib == nullptr || PHOS_DRIVER(d, LibraryGetModule)(&mod, lib) != CUDA_SUCCESS) {
+        return makeError(Code::kFailedPrecondition, "module {} of library {} cannot be made again", hex(mid), hex(lid));
+      }
+      s.handles_.bind(HandleType::kCUmod_st, mid, mod);
+      if (context != 0) s.contextOfHandle_[mid] = context;
+    }
+    for (const json& f : st.value("functions", json::array())) {
+      ASSIGN_OR_RETURN(uint64_t fid, field<uint64_t>(f, "id", "function"));
+      ASSIGN_OR_RETURN(std::string name, field<std::string>(f, "name", "function"));
+      const uint64_t context = f.value("context", uint64_t{0});
+      if (context != 0) RETURN_IF_ERROR(makeCurrent(context));
+      CUmodule mod = nullptr;
+      if (f.contains("library")) {
+        auto* lib = static_cast<CUlibrary>(s.handles_.resolve(HandleType::kCUlib_st, f.value("library", uint64_t{0})));
+        if (lib != nullptr && PHOS_DRIVER(d, LibraryGetModule)(&mod, lib) != CUDA_SUCCESS) mod = nullptr;
+      } else {
+        ASSIGN_OR_RETURN(uint64_t mid, field<uint64_t>(f, "module", "function"));
+        mod = static_cast<CUmodule>(s.handles_.resolve(HandleType::kCUmod_st, mid));
+      }
+      CUfunction fn = nullptr;
+      if (mod == nullptr || PHOS_DRIVER(d, ModuleGetFunction)(&fn, mod, name.c_str()) != CUDA_SUCCESS) {
+        return makeError(Code::kFailedPrecondition, "function {} ({}) cannot be found again", name, hex(fid));
+      }
+      s.handles_.bind(HandleType::kCUfunc_st, fid, fn);
+      if (context != 0) s.contextOfHandle_[fid] = context;
+    }
+    for (const json& k : st.value("kernels", json::array())) {
+      ASSIGN_OR_RETURN(uint64_t kid, field<uint64_t>(k, "id", "kernel"));
+      ASSIGN_OR_RETURN(uint64_t lid, field<uint64_t>(k, "library", "kernel"));
+      ASSIGN_OR_RETURN(std::string name, field<std::string>(k, "name", "kernel"));
+      auto* lib = static_cast<CUlibrary>(s.handles_.resolve(HandleType::kCUlib_st, lid));
+      CUkernel kernel = nullptr;
+      if (lib == nullptr || PHOS_DRIVER(d, LibraryGetKernel)(&kernel, lib, name.c_str()) != CUDA_SUCCESS) {
+        return makeError(Code::kFailedPrecondition, "kernel {} ({}) cannot be found again", name, hex(kid));
+      }
+      s.handles_.bind(HandleType::kCUkern_st, kid, kernel);
+    }
+    for (const json& x : st.value("streams", json::array())) {
+      ASSIGN_OR_RETURN(uint64_t sid, field<uint64_t>(x, "id", "stream"));
+      const uint64_t context = x.value("context", uint64_t{0});
+      RETURN_IF_ERROR(makeCurrent(context));
+      CUstream stream = nullptr;
+      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, StreamCreateWithPriority)(&stream, x.value("flags", 0u), x.value("priority", 0)),
+                               fmt::format("creating stream {} again", hex(sid))));
+      s.handles_.bind(HandleType::kCUstream_st, sid, stream);
+      s.contextOfHandle_[sid] = context;
+    }
+    for (const json& x : st.value("events", json::array())) {
+      ASSIGN_OR_RETURN(uint64_t eid, field<uint64_t>(x, "id", "event"));
+      const uint64_t context = x.value("context", uint64_t{0});
+      const unsigned flags = x.value("flags", 0u);
+      RETURN_IF_ERROR(makeCurrent(context));
+      CUevent event = nullptr;
+      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, EventCreate)(&event, flags), fmt::format("creating event {} again", hex(eid))));
+      s.handles_.bind(HandleType::kCUevent_st, eid, event);
+      s.contextOfHandle_[eid] = context;
+      s.eventFlags_[eid] = flags;
+    }
+
+    // Pinned memory: the same file path, mapped at the same address.
+    for (const json& p : st.value("pinned", json::array())) {
+      PinnedRange r;
+      ASSIGN_OR_RETURN(r.address, field<uint64_t>(p, "address", "pinned"));
+      ASSIGN_OR_RETURN(r.bytes, field<uint64_t>(p, "bytes", "pinned"));
+      ASSIGN_OR_RETURN(r.mapped, field<uint64_t>(p, "mapped", "pinned"));
+      ASSIGN_OR_RETURN(r.path, field<std::string>(p, "path", "pinned"));
+      r.flags = p.value("flags", 0u);
+      r.context = p.value("context", uint64_t{0});
+      ASSIGN_OR_RETURN(size_t blob, blobOf(reader, p, "pinned"));
+      RETURN_IF_ERROR(claimPath(r.path, ringPath, s.pid_));
+      RETURN_IF_ERROR(mapShared(r.path, r.address, r.mapped, s.uid_));
+      s.pinned_[r.address] = r;  // from here on stop() unmaps and removes it
+      RETURN_IF_ERROR(reader.read(blob, 0, {reinterpret_cast<std::byte*>(r.address), r.bytes}));
+      RETURN_IF_ERROR(makeCurrent(r.context));
+      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, MemHostRegister_v2)(reinterpret_cast<void*>(r.address), r.mapped,
+                                                                   CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP),
+                               fmt::format("registering pinned memory at {} again", hex(r.address))));
+    }
+    PHOS_DRIVER(d, CtxSetCurrent)(nullptr);
+    s.currentReal_ = nullptr;
+
+    if (st.contains("host_calls")) {
+      const json& h = st["host_calls"];
+      ASSIGN_OR_RETURN(std::string path, field<std::string>(h, "path", "host_calls"));
+      ASSIGN_OR_RETURN(size_t blob, blobOf(reader, h, "host_calls"));
+      RETURN_IF_ERROR(claimPath(path, ringPath, s.pid_));
+      ASSIGN_OR_RETURN(auto channel, HostCallChannel::create(path, s.uid_, s.pid_));
+      std::vector<std::byte> bytes(reader.manifest().blobs[blob].size);
+      RETURN_IF_ERROR(reader.read(blob, 0, bytes));
+      RETURN_IF_ERROR(channel->restoreBytes(bytes));
+      std::lock_guard hostLock(s.hostCallsMutex_);
+      s.hostCalls_ = std::move(channel);
+    }
+
+    // The ring last: the application's pending calls are in it.
+    const json& ring = st["ring"];
+    const std::string& path = ringPath;
+    ASSIGN_OR_RETURN(size_t blob, blobOf(reader, ring, "ring"));
+    ipc::RingGeometry geometry{ring.value("slot_count", 0u), ring.value("slot_bytes", 0u)};
+    ASSIGN_OR_RETURN(auto created, ipc::CallRing::create(path, geometry));
+    s.ringPath_ = path;  // from here on stop() removes it
+    RETURN_IF_ERROR(s.lockRing());
+    ipc::CallRing::Snapshot snap;
+    snap.bytes.resize(reader.manifest().blobs[blob].size);
+    RETURN_IF_ERROR(reader.read(blob, 0, snap.bytes));
+    snap.readPosition = ring.value("read_position", uint64_t{0});
+    RETURN_IF_ERROR(created.restoreSnapshot(snap));
+    if (chown(path.c_str(), s.uid_, static_cast<gid_t>(-1)) != 0 && geteuid() == 0) {
+      return errnoError(errno, fmt::format("cannot give {} to uid {}", path, s.uid_));
+    }
+    chmod(path.c_str(), 0600);
+    s.ring_.emplace(std::move(created));
+    return Status::ok();
+  }
+
+  // Creates `path` (owned by `uid`, 0600) of `bytes` and maps it shared at
+  // exactly `address` in this process.
+  static Status mapShared(const std::string& path, uintptr_t address, size_t bytes, uid_t uid) {
+    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return errnoError(errno, fmt::format("cannot create {}", path));
+    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 || (fchown(fd, uid, static_cast<gid_t>(-1)) != 0 && geteuid() == 0)) {
+      int e = errno;
+      close(fd);
+      unlink(path.c_str());
+      return errnoError(e, fmt::format("cannot prepare {}", path));
+    }
+    void* p = mmap(reinterpret_cast<void*>(address), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED || p != reinterpret_cast<void*>(address)) {
+      int e = p == MAP_FAILED ? errno : EEXIST;
+      if (p != MAP_FAILED) munmap(p, bytes);
+      unlink(path.c_str());
+      return errnoError(e, fmt::format("cannot map {} at {:#x}", path, address));
+    }
+    return Status::ok();
+  }
+};
+
+json checkpointSession(Session& session, const json& request, const ProgressFn& progress) {
+  return Engine::checkpoint(session, request, progress);
+}
+
+Result<std::unique_ptr<Session>> restoreSession(uint64_t id, const DriverTable& driver, ContextPool& pool,
+                                                const ServerTable& servers, const std::string& runtimeDir,
+                                                const json& request, const ProgressFn& progress) {
+  return Engine::restore(id, driver, pool, servers, runtimeDir, request, progress);
 }
 
 }  // namespace phos::daemon

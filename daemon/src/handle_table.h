@@ -9,8 +9,10 @@
 // refused instead of reaching the driver.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <unordered_map>
+#include <vector>
 
 #include "handle_types.h"  // generated: enum class HandleType
 
@@ -60,6 +62,27 @@ class HandleTable {
     return n;
   }
   static HandleType typeOf(uint64_t id) { return static_cast<HandleType>(id >> kTypeShift); }
+  // The serial part of an id: ids are handed out in increasing serial order,
+  // whatever their type (a restore re-creates objects in that order).
+  static uint64_t serialOf(uint64_t id) { return id & ((uint64_t{1} << kTypeShift) - 1); }
+  // The id of a registered driver object, 0 if it has none.
+  uint64_t idOf(void* real) const {
+    auto it = byReal_.find(real);
+    return it == byReal_.end() ? 0 : it->second;
+  }
+  // Every live id of `type`, in serial order.
+  std::vector<uint64_t> ids(HandleType type) const {
+    std::vector<uint64_t> out;
+    for (const auto& [id, real] : byId_) {
+      if (typeOf(id) == type) out.push_back(id);
+    }
+    std::sort(out.begin(), out.end(), [](uint64_t a, uint64_t b) { return serialOf(a) < serialOf(b); });
+    return out;
+  }
+  // The last serial handed out; a restored table continues after it, so no
+  // id the application saw is ever reused.
+  uint64_t lastSerial() const { return next_; }
+  void setLastSerial(uint64_t serial) { next_ = std::max(next_, serial); }
 
  private:
   static constexpr int kTypeShift = 48;

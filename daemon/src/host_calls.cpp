@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include <fmt/format.h>
@@ -40,6 +41,15 @@ Result<std::shared_ptr<HostCallChannel>> HostCallChannel::create(const std::stri
   }
   // A fresh file reads as zeros: every slot kHostCallFree.
   return std::shared_ptr<HostCallChannel>(new HostCallChannel(path, static_cast<ipc::HostCallQueue*>(p), pid));
+}
+
+Status HostCallChannel::restoreBytes(std::span<const std::byte> bytes) {
+  if (bytes.size() != sizeof(ipc::HostCallQueue)) {
+    return makeError(Code::kDataLoss, "the host-call queue of the image has {} bytes, not {}", bytes.size(),
+                     sizeof(ipc::HostCallQueue));
+  }
+  std::memcpy(static_cast<void*>(queue_), bytes.data(), bytes.size());
+  return Status::ok();
 }
 
 HostCallChannel::~HostCallChannel() {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "phos/common/ipc/host_calls.h"
@@ -24,6 +25,12 @@ class HostCallChannel {
   HostCallChannel& operator=(const HostCallChannel&) = delete;
 
   const std::string& path() const { return path_; }
+  // The queue's bytes, for a checkpoint (taken while the application is
+  // frozen and no host function is pending), and writing them back at restore.
+  std::span<const std::byte> bytes() const {
+    return {reinterpret_cast<const std::byte*>(queue_), sizeof(ipc::HostCallQueue)};
+  }
+  Status restoreBytes(std::span<const std::byte> bytes);
 
   // Runs one host function in the application and returns when it has
   // returned (or the application or the session is gone). Called on the

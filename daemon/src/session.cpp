@@ -3,6 +3,7 @@
 #include "session.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -53,13 +54,57 @@ Status Session::start(const ipc::RingGeometry& geometry) {
     return errnoError(errno, fmt::format("cannot give {} to uid {}", ringPath_, uid_));
   }
   chmod(ringPath_.c_str(), 0600);
+  RETURN_IF_ERROR(lockRing());
   replyBuffer_.resize(ring_->payloadCapacity());
   thread_ = std::thread([this] { serve(); });
   return Status::ok();
 }
 
+Status Session::lockRing() {
+  int fd = open(ringPath_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errnoError(errno, fmt::format("cannot open {}", ringPath_));
+  if (flock(fd, LOCK_SH | LOCK_NB) != 0) {
+    int e = errno;
+    close(fd);
+    return errnoError(e, fmt::format("{} is held by another session", ringPath_));
+  }
+  ringLock_ = fd;
+  return Status::ok();
+}
+
+void Session::startServing() {
+  if (thread_.joinable() || !ring_.has_value()) return;
+  replyBuffer_.resize(ring_->payloadCapacity());
+  thread_ = std::thread([this] { serve(); });
+}
+
+Status Session::pause(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(pauseMutex_);
+  pauseRequested_ = true;
+  if (!thread_.joinable()) return Status::ok();  // not serving (yet)
+  if (!pauseChanged_.wait_for(lock, timeout, [&] { return parked_ || stopping_.load(); })) {
+    pauseRequested_ = false;
+    pauseChanged_.notify_all();
+    return makeError(Code::kUnavailable,
+                     "session {} (pid {}) is still serving a call after {} ms (a synchronization waiting for a "
+                     "kernel or a host function?)",
+                     id_, pid_, timeout.count());
+  }
+  return Status::ok();
+}
+
+void Session::resume() {
+  std::lock_guard lock(pauseMutex_);
+  pauseRequested_ = false;
+  pauseChanged_.notify_all();
+}
+
 void Session::stop() {
   if (stopping_.exchange(true)) return;
+  {
+    std::lock_guard lock(pauseMutex_);
+    pauseChanged_.notify_all();
+  }
   {
     // Streams blocked in a host function of the application let go first.
     std::lock_guard lock(hostCallsMutex_);
@@ -88,6 +133,7 @@ void Session::stop() {
   }
   contexts_.clear();
   allocations_.clear();
+  heaps_.clear();  // unmaps and releases the session's device memory
   for (auto& [address, range] : pinned_) {
     munmap(reinterpret_cast<void*>(range.address), range.mapped);
     unlink(range.path.c_str());
@@ -95,11 +141,23 @@ void Session::stop() {
   pinned_.clear();
   ring_.reset();
   if (!ringPath_.empty()) unlink(ringPath_.c_str());
+  if (ringLock_ >= 0) close(ringLock_);
+  ringLock_ = -1;
 }
 
 void Session::serve() {
   auto log = log::get("daemon");
   while (!stopping_.load()) {
+    {
+      std::unique_lock lock(pauseMutex_);
+      if (pauseRequested_) {
+        parked_ = true;
+        pauseChanged_.notify_all();
+        pauseChanged_.wait(lock, [&] { return !pauseRequested_ || stopping_.load(); });
+        parked_ = false;
+        continue;
+      }
+    }
     auto request = ring_->next(std::chrono::milliseconds(100));
     if (!request.isOk()) {
       if (request.status().code() == Code::kNotFound) continue;
@@ -278,6 +336,39 @@ bool Session::ownsRange(CUdeviceptr p, size_t bytes) const {
 }
 
 void Session::addAllocation(const Allocation& a) { allocations_[a.address] = a; }
+
+int Session::currentDevice() const {
+  auto it = contexts_.find(currentContext_);
+  return it != contexts_.end() ? it->second.device : 0;
+}
+
+CUresult Session::allocateDevice(int device, size_t bytes, CUdeviceptr* address) {
+  // A context with a sticky error refuses allocations, as cuMemAlloc does;
+  // the heap's VMM calls would not notice.
+  CUdevice current = 0;
+  if (CUresult r = PHOS_DRIVER(driver_, CtxGetDevice)(&current); r != CUDA_SUCCESS) return r;
+  auto& heap = heaps_[device];
+  if (heap == nullptr) heap = std::make_unique<DeviceHeap>(driver_, device, DeviceHeap::windowBase(id_, device));
+  return heap->allocate(bytes, address);
+}
+
+CUresult Session::freeDevice(CUdeviceptr address) {
+  const Allocation* a = findAllocation(address);
+  if (a == nullptr || a->address != address || a->module != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto heap = heaps_.find(a->device);
+  if (heap == heaps_.end()) return CUDA_ERROR_INVALID_VALUE;
+  // cuMemFree waits for the work that may use the memory; unmapping under a
+  // running kernel would fault it.
+  for (const auto& [vid, ctx] : contexts_) {
+    if (ctx.real == nullptr || ctx.device != a->device) continue;
+    PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
+    PHOS_DRIVER(driver_, CtxSynchronize)();
+  }
+  PHOS_DRIVER(driver_, CtxSetCurrent)(currentReal_);
+  CUresult r = heap->second->free(address);
+  if (r == CUDA_SUCCESS) allocations_.erase(address);
+  return r;
+}
 void Session::removeAllocation(CUdeviceptr p) { allocations_.erase(p); }
 void Session::removeGlobalsOf(void* module) {
   for (auto a = allocations_.begin(); a != allocations_.end();) {
@@ -289,6 +380,14 @@ uint64_t Session::contextOf(uint64_t handle) const {
   return it != contextOfHandle_.end() ? it->second : currentContext_;
 }
 
+uintptr_t Session::pinnedSlice() const {
+  if (!pinned_.empty()) {
+    const uintptr_t first = pinned_.begin()->first;
+    if (first >= kPinnedWindow) return first - (first - kPinnedWindow) % kPinnedSlice;
+  }
+  return kPinnedWindow + (id_ % kPinnedSlices) * kPinnedSlice;
+}
+
 Result<PinnedRange> Session::createPinned(size_t bytes, unsigned flags) {
   PinnedRange r;
   r.bytes = bytes;
@@ -296,8 +395,9 @@ Result<PinnedRange> Session::createPinned(size_t bytes, unsigned flags) {
   r.flags = flags;
   r.context = currentContext_;
   r.path = fmt::format("/dev/shm/phos-{}-{}-pinned-{}", getpid(), id_, ++pinnedSerial_);
-  // Place it after the session's last range, inside the session's slice.
-  const uintptr_t slice = kPinnedWindow + (id_ % kPinnedSlices) * kPinnedSlice;
+  // Place it after the session's last range, inside the session's slice (a
+  // restored session keeps the slice its ranges were in).
+  const uintptr_t slice = pinnedSlice();
   uintptr_t at = slice;
   if (!pinned_.empty()) {
     const auto& last = pinned_.rbegin()->second;
@@ -467,8 +567,19 @@ void Session::destroyContext(uint64_t id) {
   if (it == contexts_.end()) return;
   const CUcontext real = it->second.real;
   const int device = it->second.device;
+  // Its memory goes with it, as cuMemAlloc's does.
+  PHOS_DRIVER(driver_, CtxSetCurrent)(real);
+  currentReal_ = real;
+  PHOS_DRIVER(driver_, CtxSynchronize)();
   for (auto a = allocations_.begin(); a != allocations_.end();) {
-    a = a->second.context == id ? allocations_.erase(a) : std::next(a);
+    if (a->second.context != id) {
+      ++a;
+      continue;
+    }
+    if (a->second.module == nullptr) {
+      if (auto heap = heaps_.find(a->second.device); heap != heaps_.end()) heap->second->free(a->first);
+    }
+    a = allocations_.erase(a);
   }
   for (auto s = perThreadStreams_.begin(); s != perThreadStreams_.end();) {
     s = s->first.second == id ? perThreadStreams_.erase(s) : std::next(s);
@@ -508,6 +619,8 @@ void Session::destroyContext(uint64_t id) {
   for (auto h = contextOfHandle_.begin(); h != contextOfHandle_.end();) {
     if (h->second == id) {
       handles_.erase(h->first);
+      moduleRecords_.erase(h->first);
+      eventFlags_.erase(h->first);
       h = contextOfHandle_.erase(h);
     } else {
       ++h;

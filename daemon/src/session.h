@@ -20,7 +20,10 @@
 #include <thread>
 #include <vector>
 
+#include <condition_variable>
+
 #include "context_pool.h"
+#include "device_heap.h"
 #include "driver_table.h"
 #include "handle_table.h"
 #include "phos/common/ipc/call_ring.h"
@@ -36,6 +39,16 @@ struct Allocation {
   // The module or library (the driver's handle) whose global this is; null
   // for memory from cuMemAlloc*. Such a range is freed with its module.
   void* module = nullptr;
+  int device = 0;
+};
+
+// What re-creates a module or library at restore: its original image (as the
+// application gave it) and the context it was loaded in (0 for a library,
+// which belongs to no context).
+struct ModuleRecord {
+  bool library = false;
+  std::vector<char> image;
+  uint64_t context = 0;
 };
 
 // Pinned host memory: a shared-memory file mapped at the same address in the
@@ -113,6 +126,7 @@ struct SessionInfo {
 };
 
 class HostCallChannel;
+class Engine;
 
 class Session {
  public:
@@ -124,6 +138,17 @@ class Session {
 
   // Creates the ring file (owned by `uid`, mode 0600) and starts serving.
   Status start(const ipc::RingGeometry& geometry);
+  // Marks the ring file (and so the session's files) as in use by this
+  // process; a restore refuses files another live session holds.
+  Status lockRing();
+  // A session re-created by the engine from an image starts serving once its
+  // process runs again.
+  void startServing();
+  // Stops serving calls (waiting up to `timeout` for the call being served to
+  // finish), so that the engine can read or change the session's state; the
+  // application's calls wait in the ring. resume() serves them again.
+  Status pause(std::chrono::milliseconds timeout);
+  void resume();
   // Stops serving and frees everything: contexts go back to the pool
   // (destroyed, which frees their memory), files are removed.
   void stop();
@@ -155,6 +180,16 @@ class Session {
   // Inside an allocation or a pinned range of this session.
   bool ownsRange(CUdeviceptr p, size_t bytes) const;
   void addAllocation(const Allocation& a);
+  // Device memory of the session at an address of its heap for `device`
+  // (device_heap.h); a context must be current.
+  CUresult allocateDevice(int device, size_t bytes, CUdeviceptr* address);
+  // Frees what allocateDevice gave (after the session's work is done).
+  CUresult freeDevice(CUdeviceptr address);
+  // The device of the current context (0 without one).
+  int currentDevice() const;
+  void recordModule(uint64_t id, ModuleRecord record) { moduleRecords_[id] = std::move(record); }
+  void forgetModule(uint64_t id) { moduleRecords_.erase(id); }
+  void recordEventFlags(uint64_t id, unsigned flags) { eventFlags_[id] = flags; }
   void removeAllocation(CUdeviceptr p);
   // Forgets the globals of a module or library (the driver's handle) once unloaded.
   void removeGlobalsOf(void* module);
@@ -162,6 +197,9 @@ class Session {
   // in; the current one when it is not known.
   uint64_t contextOf(uint64_t handle) const;
   Result<PinnedRange> createPinned(size_t bytes, unsigned flags);
+  // Where the session's pinned ranges go: the slice of the window its id
+  // picks, or (restored) the one its ranges are in.
+  uintptr_t pinnedSlice() const;
   Status freePinned(uintptr_t address);
   // Unregisters a pinned range with the driver, even when its context faulted.
   void unregisterPinned(const PinnedRange& range);
@@ -219,6 +257,7 @@ class Session {
   void freeStaging(uint64_t context);
   void freeStagingBuffers(CopyStaging& staging);
   void serveTakeOutput(ServerCall& call, size_t capacity);
+  friend class Engine;  // engine.cpp saves and re-creates what follows
 
   const uint64_t id_;
   const pid_t pid_;
@@ -228,6 +267,9 @@ class Session {
   const ServerTable& servers_;
   const std::string runtimeDir_;
   std::string ringPath_;
+  // Held (flock LOCK_SH) while the session owns its files: a restore of the
+  // same image elsewhere sees them in use (engine.cpp).
+  int ringLock_ = -1;
   std::optional<ipc::CallRing> ring_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
@@ -262,6 +304,14 @@ class Session {
   std::map<uint64_t, CopyStaging> staging_;  // by context
   std::shared_ptr<KernelOutput> output_ = std::make_shared<KernelOutput>();
   std::vector<std::byte> replyBuffer_;
+  std::map<int, std::unique_ptr<DeviceHeap>> heaps_;
+  std::map<uint64_t, ModuleRecord> moduleRecords_;  // by module or library id
+  std::map<uint64_t, unsigned> eventFlags_;         // by event id
+  // pause()/resume(): the serving thread parks between calls.
+  std::mutex pauseMutex_;
+  std::condition_variable pauseChanged_;
+  bool pauseRequested_ = false;
+  bool parked_ = false;
 };
 
 }  // namespace phos::daemon

@@ -761,23 +761,11 @@ TEST_F(Isolation, AnotherSessionsHandleIdsAreUnknown) {
   b.expectStillServing();
 }
 
-TEST_F(Isolation, AKernelOfBGivenAsMemoryFaultsInsteadOfWritingIt) {
-  // B loads the same module and launches `fill` at A's pointer: the driver
-  // refuses memory of another context (vgpu as a GPU does).
-  Client& b = *b_;
-  ASSERT_NO_FATAL_FAILURE(b.loadModule());
-  const uint64_t p = a_->device;
-  const uint32_t n = 32;
-  CUresult launched = b.call(b.req(EntryPointId::kCuLaunchKernel)
-                                 .u64(b.function)
-                                 .u32(1).u32(1).u32(1).u32(32).u32(1).u32(1).u32(0)
-                                 .u64(0)
-                                 .u32(2).blob(&p, 8).blob(&n, 4))
-                          .result;
-  CUresult synced = b.call(b.req(EntryPointId::kCuCtxSynchronize)).result;
-  EXPECT_TRUE(launched != CUDA_SUCCESS || synced != CUDA_SUCCESS);
-  expectAUnchanged();
-}
+// A kernel of B given A's pointer is not checked call by call: the device
+// faults it because A's memory is not mapped in B's process. Sessions sharing
+// one process, as here, would share VMM mappings; phosd serves each in a
+// worker of its own, and tests/python/test_shim_sessions.py
+// (test_a_client_cannot_touch_another_clients_memory) checks the fault there.
 
 }  // namespace
 }  // namespace phos::daemon

@@ -1,0 +1,133 @@
+# SPDX-License-Identifier: Apache-2.0
+"""GPU checkpoints through phosd that go wrong: a damaged image, a daemon killed in
+the middle of a checkpoint, a restore of a session that still runs. Each must end
+with a clear error, nothing started, and nothing that looks like a good image."""
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+from job_output import lines, wait_for
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="CRIU needs root")
+
+
+def control_env(daemon) -> dict:
+    """What `phos` itself runs with: the test's daemon, no preload."""
+    env = dict(daemon.env)
+    env["PHOS_RUNTIME_DIR"] = str(daemon.runtime_dir)
+    return env
+
+
+def start_job(daemon, build_dir, out: pathlib.Path, *args):
+    """mlp-train under libphos.so, in a session of its own (no --shell-job needed)."""
+    job = [str(build_dir / "examples" / "mlp-train"), *args]
+    with open(out, "w") as f:
+        return subprocess.Popen(job, env=daemon.client_env(), stdout=f, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def steps(out: pathlib.Path) -> int:
+    return sum(1 for line in lines(out) if line.startswith("step"))
+
+
+def phos_run(phos, daemon, *args, timeout=120):
+    return subprocess.run([str(phos), *args], env=control_env(daemon), capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def checkpoint(phos, daemon, pid, image, *extra):
+    r = phos_run(phos, daemon, "checkpoint", "--pid", str(pid), "--image", str(image), "--json", *extra)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["gpu_bytes"] > 0, report  # the GPU state came from phosd
+    return report
+
+
+def alive(pid: int) -> bool:
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_damaged_gpu_chunk_is_refused_before_anything_runs(phos, phosd, build_dir, tmp_path):
+    out = tmp_path / "run.out"
+    job = start_job(phosd, build_dir, out, "--iterations", "30", "--sleep-ms", "100")
+    wait_for(lambda: steps(out) >= 3, 60, "3 steps")
+    image = tmp_path / "image"
+    checkpoint(phos, phosd, job.pid, image)
+    job.wait(timeout=30)  # the dump ended it
+
+    manifest = json.loads((image / "manifest.json").read_text())
+    blob = next(b for b in manifest["blobs"] if b["kind"] == "gpu-memory" and b["size"] >= 64)
+    chunk = blob["chunks"][0]
+    path = image / blob["file"]
+    data = bytearray(path.read_bytes())
+    data[chunk[0] + 7] ^= 0x20  # [file offset, stored bytes, codec, checksum]
+    path.write_bytes(bytes(data))
+
+    verify = phos_run(phos, phosd, "verify", str(image))
+    assert verify.returncode == 1
+    assert blob["name"] in verify.stdout + verify.stderr
+
+    restore = phos_run(phos, phosd, "restore", "--image", str(image))
+    assert restore.returncode != 0
+    assert blob["name"] in restore.stderr, restore.stderr
+    assert not alive(job.pid), "a process was restored from a damaged image"
+    # The daemon is fine and holds no half-restored session.
+    assert phosd.request({"op": "ping"})["ok"] is True
+    assert phosd.sessions() == []
+
+
+def test_a_restore_of_a_session_that_still_runs_is_refused(phos, phosd, build_dir, tmp_path):
+    reference = subprocess.run([str(build_dir / "examples" / "mlp-train"), "--iterations", "12"],
+                               capture_output=True, text=True, timeout=120, env=phosd.client_env())
+    assert reference.returncode == 0, reference.stdout
+    out = tmp_path / "run.out"
+    job = start_job(phosd, build_dir, out, "--iterations", "12", "--sleep-ms", "150")
+    wait_for(lambda: steps(out) >= 2, 60, "2 steps")
+    image = tmp_path / "image"
+    checkpoint(phos, phosd, job.pid, image, "--leave-running")
+
+    restore = phos_run(phos, phosd, "restore", "--image", str(image))
+    assert restore.returncode != 0
+    assert "still runs" in restore.stderr, restore.stderr
+    # The original was not disturbed: it finishes as an uninterrupted run does.
+    assert job.wait(timeout=120) == 0
+    assert out.read_text() == reference.stdout
+
+
+def test_killing_phosd_during_a_checkpoint_leaves_no_image_and_keeps_an_earlier_one(
+        phos, phosd, build_dir, tmp_path):
+    out = tmp_path / "run.out"
+    # Enough device memory that the copy takes a while.
+    job = start_job(phosd, build_dir, out, "--iterations", "1000", "--sleep-ms", "50", "--state-mib", "768")
+    wait_for(lambda: steps(out) >= 2, 120, "2 steps")
+    earlier = tmp_path / "earlier"
+    checkpoint(phos, phosd, job.pid, earlier, "--leave-running")
+
+    image = tmp_path / "image"
+    env = control_env(phosd)
+    running = subprocess.Popen([str(phos), "checkpoint", "--pid", str(job.pid), "--image", str(image), "--json"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               stdin=subprocess.DEVNULL)
+    wait_for(lambda: any(tmp_path.glob(".image.partial-*")) or running.poll() is not None, 60,
+             "the checkpoint's staging directory")
+    assert running.poll() is None, "the checkpoint finished before phosd could be killed"
+    phosd.kill()
+    stdout, stderr = running.communicate(timeout=60)
+    assert running.returncode != 0, stdout
+
+    assert not image.exists()
+    verify = phos_run(phos, phosd, "verify", str(image))
+    assert verify.returncode != 0
+    assert "no such image" in verify.stderr + verify.stdout
+    intact = phos_run(phos, phosd, "verify", str(earlier))
+    assert intact.returncode == 0, intact.stdout + intact.stderr
+
+    # Its daemon gone, the job's calls fail instead of hanging.
+    job.wait(timeout=60)
+    assert job.returncode != 0
