@@ -44,6 +44,7 @@ struct DaemonArgs {
   std::string driver;
   std::string runtimeDir;
   int pool = 2;
+  int poolContexts = 1;
   bool stop = false;
 };
 
@@ -68,11 +69,16 @@ int runDaemon(const DaemonArgs& args) {
     std::fprintf(stderr, "phos daemon: --pool must be 0..64, not %d\n", args.pool);
     return kExitBadInput;
   }
+  if (args.poolContexts < 0 || args.poolContexts > 16) {
+    std::fprintf(stderr, "phos daemon: --pool-contexts must be 0..16, not %d\n", args.poolContexts);
+    return kExitBadInput;
+  }
   log::setup({.toStderr = true});
   daemon::DaemonOptions options;
   options.driver = args.driver;
   options.runtimeDir = dir;
-  options.poolContextsPerDevice = args.pool;
+  options.spareWorkers = args.pool;
+  options.contextsPerDevice = args.poolContexts;
   auto started = daemon::Daemon::start(options);
   if (!started.isOk()) {
     std::fprintf(stderr, "phos daemon: %s\n", started.status().message().c_str());
@@ -248,7 +254,10 @@ void addDaemon(CLI::App& app, SubcommandRunner& runner) {
                   "the libcuda.so.1 to drive (default: NVIDIA's driver if it sees a GPU, else vgpu)");
   cmd->add_option("--runtime-dir", args->runtimeDir, "where the control socket lives (default: $PHOS_RUNTIME_DIR, "
                                                       "/run/phos for root, else $XDG_RUNTIME_DIR/phos)");
-  cmd->add_option("--pool", args->pool, "contexts pre-created per device (default 2)");
+  cmd->add_option("--pool", args->pool,
+                  "worker processes kept ready for new sessions, each with the driver loaded (default 2)");
+  cmd->add_option("--pool-contexts", args->poolContexts,
+                  "contexts each worker pre-creates per device (default 1)");
   cmd->add_flag("--stop", args->stop, "ask the running daemon to exit");
   cmd->callback([&runner, args] { runner = [args] { return runDaemon(*args); }; });
 }

@@ -27,7 +27,9 @@ CUresult Connection::connect() {
   auto log = log::get("shim");
   socketPath_ = ipc::controlSocketPath(ipc::runtimeDir());
   nlohmann::json request{{"op", "attach"}, {"pid", getpid()}};
-  auto answer = ipc::controlRequest(socketPath_, request.dump());
+  // phosd hands the session to a spare worker, and waits up to 30 s for one
+  // when none is ready: wait a little longer than that.
+  auto answer = ipc::controlRequest(socketPath_, request.dump(), std::chrono::seconds(40));
   if (!answer.isOk()) {
     log->error("cuInit: {} (start one with `phos daemon`, or run the program with `phos run`)",
                answer.status().message());

@@ -39,6 +39,7 @@ class PrivateDaemon:
         self.env["PHOS_VGPU_BANDWIDTH_SCALE"] = "0"
         self.env.update({k: str(v) for k, v in env.items()})
         self.process = None
+        self.known_workers = set()
 
     @property
     def socket_path(self) -> pathlib.Path:
@@ -98,7 +99,16 @@ class PrivateDaemon:
     def session_of(self, pid: int):
         return next((s for s in self.sessions() if s["pid"] == pid), None)
 
+    def workers(self) -> list:
+        """The daemon's worker processes: [{"pid", "state", "session"}] (ping)."""
+        pong = self.request({"op": "ping"})
+        assert pong is not None and pong["ok"] is True, pong
+        self.known_workers.update(w["pid"] for w in pong["workers"])
+        return pong["workers"]
+
     def kill(self):
+        # Its workers die with it (PR_SET_PDEATHSIG); their files stay.
+        self.workers()
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(timeout=STOP_TIMEOUT)
 
@@ -114,7 +124,8 @@ class PrivateDaemon:
                 pytest.fail(f"phosd did not stop within {STOP_TIMEOUT}s:\n{self.log()}")
         if self.process is not None:
             # A daemon that was killed could not remove its sessions' rings and
-            # pinned memory (/dev/shm/phos-<daemon pid>-<session>...).
-            for stale in pathlib.Path("/dev/shm").glob(f"phos-{self.process.pid}-*"):
-                stale.unlink(missing_ok=True)
+            # pinned memory (/dev/shm/phos-<worker pid>-<session>...).
+            for pid in self.known_workers:
+                for stale in pathlib.Path("/dev/shm").glob(f"phos-{pid}-*"):
+                    stale.unlink(missing_ok=True)
         shutil.rmtree(self.runtime_dir, ignore_errors=True)

@@ -293,3 +293,110 @@ def test_ps_from_another_user_shows_none_of_ours(daemon):
 
 def test_attach_from_another_user_for_our_pid_is_refused(daemon):
     refused(as_nobody(daemon, {"op": "attach", "pid": os.getpid()}), "is not the connecting process")
+
+
+def read_final(s: socket.socket, timeout=30.0):
+    """The lines of a long operation: progress lines, then the final one (with "ok")."""
+    s.settimeout(timeout)
+    lines = s.makefile("rb")
+    progress = []
+    for raw in lines:
+        answer = json.loads(raw)
+        if "progress" in answer:
+            progress.append(answer["progress"])
+            continue
+        return answer, progress
+    return None, progress
+
+
+def long_request(daemon, message, timeout=30.0):
+    with daemon.connect(timeout) as s:
+        s.sendall((json.dumps(message) + "\n").encode())
+        return read_final(s, timeout)[0]
+
+
+def test_checkpoint_of_a_pid_without_session(daemon):
+    answer = long_request(daemon, {"op": "checkpoint", "pid": os.getpid(), "image": "/nonexistent/phos-image"})
+    assert answer["ok"] is False and answer["code"] == "no-session", answer
+    assert str(os.getpid()) in answer["error"]
+    refused(daemon.request({"op": "checkpoint"}), "integer \"pid\"")
+    refused(daemon.request({"op": "checkpoint", "pid": "1"}), "integer \"pid\"")
+
+
+def test_checkpoint_is_answered_by_the_sessions_worker(daemon):
+    attached = daemon.request({"op": "attach", "pid": os.getpid()})
+    assert attached["ok"] is True, attached
+    # No image: the engine refuses before it touches the process; its answer
+    # reaches the client from the session's worker.
+    answer = long_request(daemon, {"op": "checkpoint", "pid": os.getpid()})
+    assert answer["ok"] is False, answer
+    assert answer.get("code") != "no-session", answer
+    assert answer["error"], answer
+    assert "session 1: checkpoint" in daemon.log()
+    # The session is still there and the daemon answers.
+    sessions = daemon.request({"op": "ps"})["sessions"]
+    assert [s["pid"] for s in sessions] == [os.getpid()]
+    assert sessions[0]["worker_pid"] == attached["worker_pid"]
+
+
+def test_checkpoint_from_another_user_is_refused(daemon):
+    assert daemon.request({"op": "attach", "pid": os.getpid()})["ok"] is True
+    answer = as_nobody(daemon, {"op": "checkpoint", "pid": os.getpid(), "image": "/tmp/phos-nobody-image"})
+    assert answer["ok"] is False and answer["code"] == "permission", answer
+    assert "uid 65534 may not checkpoint" in answer["error"]
+
+
+def spare_workers(daemon) -> set:
+    return {w["pid"] for w in daemon.request({"op": "ping"})["workers"] if w["state"] == "spare"}
+
+
+def test_restore_of_a_missing_image(daemon):
+    refused(daemon.request({"op": "restore"}), "non-empty string \"image\"")
+    refused(daemon.request({"op": "restore", "image": 5}), "non-empty string \"image\"")
+    wait_for(lambda: len(spare_workers(daemon)) == 1, 10, "a spare worker")
+    taken = spare_workers(daemon)
+    answer = long_request(daemon, {"op": "restore", "image": "/nonexistent/phos-image"})
+    assert answer["ok"] is False, answer
+    assert answer["error"], answer
+    # The worker that tried is replaced by a fresh one; attaches still work.
+    wait_for(lambda: len(spare_workers(daemon) - taken) == 1, 10, "a fresh spare worker")
+    assert daemon.request({"op": "attach", "pid": os.getpid()})["ok"] is True
+    assert len(daemon.request({"op": "ps"})["sessions"]) == 1
+
+
+def test_attached_clients_get_workers_of_their_own(daemon):
+    # A client (this test) and one in a child process: two sessions, two workers.
+    first = daemon.request({"op": "attach", "pid": os.getpid()})
+    code = (
+        "import json, socket\n"
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        "s.settimeout(30)\n"
+        f"s.connect({str(daemon.socket_path)!r})\n"
+        "s.sendall((json.dumps({'op': 'attach', 'pid': __import__('os').getpid()}) + '\\n').encode())\n"
+        "print(s.makefile().readline(), end='')\n"
+        "import sys; sys.stdin.read()\n"
+    )
+    import sys
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        second = json.loads(child.stdout.readline())
+        assert first["ok"] is True and second["ok"] is True, (first, second)
+        assert first["worker_pid"] != second["worker_pid"]
+        assert first["ring"] != second["ring"]
+        assert {s["worker_pid"] for s in daemon.request({"op": "ps"})["sessions"]} == {first["worker_pid"],
+                                                                                      second["worker_pid"]}
+    finally:
+        child.stdin.close()
+        child.wait(timeout=10)
+    # The child's session ends with it, and its worker is reaped.
+    wait_for(lambda: len(daemon.request({"op": "ps"})["sessions"]) == 1, 10, "the child's session to end")
+    wait_for(lambda: not pathlib.Path(f"/proc/{second['worker_pid']}").exists(), 10, "the child's worker to be reaped")
+
+
+def test_ping_reports_spare_workers(daemon):
+    wait_for(lambda: len(spare_workers(daemon)) == 1, 10, "a spare worker")
+    pong = daemon.request({"op": "ping"})
+    assert pong["spare_target"] == 1
+    assert pong["driver"] and pong["driver_version"] > 0
+    assert [(p["device"], p["free"], p["target"]) for p in pong["pool"]] == [(0, 1, 1)]
+    assert isinstance(pong["pool_misses"], int)

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Sessions as processes come and go: a killed client's session and memory are freed, a killed
-phosd fails the client's calls quickly, and one client cannot touch another's device memory.
+"""Sessions as processes come and go: each session is served by a worker process of its own; a
+killed client's session, worker and files are freed, a killed phosd or worker fails the client's
+calls quickly, and one client cannot touch another's device memory.
 
 The clients are session_client (tests/shim/clients), driven one command per line.
 """
@@ -98,9 +99,10 @@ def start_stuck_sync(daemon, client):
     Returns the pinned-memory file that holds the gate: writing 1 at its start
     lets the kernel end.
     """
-    session = daemon.session_of(client.pid)["session"]
+    session = daemon.session_of(client.pid)
     client.proc.stdin.write(b"stuck_sync\n")
-    gate = SHM / f"phos-{daemon.process.pid}-{session}-pinned-1"
+    # Session files are named after the worker that serves the session.
+    gate = SHM / f"phos-{session['worker_pid']}-{session['session']}-pinned-1"
     wait_for(gate.exists, 10, f"the gate's pinned memory {gate}")
     # The launch and the synchronize follow at once; the answer must not.
     assert select.select([client.proc.stdout], [], [], 0.3)[0] == [], "cuCtxSynchronize returned too early"
@@ -115,8 +117,17 @@ def open_gate(gate):
         pass  # the session, and the kernel with it, is gone already
 
 
-def test_killed_client_frees_its_session_and_memory(start_phosd, clients):
-    # A small device, most of which the first client takes.
+def gone(pid: int) -> bool:
+    """The process exited and was reaped (a zombie still has its /proc entry)."""
+    return not pathlib.Path(f"/proc/{pid}").exists()
+
+
+def parent_of(pid: int) -> int:
+    stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def test_killed_client_frees_its_session_worker_and_files(start_phosd, clients):
     daemon = start_phosd(PHOS_VGPU_MEMORY=256 * MIB)
     hog = clients(daemon)
     hog.ok(f"alloc {192 * MIB}")
@@ -124,28 +135,85 @@ def test_killed_client_frees_its_session_and_memory(start_phosd, clients):
     session = daemon.session_of(hog.pid)
     assert session is not None
     assert (session["device_bytes"], session["pinned_bytes"]) == (192 * MIB, MIB)
-    # The session's ring and its pinned memory are files of the daemon's.
-    session_files = f"phos-{daemon.process.pid}-{session['session']}"
+    # The session's ring and its pinned memory are files of its worker.
+    worker = session["worker_pid"]
+    session_files = f"phos-{worker}-{session['session']}"
     assert len(list(SHM.glob(session_files + "*"))) == 2
-
-    # While it lives, nobody else gets that memory: the limit is real.
-    second = clients(daemon)
-    result, _, _ = second.send(f"alloc {192 * MIB}")
-    assert result == "CUDA_ERROR_OUT_OF_MEMORY"
 
     hog.kill()
     wait_for(lambda: daemon.session_of(hog.pid) is None, 5, "phos ps to drop the killed client's session")
-    # The session is freed on a thread of its own (its last call may still be
-    # running), right after ps stops listing it.
-    wait_for(lambda: list(SHM.glob(session_files + "*")) == [], 5, "the session's ring and pinned files to go")
-    # The killed session's context is destroyed right after, on the pool's thread.
-    deadline = time.monotonic() + 5
-    while (result := second.send(f"alloc {192 * MIB}")[0]) == "CUDA_ERROR_OUT_OF_MEMORY":
-        assert time.monotonic() < deadline, "the killed client's memory was not released within 5 s"
-        time.sleep(0.05)
-    assert result == "CUDA_SUCCESS"
-    assert daemon.session_of(second.pid)["device_bytes"] == 192 * MIB
+    # Its worker stops the session and exits; phosd reaps it (no zombie)
+    # and removes whatever files it left.
+    wait_for(lambda: gone(worker), 10, f"worker {worker} to exit and be reaped")
+    wait_for(lambda: list(SHM.glob(f"phos-{worker}-*")) == [], 5, "the session's ring and pinned files to go")
+    # The next client gets another worker, with the whole device. (Device
+    # memory is a worker's: vgpu's limit is per process; a GPU's is shared
+    # by every process, and the driver frees a dead worker's memory.)
+    second = clients(daemon)
+    second.ok(f"alloc {192 * MIB}")
+    assert daemon.session_of(second.pid)["worker_pid"] != worker
     second.close()
+
+
+def test_each_session_is_served_by_a_worker_of_its_own(phosd, clients):
+    first, second = clients(phosd), clients(phosd)
+    a, b = phosd.session_of(first.pid), phosd.session_of(second.pid)
+    assert a["worker_pid"] != b["worker_pid"]
+    for s in (a, b):
+        assert s["worker_pid"] != phosd.process.pid
+        assert parent_of(s["worker_pid"]) == phosd.process.pid
+    serving = {w["pid"]: w for w in phosd.workers() if w["state"] == "serving"}
+    assert serving.keys() == {a["worker_pid"], b["worker_pid"]}
+    assert serving[a["worker_pid"]]["session"] == a["session"]
+    first.close()
+    second.close()
+    # Clients that exit normally leave no worker, zombie or file behind.
+    for s in (a, b):
+        wait_for(lambda: gone(s["worker_pid"]), 10, f"worker {s['worker_pid']} to exit and be reaped")
+        assert list(SHM.glob(f"phos-{s['worker_pid']}-*")) == []
+    assert phosd.sessions() == []
+
+
+def spare_workers(daemon) -> set:
+    return {w["pid"] for w in daemon.workers() if w["state"] == "spare"}
+
+
+def test_a_spare_worker_replaces_the_one_an_attach_took(phosd, clients):
+    # The fixture's daemon keeps one spare worker (--pool 1).
+    wait_for(lambda: len(spare_workers(phosd)) == 1, 10, "a spare worker")
+    before = spare_workers(phosd)
+    client = clients(phosd)
+    assert phosd.session_of(client.pid)["worker_pid"] in before
+    wait_for(lambda: len(spare_workers(phosd) - before) == 1, 10, "a new spare worker")
+    pong = phosd.request({"op": "ping"})
+    assert (pong["spare_workers"], pong["spare_target"], pong["sessions"]) == (1, 1, 1)
+    # The spare's pre-created contexts: one per device (--pool-contexts 1).
+    assert [(p["free"], p["target"]) for p in pong["pool"]] == [(1, 1)]
+    client.close()
+
+
+def test_killed_worker_fails_its_client_and_spares_the_others(phosd, clients):
+    victim, other = clients(phosd), clients(phosd)
+    kept = other.ok(f"alloc {MIB}")
+    other.ok(f"set {kept} 7 {MIB}")
+    victim.ok(f"alloc {MIB}")
+    session = phosd.session_of(victim.pid)
+    os.kill(session["worker_pid"], signal.SIGKILL)
+    result, ms, _ = victim.send("sync")
+    assert result == "CUDA_ERROR_DEVICE_UNAVAILABLE"
+    assert ms < DEAD_DAEMON_BOUND_MS
+    wait_for(lambda: phosd.session_of(victim.pid) is None, 5, "phos ps to drop the lost session")
+    wait_for(lambda: gone(session["worker_pid"]), 5, "the killed worker to be reaped")
+    wait_for(lambda: list(SHM.glob(f"phos-{session['worker_pid']}-*")) == [], 5, "the lost session's files to go")
+    # The other session and the daemon carry on.
+    assert other.ok(f"read {kept} 16") == "0x7"
+    other.ok("sync")
+    third = clients(phosd)
+    third.ok(f"alloc {MIB}")
+    assert phosd.process.poll() is None
+    victim.close()
+    other.close()
+    third.close()
 
 
 def test_client_killed_while_its_kernel_runs_is_freed(phosd, clients):
@@ -213,6 +281,10 @@ def test_daemon_answers_while_a_client_waits_on_its_kernel(phosd, clients):
 def test_a_client_cannot_touch_another_clients_memory(phosd, clients):
     size = 4096
     owner = clients(phosd)
+    # Each worker's driver hands out addresses from the same start: the
+    # owner's secret is its second buffer, so that it is not also the
+    # intruder's first.
+    owner.ok(f"alloc {MIB}")
     secret = owner.ok(f"alloc {size}")
     owner.ok(f"set {secret} 5a {size}")
     assert owner.ok(f"read {secret} {size}") == "0x5a"
@@ -273,3 +345,36 @@ def test_files_of_a_killed_daemon_are_removed_at_the_next_start(start_phosd):
     finally:
         for path in stale + [alive]:
             path.unlink(missing_ok=True)
+
+
+def test_a_second_checkpoint_of_a_session_is_refused_while_one_runs(phosd, clients, tmp_path):
+    import json
+    import socket
+    client = clients(phosd)
+    gate = start_stuck_sync(phosd, client)
+    first = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        first.connect(str(phosd.socket_path))
+        request = {"op": "checkpoint", "pid": client.pid, "image": str(tmp_path / "image"), "leave_running": True}
+        first.sendall((json.dumps(request) + "\n").encode())
+        # The engine waits for the session's call (the stuck kernel) before
+        # it saves device memory; a final answer now means it never got there.
+        time.sleep(0.5)
+        if select.select([first], [], [], 0)[0]:
+            answer = first.makefile().readline()
+            if "progress" not in answer:
+                pytest.skip(f"the checkpoint ended before it waited for the session: {answer}")
+        second = phosd.request(dict(request, image=str(tmp_path / "other")), timeout=10)
+        assert second is not None and second["ok"] is False, second
+        assert second["code"] == "busy", second
+        assert "checkpoint" in second["error"], second
+        assert not (tmp_path / "other").exists()
+    finally:
+        open_gate(gate)
+        first.settimeout(120)
+        for line in first.makefile():
+            if "progress" not in json.loads(line):
+                break
+        first.close()
+    assert client.read_line().split()[:2] == ["stuck_sync", "CUDA_SUCCESS"]
+    client.close()

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// phosd: the daemon that owns every GPU context of its clients. It loads the
-// driver, keeps a context pool, listens on its control socket, serves one
-// session per client process and frees a session when its process dies.
+// phosd: the daemon that owns every GPU context of its clients. Its main
+// process listens on the control socket and keeps spare worker processes
+// ready (each has loaded the driver and pre-created its contexts); each client
+// process's session is served by a worker of its own, which exits when the
+// client dies. Main never loads the driver (docs/remoting.md, "Processes").
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -18,13 +21,23 @@ struct DaemonOptions {
   // else the built-in vgpu (defaultVgpuDriver()).
   std::string driver;
   std::string runtimeDir;        // empty: ipc::runtimeDir()
-  int poolContextsPerDevice = 2;
+  // Workers kept ready for the next attach or restore (`phos daemon --pool`);
+  // one is forked in the background whenever one is taken.
+  int spareWorkers = 2;
+  // Contexts each worker creates on each device before it is ready
+  // (`--pool-contexts`); a session taking them gets replacements in the
+  // background.
+  int contextsPerDevice = 1;
+  // How long an attach or restore waits for a worker when none is ready,
+  // and how long start() waits for the first one.
+  std::chrono::seconds workerWait{30};
   ipc::RingGeometry ring{256, 16384};
 };
 
 // The vgpu driver this build ships (its path), empty if none was built.
 std::string defaultVgpuDriver();
-// What DaemonOptions::driver empty resolves to, and why.
+// What DaemonOptions::driver empty resolves to, and why. NVIDIA's driver is
+// probed in a short-lived child process: the caller never initializes it.
 struct DriverChoice {
   std::string path;
   std::string reason;
@@ -33,8 +46,10 @@ DriverChoice chooseDriver(const std::string& requested);
 
 class Daemon {
  public:
-  // Loads the driver, fills the context pool and binds the control socket
-  // (refusing to start when another daemon answers on it).
+  // Binds the control socket (refusing to start when another daemon answers
+  // on it) and starts the spare workers, waiting for the first one to load
+  // the driver. Workers are forked from the calling process: it must not
+  // have initialized a CUDA driver, and should have no other threads.
   static Result<std::unique_ptr<Daemon>> start(const DaemonOptions& options);
   ~Daemon();
 

@@ -2,25 +2,42 @@
 // The control socket of phosd: where it listens, and one request/response
 // exchange on it (a JSON object per line each way).
 //
-// Requests ({"op": ...}):
-//   attach  {"pid": P}           a client process (libphos.so) asks for a session;
-//                                the answer names its ring: {"session", "ring", "daemon_pid"}
-//   ps      {}                   sessions the caller may see: {"sessions": [...]}
-//   ping    {}                   {"daemon_pid", "driver", "driver_version", "pool": [...]}
-//   stop    {}                   the daemon exits (root or the daemon's own user)
+// Requests ({"op": ...}). phosd's main process answers the short ones; each
+// session runs in a worker process of its own, which answers long operations
+// on the client's connection itself (main passes it on with SCM_RIGHTS).
+//   attach  {"pid": P}           a client process (libphos.so) asks for a session; P
+//                                must be the connecting process (SO_PEERCRED). A spare
+//                                worker takes it: {"session", "ring", "daemon_pid",
+//                                "worker_pid"}. Waits (up to 30 s) when no worker is ready.
+//   ps      {}                   sessions the caller may see (root: all; others: their
+//                                own): {"sessions": [{"session", "pid", "uid", "command",
+//                                "worker_pid", "device_bytes", "allocations",
+//                                "pinned_bytes", "modules", "contexts", "calls",
+//                                "launches", "kernels", "busy"}]}. A worker that does not
+//                                answer within 1 s leaves its counters 0 and "busy" true.
+//   ping    {}                   {"daemon_pid", "driver", "driver_version", "pool": [{"device",
+//                                "free", "target"}] (contexts of spare workers), "pool_misses"
+//                                (requests that found no spare worker, and contexts
+//                                created on demand), "sessions", "spare_workers",
+//                                "spare_target", "workers": [{"pid", "state", "session"}]}
+//   stop    {}                   the daemon and its workers exit (root or the daemon's
+//                                own user)
 //
 // Long operations keep the connection open (ControlStream): the daemon sends
 // any number of {"progress": {...}} lines, then one final line with "ok".
 //   checkpoint {"pid", "image", "leave_running", "compress"}
-//                                saves the process and its GPU session; the final
-//                                line carries "report". A pid without a session:
-//                                {"ok": false, "code": "no-session"}.
-//   restore    {"image"}         re-creates the image's GPU session in a fresh
-//                                worker; the final line is {"ok", "session", "pid"}.
-//                                The client then runs CRIU and writes one line
-//                                back: {"adopt": PID} once the process runs again,
-//                                anything else (or closing) abandons the session.
-//                                The daemon answers the adopt with a last line.
+//                                saves the process and its GPU session (root or the
+//                                session's user); the final line carries "report". A
+//                                pid without a session: {"ok": false, "code":
+//                                "no-session"}; another user's: "code": "permission";
+//                                while one runs for the session: "code": "busy".
+//   restore    {"image"}         re-creates the image's GPU session in a spare worker;
+//                                the final line is {"ok", "session", "pid"} (the
+//                                image's process). The client then runs CRIU and writes
+//                                one line back: {"adopt": PID} once the process runs
+//                                again, anything else (or closing) abandons the session.
+//                                The daemon answers the adopt with a last {"ok"} line.
+//                                A failed restore is {"ok": false, "error", "code"}.
 // Progress lines: {"progress": {"phase": "gpu-memory"|"pinned"|"cpu"|...,
 //                               "bytes": done, "total": of the phase}}.
 // Every answer has "ok"; a refused request has "ok": false and "error".
