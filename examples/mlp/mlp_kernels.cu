@@ -85,4 +85,22 @@ __global__ void sgd_step(float* __restrict__ w, const float* __restrict__ g, flo
   if (i < n) w[i] -= lr * g[i];
 }
 
+// The "optimizer state" of --state-mib: each step mixes the step's loss and the
+// first layer's weights into one window of `n` words of the state, four words
+// per thread. Integer arithmetic: exact, so a run and its restored twin agree
+// bit for bit.
+__global__ void state_update(uint4* __restrict__ state, const float* __restrict__ loss,
+                             const float* __restrict__ w, int nw, int n, unsigned int step) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n / 4) return;
+  unsigned int mix = __float_as_uint(*loss) ^ step;
+  uint4 s = state[i];
+  unsigned int* words[4] = {&s.x, &s.y, &s.z, &s.w};
+  for (int k = 0; k < 4; ++k) {
+    unsigned int v = *words[k] * 1664525u + (mix ^ __float_as_uint(w[(4 * i + k) % nw]));
+    *words[k] = v ^ (v >> 15);
+  }
+  state[i] = s;
+}
+
 }  // extern "C"

@@ -6,8 +6,16 @@
 // same losses bit for bit and end with the same weight checksum. The kernels
 // are compiled to PTX by nvcc at build time (mlp_kernels.ptx next to this
 // program) and loaded with cuModuleLoadData, as a framework's JIT would.
+//
+// --state-mib N adds N MiB of device memory standing in for optimizer state, so
+// that checkpoints of a few GB can be measured: filled on the device (one
+// cuMemsetD32 pattern per MiB), one 1 MiB window of it updated by a kernel each
+// step from the step's loss and weights, and all of it folded into the final
+// checksum, so a wrongly restored byte anywhere in it changes that line. The
+// step lines do not depend on it; with N = 0 the output is that of the plain run.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -78,6 +86,11 @@ void launch(CUfunction f, unsigned gx, unsigned gy, unsigned bx, unsigned by,
   CHECK(cuLaunchKernel(f, gx, gy, 1, bx, by, 1, 0, nullptr, args.data(), nullptr));
 }
 
+constexpr size_t kMiB = size_t{1} << 20;
+
+// The value of every 32-bit word of MiB `index` of the state before the first step.
+unsigned statePattern(size_t index) { return 0x9e3779b9u * static_cast<unsigned>(index + 1); }
+
 unsigned blocks(int n, unsigned per) { return (static_cast<unsigned>(n) + per - 1) / per; }
 
 std::string floatBits(float v) {
@@ -94,10 +107,16 @@ int main(int argc, char** argv) {
   CLI::App app{"Train a small MLP on synthetic data with the CUDA Driver API (deterministic)"};
   int iterations = 30;
   int sleepMs = 0;
+  int stateMib = 0;
   std::string ptxPath = defaultPtxPath().string();
   app.add_option("--iterations", iterations, "training steps")->check(CLI::Range(1, 1000000));
   app.add_option("--sleep-ms", sleepMs, "pause after each step (to checkpoint mid-run)")
       ->check(CLI::Range(0, 60000));
+  app.add_option("--state-mib", stateMib,
+                 "extra device memory in MiB standing in for optimizer state: filled on the "
+                 "device, a 1 MiB window of it updated every step, all of it in the final "
+                 "checksum (default 0: none)")
+      ->check(CLI::Range(0, 65536));
   app.add_option("--ptx", ptxPath, "the kernels' PTX (default: next to this program)");
   CLI11_PARSE(app, argc, argv);
 
@@ -129,6 +148,7 @@ int main(int argc, char** argv) {
              mean = function("mean_256"), weightGrad = function("weight_grad"),
              biasGrad = function("bias_grad"), hiddenGrad = function("hidden_grad"),
              sgd = function("sgd_step");
+  CUfunction stateUpdate = stateMib > 0 ? function("state_update") : nullptr;
 
   // Synthetic data: each class is a random centre; samples are centre + noise.
   Lcg rng{42};
@@ -150,6 +170,15 @@ int main(int argc, char** argv) {
                dDlogits = alloc(kRows * kClasses * 4), dLosses = alloc(kRows * 4),
                dLoss = alloc(4), dGW2 = alloc(dW2.bytes), dGB2 = alloc(dB2.bytes),
                dDh = alloc(kRows * kHidden * 4), dGW1 = alloc(dW1.bytes), dGB1 = alloc(dB1.bytes);
+
+  DeviceBuffer dState;
+  if (stateMib > 0) {
+    dState = alloc(static_cast<size_t>(stateMib) * kMiB);
+    for (size_t m = 0; m < static_cast<size_t>(stateMib); ++m) {
+      CHECK(cuMemsetD32(dState.ptr + m * kMiB, statePattern(m), kMiB / 4));
+    }
+  }
+  int windowWords = static_cast<int>(kMiB / 4);
 
   int rows = kRows, in = kIn, hidden = kHidden, classes = kClasses, one = 1, zero = 0;
   float lr = kLearningRate;
@@ -177,6 +206,12 @@ int main(int argc, char** argv) {
     launch(sgd, 1, 1, 256, 1, {&dB1.ptr, &dGB1.ptr, &lr, &nB1});
     launch(sgd, blocks(nW2, 256), 1, 256, 1, {&dW2.ptr, &dGW2.ptr, &lr, &nW2});
     launch(sgd, 1, 1, 256, 1, {&dB2.ptr, &dGB2.ptr, &lr, &nB2});
+    if (stateMib > 0) {
+      CUdeviceptr window = dState.ptr + static_cast<size_t>(step % stateMib) * kMiB;
+      unsigned stepBits = static_cast<unsigned>(step);
+      launch(stateUpdate, blocks(windowWords / 4, 256), 1, 256, 1,
+             {&window, &dLoss.ptr, &dW1.ptr, &nW1, &windowWords, &stepBits});
+    }
 
     float loss = 0;
     CHECK(cuMemcpyDtoH(&loss, dLoss.ptr, sizeof loss));  // synchronizes the step
@@ -191,6 +226,13 @@ int main(int argc, char** argv) {
     std::vector<unsigned char> host(b->bytes);
     CHECK(cuMemcpyDtoH(host.data(), b->ptr, b->bytes));
     XXH3_64bits_update(hash, host.data(), host.size());
+  }
+  // The state after the weights, read in slices: it may be larger than host memory can spare.
+  std::vector<unsigned char> slice(std::min(dState.bytes, 64 * kMiB));
+  for (size_t done = 0; done < dState.bytes; done += slice.size()) {
+    size_t n = std::min(slice.size(), dState.bytes - done);
+    CHECK(cuMemcpyDtoH(slice.data(), dState.ptr + done, n));
+    XXH3_64bits_update(hash, slice.data(), n);
   }
   std::printf("weights checksum %016llx\n",
               static_cast<unsigned long long>(XXH3_64bits_digest(hash)));

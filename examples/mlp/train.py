@@ -11,6 +11,10 @@ Memory goes through cuMemAlloc and the synchronous cuMemcpyHtoD/DtoH of
 cuda.bindings, as in the C++ program, rather than cuda.core's stream-ordered
 pool: the two programs then make the same kinds of Driver API calls.
 
+--state-mib N adds mlp-train's N MiB of "optimizer state" the same way: the
+same per-MiB cuMemsetD32 patterns, the same state_update kernel on the same
+window each step, folded into the checksum after the weights.
+
     LD_LIBRARY_PATH=build/vgpu python examples/mlp/train.py --iterations 20
 """
 import argparse
@@ -28,6 +32,14 @@ from cuda.core import LEGACY_DEFAULT_STREAM, Device, LaunchConfig, ObjectCode, l
 PROG = "train.py"
 ROWS, IN, HIDDEN, CLASSES = 256, 32, 64, 8
 LEARNING_RATE = np.float32(0.1)
+MIB = 1 << 20
+WINDOW_WORDS = MIB // 4  # the state_update window: 1 MiB of 32-bit words
+CHECKSUM_SLICE = 64 * MIB
+
+
+def state_pattern(index: int) -> int:
+    """mlp_train.cpp's statePattern: every 32-bit word of MiB `index` before the first step."""
+    return (0x9E3779B9 * (index + 1)) & 0xFFFFFFFF
 
 
 def fail(what: str, result) -> NoReturn:
@@ -103,6 +115,10 @@ def parse_args(argv):
     parser.add_argument("--iterations", type=bounded_int(1, 1000000), default=30, help="training steps")
     parser.add_argument("--sleep-ms", type=bounded_int(0, 60000), default=0,
                         help="pause after each step (to checkpoint mid-run)")
+    parser.add_argument("--state-mib", type=bounded_int(0, 65536), default=0,
+                        help="extra device memory in MiB standing in for optimizer state: filled on the "
+                             "device, a 1 MiB window of it updated every step, all of it in the final "
+                             "checksum (default 0: none)")
     parser.add_argument("--ptx", type=pathlib.Path, default=None,
                         help="the kernels' PTX (default: $PHOS_BUILD_DIR/examples/mlp_kernels.ptx, "
                              "else build/examples/mlp_kernels.ptx of this source tree)")
@@ -126,7 +142,7 @@ def main(argv=None) -> int:
         print(f"{PROG}: cannot read the kernels' PTX at {ptx_path}", file=sys.stderr)
         return 2
     try:
-        return train(ptx, args.iterations, args.sleep_ms)
+        return train(ptx, args.iterations, args.sleep_ms, args.state_mib)
     except Exception as e:
         # cuda.core reports Driver API failures as CUDAError, and cuda.pathfinder
         # a libcuda.so.1 it cannot find: say which, without a traceback.
@@ -136,7 +152,7 @@ def main(argv=None) -> int:
         return 1
 
 
-def train(ptx: bytes, iterations: int, sleep_ms: int) -> int:
+def train(ptx: bytes, iterations: int, sleep_ms: int, state_mib: int = 0) -> int:
     # Device.set_current() retains device 0's primary context and makes it
     # current: cuDevicePrimaryCtxRetain + cuCtxSetCurrent, as mlp-train does.
     device = Device(0)
@@ -145,6 +161,7 @@ def train(ptx: bytes, iterations: int, sleep_ms: int) -> int:
     linear_forward, softmax_xent, mean, weight_grad, bias_grad, hidden_grad, sgd = (
         module.get_kernel(name) for name in ("linear_forward", "softmax_xent", "mean_256", "weight_grad",
                                              "bias_grad", "hidden_grad", "sgd_step"))
+    state_update = module.get_kernel("state_update") if state_mib > 0 else None
 
     def alloc(nbytes: int) -> int:
         return int(check("cuMemAlloc", cu.cuMemAlloc(nbytes)))
@@ -160,6 +177,13 @@ def train(ptx: bytes, iterations: int, sleep_ms: int) -> int:
     d_losses, d_loss = alloc(ROWS * 4), alloc(4)
     d_gw2, d_gb2 = alloc(w2.nbytes), alloc(b2.nbytes)
     d_dh, d_gw1, d_gb1 = alloc(ROWS * HIDDEN * 4), alloc(w1.nbytes), alloc(b1.nbytes)
+
+    d_state = 0
+    if state_mib > 0:
+        d_state = alloc(state_mib * MIB)
+        for m in range(state_mib):
+            check("cuMemsetD32", cu.cuMemsetD32(d_state + m * MIB, state_pattern(m), MIB // 4))
+    window_words = np.int32(WINDOW_WORDS)
 
     # Kernel arguments: device pointers as Python ints (passed as 64-bit
     # values), int and float parameters as numpy scalars of the PTX's widths.
@@ -193,6 +217,10 @@ def train(ptx: bytes, iterations: int, sleep_ms: int) -> int:
         run(sgd, (1, 1), (256, 1), d_b1, d_gb1, LEARNING_RATE, n_b1)
         run(sgd, (blocks(int(n_w2), 256), 1), (256, 1), d_w2, d_gw2, LEARNING_RATE, n_w2)
         run(sgd, (1, 1), (256, 1), d_b2, d_gb2, LEARNING_RATE, n_b2)
+        if state_mib > 0:
+            window = d_state + (step % state_mib) * MIB
+            run(state_update, (blocks(WINDOW_WORDS // 4, 256), 1), (256, 1),
+                window, d_loss, d_w1, n_w1, window_words, np.uint32(step))
 
         # Synchronous on the legacy stream: waits for the step's kernels.
         check("cuMemcpyDtoH", cu.cuMemcpyDtoH(loss.ctypes.data, d_loss, loss.nbytes))
@@ -205,10 +233,18 @@ def train(ptx: bytes, iterations: int, sleep_ms: int) -> int:
         host = np.empty(nbytes, dtype=np.uint8)
         check("cuMemcpyDtoH", cu.cuMemcpyDtoH(host.ctypes.data, ptr, nbytes))
         digest.update(host.tobytes())
+    # The state after the weights, read in slices as mlp-train does.
+    if state_mib > 0:
+        total = state_mib * MIB
+        host = np.empty(min(total, CHECKSUM_SLICE), dtype=np.uint8)
+        for done in range(0, total, host.nbytes):
+            n = min(host.nbytes, total - done)
+            check("cuMemcpyDtoH", cu.cuMemcpyDtoH(host.ctypes.data, d_state + done, n))
+            digest.update(host[:n])
     print(f"weights checksum {digest.intdigest():016x}", flush=True)
 
     for ptr in (d_x, d_labels, d_w1, d_b1, d_w2, d_b2, d_h, d_logits, d_dlogits, d_losses, d_loss, d_gw2, d_gb2,
-                d_dh, d_gw1, d_gb1):
+                d_dh, d_gw1, d_gb1) + ((d_state,) if state_mib > 0 else ()):
         check("cuMemFree", cu.cuMemFree(ptr))
     return 0
 

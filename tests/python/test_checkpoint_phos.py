@@ -1,0 +1,264 @@
+# SPDX-License-Identifier: Apache-2.0
+"""GPU processes under `phos run`, checkpointed through phosd, killed and restored (issue 7).
+
+The jobs: the examples (mlp-train and its cuda.core twin train.py, with some
+--state-mib device memory) and tests/shim/clients/checkpoint_client in each of
+its modes (worker threads, kernels in flight during a synchronizing call,
+pinned memory, events across streams; module globals in all). Every one
+prints a checksum per iteration and a final one, so a restore that loses or
+misplaces any state changes the text. The ground truth is the same program run
+uninterrupted directly on vgpu. Each test waits for line k of the job, then
+checkpoints it, and requires:
+  - killed and restored: the original's lines up to the checkpoint followed by
+    the restored run's lines are the uninterrupted run's, bit for bit; restoring
+    the same image a second time gives the same lines again;
+  - left running: the original finishes with the uninterrupted run's lines, and
+    its image restores to the same end.
+"""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from job_output import lines, wait_for
+
+TRAIN_PY = pathlib.Path(__file__).resolve().parents[2] / "examples" / "mlp" / "train.py"
+TIMEOUT = 120
+STEPS = 12      # iterations of every job: checkpoints land at line 2 or 6, several steps before the end
+SLEEP_MS = 200  # the pause after a line that makes "checkpoint once line k is out" land in iteration k
+STATE_MIB = 3   # the examples' extra device memory: a few 1 MiB windows, every byte in the checksum
+
+# name -> (program, arguments): the jobs each test runs.
+JOBS = {
+    "mlp-train": ("mlp-train", ["--state-mib", STATE_MIB, "--sleep-ms", SLEEP_MS]),
+    "train.py": ("train.py", ["--state-mib", STATE_MIB, "--sleep-ms", SLEEP_MS]),
+    "client-threads": ("client", ["--threads", 3, "--sleep-ms", SLEEP_MS]),
+    # No pause: the client prints a line once the next iteration's kernels
+    # (about 0.2 s of them on vgpu) are queued and then waits for them in
+    # cuCtxSynchronize, where a checkpoint asked at that line finds it.
+    "client-inflight": ("client", ["--inflight", "--kernels", 16, "--rounds", 32]),
+    "client-pinned": ("client", ["--pinned", "--sleep-ms", SLEEP_MS]),
+    "client-events": ("client", ["--events", "--threads", 2, "--sleep-ms", SLEEP_MS]),
+}
+
+
+@pytest.fixture(scope="module")
+def criu(phos):
+    """CRIU dumps and restores the processes: it needs root and a working install."""
+    if os.geteuid() != 0:
+        pytest.skip("CRIU needs root")
+    doctor = subprocess.run([str(phos), "doctor", "--json"], capture_output=True, text=True, timeout=60)
+    checks = json.loads(doctor.stdout).get("checks", []) if doctor.stdout else []
+    if not any(c.get("name") == "criu" and c.get("ok") for c in checks):
+        pytest.skip(f"phos doctor finds no usable CRIU: {doctor.stdout}{doctor.stderr}")
+
+
+@pytest.fixture(scope="module")
+def app_env(build_dir):
+    """The jobs' environment: vgpu's libcuda.so.1 on the library path (train.py loads it by name)."""
+    env = dict(os.environ)
+    for name in ("LD_PRELOAD", "PHOS_RUNTIME_DIR", "PHOS_LOG", "PHOS_LOG_STDERR", "PHOS_DRIVER"):
+        env.pop(name, None)
+    env["LD_LIBRARY_PATH"] = ":".join([str(build_dir / "vgpu"), env.get("LD_LIBRARY_PATH", "")])
+    env["PHOS_VGPU_BANDWIDTH_SCALE"] = "0"
+    env["PHOS_BUILD_DIR"] = str(build_dir)
+    return env
+
+
+@pytest.fixture(scope="module")
+def programs(build_dir):
+    """What runs each kind of job, or the reason it cannot."""
+    found = {}
+    mlp = build_dir / "examples" / "mlp-train"
+    found["mlp-train"] = [str(mlp)] if mlp.exists() else f"mlp-train was not built in {build_dir} (needs nvcc)"
+    try:
+        import cuda.core  # noqa: F401
+        found["train.py"] = [sys.executable, str(TRAIN_PY)]
+    except ImportError:
+        found["train.py"] = "cuda.core is not installed"
+    client = build_dir / "tests" / "shim" / "checkpoint_client"
+    found["client"] = [str(client)] if client.exists() else f"checkpoint_client was not built in {build_dir}"
+    return found
+
+
+def command(programs, job):
+    program, args = JOBS[job]
+    base = programs[program]
+    if isinstance(base, str):
+        pytest.skip(base)
+    return base + ["--iterations", str(STEPS)] + [str(a) for a in args]
+
+
+def without_pause(cmd):
+    """The same job without --sleep-ms: its output does not depend on it."""
+    if "--sleep-ms" not in cmd:
+        return cmd
+    i = cmd.index("--sleep-ms")
+    return cmd[:i] + cmd[i + 2:]
+
+
+_references = {}
+
+
+def reference(cmd, env):
+    """The uninterrupted run's lines, directly on vgpu (memoized per command)."""
+    key = tuple(without_pause(cmd))
+    if key not in _references:
+        r = subprocess.run(list(key), env=env, capture_output=True, text=True, timeout=TIMEOUT)
+        assert r.returncode == 0, r.stderr
+        out = r.stdout.splitlines()
+        assert len(out) == STEPS + 1, r.stdout
+        _references[key] = out
+    return _references[key]
+
+
+class Job:
+    """A job under `phos run` against the test's daemon, its output in a file."""
+
+    def __init__(self, phos, daemon, cmd, env, tmp_path, name="job"):
+        self.out = tmp_path / f"{name}.out"
+        self.err = tmp_path / f"{name}.err"
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            # A session of its own, as a job started by a supervisor has: CRIU
+            # then restores it without --shell-job.
+            self.proc = subprocess.Popen([str(phos), "run", "--runtime-dir", str(daemon.runtime_dir), "--", *cmd],
+                                         env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                         start_new_session=True)
+
+    @property
+    def pid(self):
+        return self.proc.pid  # phos run execs the job: same pid
+
+    def lines(self):
+        return lines(self.out)
+
+    def wait_line(self, k):
+        def ready():
+            if self.proc.poll() is not None:
+                pytest.fail(f"the job exited with {self.proc.returncode} after {len(self.lines())} lines:\n"
+                            f"{self.err.read_text()}")
+            return len(self.lines()) >= k
+        wait_for(ready, TIMEOUT, f"line {k} of the job")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def jobs():
+    started = []
+    yield started
+    for job in started:
+        job.stop()
+
+
+def checkpoint(phos, daemon, pid, image, *extra):
+    r = subprocess.run([str(phos), "checkpoint", "--pid", str(pid), "--image", str(image),
+                        "--runtime-dir", str(daemon.runtime_dir), "--json", *extra],
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, f"phos checkpoint failed ({r.returncode}): {r.stderr}\n{daemon.log()[-4000:]}"
+    report = json.loads(r.stdout)
+    manifest = json.loads((pathlib.Path(image) / "manifest.json").read_text())
+    sessions = manifest["state"]["gpu"]["sessions"]
+    assert sessions, f"the image has no GPU session (report: {report})"
+    assert report["gpu_bytes"] > 0, report
+    return report
+
+
+def restore(phos, daemon, image, env):
+    """A foreground restore: its stdout is the restored job's."""
+    r = subprocess.run([str(phos), "restore", "--image", str(image), "--runtime-dir", str(daemon.runtime_dir),
+                        "--json"], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert r.returncode == 0, f"phos restore exited with {r.returncode}: {r.stderr}\n{daemon.log()[-4000:]}"
+    report = json.loads(r.stderr.strip().splitlines()[-1])
+    assert report["gpu_session"] is True, report
+    return r.stdout.splitlines()
+
+
+def after_checkpoint(ref, restored, at_least, at_most):
+    """Checks that `restored` ends the reference run from a line between at_least and at_most."""
+    start = len(ref) - len(restored)
+    assert at_least <= start <= at_most, \
+        f"the restored job began after line {start}, but the checkpoint was taken after line " \
+        f"{at_least}..{at_most}:\n" + "\n".join(restored[:3])
+    assert restored == ref[start:]
+
+
+@pytest.mark.parametrize("at", [2, 6])
+@pytest.mark.parametrize("job", list(JOBS))
+def test_killed_and_restored_twice(criu, phos, phosd, app_env, programs, jobs, tmp_path, job, at):
+    cmd = command(programs, job)
+    ref = reference(cmd, app_env)
+    running = Job(phos, phosd, cmd, app_env, tmp_path)
+    jobs.append(running)
+    running.wait_line(at)
+    image = tmp_path / "image"
+    report = checkpoint(phos, phosd, running.pid, image)
+    assert report["left_running"] is False
+    assert running.proc.wait(timeout=30) == -signal.SIGKILL
+    before = running.lines()
+    assert at <= len(before) < len(ref), "the job finished before the checkpoint"
+    assert before == ref[:len(before)]
+
+    first = restore(phos, phosd, image, app_env)
+    assert before + first == ref
+    second = restore(phos, phosd, image, app_env)
+    assert second == first, "restoring the same image twice gave different lines"
+
+
+@pytest.mark.parametrize("job", list(JOBS))
+def test_left_running_and_restored(criu, phos, phosd, app_env, programs, jobs, tmp_path, job):
+    at = 3
+    cmd = command(programs, job)
+    ref = reference(cmd, app_env)
+    running = Job(phos, phosd, cmd, app_env, tmp_path)
+    jobs.append(running)
+    running.wait_line(at)
+    asked = len(running.lines())
+    image = tmp_path / "image"
+    report = checkpoint(phos, phosd, running.pid, image, "--leave-running")
+    done = len(running.lines())
+    assert report["left_running"] is True
+    assert done < len(ref), "the job finished before the checkpoint"
+    assert running.proc.wait(timeout=TIMEOUT) == 0, running.err.read_text()
+    assert running.lines() == ref, "the original, left running, did not finish as the uninterrupted run"
+
+    # Its pid is free again: the image comes back as the same process.
+    after_checkpoint(ref, restore(phos, phosd, image, app_env), asked, done)
+
+
+@pytest.mark.parametrize("job", [j for j in JOBS if j.startswith("client-")])
+def test_client_prints_the_same_under_phos(phos, phosd, app_env, programs, jobs, tmp_path, job):
+    """The test client's output on vgpu directly is its output under PhOS."""
+    cmd = without_pause(command(programs, job))
+    running = Job(phos, phosd, cmd, app_env, tmp_path)
+    jobs.append(running)
+    assert running.proc.wait(timeout=TIMEOUT) == 0, running.err.read_text()
+    assert f": pid {running.pid} uid" in phosd.log(), "the client never had a PhOS session"
+    assert running.lines() == reference(cmd, app_env)
+    assert running.err.read_text() == ""
+
+
+@pytest.mark.parametrize("state_mib", [0, 1, 5])
+def test_state_mib_python_and_cpp_print_the_same(programs, app_env, state_mib):
+    """--state-mib keeps the two examples' lines identical; 0 is the run without it."""
+    outs = []
+    for name in ("mlp-train", "train.py"):
+        if isinstance(programs[name], str):
+            pytest.skip(programs[name])
+        cmd = programs[name] + ["--iterations", "6", "--state-mib", str(state_mib)]
+        r = subprocess.run(cmd, env=app_env, capture_output=True, text=True, timeout=TIMEOUT)
+        assert r.returncode == 0, r.stderr
+        outs.append(r.stdout)
+    assert outs[0] == outs[1]
+    plain = subprocess.run(programs["mlp-train"] + ["--iterations", "6"], env=app_env, capture_output=True,
+                           text=True, timeout=TIMEOUT, check=True).stdout
+    assert outs[0].splitlines()[:-1] == plain.splitlines()[:-1], "the state must not change the step lines"
+    assert (outs[0] == plain) == (state_mib == 0), "the state must be in the checksum, and only when asked"

@@ -1,0 +1,352 @@
+// SPDX-License-Identifier: Apache-2.0
+// checkpoint_client: a deterministic Driver API job with the states a checkpoint
+// finds hard to land in, run by tests/python/test_checkpoint_phos.py directly on
+// vgpu and under phos run, checkpointed, killed and restored.
+//
+//   checkpoint_client [--iterations N] [--sleep-ms MS] [--threads N] [--inflight]
+//                     [--pinned] [--events] [--kernels K] [--rounds R] [--words W]
+//
+// Each of --threads workers has its own stream, device state and host buffers;
+// every iteration it copies an input in (cuMemcpyHtoDAsync), mixes it into its
+// state with a kernel and copies the state back (cuMemcpyDtoHAsync +
+// cuStreamSynchronize). The modes add:
+//   --inflight  K launches of a long-running kernel queued asynchronously, then
+//               one cuCtxSynchronize (one worker) or cuStreamSynchronize: a
+//               checkpoint taken just after an iteration's line lands while
+//               kernels are in flight and the job is blocked in that call;
+//   --pinned    the host buffers are cuMemHostAlloc'd (else pageable memory);
+//   --events    a second stream waits for the first through cuEventRecord +
+//               cuStreamWaitEvent, folds the state, and the host waits with
+//               cuEventSynchronize.
+// Module globals: `salt` is set through cuModuleGetGlobal once at start and read by
+// the kernels; `launches` is incremented by every kernel and printed at the end.
+//
+// Output: "iteration I checksum C" per iteration (C chains every worker's
+// state and folds of this iteration onto the previous C), printed once the next
+// iteration's work is queued, then "final checksum C launches L salt S" (L: the
+// kernels that ran, as counted by the kernels themselves). The same bits
+// whatever the thread interleaving, on vgpu directly and under PhOS.
+#include <cuda.h>
+#include <unistd.h>
+
+#include <barrier>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#ifndef PHOS_CHECKPOINT_KERNELS_PTX
+#error "PHOS_CHECKPOINT_KERNELS_PTX must name the PTX of checkpoint_client_kernels.cu"
+#endif
+
+namespace {
+
+[[noreturn]] void fail(const char* what, CUresult r) {
+  const char* name = nullptr;
+  if (cuGetErrorName(r, &name) != CUDA_SUCCESS) name = "unknown CUresult";
+  std::fprintf(stderr, "checkpoint_client: %s failed: %s (%d)\n", what, name, static_cast<int>(r));
+  std::fflush(stderr);
+  // Other workers may be inside the driver: leave without running destructors.
+  std::_Exit(1);
+}
+
+#define CHECK(call)                          \
+  do {                                       \
+    CUresult r_ = (call);                    \
+    if (r_ != CUDA_SUCCESS) fail(#call, r_); \
+  } while (0)
+
+constexpr unsigned kSalt = 0x5eed1234u;
+
+struct Options {
+  int iterations = 10;
+  int sleepMs = 0;
+  int threads = 1;
+  bool inflight = false;
+  bool pinned = false;
+  bool events = false;
+  int kernels = 16;   // --inflight launches per iteration
+  int rounds = 12;    // hash-chain steps per word of one --inflight launch
+  int words = 16384;  // 32-bit words of each worker's state
+};
+
+// FNV-1a, 64 bits: a checksum with no dependency, folded in a fixed order.
+uint64_t fnv1a(uint64_t h, const void* data, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ull;
+
+// The input of worker `w` at iteration `it`, word `j`.
+unsigned inputWord(int it, int w, int j) {
+  uint64_t x = (static_cast<uint64_t>(it) << 40) ^ (static_cast<uint64_t>(w) << 24) ^
+               static_cast<uint64_t>(j);
+  x = x * 6364136223846793005ull + 1442695040888963407ull;
+  return static_cast<unsigned>(x >> 29);
+}
+
+unsigned blocks(int n, unsigned per) {
+  return (static_cast<unsigned>(n) + per - 1) / per;
+}
+
+struct Kernels {
+  CUfunction mix = nullptr, churn = nullptr, fold = nullptr;
+};
+
+// Host memory of one worker: pinned (cuMemHostAlloc) or pageable.
+class HostBuffer {
+ public:
+  HostBuffer(size_t words, bool pinned) : pinned_(pinned) {
+    if (pinned) {
+      void* p = nullptr;
+      CHECK(cuMemHostAlloc(&p, words * sizeof(unsigned), 0));
+      data_ = static_cast<unsigned*>(p);
+    } else {
+      pageable_.resize(words);
+      data_ = pageable_.data();
+    }
+  }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  ~HostBuffer() {
+    if (pinned_) cuMemFreeHost(data_);
+  }
+  unsigned* data() { return data_; }
+
+ private:
+  bool pinned_;
+  unsigned* data_ = nullptr;
+  std::vector<unsigned> pageable_;
+};
+
+class Worker {
+ public:
+  Worker(int index, const Options& o, const Kernels& k)
+      : index_(index),
+        o_(o),
+        k_(k),
+        in_(o.words, o.pinned),
+        out_(o.words, o.pinned),
+        folds_(o.words / 2, o.pinned) {
+    const size_t bytes = static_cast<size_t>(o.words) * sizeof(unsigned);
+    CHECK(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+    CHECK(cuMemAlloc(&state_, bytes));
+    CHECK(cuMemAlloc(&input_, bytes));
+    CHECK(cuMemsetD32(state_, 0x01010101u * static_cast<unsigned>(index + 1), o.words));
+    std::memset(out_.data(), 0, bytes);
+    if (o.events) {
+      CHECK(cuStreamCreate(&side_, CU_STREAM_NON_BLOCKING));
+      CHECK(cuEventCreate(&produced_, CU_EVENT_DISABLE_TIMING));
+      CHECK(cuEventCreate(&folded_, CU_EVENT_DEFAULT));
+      CHECK(cuMemAlloc(&foldsDevice_, bytes / 2));
+    }
+  }
+
+  // The asynchronous half of iteration `it`: the input copy and the kernels
+  // (and, with --events, the fold on the side stream), queued.
+  void enqueue(int it) {
+    const size_t bytes = static_cast<size_t>(o_.words) * sizeof(unsigned);
+    n_ = o_.words;
+    // The input depends on the state read back last iteration, kept in the host
+    // buffer: host memory (pinned or not) must come back from a restore too.
+    for (int j = 0; j < n_; ++j) in_.data()[j] = inputWord(it, index_, j) ^ out_.data()[j];
+    CHECK(cuMemcpyHtoDAsync(input_, in_.data(), bytes, stream_));
+    tag_ = static_cast<unsigned>(it * 31 + index_);
+    void* mixArgs[] = {&state_, &input_, &n_, &tag_};
+    CHECK(cuLaunchKernel(k_.mix, blocks(n_, 256), 1, 1, 256, 1, 1, 0, stream_, mixArgs, nullptr));
+    if (o_.inflight) {
+      rounds_ = o_.rounds;
+      void* churnArgs[] = {&state_, &n_, &rounds_};
+      for (int i = 0; i < o_.kernels; ++i) {
+        CHECK(cuLaunchKernel(k_.churn, blocks(n_, 256), 1, 1, 256, 1, 1, 0, stream_, churnArgs,
+                             nullptr));
+      }
+    }
+    if (o_.events) {
+      half_ = n_ / 2;
+      CHECK(cuEventRecord(produced_, stream_));
+      CHECK(cuStreamWaitEvent(side_, produced_, 0));
+      void* foldArgs[] = {&state_, &foldsDevice_, &half_};
+      CHECK(cuLaunchKernel(k_.fold, blocks(half_, 256), 1, 1, 256, 1, 1, 0, side_, foldArgs,
+                           nullptr));
+      CHECK(cuMemcpyDtoHAsync(folds_.data(), foldsDevice_, bytes / 2, side_));
+      CHECK(cuEventRecord(folded_, side_));
+    }
+  }
+
+  // The waiting half: returns the checksum of what the host read back.
+  uint64_t finish() {
+    const size_t bytes = static_cast<size_t>(o_.words) * sizeof(unsigned);
+    if (o_.inflight) {
+      // The one synchronizing call of the iteration, with every kernel above in flight.
+      if (o_.threads == 1) {
+        CHECK(cuCtxSynchronize());
+      } else {
+        CHECK(cuStreamSynchronize(stream_));
+      }
+    }
+    uint64_t h = kFnvBasis;
+    if (o_.events) {
+      CHECK(cuEventSynchronize(folded_));
+      h = fnv1a(h, folds_.data(), bytes / 2);
+    }
+    CHECK(cuMemcpyDtoHAsync(out_.data(), state_, bytes, stream_));
+    CHECK(cuStreamSynchronize(stream_));
+    return fnv1a(h, out_.data(), bytes);
+  }
+
+  uint64_t finalState(uint64_t h) {
+    const size_t bytes = static_cast<size_t>(o_.words) * sizeof(unsigned);
+    CHECK(cuMemcpyDtoH(out_.data(), state_, bytes));
+    return fnv1a(h, out_.data(), bytes);
+  }
+
+ private:
+  int index_;
+  const Options& o_;
+  const Kernels& k_;
+  HostBuffer in_, out_, folds_;
+  CUstream stream_ = nullptr, side_ = nullptr;
+  CUevent produced_ = nullptr, folded_ = nullptr;
+  CUdeviceptr state_ = 0, input_ = 0, foldsDevice_ = 0;
+  // Kernel parameters are read at launch, but kept here for the iteration anyway.
+  int n_ = 0, rounds_ = 0, half_ = 0;
+  unsigned tag_ = 0;
+};
+
+bool parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    auto number = [&](int& out, int low, int high) {
+      if (i + 1 >= argc) return false;
+      char* end = nullptr;
+      long v = std::strtol(argv[++i], &end, 10);
+      if (*end != '\0' || v < low || v > high) return false;
+      out = static_cast<int>(v);
+      return true;
+    };
+    bool ok = true;
+    if (a == "--iterations")
+      ok = number(o.iterations, 1, 1000000);
+    else if (a == "--sleep-ms")
+      ok = number(o.sleepMs, 0, 60000);
+    else if (a == "--threads")
+      ok = number(o.threads, 1, 64);
+    else if (a == "--kernels")
+      ok = number(o.kernels, 1, 4096);
+    else if (a == "--rounds")
+      ok = number(o.rounds, 1, 1 << 20);
+    else if (a == "--words")
+      ok = number(o.words, 2, 1 << 24);
+    else if (a == "--inflight")
+      o.inflight = true;
+    else if (a == "--pinned")
+      o.pinned = true;
+    else if (a == "--events")
+      o.events = true;
+    else
+      ok = false;
+    if (!ok) {
+      std::fprintf(stderr, "checkpoint_client: bad argument %s\n", argv[i]);
+      return false;
+    }
+  }
+  if (o.words % 2 != 0) {
+    std::fprintf(stderr, "checkpoint_client: --words must be even\n");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (!parse(argc, argv, o)) return 2;
+
+  CHECK(cuInit(0));
+  CUdevice device = 0;
+  CHECK(cuDeviceGet(&device, 0));
+  CUcontext context = nullptr;
+  CHECK(cuDevicePrimaryCtxRetain(&context, device));
+  CHECK(cuCtxSetCurrent(context));
+  CUmodule module = nullptr;
+  CHECK(cuModuleLoad(&module, PHOS_CHECKPOINT_KERNELS_PTX));
+  Kernels k;
+  CHECK(cuModuleGetFunction(&k.mix, module, "mix"));
+  CHECK(cuModuleGetFunction(&k.churn, module, "churn"));
+  CHECK(cuModuleGetFunction(&k.fold, module, "fold"));
+  CUdeviceptr launches = 0, salt = 0;
+  size_t launchesBytes = 0, saltBytes = 0;
+  CHECK(cuModuleGetGlobal(&launches, &launchesBytes, module, "launches"));
+  CHECK(cuModuleGetGlobal(&salt, &saltBytes, module, "salt"));
+  if (launchesBytes != sizeof(unsigned long long) || saltBytes != sizeof(unsigned)) {
+    std::fprintf(stderr,
+                 "checkpoint_client: module globals of %zu and %zu bytes, expected 8 and 4\n",
+                 launchesBytes, saltBytes);
+    return 1;
+  }
+  CHECK(cuMemcpyHtoD(salt, &kSalt, sizeof kSalt));
+
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int w = 0; w < o.threads; ++w) workers.push_back(std::make_unique<Worker>(w, o, k));
+  std::vector<uint64_t> digests(o.threads);
+  // The workers' streams do not wait for the memsets and the salt's copy above,
+  // which went to the NULL stream: CU_STREAM_NON_BLOCKING "specifies that work
+  // running in the created stream may run concurrently with work in stream 0
+  // (the NULL stream), and that the created stream should perform no implicit
+  // synchronization with stream 0".
+  CHECK(cuCtxSynchronize());
+
+  uint64_t checksum = kFnvBasis;
+  int iteration = 0;
+  // Runs on one worker thread once all have finished iteration `iteration`
+  // and queued the next one's work: when a line is out, the next iteration's
+  // kernels are already in flight (with --inflight, a checkpoint taken just
+  // after the line finds the job waiting for them in its synchronizing call).
+  auto report = [&]() noexcept {
+    for (uint64_t d : digests) checksum = fnv1a(checksum, &d, sizeof d);
+    std::printf("iteration %d checksum %016llx\n", iteration,
+                static_cast<unsigned long long>(checksum));
+    std::fflush(stdout);
+    ++iteration;
+    if (o.sleepMs > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.sleepMs));
+  };
+  std::barrier done(o.threads, report);
+  auto run = [&](int w) {
+    CHECK(cuCtxSetCurrent(context));
+    for (int it = 0; it < o.iterations; ++it) {
+      workers[w]->enqueue(it);
+      if (it > 0) done.arrive_and_wait();  // the line of iteration it - 1
+      digests[w] = workers[w]->finish();
+    }
+    done.arrive_and_wait();  // the last iteration's line
+  };
+  std::vector<std::thread> threads;
+  for (int w = 1; w < o.threads; ++w) threads.emplace_back(run, w);
+  run(0);
+  for (std::thread& t : threads) t.join();
+
+  uint64_t finalChecksum = checksum;
+  for (auto& w : workers) finalChecksum = w->finalState(finalChecksum);
+  unsigned long long count = 0;
+  unsigned saltNow = 0;
+  CHECK(cuMemcpyDtoH(&count, launches, sizeof count));
+  CHECK(cuMemcpyDtoH(&saltNow, salt, sizeof saltNow));
+  std::printf("final checksum %016llx launches %llu salt %08x\n",
+              static_cast<unsigned long long>(finalChecksum), count, saltNow);
+  workers.clear();
+  CHECK(cuModuleUnload(module));
+  CHECK(cuDevicePrimaryCtxRelease(device));
+  return 0;
+}
