@@ -292,8 +292,8 @@ struct RestoreArgs {
 // across both hooks; closing it abandons the session.
 class GpuRestore {
  public:
-  GpuRestore(std::string socket, ProgressLine& progress)
-      : socket_(std::move(socket)), progress_(progress) {}
+  GpuRestore(std::string runtimeDir, ProgressLine& progress)
+      : runtimeDir_(std::move(runtimeDir)), socket_(ipc::controlSocketPath(runtimeDir_)), progress_(progress) {}
 
   Status before(const image::ImageReader& reader) {
     const json& state = reader.manifest().state;
@@ -302,17 +302,19 @@ class GpuRestore {
                   !state["gpu"]["sessions"].empty();
     if (!hasGpu) return Status::ok();
     std::string image = fs::absolute(reader.directory()).lexically_normal().string();
-    auto stream =
-        ipc::ControlStream::open(socket_, json{{"op", "restore"}, {"image", image}}.dump());
-    if (!stream) {
-      if (stream.status().code() == Code::kUnavailable) {
+    const std::string request = json{{"op", "restore"}, {"image", image}}.dump();
+    auto stream = ipc::ControlStream::open(socket_, request);
+    if (!stream && stream.status().code() == Code::kUnavailable) {
+      // The GPU state needs phosd: start one, as phos run does.
+      if (Status started = startBackgroundDaemon(runtimeDir_, ""); !started.isOk()) {
         return makeError(Code::kFailedPrecondition,
-                         "the image has GPU state; start phosd (phos daemon) and try again "
-                         "({}); nothing was restored",
-                         stream.status().message());
+                         "the image has GPU state and no phosd answers at {}; starting one failed: {}; "
+                         "nothing was restored",
+                         socket_, started.message());
       }
-      return std::move(stream).status();
+      stream = ipc::ControlStream::open(socket_, request);
     }
+    if (!stream) return std::move(stream).status();
     stream_.emplace(std::move(*stream));
     ASSIGN_OR_RETURN(json answer, finalLine("re-creating the GPU session"));
     if (answer["ok"] != true) {
@@ -370,6 +372,7 @@ class GpuRestore {
     }
   }
 
+  std::string runtimeDir_;
   std::string socket_;
   ProgressLine& progress_;
   std::optional<ipc::ControlStream> stream_;
@@ -379,7 +382,7 @@ class GpuRestore {
 
 int runRestore(const RestoreArgs& args) {
   ProgressLine progress(!args.json);
-  GpuRestore gpu(ipc::controlSocketPath(runtimeDirOf(args.runtimeDir)), progress);
+  GpuRestore gpu(runtimeDirOf(args.runtimeDir), progress);
   checkpoint::RestoreOptions options;
   options.image = args.image;
   options.detach = args.detach;

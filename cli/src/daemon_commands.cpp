@@ -99,46 +99,6 @@ int runDaemon(const DaemonArgs& args) {
   return kExitOk;
 }
 
-// Starts `phos daemon` in the background (its own session, log in the
-// runtime directory) and waits until it answers.
-Status startBackgroundDaemon(const std::string& dir, const std::string& driver) {
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return errnoError(errno, fmt::format("cannot create {}", dir));
-  const std::string logPath = dir + "/phosd.log";
-  pid_t child = fork();
-  if (child < 0) return errnoError(errno, "fork");
-  if (child == 0) {
-    setsid();
-    int fd = open(logPath.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-    }
-    if (null >= 0) dup2(null, STDIN_FILENO);
-    // A second fork: the daemon is not our child, nobody has to reap it.
-    if (fork() != 0) _exit(0);
-    std::vector<std::string> argv{"phos", "daemon", "--runtime-dir", dir};
-    if (!driver.empty()) {
-      argv.push_back("--driver");
-      argv.push_back(driver);
-    }
-    std::vector<char*> cargv;
-    for (auto& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    execv("/proc/self/exe", cargv.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(child, &status, 0);
-  const std::string socket = ipc::controlSocketPath(dir);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (ipc::controlRequest(socket, R"({"op":"ping"})", std::chrono::seconds(2)).isOk()) return Status::ok();
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return makeError(Code::kUnavailable, "the daemon did not start within 20 s (see {})", logPath);
-}
-
 struct RunArgs {
   std::string driver;
   std::string runtimeDir;
@@ -246,6 +206,45 @@ int runPs(const PsArgs& args) {
 }
 
 }  // namespace
+
+Status startBackgroundDaemon(const std::string& dir, const std::string& driver) {
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return errnoError(errno, fmt::format("cannot create {}", dir));
+  const std::string logPath = dir + "/phosd.log";
+  pid_t child = fork();
+  if (child < 0) return errnoError(errno, "fork");
+  if (child == 0) {
+    setsid();
+    int fd = open(logPath.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+    }
+    if (null >= 0) dup2(null, STDIN_FILENO);
+    // A second fork: the daemon is not our child, nobody has to reap it.
+    if (fork() != 0) _exit(0);
+    std::vector<std::string> argv{"phos", "daemon", "--runtime-dir", dir};
+    if (!driver.empty()) {
+      argv.push_back("--driver");
+      argv.push_back(driver);
+    }
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    execv("/proc/self/exe", cargv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  const std::string socket = ipc::controlSocketPath(dir);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (ipc::controlRequest(socket, R"({"op":"ping"})", std::chrono::seconds(2)).isOk()) return Status::ok();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return makeError(Code::kUnavailable, "the daemon did not start within 20 s (see {})", logPath);
+}
+
 
 void addDaemon(CLI::App& app, SubcommandRunner& runner) {
   auto* cmd = app.add_subcommand("daemon", "Run phosd in the foreground (for systemd: see daemon/phosd.service)");

@@ -6,12 +6,18 @@
 
 #include <CLI/CLI.hpp>
 
+#include "phos/common/status.h"
+
 namespace phos::cli {
 
 // The chosen subcommand's action, set by its callback; returns the exit code.
 using SubcommandRunner = std::function<int()>;
 
 // Exit codes shared by all subcommands.
+// Starts `phos daemon --runtime-dir DIR` in the background (its own session,
+// its log in DIR/phosd.log) and waits until it answers (phos run, phos restore).
+Status startBackgroundDaemon(const std::string& dir, const std::string& driver);
+
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;     // the operation failed
 inline constexpr int kExitBadInput = 2;    // the user's input was wrong (CLI11 uses 2 too)

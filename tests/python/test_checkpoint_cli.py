@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -437,13 +438,23 @@ def test_verify_and_restore_name_the_problem_and_start_nothing(phos, good_image,
     assert not alive(pid)
 
 
-def test_image_with_gpu_state_needs_phosd(phos, good_image):
+def test_image_with_gpu_state_starts_phosd_which_refuses_a_bad_session(phos, good_image):
     pid, image = good_image
     edit_manifest(image, lambda m: m["state"]["gpu"].update(sessions=[{"id": 4}]))
-    r = run(phos, "restore", "--image", image)
-    assert r.returncode == 1
-    assert "the image has GPU state; start phosd (phos daemon)" in r.stderr
-    assert not alive(pid)
+    # Under /tmp: a socket path has at most 107 bytes.
+    runtime = pathlib.Path(tempfile.mkdtemp(prefix="phos-test-", dir="/tmp"))
+    try:
+        r = run(phos, "restore", "--image", image, "--runtime-dir", runtime)
+        # A GPU image needs phosd: restore starts one, as phos run does...
+        assert (runtime / "phosd.sock").exists(), r.stderr
+        # ...which refuses the session and names why; nothing runs.
+        assert r.returncode == 1
+        assert "phosd could not re-create the GPU session" in r.stderr
+        assert '"pid" is missing' in r.stderr
+        assert not alive(pid)
+    finally:
+        run(phos, "daemon", "--stop", "--runtime-dir", runtime)
+        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def processes_naming(text):
