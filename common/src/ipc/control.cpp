@@ -108,31 +108,12 @@ Status ControlStream::writeLine(std::string_view line) {
 
 Result<std::string> controlRequest(const std::string& socketPath, const std::string& request,
                                    std::chrono::milliseconds timeout) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (socketPath.size() >= sizeof(addr.sun_path)) {
-    return makeError(Code::kInvalidArgument, "control socket path {} is too long", socketPath);
-  }
-  std::memcpy(addr.sun_path, socketPath.c_str(), socketPath.size() + 1);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return errnoError(errno, "socket");
+  ASSIGN_OR_RETURN(int fd, connectTo(socketPath));
   struct Closer {
     int fd;
     ~Closer() { close(fd); }
   } closer{fd};
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    int e = errno;
-    return Status(Code::kUnavailable, fmt::format("no phosd at {}: {}", socketPath, std::strerror(e)));
-  }
-  std::string line = request + "\n";
-  for (size_t done = 0; done < line.size();) {
-    ssize_t n = send(fd, line.data() + done, line.size() - done, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errnoError(errno, fmt::format("cannot send to phosd at {}", socketPath));
-    }
-    done += static_cast<size_t>(n);
-  }
+  RETURN_IF_ERROR_CTX(sendAll(fd, request + "\n"), fmt::format("phosd at {}", socketPath));
   std::string answer;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   char buf[4096];
