@@ -49,11 +49,53 @@ namespace {
 
 constexpr auto kPauseTimeout = std::chrono::seconds(60);
 
+// The context limits an application can set (cuCtxSetLimit); the others can
+// only be queried.
+constexpr CUlimit kSettableLimits[] = {
+    CU_LIMIT_STACK_SIZE,       CU_LIMIT_PRINTF_FIFO_SIZE,         CU_LIMIT_MALLOC_HEAP_SIZE,
+    CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH, CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT,
+    CU_LIMIT_MAX_L2_FETCH_GRANULARITY, CU_LIMIT_PERSISTING_L2_CACHE_SIZE};
+
 std::string hex(uint64_t v) { return fmt::format("{:#x}", v); }
 
 Status cuStatus(CUresult r, std::string_view what) {
   if (r == CUDA_SUCCESS) return Status::ok();
   return makeError(Code::kFailedPrecondition, "{}: CUresult {}", what, static_cast<int>(r));
+}
+
+// The driver entry points the engine calls beyond those phosd needs to run:
+// a driver without one (older than CUDA 12.4) cannot checkpoint.
+Status requireEntryPoints(const DriverTable& d) {
+  using cuda_api::EntryPointId;
+  static constexpr std::pair<EntryPointId, const char*> kNeeded[] = {
+      {EntryPointId::kCuCtxGetFlags, "cuCtxGetFlags"},
+      {EntryPointId::kCuCtxGetLimit, "cuCtxGetLimit"},
+      {EntryPointId::kCuCtxSetLimit, "cuCtxSetLimit"},
+      {EntryPointId::kCuCtxGetCacheConfig, "cuCtxGetCacheConfig"},
+      {EntryPointId::kCuCtxSetCacheConfig, "cuCtxSetCacheConfig"},
+      {EntryPointId::kCuFuncGetName, "cuFuncGetName"},
+      {EntryPointId::kCuFuncGetModule, "cuFuncGetModule"},
+      {EntryPointId::kCuKernelGetName, "cuKernelGetName"},
+      {EntryPointId::kCuKernelGetLibrary, "cuKernelGetLibrary"},
+      {EntryPointId::kCuLibraryGetModule, "cuLibraryGetModule"},
+      {EntryPointId::kCuLibraryGetGlobal, "cuLibraryGetGlobal"},
+      {EntryPointId::kCuLibraryGetKernel, "cuLibraryGetKernel"},
+      {EntryPointId::kCuLibraryLoadData, "cuLibraryLoadData"},
+      {EntryPointId::kCuStreamGetFlags, "cuStreamGetFlags"},
+      {EntryPointId::kCuStreamGetPriority, "cuStreamGetPriority"},
+      {EntryPointId::kCuStreamCreateWithPriority, "cuStreamCreateWithPriority"},
+      {EntryPointId::kCuMemcpyDtoHAsync_v2, "cuMemcpyDtoHAsync"},
+      {EntryPointId::kCuMemcpyHtoDAsync_v2, "cuMemcpyHtoDAsync"},
+      {EntryPointId::kCuModuleGetGlobal_v2, "cuModuleGetGlobal"},
+      {EntryPointId::kCuModuleGetFunction, "cuModuleGetFunction"},
+      {EntryPointId::kCuCtxGetCurrent, "cuCtxGetCurrent"},
+  };
+  for (const auto& [id, name] : kNeeded) {
+    if (!d.has(id)) {
+      return makeError(Code::kNotSupported, "the driver {} has no {}, which checkpoints need", d.path(), name);
+    }
+  }
+  return Status::ok();
 }
 
 // The codes the CLI tells apart (bad input, exit 2, or a failure, exit 1).
@@ -397,6 +439,7 @@ class Engine {
     if (!request.contains("image") || !request["image"].is_string() || request["image"].get<std::string>().empty()) {
       return failure(makeError(Code::kInvalidArgument, "checkpoint needs an \"image\" directory"));
     }
+    if (Status usable = requireEntryPoints(s.driver_); !usable.isOk()) return failure(usable);
     checkpoint::CheckpointOptions options;
     options.image = request["image"].get<std::string>();
     // phosd may run as root for users who are not: the image goes only where
@@ -502,7 +545,16 @@ class Engine {
       }
       unsigned flags = 0;
       PHOS_DRIVER(d, CtxGetFlags)(&flags);
-      contexts.push_back({{"id", vid}, {"device", ctx.device}, {"primary", ctx.primary}, {"flags", flags}});
+      // Limits and cache preference the application may have set.
+      json limits = json::object();
+      for (CUlimit limit : kSettableLimits) {
+        size_t value = 0;
+        if (PHOS_DRIVER(d, CtxGetLimit)(&value, limit) == CUDA_SUCCESS) limits[std::to_string(limit)] = value;
+      }
+      CUfunc_cache cache = CU_FUNC_CACHE_PREFER_NONE;
+      PHOS_DRIVER(d, CtxGetCacheConfig)(&cache);
+      contexts.push_back({{"id", vid}, {"device", ctx.device}, {"primary", ctx.primary}, {"flags", flags},
+                          {"limits", limits}, {"cache_config", static_cast<int>(cache)}});
     }
     s.currentReal_ = nullptr;  // changed above; the next call makes its own current
     state["contexts"] = contexts;
@@ -773,6 +825,7 @@ class Engine {
     if (!request.contains("image") || !request["image"].is_string()) {
       return makeError(Code::kInvalidArgument, "restore needs an \"image\" directory");
     }
+    RETURN_IF_ERROR(requireEntryPoints(d));
     const std::string dir = request["image"].get<std::string>();
     ASSIGN_OR_RETURN(auto reader, image::ImageReader::open(dir));
     const json& all = reader->manifest().state;
@@ -825,6 +878,21 @@ class Engine {
       s.contexts_[vid] = {real, device, c.value("primary", false)};
       s.handles_.bind(HandleType::kCUctx_st, vid, real);
       s.captureOutput(real);
+      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, CtxSetCurrent)(real), "making a context current"));
+      const json limits = c.value("limits", json::object());
+      for (const auto& [limit, value] : limits.items()) {
+        const CUlimit which = static_cast<CUlimit>(std::stoi(limit));
+        size_t now = 0;
+        // Set only what differs from the fresh context's value: some limits
+        // cannot be set once the context ran work, and most were never changed.
+        if (PHOS_DRIVER(d, CtxGetLimit)(&now, which) == CUDA_SUCCESS && now != value.get<size_t>()) {
+          RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, CtxSetLimit)(which, value.get<size_t>()),
+                                   fmt::format("setting limit {} of context {} again", limit, hex(vid))));
+        }
+      }
+      if (c.contains("cache_config")) {
+        PHOS_DRIVER(d, CtxSetCacheConfig)(static_cast<CUfunc_cache>(c.value("cache_config", 0)));
+      }
     }
     for (const json& p : st.value("primaries", json::array())) {
       PrimaryContext& pc = s.primaries_[p.value("device", 0)];

@@ -280,6 +280,9 @@ int main(int argc, char** argv) {
   CUcontext context = nullptr;
   CHECK(cuDevicePrimaryCtxRetain(&context, device));
   CHECK(cuCtxSetCurrent(context));
+  // A context setting that a restore must carry over (the default is 1 KiB):
+  // the final line reports it.
+  CHECK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 4096));
   CUmodule module = nullptr;
   CHECK(cuModuleLoad(&module, PHOS_CHECKPOINT_KERNELS_PTX));
   Kernels k;
@@ -343,8 +346,10 @@ int main(int argc, char** argv) {
   unsigned saltNow = 0;
   CHECK(cuMemcpyDtoH(&count, launches, sizeof count));
   CHECK(cuMemcpyDtoH(&saltNow, salt, sizeof saltNow));
-  std::printf("final checksum %016llx launches %llu salt %08x\n",
-              static_cast<unsigned long long>(finalChecksum), count, saltNow);
+  size_t stack = 0;
+  CHECK(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
+  std::printf("final checksum %016llx launches %llu salt %08x stack %zu\n",
+              static_cast<unsigned long long>(finalChecksum), count, saltNow, stack);
   workers.clear();
   CHECK(cuModuleUnload(module));
   CHECK(cuDevicePrimaryCtxRelease(device));
