@@ -44,14 +44,19 @@ CUresult DeviceHeap::reserve() {
   // Twice the device's memory: room for fragmentation, never more than the
   // device's share of the window.
   const size_t want = std::min<size_t>(round(total) * 2, kDeviceStride);
-  CUdeviceptr got = 0;
-  r = PHOS_DRIVER(driver_, MemAddressReserve)(&got, want, granularity_, base(), 0);
-  if (r != CUDA_SUCCESS) return r;
-  if (got != base()) {
+  const CUdeviceptr setBytes = kDevicesPerSet * kDeviceStride;
+  const CUdeviceptr first = base_;
+  for (uint64_t attempt = 0;; ++attempt) {
+    CUdeviceptr got = 0;
+    r = PHOS_DRIVER(driver_, MemAddressReserve)(&got, want, granularity_, base_, 0);
+    if (r == CUDA_SUCCESS && got == base_) break;
     // The driver may treat the address as a hint: a range elsewhere is useless
     // to a restore.
-    PHOS_DRIVER(driver_, MemAddressFree)(got, want);
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS) PHOS_DRIVER(driver_, MemAddressFree)(got, want);
+    if (exact_ || attempt + 1 == kSets) return CUDA_ERROR_OUT_OF_MEMORY;
+    // The same window of the next set (wrapping around).
+    const CUdeviceptr offset = (first - kBase + (attempt + 1) * setBytes) % (kSets * setBytes);
+    base_ = kBase + offset;
   }
   reserved_ = want;
   free_[base()] = want;

@@ -28,7 +28,11 @@ class DeviceHeap {
   // sets of windows picked by session id, so that sessions sharing a process
   // (the in-process tests and fuzzer; phosd serves one per worker) do not
   // collide. A restore uses the base its image recorded.
-  static constexpr CUdeviceptr kBase = 0x600000000000ull;
+  // 16 TiB from 0x400000000000: above vgpu's own windows (0x200000000000 for
+  // cuMemAlloc, 0x300000000000 for VMM), below the pinned-memory window
+  // (0x500000000000), and clear of AddressSanitizer's allocator
+  // (0x600000000000), which the fuzzer and sanitizer builds run with.
+  static constexpr CUdeviceptr kBase = 0x400000000000ull;
   static constexpr uint64_t kDeviceStride = 512ull << 30;  // 512 GiB per device
   static constexpr int kDevicesPerSet = 8;
   static constexpr uint64_t kSets = 4;
@@ -36,8 +40,10 @@ class DeviceHeap {
     return kBase + ((session % kSets) * kDevicesPerSet + static_cast<uint64_t>(device)) * kDeviceStride;
   }
 
-  DeviceHeap(const DriverTable& driver, int device, CUdeviceptr base)
-      : driver_(driver), device_(device), base_(base) {}
+  // `exact`: the range must start at `base` (a restore); otherwise, when
+  // another session of this process holds that window, the next set's is used.
+  DeviceHeap(const DriverTable& driver, int device, CUdeviceptr base, bool exact)
+      : driver_(driver), device_(device), base_(base), exact_(exact) {}
   ~DeviceHeap();
   DeviceHeap(const DeviceHeap&) = delete;
   DeviceHeap& operator=(const DeviceHeap&) = delete;
@@ -69,7 +75,8 @@ class DeviceHeap {
   };
   const DriverTable& driver_;
   const int device_;
-  const CUdeviceptr base_;
+  CUdeviceptr base_;
+  const bool exact_;
   size_t granularity_ = 0;
   size_t reserved_ = 0;  // 0 until the range is reserved
   std::map<CUdeviceptr, Block> used_;

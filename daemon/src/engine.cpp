@@ -948,7 +948,7 @@ class Engine {
           return makeError(Code::kDataLoss, "allocation {} is on device {}, whose range the image does not name",
                            hex(address), device);
         }
-        heap = std::make_unique<DeviceHeap>(d, device, base->second);
+        heap = std::make_unique<DeviceHeap>(d, device, base->second, true);
       }
       CUresult r = heap->allocateAt(address, bytes);
       if (r != CUDA_SUCCESS) {

@@ -348,7 +348,7 @@ CUresult Session::allocateDevice(int device, size_t bytes, CUdeviceptr* address)
   CUdevice current = 0;
   if (CUresult r = PHOS_DRIVER(driver_, CtxGetDevice)(&current); r != CUDA_SUCCESS) return r;
   auto& heap = heaps_[device];
-  if (heap == nullptr) heap = std::make_unique<DeviceHeap>(driver_, device, DeviceHeap::windowBase(id_, device));
+  if (heap == nullptr) heap = std::make_unique<DeviceHeap>(driver_, device, DeviceHeap::windowBase(id_, device), false);
   return heap->allocate(bytes, address);
 }
 
