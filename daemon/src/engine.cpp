@@ -17,7 +17,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -37,6 +36,7 @@
 
 #include "host_calls.h"
 #include "phos/common/log.h"
+#include "phos/common/subprocess.h"
 #include "phos/daemon/checkpoint.h"
 #include "phos/ptx/parser.h"
 #include "session.h"
@@ -363,15 +363,6 @@ uint64_t stagingBudget() {
   return 0;
 }
 
-// Whether `pid` has exited (a zombie not reaped yet counts as gone).
-bool processGone(pid_t pid) {
-  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const size_t paren = text.rfind(')');
-  return text.empty() || paren == std::string::npos || text.compare(paren + 1, 3, " Z ") == 0 ||
-         text.compare(paren + 1, 3, " X ") == 0;
-}
-
 // A session file of the image is about to be re-created at its path: one left
 // by a session that is gone is removed; while a live session holds the ring
 // locked (Session::lockRing), the checkpointed session still runs here.
@@ -383,22 +374,16 @@ Status claimPath(const std::string& path, const std::string& ringPath, pid_t pro
     return makeError(Code::kFailedPrecondition, "{} is in use ({}): the checkpointed session still runs on this host",
                      path, why);
   };
-  if (int fd = open(ringPath.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
-    // A session whose process just ended is still being freed by its worker
-    // for a moment: wait for that, not for a session that lives on.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    bool held = flock(fd, LOCK_EX | LOCK_NB) != 0;
-    if (held && !processGone(process)) {
-      close(fd);
-      return inUse(fmt::format("a session holds its ring, and pid {} runs", process));
-    }
-    while (held && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      held = flock(fd, LOCK_EX | LOCK_NB) != 0;
-    }
-    close(fd);  // releases the lock taken, if any
-    if (held) return inUse("a session holds its ring");
+  bool held = ringLocked(ringPath);
+  if (held && !processEnded(process)) return inUse(fmt::format("a session holds its ring, and pid {} runs", process));
+  // A session whose process just ended is still being freed by its worker for
+  // a moment: wait for that.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (held && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    held = ringLocked(ringPath);
   }
+  if (held) return inUse("a session holds its ring");
   struct stat st{};
   if (lstat(path.c_str(), &st) != 0) return Status::ok();
   if (unlink(path.c_str()) != 0) return errnoError(errno, fmt::format("cannot remove the stale {}", path));

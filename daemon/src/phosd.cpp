@@ -11,7 +11,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -37,6 +36,7 @@
 
 #include "phos/common/ipc/control.h"
 #include "phos/common/log.h"
+#include "session.h"
 #include "worker.h"
 
 #ifndef PHOS_VGPU_DRIVER
@@ -138,16 +138,10 @@ namespace {
 // to is alive: its worker holds its ring file locked (Session::lockRing). A
 // restored session keeps the names of the worker it was saved from, whose pid
 // is gone.
-bool sessionAlive(int dir, std::string_view name) {
+bool sessionAlive(std::string_view name) {
   size_t dash = name.find('-', 5);
   if (dash == std::string_view::npos) return false;
-  size_t end = name.find('-', dash + 1);
-  std::string ring(name.substr(0, end));
-  int fd = openat(dir, ring.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool held = flock(fd, LOCK_EX | LOCK_NB) != 0;
-  close(fd);
-  return held;
+  return ringLocked("/dev/shm/" + std::string(name.substr(0, name.find('-', dash + 1))));
 }
 
 // Removes /dev/shm/phos-<owner>-... files that belong to this user (root:
@@ -168,7 +162,7 @@ void removeSessionFiles(Gone gone) {
     struct stat st {};
     if (fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
     if (geteuid() != 0 && st.st_uid != geteuid()) continue;
-    if (sessionAlive(dirfd(dir), name)) continue;
+    if (sessionAlive(name)) continue;
     if (unlinkat(dirfd(dir), e->d_name, 0) == 0) {
       log::get("daemon")->info("removed /dev/shm/{}: left by phosd process {}, which is gone", name, owner);
     }

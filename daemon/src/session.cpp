@@ -60,6 +60,14 @@ Status Session::start(const ipc::RingGeometry& geometry) {
   return Status::ok();
 }
 
+bool ringLocked(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = flock(fd, LOCK_EX | LOCK_NB) != 0;
+  close(fd);  // releases the lock if it was taken
+  return held;
+}
+
 Status Session::lockRing() {
   int fd = open(ringPath_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errnoError(errno, fmt::format("cannot open {}", ringPath_));
@@ -148,12 +156,12 @@ void Session::stop() {
 void Session::serve() {
   auto log = log::get("daemon");
   while (!stopping_.load()) {
-    {
+    if (pauseRequested_.load()) {
       std::unique_lock lock(pauseMutex_);
-      if (pauseRequested_) {
+      if (pauseRequested_.load()) {
         parked_ = true;
         pauseChanged_.notify_all();
-        pauseChanged_.wait(lock, [&] { return !pauseRequested_ || stopping_.load(); });
+        pauseChanged_.wait(lock, [&] { return !pauseRequested_.load() || stopping_.load(); });
         parked_ = false;
         continue;
       }

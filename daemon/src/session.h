@@ -128,6 +128,9 @@ struct SessionInfo {
 class HostCallChannel;
 class Engine;
 
+// Whether a live session holds the ring file at `path` (Session::lockRing).
+bool ringLocked(const std::string& path);
+
 class Session {
  public:
   Session(uint64_t id, pid_t pid, uid_t uid, const DriverTable& driver, ContextPool& pool,
@@ -310,7 +313,7 @@ class Session {
   // pause()/resume(): the serving thread parks between calls.
   std::mutex pauseMutex_;
   std::condition_variable pauseChanged_;
-  bool pauseRequested_ = false;
+  std::atomic<bool> pauseRequested_{false};  // read without the mutex on every call
   bool parked_ = false;
 };
 

@@ -11,9 +11,10 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <ctime>
+
+#include "phos/common/subprocess.h"
 
 namespace phos::ipc {
 namespace detail {
@@ -202,31 +203,11 @@ Result<CallRing> CallRing::open(const std::string& path) {
   return CallRing(*base, bytes, g, false);
 }
 
-namespace {
-
-// A process that died but was not reaped yet still answers kill(pid, 0). A
-// phosd worker whose daemon died is reaped by init, which may take a second
-// or more: its zombie must not keep a caller waiting.
-bool exitedUnreaped(pid_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char buf[512];
-  ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n <= 0) return false;
-  buf[n] = '\0';
-  // "pid (comm) S ...": the state follows the last ')' (comm may hold one).
-  const char* paren = std::strrchr(buf, ')');
-  return paren != nullptr && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
-}
-
-}  // namespace
-
 Status CallRing::ownerAlive() const {
+  // A worker whose daemon died is reaped by init, which may take a second or
+  // more: its zombie must not keep a caller waiting.
   pid_t pid = header().ownerPid.load();
-  if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH) || exitedUnreaped(pid)) {
+  if (processEnded(pid)) {
     return makeError(Code::kUnavailable, "phosd (pid {}) serving this ring is gone", pid);
   }
   return Status::ok();

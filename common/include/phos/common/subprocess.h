@@ -2,6 +2,8 @@
 // Running helper programs (criu, nvcc, ptxas) and capturing what they print.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,5 +33,9 @@ struct CaptureOptions {
 };
 Result<ProcessOutput> runCapture(const std::vector<std::string>& argv,
                                  const CaptureOptions& options);
+
+// Whether `pid` has ended: no such process, or one that exited and was not
+// reaped yet (a zombie still answers kill(pid, 0)). Allocates nothing.
+bool processEnded(pid_t pid);
 
 }  // namespace phos
