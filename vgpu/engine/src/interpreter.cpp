@@ -83,15 +83,6 @@ inline int64_t sext(uint64_t v, unsigned bytes) {
   return static_cast<int64_t>(v << shift) >> shift;
 }
 
-bool isSharedSpace(StateSpace s) {
-  return s == StateSpace::kShared || s == StateSpace::kSharedCta ||
-         s == StateSpace::kSharedCluster;
-}
-bool isParamSpace(StateSpace s) {
-  return s == StateSpace::kParam || s == StateSpace::kParamEntry ||
-         s == StateSpace::kParamFunc;
-}
-
 // State shared by every worker of one launch.
 struct LaunchState {
   const KernelLaunch* launch = nullptr;

@@ -17,15 +17,6 @@ using ptx::StateSpace;
 
 uint32_t alignUp(uint32_t v, uint32_t a) { return a ? (v + a - 1) / a * a : v; }
 
-bool isShared(StateSpace s) {
-  return s == StateSpace::kShared || s == StateSpace::kSharedCta ||
-         s == StateSpace::kSharedCluster;
-}
-bool isParam(StateSpace s) {
-  return s == StateSpace::kParam || s == StateSpace::kParamEntry ||
-         s == StateSpace::kParamFunc;
-}
-
 uint32_t declAlign(const ptx::VarDecl& d) {
   if (d.align) return d.align;
   uint32_t a = ptx::typeSize(d.type) * d.vectorWidth;
@@ -559,7 +550,7 @@ Result<std::unique_ptr<ExecModule>> lowerModule(
           return makeError(Code::kInternal, "global {} was not allocated", d->name);
         }
         moduleSyms[d->name] = {Sym::Kind::kGlobal, it->second};
-      } else if (isShared(d->space)) {
+      } else if (ptx::isSharedSpace(d->space)) {
         if (d->byteSize() == 0) {
           moduleSyms[d->name] = {Sym::Kind::kDynShared, 0};
         } else {
@@ -567,7 +558,7 @@ Result<std::unique_ptr<ExecModule>> lowerModule(
           moduleSyms[d->name] = {Sym::Kind::kShared, shared};
           shared += static_cast<uint32_t>(d->byteSize());
         }
-      } else if (!isParam(d->space)) {
+      } else if (!ptx::isParamSpace(d->space)) {
         return makeError(Code::kNotSupported, "line {}: module-scope .{} variable {}",
                          d->line, ptx::name(d->space), d->name);
       }

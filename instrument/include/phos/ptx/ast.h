@@ -59,6 +59,15 @@ enum class Flag : uint16_t { kNone, PHOS_PTX_FLAGS(PHOS_PTX_ENUM_ENTRY) kCount }
 
 #undef PHOS_PTX_ENUM_ENTRY
 
+// .shared in any of its spellings (.shared, .shared::cta, .shared::cluster).
+inline bool isSharedSpace(StateSpace s) {
+  return s == StateSpace::kShared || s == StateSpace::kSharedCta || s == StateSpace::kSharedCluster;
+}
+// .param in any of its spellings (.param, .param::entry, .param::func).
+inline bool isParamSpace(StateSpace s) {
+  return s == StateSpace::kParam || s == StateSpace::kParamEntry || s == StateSpace::kParamFunc;
+}
+
 // Spelling without the leading dot ("add", "f16x2", "shared::cta"); "" for kNone.
 std::string_view name(Opcode v);
 std::string_view name(Type v);
