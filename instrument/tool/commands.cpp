@@ -28,8 +28,6 @@ Result<std::string> readInput(const std::string& path) {
   return buf.str();
 }
 
-namespace {
-
 Status writeOutput(const std::string& path, const std::string& text) {
   if (path.empty() || path == "-") {
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -40,8 +38,6 @@ Status writeOutput(const std::string& path, const std::string& text) {
   if (!out) return errnoError(errno, "cannot write " + path);
   return Status::ok();
 }
-
-}  // namespace
 
 Action addPrintCommand(CLI::App& app) {
   struct Options {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// phos-instrument: command-line access to the PTX toolkit (print, params, later passes).
+// phos-instrument: command-line access to the PTX toolkit (print, params, signatures, twin, scan).
 #include <cstdio>
 #include <vector>
 
@@ -18,6 +18,11 @@ int main(int argc, char** argv) {
   };
   add("print", "parse a PTX file and print it back", addPrintCommand);
   add("params", "print each kernel's parameter layout as JSON", addParamsCommand);
+  add("signatures", "print what speculation knows of each kernel's parameters, as JSON",
+      addSignaturesCommand);
+  add("twin", "write the module with a validator twin of every kernel", addTwinCommand);
+  add("scan", "extract __global__ signatures from .cu sources into a signature database",
+      addScanCommand);
 
   CLI11_PARSE(app, argc, argv);
   for (auto& [sub, action] : commands) {

@@ -17,8 +17,13 @@ using Action = std::function<Status()>;
 
 Action addPrintCommand(CLI::App& app);
 Action addParamsCommand(CLI::App& app);
+Action addSignaturesCommand(CLI::App& app);  // signatures_command.cpp
+Action addTwinCommand(CLI::App& app);        // twin_command.cpp
+Action addScanCommand(CLI::App& app);        // scan_command.cpp
 
 // Reads a whole file ("-" is standard input).
 Result<std::string> readInput(const std::string& path);
+// Writes `text` to a file (empty or "-": standard output).
+Status writeOutput(const std::string& path, const std::string& text);
 
 }  // namespace phos::instrument_tool

@@ -1,0 +1,398 @@
+// SPDX-License-Identifier: Apache-2.0
+// Validator twins on the vgpu engine: a twin computes bit for bit what its kernel
+// computes, and reports exactly the accesses outside its range table.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine_harness.h"
+#include "phos/instrument/twin.h"
+#include "phos/ptx/parser.h"
+#include "phos/ptx/printer.h"
+#include "phos/ptx/resolve.h"
+#include "status_matchers.h"
+
+namespace phos::vgpu::engine::testing {
+namespace {
+
+using instrument::RangeEntry;
+using instrument::ReportEntry;
+using instrument::ReportHeader;
+using instrument::ViolationKind;
+using ::phos::testing::IsOk;
+
+constexpr uint32_t kLoadBit = 1;
+constexpr uint32_t kStoreBit = 2;
+
+template <typename T>
+RangeEntry allow(const T* p, size_t count, uint32_t access) {
+  uint64_t begin = reinterpret_cast<uint64_t>(p);
+  return {begin, begin + count * sizeof(T), access, 0};
+}
+
+// The range table and report buffer of one twin launch, in device memory.
+struct Validator {
+  RangeEntry* ranges = nullptr;
+  uint32_t count = 0;
+  ReportHeader* report = nullptr;
+
+  const ReportEntry& entry(size_t i) const {
+    return reinterpret_cast<const ReportEntry*>(report + 1)[i];
+  }
+  std::vector<ReportEntry> entries() const {
+    std::vector<ReportEntry> out;
+    for (uint32_t i = 0; i < std::min(report->count, report->capacity); ++i) {
+      out.push_back(entry(i));
+    }
+    return out;
+  }
+};
+
+class TwinEquivalence : public ::testing::TestWithParam<uint32_t> {
+ protected:
+  void load(instrument::TwinMode mode) {
+    Result<ptx::Module> original = ptx::parseModule(readFile(ptxPath("twin")), "twin.ptx");
+    ASSERT_THAT(original, IsOk());
+    original_ = std::move(original).value();
+    instrument::TwinOptions options;
+    options.mode = mode;
+    Result<ptx::Module> twin = instrument::buildTwinModule(original_, options);
+    ASSERT_THAT(twin, IsOk());
+    ASSERT_THAT(module_.load(ptx::print(*twin)), IsOk());
+    setWorkerThreads(module_.program(), GetParam());
+  }
+
+  Validator validator(std::vector<RangeEntry> ranges, uint32_t capacity = 64) {
+    std::sort(ranges.begin(), ranges.end(),
+              [](const RangeEntry& a, const RangeEntry& b) { return a.begin < b.begin; });
+    Validator v;
+    v.ranges = module_.memory().alloc(ranges);
+    v.count = static_cast<uint32_t>(ranges.size());
+    std::vector<std::byte> report(sizeof(ReportHeader) + capacity * sizeof(ReportEntry));
+    v.report = reinterpret_cast<ReportHeader*>(module_.memory().alloc(report));
+    v.report->capacity = capacity;
+    return v;
+  }
+
+  static Params withValidator(Params p, const Validator& v) {
+    return p.add(v.ranges).add(v.count).add(v.report);
+  }
+
+  // Index of `name` among the original module's functions, and of the first
+  // instruction with `opcode` and state space `space` in it (ReportEntry fields).
+  std::pair<uint32_t, uint32_t> site(const std::string& name, ptx::Opcode opcode,
+                                     ptx::StateSpace space) {
+    uint32_t fi = 0;
+    for (const ptx::ModuleItem& item : original_.items) {
+      const auto* f = std::get_if<ptx::Function>(&item);
+      if (!f) continue;
+      if (f->name == name) {
+        Result<ptx::ResolvedFunction> r = ptx::ResolvedFunction::build(*f, &original_);
+        EXPECT_THAT(r, IsOk());
+        for (uint32_t i = 0; i < r->instructions().size(); ++i) {
+          const ptx::Instruction& inst = *r->instructions()[i].inst;
+          if (inst.opcode == opcode && inst.m.space == space) return {fi, i};
+        }
+        ADD_FAILURE() << "no such instruction in " << name;
+      }
+      ++fi;
+    }
+    ADD_FAILURE() << "no function " << name;
+    return {0, 0};
+  }
+
+  std::string functionNamed(std::string_view part) const {
+    for (const ptx::ModuleItem& item : original_.items) {
+      const auto* f = std::get_if<ptx::Function>(&item);
+      if (f && f->name.find(part) != std::string::npos) return f->name;
+    }
+    return "";
+  }
+
+  ptx::Module original_;
+  Module module_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Workers, TwinEquivalence, ::testing::Values(1u, 2u),
+                         [](const auto& p) { return "workers" + std::to_string(p.param); });
+
+std::vector<float> randomFloats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-100, 100);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+template <typename T>
+void expectSameBits(const T* a, const T* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(T)), 0) << "element " << i;
+  }
+}
+
+TEST_P(TwinEquivalence, SaxpyComputesTheSameAndReportsNothingWhenAllowed) {
+  load(instrument::TwinMode::kCheckpoint);
+  const int n = 1000;
+  auto x = randomFloats(n, 1), y = randomFloats(n, 2);
+  float* dx = module_.memory().alloc(x);
+  float* y1 = module_.memory().alloc(y);
+  float* y2 = module_.memory().alloc(y);
+  float a = 1.75f;
+  ASSERT_THAT(module_.launch("saxpy", {4}, {256}, Params().add(n).add(a).add(dx).add(y1)), IsOk());
+  Validator v = validator({allow(dx, n, kLoadBit), allow(y2, n, kLoadBit | kStoreBit)});
+  ASSERT_THAT(module_.launch("saxpy__phos_twin", {4}, {256},
+                             withValidator(Params().add(n).add(a).add(dx).add(y2), v)),
+              IsOk());
+  expectSameBits(y1, y2, n);
+  EXPECT_EQ(v.report->count, 0u);
+}
+
+TEST_P(TwinEquivalence, SaxpyReportsEveryStoreToAReadOnlyRangeAndCountsPastCapacity) {
+  load(instrument::TwinMode::kCheckpoint);
+  const int n = 100;
+  auto x = randomFloats(n, 3), y = randomFloats(n, 4);
+  float* dx = module_.memory().alloc(x);
+  float* y1 = module_.memory().alloc(y);
+  float* y2 = module_.memory().alloc(y);
+  float a = -0.5f;
+  ASSERT_THAT(module_.launch("saxpy", {1}, {128}, Params().add(n).add(a).add(dx).add(y1)), IsOk());
+  Validator v = validator({allow(dx, n, kLoadBit), allow(y2, n, kLoadBit)}, 8);
+  ASSERT_THAT(module_.launch("saxpy__phos_twin", {1}, {128},
+                             withValidator(Params().add(n).add(a).add(dx).add(y2), v)),
+              IsOk());
+  expectSameBits(y1, y2, n);  // a violation is reported, never prevented
+  EXPECT_EQ(v.report->count, static_cast<uint32_t>(n));
+  auto [fi, index] = site("saxpy", ptx::Opcode::kSt, ptx::StateSpace::kGlobal);
+  for (const ReportEntry& e : v.entries()) {
+    EXPECT_GE(e.address, reinterpret_cast<uint64_t>(y2));
+    EXPECT_LT(e.address, reinterpret_cast<uint64_t>(y2 + n));
+    EXPECT_EQ(e.address % 4, reinterpret_cast<uint64_t>(y2) % 4);
+    EXPECT_EQ(e.kind, static_cast<uint32_t>(ViolationKind::kStore));
+    EXPECT_EQ(e.size, 4u);
+    EXPECT_EQ(e.function, fi);
+    EXPECT_EQ(e.instruction, index);
+  }
+}
+
+TEST_P(TwinEquivalence, AtomicHistogramComputesTheSame) {
+  load(instrument::TwinMode::kCheckpoint);
+  const int n = 3000, nbins = 37;
+  std::vector<unsigned> in(n);
+  std::mt19937 rng(5);
+  for (auto& e : in) e = rng();
+  unsigned* din = module_.memory().alloc(in);
+  unsigned* b1 = module_.memory().alloc<unsigned>(nbins);
+  unsigned* b2 = module_.memory().alloc<unsigned>(nbins);
+  ASSERT_THAT(module_.launch("histogram", {3}, {128}, Params().add(din).add(n).add(b1).add(nbins)),
+              IsOk());
+  Validator v = validator({allow(din, n, kLoadBit), allow(b2, nbins, kLoadBit | kStoreBit)});
+  ASSERT_THAT(module_.launch("histogram__phos_twin", {3}, {128},
+                             withValidator(Params().add(din).add(n).add(b2).add(nbins), v)),
+              IsOk());
+  expectSameBits(b1, b2, nbins);
+  EXPECT_EQ(v.report->count, 0u);
+
+  // Bins readable but not writable: every atomic is reported as one.
+  unsigned* b3 = module_.memory().alloc<unsigned>(nbins);
+  Validator denied = validator({allow(din, n, kLoadBit), allow(b3, nbins, kLoadBit)}, 4);
+  ASSERT_THAT(module_.launch("histogram__phos_twin", {3}, {128},
+                             withValidator(Params().add(din).add(n).add(b3).add(nbins), denied)),
+              IsOk());
+  expectSameBits(b1, b3, nbins);
+  EXPECT_EQ(denied.report->count, static_cast<uint32_t>(n));
+  auto [fi, index] = site("histogram", ptx::Opcode::kAtom, ptx::StateSpace::kGlobal);
+  for (const ReportEntry& e : denied.entries()) {
+    EXPECT_EQ(e.kind, static_cast<uint32_t>(ViolationKind::kAtomic));
+    EXPECT_EQ(e.size, 4u);
+    EXPECT_EQ(e.function, fi);
+    EXPECT_EQ(e.instruction, index);
+  }
+}
+
+TEST_P(TwinEquivalence, StoreInADeviceFunctionIsCheckedThere) {
+  load(instrument::TwinMode::kCheckpoint);
+  const int n = 300;
+  auto in = randomFloats(n, 6);
+  float* din = module_.memory().alloc(in);
+  float* o1 = module_.memory().alloc<float>(n);
+  float* o2 = module_.memory().alloc<float>(n);
+  float s = 3.25f;
+  ASSERT_THAT(module_.launch("scale_via_device_function", {2}, {256},
+                             Params().add(din).add(o1).add(n).add(s)),
+              IsOk());
+  // out is missing from the table: the stores of putScaled are reported.
+  Validator v = validator({allow(din, n, kLoadBit)}, 512);
+  ASSERT_THAT(module_.launch("scale_via_device_function__phos_twin", {2}, {256},
+                             withValidator(Params().add(din).add(o2).add(n).add(s), v)),
+              IsOk());
+  expectSameBits(o1, o2, n);
+  ASSERT_EQ(v.report->count, static_cast<uint32_t>(n));
+  auto [fi, index] = site(functionNamed("putScaled"), ptx::Opcode::kSt, ptx::StateSpace::kGlobal);
+  std::vector<uint64_t> addresses;
+  for (const ReportEntry& e : v.entries()) {
+    EXPECT_EQ(e.function, fi);
+    EXPECT_EQ(e.instruction, index);
+    EXPECT_EQ(e.kind, static_cast<uint32_t>(ViolationKind::kStore));
+    EXPECT_EQ(e.size, 4u);
+    addresses.push_back(e.address);
+  }
+  std::sort(addresses.begin(), addresses.end());
+  for (int i = 0; i < n; ++i) EXPECT_EQ(addresses[i], reinterpret_cast<uint64_t>(o2 + i));
+}
+
+TEST_P(TwinEquivalence, GenericStoreToSharedMemoryIsNotReported) {
+  load(instrument::TwinMode::kCheckpoint);
+  const int blocks = 3, threads = 128, n = blocks * threads;
+  auto in = randomFloats(n, 7);
+  float* din = module_.memory().alloc(in);
+  float* o1 = module_.memory().alloc<float>(n);
+  float* o2 = module_.memory().alloc<float>(n);
+  int viaShared = 1;
+  ASSERT_THAT(module_.launch("reverse_through_shared", {blocks}, {threads},
+                             Params().add(din).add(o1).add(viaShared)),
+              IsOk());
+  Validator v = validator({allow(din, n, kLoadBit), allow(o2, n, kStoreBit)});
+  ASSERT_THAT(module_.launch("reverse_through_shared__phos_twin", {blocks}, {threads},
+                             withValidator(Params().add(din).add(o2).add(viaShared), v)),
+              IsOk());
+  expectSameBits(o1, o2, n);
+  EXPECT_EQ(v.report->count, 0u);
+  for (int b = 0; b < blocks; ++b) {
+    for (int t = 0; t < threads; ++t) {
+      ASSERT_EQ(o2[b * threads + t], in[b * threads + threads - 1 - t]);
+    }
+  }
+}
+
+TEST_P(TwinEquivalence, GenericStoreToGlobalMemoryIsReported) {
+  load(instrument::TwinMode::kCheckpoint);
+  const int threads = 64;
+  auto in = randomFloats(threads, 12);
+  float* din = module_.memory().alloc(in);
+  float* out = module_.memory().alloc<float>(threads);
+  int viaShared = 0;
+  Validator v = validator({allow(din, threads, kLoadBit)}, threads);
+  ASSERT_THAT(module_.launch("reverse_through_shared__phos_twin", {1}, {threads},
+                             withValidator(Params().add(din).add(out).add(viaShared), v)),
+              IsOk());
+  expectSameBits(in.data(), out, threads);
+  ASSERT_EQ(v.report->count, static_cast<uint32_t>(threads));
+  auto [fi, index] = site(functionNamed("storeGeneric"), ptx::Opcode::kSt, ptx::StateSpace::kNone);
+  for (const ReportEntry& e : v.entries()) {
+    EXPECT_EQ(e.function, fi);
+    EXPECT_EQ(e.instruction, index);
+    EXPECT_EQ(e.kind, static_cast<uint32_t>(ViolationKind::kStore));
+  }
+}
+
+TEST_P(TwinEquivalence, StoreOutsideTheTableIsReportedWithAddressKindIndexAndSize) {
+  load(instrument::TwinMode::kCheckpoint);
+  const int n = 32, size = 64;
+  std::vector<int> index(n);
+  for (int i = 0; i < n; ++i) index[i] = 2 * i;
+  int* dindex = module_.memory().alloc(index);
+  int* o1 = module_.memory().alloc<int>(size);
+  int* o2 = module_.memory().alloc<int>(size);
+  ASSERT_THAT(module_.launch("scatter", {1}, {64}, Params().add(o1).add(dindex).add(n)), IsOk());
+  // Only the first half of out is speculated as written.
+  Validator v = validator({allow(dindex, n, kLoadBit), allow(o2, size / 2, kStoreBit)});
+  ASSERT_THAT(module_.launch("scatter__phos_twin", {1}, {64},
+                             withValidator(Params().add(o2).add(dindex).add(n), v)),
+              IsOk());
+  expectSameBits(o1, o2, size);
+  ASSERT_EQ(v.report->count, 16u);
+  auto [fi, inst] = site("scatter", ptx::Opcode::kSt, ptx::StateSpace::kGlobal);
+  std::vector<uint64_t> addresses;
+  for (const ReportEntry& e : v.entries()) {
+    EXPECT_EQ(e.kind, static_cast<uint32_t>(ViolationKind::kStore));
+    EXPECT_EQ(e.size, 4u);
+    EXPECT_EQ(e.function, fi);
+    EXPECT_EQ(e.instruction, inst);
+    addresses.push_back(e.address);
+  }
+  std::sort(addresses.begin(), addresses.end());
+  for (int k = 0; k < 16; ++k) {
+    EXPECT_EQ(addresses[k], reinterpret_cast<uint64_t>(o2 + 2 * (16 + k)));
+  }
+}
+
+TEST_P(TwinEquivalence, AccessSpanningAdjacentRangesIsAllowed) {
+  load(instrument::TwinMode::kCheckpoint);
+  const int n = 64;
+  auto x = randomFloats(n, 8), y = randomFloats(n, 9);
+  float* dx = module_.memory().alloc(x);
+  float* y2 = module_.memory().alloc(y);
+  float a = 2.0f;
+  // y split in three adjacent ranges, the first split inside element 10: the
+  // store of y[10] spans two entries and is still allowed.
+  uint64_t yb = reinterpret_cast<uint64_t>(y2);
+  Validator v = validator({allow(dx, n, kLoadBit),
+                           {yb, yb + 42, kLoadBit | kStoreBit, 0},
+                           {yb + 42, yb + 160, kLoadBit | kStoreBit, 0},
+                           {yb + 160, yb + 4 * n, kLoadBit | kStoreBit, 0}});
+  ASSERT_THAT(module_.launch("saxpy__phos_twin", {1}, {64},
+                             withValidator(Params().add(n).add(a).add(dx).add(y2), v)),
+              IsOk());
+  EXPECT_EQ(v.report->count, 0u);
+}
+
+TEST_P(TwinEquivalence, RestoreTwinReportsLoadsOfRangesNotYetReadable) {
+  load(instrument::TwinMode::kRestore);
+  const int n = 50;
+  auto x = randomFloats(n, 10), y = randomFloats(n, 11);
+  float* dx = module_.memory().alloc(x);
+  float* y1 = module_.memory().alloc(y);
+  float* y2 = module_.memory().alloc(y);
+  float a = 0.25f;
+  ASSERT_THAT(module_.launch("saxpy", {1}, {64}, Params().add(n).add(a).add(dx).add(y1)), IsOk());
+  // x not readable yet: its loads are reported; y is fully available.
+  Validator v = validator({allow(y2, n, kLoadBit | kStoreBit)}, 128);
+  ASSERT_THAT(module_.launch("saxpy__phos_twin", {1}, {64},
+                             withValidator(Params().add(n).add(a).add(dx).add(y2), v)),
+              IsOk());
+  expectSameBits(y1, y2, n);
+  ASSERT_EQ(v.report->count, static_cast<uint32_t>(n));
+  auto [fi, first] = site("saxpy", ptx::Opcode::kLd, ptx::StateSpace::kGlobal);
+  for (const ReportEntry& e : v.entries()) {
+    EXPECT_EQ(e.kind, static_cast<uint32_t>(ViolationKind::kLoad));
+    EXPECT_EQ(e.instruction, first);  // the load of x comes first
+    EXPECT_GE(e.address, reinterpret_cast<uint64_t>(dx));
+    EXPECT_LT(e.address, reinterpret_cast<uint64_t>(dx + n));
+  }
+}
+
+// Every module of the engine's corpus that loads also loads with its twins in
+// both modes (the daemon hands twin modules to the vgpu driver).
+TEST(TwinModules, LoadWhereverTheOriginalLoads) {
+  size_t loaded = 0;
+  for (const char* src :
+       {"saxpy", "matmul", "reduce", "normalize", "adam", "atomics", "half_bf16", "misc"}) {
+    for (const char* variant : {"O3", "G", "lineinfo"}) {
+      std::string name = std::string("corpus_") + src + "_" + variant;
+      SCOPED_TRACE(name);
+      std::string text = readFile(ptxPath(name));
+      if (text.empty()) continue;
+      Module plain;
+      if (!plain.load(text).isOk()) continue;
+      Result<ptx::Module> original = ptx::parseModule(text, name);
+      ASSERT_THAT(original, IsOk());
+      for (auto mode : {instrument::TwinMode::kCheckpoint, instrument::TwinMode::kRestore}) {
+        Result<ptx::Module> twin = instrument::buildTwinModule(*original, {mode});
+        ASSERT_THAT(twin, IsOk());
+        Module m;
+        EXPECT_THAT(m.load(ptx::print(*twin)), IsOk());
+      }
+      ++loaded;
+    }
+  }
+  EXPECT_GT(loaded, 0u);
+}
+
+}  // namespace
+}  // namespace phos::vgpu::engine::testing
