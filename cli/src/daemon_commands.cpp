@@ -45,6 +45,7 @@ struct DaemonArgs {
   std::string runtimeDir;
   int pool = 2;
   int poolContexts = 1;
+  std::string signatures;
   bool stop = false;
 };
 
@@ -79,6 +80,7 @@ int runDaemon(const DaemonArgs& args) {
   options.runtimeDir = dir;
   options.spareWorkers = args.pool;
   options.contextsPerDevice = args.poolContexts;
+  options.signatures = args.signatures;
   auto started = daemon::Daemon::start(options);
   if (!started.isOk()) {
     std::fprintf(stderr, "phos daemon: %s\n", started.status().message().c_str());
@@ -103,6 +105,7 @@ struct RunArgs {
   std::string driver;
   std::string runtimeDir;
   std::vector<std::string> command;
+  bool validate = false;  // PHOS_VALIDATE=1: launches run as validator twins
 };
 
 // Whether execvp would find `name`: a path, or a file of $PATH. Otherwise
@@ -155,6 +158,7 @@ int runRun(const RunArgs& args) {
   if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0') preload += std::string(":") + old;
   setenv("LD_PRELOAD", preload.c_str(), 1);
   setenv("PHOS_RUNTIME_DIR", dir.c_str(), 1);
+  if (args.validate) setenv("PHOS_VALIDATE", "1", 1);
   std::vector<char*> argv;
   for (const auto& a : args.command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -163,6 +167,52 @@ int runRun(const RunArgs& args) {
   execvp(argv[0], argv.data());
   std::fprintf(stderr, "phos run: cannot run %s: %s\n", argv[0], std::strerror(errno));
   return errno == ENOENT ? kExitBadInput : kExitFailure;
+}
+
+struct ValidateArgs {
+  std::string runtimeDir;
+  int64_t pid = 0;
+  bool json = false;
+};
+
+// What the validator twins of a session reported so far (the session runs
+// under `phos run --validate`, or a checkpoint or restore is in progress).
+int runValidate(const ValidateArgs& args) {
+  if (args.pid <= 0) {
+    std::fprintf(stderr, "phos validate: --pid must name a process (got %lld)\n", static_cast<long long>(args.pid));
+    return kExitBadInput;
+  }
+  const std::string socket = ipc::controlSocketPath(runtimeDirOf(args.runtimeDir));
+  json request{{"op", "validation"}, {"pid", args.pid}};
+  auto answer = ipc::controlRequest(socket, request.dump(), std::chrono::seconds(30));
+  if (!answer.isOk()) {
+    std::fprintf(stderr, "phos validate: %s\n", answer.status().message().c_str());
+    return kExitFailure;
+  }
+  auto reply = json::parse(*answer, nullptr, false);
+  if (reply.is_discarded() || !reply.is_object()) {
+    std::fprintf(stderr, "phos validate: unexpected answer from the daemon: %s\n", answer->c_str());
+    return kExitFailure;
+  }
+  if (!reply.value("ok", false)) {
+    std::fprintf(stderr, "phos validate: %s\n", reply.value("error", std::string("the daemon refused")).c_str());
+    return reply.value("code", std::string()) == "no-session" ? kExitBadInput : kExitFailure;
+  }
+  if (args.json) {
+    std::puts(reply.dump(2).c_str());
+    return kExitOk;
+  }
+  std::printf("pid %lld: validation %s\n", static_cast<long long>(args.pid), reply.value("mode", "?").c_str());
+  std::printf("  launches %llu, as twins %llu, without twin %llu, incomplete speculation %llu\n",
+              reply.value("launches", 0ull), reply.value("twin_launches", 0ull),
+              reply.value("unvalidated_launches", 0ull), reply.value("incomplete_speculations", 0ull));
+  std::printf("  accesses outside the speculated buffers: %llu\n", reply.value("violations", 0ull));
+  for (const auto& v : reply.value("reported", json::array())) {
+    std::printf("    %s %s of %u bytes at %s (instruction %u)\n", v.value("kernel", "?").c_str(),
+                v.value("kind", "?").c_str(), v.value("size", 0u), v.value("address", "?").c_str(),
+                v.value("instruction", 0u));
+  }
+  return kExitOk;
 }
 
 struct PsArgs {
@@ -257,6 +307,9 @@ void addDaemon(CLI::App& app, SubcommandRunner& runner) {
                   "worker processes kept ready for new sessions, each with the driver loaded (default 2)");
   cmd->add_option("--pool-contexts", args->poolContexts,
                   "contexts each worker pre-creates per device (default 1)");
+  cmd->add_option("--signatures", args->signatures,
+                  "a signature database from `phos-instrument scan` (kernel argument types from the sources)")
+      ->envname("PHOS_SIGNATURES");
   cmd->add_flag("--stop", args->stop, "ask the running daemon to exit");
   cmd->callback([&runner, args] { runner = [args] { return runDaemon(*args); }; });
 }
@@ -266,9 +319,20 @@ void addRun(CLI::App& app, SubcommandRunner& runner) {
   auto args = std::make_shared<RunArgs>();
   cmd->add_option("--driver", args->driver, "driver of a daemon started by this command");
   cmd->add_option("--runtime-dir", args->runtimeDir, "the daemon's runtime directory");
+  cmd->add_flag("--validate", args->validate,
+                "run every kernel as its validator twin, checked against speculation (see phos validate)");
   cmd->add_option("command", args->command, "the program and its arguments (after --)")->required();
   cmd->prefix_command(false);
   cmd->callback([&runner, args] { runner = [args] { return runRun(*args); }; });
+}
+
+void addValidate(CLI::App& app, SubcommandRunner& runner) {
+  auto* cmd = app.add_subcommand("validate", "Show what a session's validator twins reported (phos run --validate)");
+  auto args = std::make_shared<ValidateArgs>();
+  cmd->add_option("--pid", args->pid, "the process")->required();
+  cmd->add_option("--runtime-dir", args->runtimeDir, "the daemon's runtime directory");
+  cmd->add_flag("--json", args->json, "print JSON");
+  cmd->callback([&runner, args] { runner = [args] { return runValidate(*args); }; });
 }
 
 void addPs(CLI::App& app, SubcommandRunner& runner) {

@@ -32,5 +32,6 @@ void addPolicy(CLI::App& app, SubcommandRunner& runner);       // policy.cpp
 void addDaemon(CLI::App& app, SubcommandRunner& runner);       // daemon_commands.cpp
 void addRun(CLI::App& app, SubcommandRunner& runner);          // daemon_commands.cpp
 void addPs(CLI::App& app, SubcommandRunner& runner);           // daemon_commands.cpp
+void addValidate(CLI::App& app, SubcommandRunner& runner);     // daemon_commands.cpp
 
 }  // namespace phos::cli

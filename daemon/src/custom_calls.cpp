@@ -15,6 +15,7 @@
 #include "host_calls.h"
 #include "phos/common/log.h"
 #include "phos/cuda_api/api_table.h"
+#include "phos/instrument/twin.h"
 #include "server_call.h"
 #include "session.h"
 
@@ -204,31 +205,77 @@ void serveFuncGetName(ServerCall& c) {
   c.send();
 }
 
+// The functions of a module (kernels of a library) the application may see:
+// all the driver lists but the validator twins phosd loaded with them
+// (docs/speculation.md), so that counts and enumerations are the module's own.
+template <typename Owner, typename Handle, EntryPointId kCountId, EntryPointId kEnumerateId, EntryPointId kNameId>
+CUresult applicationHandles(ServerCall& c, Owner owner, std::vector<Handle>* visible) {
+  if (!c.driverTable().has(kCountId) || !c.driverTable().has(kEnumerateId)) return CUDA_ERROR_NOT_SUPPORTED;
+  unsigned total = 0;
+  CUresult r = c.driverTable().get<CUresult (*)(unsigned*, Owner)>(kCountId)(&total, owner);
+  if (r != CUDA_SUCCESS) return r;
+  std::vector<Handle> all(std::max(1u, total));
+  r = c.driverTable().get<CUresult (*)(Handle*, unsigned, Owner)>(kEnumerateId)(all.data(), total, owner);
+  if (r != CUDA_SUCCESS) return r;
+  all.resize(total);
+  visible->clear();
+  const bool named = c.driverTable().has(kNameId);
+  for (Handle h : all) {
+    const char* name = nullptr;
+    if (named && c.driverTable().get<CUresult (*)(const char**, Handle)>(kNameId)(&name, h) == CUDA_SUCCESS &&
+        name != nullptr && std::string_view(name).ends_with(instrument::kTwinSuffix)) {
+      continue;
+    }
+    visible->push_back(h);
+  }
+  return CUDA_SUCCESS;
+}
+
+// cuModuleGetFunctionCount / cuLibraryGetKernelCount: present(count), u64
+// module or library. Reply: present + u32 count.
+template <typename Owner, typename Handle, HandleType kOwnerType, EntryPointId kCountId, EntryPointId kEnumerateId,
+          EntryPointId kNameId>
+void serveHandleCount(ServerCall& c) {
+  const bool wantCount = c.args().present();
+  const uint64_t ownerId = c.args().u64();
+  if (!c.argumentsComplete()) return;
+  if (!c.driverTable().has(kCountId)) return replyResult(c, CUDA_ERROR_NOT_SUPPORTED);
+  Owner owner{};
+  if (!c.resolve(kOwnerType, ownerId, &owner)) return;
+  unsigned count = 0;
+  CUresult r;
+  if (!wantCount) {
+    r = c.driverTable().get<CUresult (*)(unsigned*, Owner)>(kCountId)(nullptr, owner);
+  } else if (c.driverTable().has(kEnumerateId)) {
+    std::vector<Handle> visible;
+    r = applicationHandles<Owner, Handle, kCountId, kEnumerateId, kNameId>(c, owner, &visible);
+    count = static_cast<unsigned>(visible.size());
+  } else {
+    r = c.driverTable().get<CUresult (*)(unsigned*, Owner)>(kCountId)(&count, owner);
+  }
+  auto& w = c.reply(r);
+  w.u8(wantCount);
+  if (wantCount) w.value(count);
+  c.send();
+}
+
 // cuModuleEnumerateFunctions / cuLibraryEnumerateKernels: u64 module or
-// library, u32 count (the application's array). Reply: u32 n, n x u64 handle.
-// The driver writes up to `count` handles: it gets an array of
-// min(count, what the module has), never the application's count unchecked.
+// library, u32 count (the application's array). Reply: u32 n, n x u64 handle:
+// the first min(count, what the module has) handles.
 template <typename Owner, typename Handle, HandleType kOwnerType, HandleType kHandleType, EntryPointId kCountId,
-          EntryPointId kEnumerateId>
+          EntryPointId kEnumerateId, EntryPointId kNameId>
 void serveEnumerateHandles(ServerCall& c) {
   auto ownerId = c.args().u64();
   auto count = c.args().u32();
   if (!c.argumentsComplete()) return;
   Owner owner{};
   if (!c.resolve(kOwnerType, ownerId, &owner)) return;
-  if (!c.driverTable().has(kCountId) || !c.driverTable().has(kEnumerateId)) {
-    return replyResult(c, CUDA_ERROR_NOT_SUPPORTED);
-  }
-  unsigned total = 0;
-  CUresult r = c.driverTable().get<CUresult (*)(unsigned*, Owner)>(kCountId)(&total, owner);
-  std::vector<Handle> handles(std::max(1u, std::min(count, total)));
-  const unsigned n = r == CUDA_SUCCESS ? std::min(count, total) : 0;
-  if (r == CUDA_SUCCESS) {
-    r = c.driverTable().get<CUresult (*)(Handle*, unsigned, Owner)>(kEnumerateId)(handles.data(), n, owner);
-  }
+  std::vector<Handle> handles;
+  CUresult r = applicationHandles<Owner, Handle, kCountId, kEnumerateId, kNameId>(c, owner, &handles);
+  const unsigned n = r == CUDA_SUCCESS ? std::min<unsigned>(count, handles.size()) : 0;
   auto& w = c.reply(r);
-  w.u32(r == CUDA_SUCCESS ? n : 0);
-  for (unsigned i = 0; r == CUDA_SUCCESS && i < n; ++i) w.u64(c.exportHandle(kHandleType, r, handles[i]));
+  w.u32(n);
+  for (unsigned i = 0; i < n; ++i) w.u64(c.exportHandle(kHandleType, r, handles[i]));
   c.send();
 }
 
@@ -272,6 +319,7 @@ void serveModuleUnload(ServerCall& c) {
   if (!c.resolve(HandleType::kCUmod_st, id, &m)) return;
   CUresult r = PHOS_DRIVER(drv(c), ModuleUnload)(m);
   if (r == CUDA_SUCCESS) {
+    c.session().validator().forgetModule(m);
     c.session().removeGlobalsOf(m);
     c.session().forgetModule(id);
   }
@@ -293,6 +341,7 @@ void serveLibraryUnload(ServerCall& c) {
   }
   CUresult r = PHOS_DRIVER(drv(c), LibraryUnload)(lib);
   if (r == CUDA_SUCCESS) {
+    c.session().validator().forgetLibrary(lib);
     c.session().removeGlobalsOf(lib);
     c.session().removeGlobalsOf(m);
     c.session().forgetModule(id);
@@ -340,8 +389,12 @@ void serveModuleLoad(ServerCall& c) {
   std::vector<char> image;
   if (!readImage(c, &image)) return;
   CUmodule m = nullptr;
-  CUresult r = PHOS_DRIVER(drv(c), ModuleLoadData)(&m, image.data());
-  if (r == CUDA_SUCCESS) c.session().noteModule(+1);
+  std::shared_ptr<const PreparedModule> prepared;
+  CUresult r = loadModule(drv(c), image, &m, &prepared);
+  if (r == CUDA_SUCCESS) {
+    c.session().noteModule(+1);
+    c.session().validator().noteModule(m, std::move(prepared));
+  }
   const uint64_t id = c.exportHandle(HandleType::kCUmod_st, r, m);
   // Kept for a checkpoint: a restore loads the module again from its image.
   if (r == CUDA_SUCCESS) c.session().recordModule(id, {false, std::move(image), c.session().currentContext()});
@@ -354,8 +407,12 @@ void serveLibraryLoad(ServerCall& c) {
   if (!readImage(c, &image)) return;
   CUlibrary lib = nullptr;
   if (!c.driverTable().has(EntryPointId::kCuLibraryLoadData)) return replyResult(c, CUDA_ERROR_NOT_SUPPORTED);
-  CUresult r = PHOS_DRIVER(drv(c), LibraryLoadData)(&lib, image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
-  if (r == CUDA_SUCCESS) c.session().noteModule(+1);
+  std::shared_ptr<const PreparedModule> prepared;
+  CUresult r = loadLibrary(drv(c), image, &lib, &prepared);
+  if (r == CUDA_SUCCESS) {
+    c.session().noteModule(+1);
+    c.session().validator().noteLibrary(lib, std::move(prepared));
+  }
   const uint64_t id = c.exportHandle(HandleType::kCUlib_st, r, lib);
   if (r == CUDA_SUCCESS) c.session().recordModule(id, {true, std::move(image), 0});
   c.reply(r).u64(id);
@@ -465,6 +522,30 @@ void noteLaunch(ServerCall& c, uint64_t fid, CUfunction f) {
   s.noteLaunch(fid);
 }
 
+// Launches `f` through `launch`; while the session validates, its twin runs
+// instead, checked against the buffers speculation expects it to touch
+// (docs/speculation.md). Without a twin the original runs.
+CUresult validatedLaunch(ServerCall& c, CUfunction f, KernelParams& params, CUstream stream,
+                         const LaunchValidator::LaunchFn& launch) {
+  void** kernelParams = params.useExtra ? nullptr : params.pointers.data();
+  void** extra = params.useExtra ? params.extra : nullptr;
+  LaunchValidator& validator = c.session().validator();
+  Session& session = c.session();
+  const bool validating = validator.mode() != ValidationMode::kOff;
+  if (!validating && !session.hasAccessGate()) return launch(f, kernelParams, extra);
+  auto sets = validator.speculate(f, kernelParams, params.useExtra ? std::span<const std::byte>(params.buffer)
+                                                                    : std::span<const std::byte>{},
+                                  [&](uint64_t address) { return session.bufferAt(address); });
+  session.passGate({sets.reads, sets.writes, true, sets.incomplete});
+  if (!validating) return launch(f, kernelParams, extra);
+  CUresult r = validator.launchTwin(f, kernelParams, params.useExtra ? std::span<const std::byte>(params.buffer)
+                                                                       : std::span<const std::byte>{},
+                                    stream, sets, launch);
+  const bool twin = r != CUDA_ERROR_NOT_FOUND;
+  validator.noteLaunch(twin, sets.incomplete);
+  return twin ? r : launch(f, kernelParams, extra);
+}
+
 // cuLaunchKernel / cuLaunchCooperativeKernel (and _ptsz): u64 function, u32
 // grid x/y/z, u32 block x/y/z, u32 shared bytes, u64 stream, parameters.
 template <bool kCooperative>
@@ -481,16 +562,16 @@ void serveLaunch(ServerCall& c) {
   CUfunction f{};
   CUstream s{};
   if (!resolveFunction(c, fid, &f) || !c.resolveStream(sid, perThread, &s) || !checkParams(c, f, params)) return;
-  void** kernelParams = params.useExtra ? nullptr : params.pointers.data();
-  void** extra = params.useExtra ? params.extra : nullptr;
-  CUresult r;
-  if constexpr (kCooperative) {
-    r = PHOS_DRIVER(drv(c), LaunchCooperativeKernel)(f, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6],
-                                                     s, kernelParams);
-  } else {
-    r = PHOS_DRIVER(drv(c), LaunchKernel)(f, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], s,
-                                          kernelParams, extra);
-  }
+  auto launch = [&](CUfunction fn, void** kernelParams, void** extra) {
+    if constexpr (kCooperative) {
+      return PHOS_DRIVER(drv(c), LaunchCooperativeKernel)(fn, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5],
+                                                          dims[6], s, kernelParams);
+    } else {
+      return PHOS_DRIVER(drv(c), LaunchKernel)(fn, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], s,
+                                               kernelParams, extra);
+    }
+  };
+  CUresult r = validatedLaunch(c, f, params, s, launch);
   if (r == CUDA_SUCCESS) noteLaunch(c, fid, f);
   replyResult(c, r);
 }
@@ -532,8 +613,10 @@ void serveLaunchEx(ServerCall& c) {
   if (!c.driverTable().has(EntryPointId::kCuLaunchKernelEx)) return replyResult(c, CUDA_ERROR_NOT_SUPPORTED);
   config.attrs = attrs.empty() ? nullptr : attrs.data();
   config.numAttrs = attrCount;
-  CUresult r = PHOS_DRIVER(drv(c), LaunchKernelEx)(&config, f, params.useExtra ? nullptr : params.pointers.data(),
-                                                   params.useExtra ? params.extra : nullptr);
+  auto launch = [&](CUfunction fn, void** kernelParams, void** extra) {
+    return PHOS_DRIVER(drv(c), LaunchKernelEx)(&config, fn, kernelParams, extra);
+  };
+  CUresult r = validatedLaunch(c, f, params, config.hStream, launch);
   if (r == CUDA_SUCCESS) noteLaunch(c, fid, f);
   replyResult(c, r);
 }
@@ -782,6 +865,16 @@ bool perThreadEntry(ServerCall& c) {
   return cuda_api::entryPoint(c.entry()).origin == cuda_api::EntryPointOrigin::kPerThread;
 }
 
+// A copy's sides that are GPU state of the session: device memory and pinned
+// ranges (pageable application memory is CPU state). Exact byte ranges.
+void passCopyGate(Session& s, uint64_t dst, uint64_t src, uint64_t bytes) {
+  if (bytes == 0) return;
+  CallAccess access;
+  if (s.ownsRange(src, bytes)) access.reads.push_back({src, bytes});
+  if (s.ownsRange(dst, bytes)) access.writes.push_back({dst, bytes});
+  if (!access.reads.empty() || !access.writes.empty()) s.passGate(access);
+}
+
 // cuMemcpyHtoD[Async]: u64 dst, u64 src (application address), u64 bytes[, u64 stream].
 template <bool kAsync>
 void serveMemcpyHtoD(ServerCall& c) {
@@ -795,6 +888,7 @@ void serveMemcpyHtoD(ServerCall& c) {
   CUstream s{};
   if (!c.resolveStream(sid, perThreadEntry(c), &s)) return;
   if (!c.checkDeviceRange(dst, bytes)) return;
+  passCopyGate(c.session(), dst, src, bytes);
   CUresult r;
   if (isSessionMemory(c.session(), src, bytes)) {
     // Pinned memory: the same address in phosd.
@@ -817,6 +911,7 @@ void serveMemcpyDtoH(ServerCall& c) {
   CUstream s{};
   if (!c.resolveStream(sid, perThreadEntry(c), &s)) return;
   if (!c.checkDeviceRange(src, bytes)) return;
+  passCopyGate(c.session(), dst, src, bytes);
   CUresult r;
   if (isSessionMemory(c.session(), dst, bytes)) {
     r = PHOS_DRIVER(drv(c), MemcpyDtoHAsync_v2)(reinterpret_cast<void*>(dst), src, bytes, s);
@@ -842,6 +937,7 @@ void serveMemcpy(ServerCall& c) {
   const bool dstOurs = isSessionMemory(session, dst, bytes);
   const bool srcOurs = isSessionMemory(session, src, bytes);
   if (bytes == 0) return replyResult(c, CUDA_SUCCESS);
+  if (!kDeviceOnly || (dstOurs && srcOurs)) passCopyGate(session, dst, src, bytes);
   CUresult r;
   if (dstOurs && srcOurs) {
     r = PHOS_DRIVER(drv(c), MemcpyAsync)(dst, src, bytes, s);
@@ -873,6 +969,7 @@ void serveMemset(ServerCall& c) {
   if (!c.resolveStream(sid, perThreadEntry(c), &s)) return;
   if (count > (~0ull) / kBytes) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
   if (!c.checkDeviceRange(dst, count * kBytes)) return;
+  c.session().passGate({{}, {{dst, count * kBytes}}});
   CUresult r;
   if constexpr (kBytes == 1) {
     r = PHOS_DRIVER(drv(c), MemsetD8Async)(dst, static_cast<unsigned char>(value), count, s);
@@ -906,6 +1003,9 @@ void serveMemset2D(ServerCall& c) {
   if (height > 1 && pitch != 0 && height - 1 > (kMax - row) / pitch) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
   const uint64_t extent = height == 0 ? 0 : pitch * (height - 1) + row;
   if (!c.checkDeviceRange(dst, extent)) return;
+  // The rows and the gaps between them: the gaps are not written, but a
+  // protocol copies whole buffers anyway.
+  c.session().passGate({{}, {{dst, extent}}});
   // Like the 1D sets, the synchronous variants run on their default stream.
   CUresult r;
   if constexpr (kBytes == 1) {
@@ -939,6 +1039,7 @@ void serveMemcpyPeer(ServerCall& c) {
   }
   if (dctx == nullptr || sctx == nullptr) return replyResult(c, CUDA_ERROR_INVALID_CONTEXT);
   if (!c.checkDeviceRange(dst, bytes) || !c.checkDeviceRange(src, bytes)) return;
+  passCopyGate(c.session(), dst, src, bytes);
   CUresult r = PHOS_DRIVER(drv(c), MemcpyPeerAsync)(dst, dctx, src, sctx, bytes, s);
   if (r == CUDA_SUCCESS && !kAsync) r = PHOS_DRIVER(drv(c), StreamSynchronize)(s);
   replyResult(c, r);
@@ -1235,6 +1336,15 @@ void serveRowCopy(ServerCall& c, RowSide src, RowSide dst, uint64_t width, uint6
   }
   if (width == 0 || rows == 0 || depth == 0) return replyResult(c, CUDA_SUCCESS);
   if (!placeSide(c, src, width, rows, depth) || !placeSide(c, dst, width, rows, depth)) return;
+  // The span from the first row to the end of the last (placeSide bounded it).
+  auto span = [&](const RowSide& side) -> instrument::Buffer {
+    const uint64_t first = rowAddress(side, 0, 0);
+    return {first, rowAddress(side, rows - 1, depth - 1) + width - first};
+  };
+  CallAccess access;
+  if (!src.application) access.reads.push_back(span(src));
+  if (!dst.application) access.writes.push_back(span(dst));
+  if (!access.reads.empty() || !access.writes.empty()) c.session().passGate(access);
   CUresult r = CUDA_SUCCESS;
   if (!src.application && !dst.application) {
     r = direct();
@@ -1413,12 +1523,20 @@ void installCustom(ServerTable& t) {
       serveGetGlobal<CUlibrary, HandleType::kCUlib_st, EntryPointId::kCuLibraryGetGlobal>);
   set(EntryPointId::kCuModuleUnload, serveModuleUnload);
   set(EntryPointId::kCuLibraryUnload, serveLibraryUnload);
+  set(EntryPointId::kCuModuleGetFunctionCount,
+      serveHandleCount<CUmodule, CUfunction, HandleType::kCUmod_st, EntryPointId::kCuModuleGetFunctionCount,
+                       EntryPointId::kCuModuleEnumerateFunctions, EntryPointId::kCuFuncGetName>);
+  set(EntryPointId::kCuLibraryGetKernelCount,
+      serveHandleCount<CUlibrary, CUkernel, HandleType::kCUlib_st, EntryPointId::kCuLibraryGetKernelCount,
+                       EntryPointId::kCuLibraryEnumerateKernels, EntryPointId::kCuKernelGetName>);
   set(EntryPointId::kCuModuleEnumerateFunctions,
       serveEnumerateHandles<CUmodule, CUfunction, HandleType::kCUmod_st, HandleType::kCUfunc_st,
-                            EntryPointId::kCuModuleGetFunctionCount, EntryPointId::kCuModuleEnumerateFunctions>);
+                            EntryPointId::kCuModuleGetFunctionCount, EntryPointId::kCuModuleEnumerateFunctions,
+                            EntryPointId::kCuFuncGetName>);
   set(EntryPointId::kCuLibraryEnumerateKernels,
       serveEnumerateHandles<CUlibrary, CUkernel, HandleType::kCUlib_st, HandleType::kCUkern_st,
-                            EntryPointId::kCuLibraryGetKernelCount, EntryPointId::kCuLibraryEnumerateKernels>);
+                            EntryPointId::kCuLibraryGetKernelCount, EntryPointId::kCuLibraryEnumerateKernels,
+                            EntryPointId::kCuKernelGetName>);
   for (auto id : {EntryPointId::kCuModuleLoad, EntryPointId::kCuModuleLoadData, EntryPointId::kCuModuleLoadDataEx,
                   EntryPointId::kCuModuleLoadFatBinary}) {
     set(id, serveModuleLoad);

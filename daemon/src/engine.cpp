@@ -710,6 +710,8 @@ class Engine {
     // An error of a posted call not reported yet: the next synchronizing call
     // of the restored process reports it, as it would have.
     state["deferred_error"] = static_cast<int>(s.deferred_);
+    // `phos run --validate`: the restored session validates as well.
+    state["validate"] = s.validator_.mode() == ValidationMode::kValidate;
 
     // The copies: into host memory when it has room (the application then
     // waits for the copy engine only), else chunk by chunk into the image.
@@ -850,6 +852,7 @@ class Engine {
     ASSIGN_OR_RETURN(uint64_t lastSerial, field<uint64_t>(st, "handles_last_serial", "session"));
     s.handles_.setLastSerial(lastSerial);
     s.deferred_ = static_cast<CUresult>(st.value("deferred_error", 0));
+    if (st.value("validate", false)) s.validator_.setMode(ValidationMode::kValidate);
 
     // Contexts, from the pool.
     for (const json& c : st.value("contexts", json::array())) {
@@ -955,15 +958,20 @@ class Engine {
       ModuleRecord rec{library, std::vector<char>(reader.manifest().blobs[*imageBlob].size), context};
       RETURN_IF_ERROR(reader.read(*imageBlob, 0, std::as_writable_bytes(std::span(rec.image))));
       if (!library) RETURN_IF_ERROR(makeCurrent(context));
+      if (rec.image.empty() || rec.image.back() != '\0') rec.image.push_back('\0');
       void* real = nullptr;
       CUresult r;
+      // With its validator twins, as when the application loaded it.
+      std::shared_ptr<const PreparedModule> prepared;
       if (library) {
         CUlibrary lib = nullptr;
-        r = PHOS_DRIVER(d, LibraryLoadData)(&lib, rec.image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
+        r = loadLibrary(d, rec.image, &lib, &prepared);
+        if (r == CUDA_SUCCESS) s.validator_.noteLibrary(lib, prepared);
         real = lib;
       } else {
         CUmodule mod = nullptr;
-        r = PHOS_DRIVER(d, ModuleLoadData)(&mod, rec.image.data());
+        r = loadModule(d, rec.image, &mod, &prepared);
+        if (r == CUDA_SUCCESS) s.validator_.noteModule(mod, prepared);
         real = mod;
       }
       if (r != CUDA_SUCCESS) {

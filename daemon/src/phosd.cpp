@@ -658,7 +658,11 @@ struct Daemon::Impl {
     w.clientPidfd = c.pidfd;  // watched from now on: a client dying meanwhile ends the worker
     const int fd = c.fd;
     const pid_t workerPid = w.pid;
-    ask(w, {{"op", "assign"}, {"session", id}, {"pid", pid}, {"uid", c.peer.uid}}, std::chrono::seconds(10),
+    json assign = {{"op", "assign"}, {"session", id}, {"pid", pid}, {"uid", c.peer.uid}};
+    if (c.request.contains("validate") && c.request["validate"].is_boolean()) {
+      assign["validate"] = c.request["validate"];
+    }
+    ask(w, assign, std::chrono::seconds(10),
         [this, fd, workerPid, id, pid](const json* answer) {
           auto it = workers.find(workerPid);
           WorkerHandle* assigned = it == workers.end() ? nullptr : &it->second;
@@ -828,9 +832,9 @@ struct Daemon::Impl {
       startOrQueue({WaitingClient::Kind::kAttach, fd, peer, request, pidfd, {}});
       return std::nullopt;
     }
-    if (op == "checkpoint") {
+    if (op == "checkpoint" || op == "validation") {
       if (!request.contains("pid") || !request["pid"].is_number_integer()) {
-        return refusal("checkpoint needs an integer \"pid\"");
+        return refusal(op + " needs an integer \"pid\"");
       }
       const auto named = request["pid"].get<int64_t>();
       WorkerHandle* w = nullptr;
@@ -845,8 +849,16 @@ struct Daemon::Impl {
       }
       if (peer.uid != 0 && peer.uid != w->uid) {
         return json{{"ok", false}, {"code", "permission"},
-                    {"error", fmt::format("uid {} may not checkpoint pid {} (a process of uid {})", peer.uid, named,
+                    {"error", fmt::format("uid {} may not {} pid {} (a process of uid {})", peer.uid,
+                                          op == "checkpoint" ? "checkpoint" : "inspect the validation of", named,
                                           w->uid)}};
+      }
+      if (op == "validation") {
+        if (Status s = tell(*w, {{"op", "validation"}, {"request", request}}, fd); !s.isOk()) {
+          return refusal(fmt::format("cannot ask worker {}: {}", w->pid, s.message()));
+        }
+        close(fd);
+        return std::nullopt;
       }
       json forwarded = request;
       forwarded["peer_uid"] = peer.uid;  // the image is written for this user (engine.cpp)
@@ -1056,6 +1068,16 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
   impl->socketPath = ipc::controlSocketPath(impl->runtimeDir);
   DriverChoice choice = chooseDriver(options.driver);
   if (choice.path.empty()) return makeError(Code::kNotFound, "no CUDA driver: no GPU, and this build has no vgpu");
+  if (!options.signatures.empty()) {
+    // Loaded before the workers fork: each inherits it.
+    auto db = instrument::SignatureDatabase::load(options.signatures);
+    if (!db.isOk()) {
+      return makeError(Code::kInvalidArgument, "signature database {}: {}", options.signatures,
+                       db.status().message());
+    }
+    log::get("daemon")->info("signature database {}: {} kernel(s)", options.signatures, db->size());
+    setSignatureDatabase(std::make_shared<const instrument::SignatureDatabase>(std::move(*db)));
+  }
   RETURN_IF_ERROR(impl->bind());
   removeStaleSessionFiles();
   impl->workerConfig = {getpid(), choice.path, impl->runtimeDir, options.contextsPerDevice, options.ring};

@@ -131,6 +131,15 @@ void Session::stop() {
     PHOS_DRIVER(driver_, CtxSynchronize)();
     freeStaging(vid);
   }
+  if (validator_.mode() != ValidationMode::kOff) {
+    auto found = validator_.collect();
+    const auto& n = validator_.counters();
+    log::get("daemon")->info(
+        "session {} (pid {}): validation: {} launches, {} as twins, {} without twin, {} reported accesses{}", id_,
+        pid_, n.launches, n.twinLaunches, n.unvalidated, n.violations,
+        found.empty() ? "" : fmt::format(" (first: {} {:#x})", found[0].kernel, found[0].address));
+  }
+  validator_.release(nullptr);
   // Registered in a context of the session (portable): unregistered while
   // one is current, so that the next session's range at this address can be.
   for (const auto& entry : pinned_) unregisterPinned(entry.second);
@@ -579,6 +588,7 @@ void Session::destroyContext(uint64_t id) {
   PHOS_DRIVER(driver_, CtxSetCurrent)(real);
   currentReal_ = real;
   PHOS_DRIVER(driver_, CtxSynchronize)();
+  validator_.release(real);
   for (auto a = allocations_.begin(); a != allocations_.end();) {
     if (a->second.context != id) {
       ++a;
@@ -668,6 +678,45 @@ void Session::setFunctionName(uint64_t function, std::string name) { functionNam
 const std::string* Session::functionName(uint64_t function) const {
   auto it = functionNames_.find(function);
   return it == functionNames_.end() ? nullptr : &it->second;
+}
+
+void Session::setValidation(ValidationMode mode) {
+  std::lock_guard lock(mutex_);
+  validator_.setMode(mode);
+}
+
+std::optional<instrument::Buffer> Session::bufferAt(uint64_t address) const {
+  if (const Allocation* a = findAllocation(address)) return instrument::Buffer{a->address, a->bytes};
+  if (const PinnedRange* r = findPinned(address)) return instrument::Buffer{r->address, r->bytes};
+  return std::nullopt;
+}
+
+Result<nlohmann::json> Session::validationReport(std::chrono::milliseconds timeout) {
+  RETURN_IF_ERROR(pause(timeout));
+  std::vector<Violation> found;
+  {
+    std::lock_guard lock(mutex_);
+    // The twins write their reports as they run: everything launched so far
+    // must have finished.
+    for (const auto& [vid, ctx] : contexts_) {
+      if (ctx.real == nullptr) continue;
+      PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
+      PHOS_DRIVER(driver_, CtxSynchronize)();
+    }
+    PHOS_DRIVER(driver_, CtxSetCurrent)(currentReal_);
+    found = validator_.collect();
+    constexpr size_t kMaxViolations = 1000;
+    violations_.insert(violations_.end(), found.begin(), found.end());
+    if (violations_.size() > kMaxViolations) {
+      violations_.erase(violations_.begin(), violations_.end() - kMaxViolations);
+    }
+    found = violations_;
+  }
+  resume();
+  nlohmann::json answer = validator_.report(found);
+  answer["pid"] = pid_;
+  answer["session"] = id_;
+  return answer;
 }
 
 }  // namespace phos::daemon

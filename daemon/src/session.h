@@ -26,6 +26,7 @@
 #include "device_heap.h"
 #include "driver_table.h"
 #include "handle_table.h"
+#include "launch_validator.h"
 #include "phos/common/ipc/call_ring.h"
 #include "server_call.h"
 
@@ -246,6 +247,22 @@ class Session {
   // The queue through which the session's streams run the application's host
   // functions (created on first use; its file is removed with the session).
   Result<std::shared_ptr<HostCallChannel>> hostCalls();
+  // Speculation and validation of the session's launches (launch_validator.h).
+  LaunchValidator& validator() { return validator_; }
+  void setValidation(ValidationMode mode);
+  // Parks the session, drains its contexts, collects what the twins reported,
+  // and resumes it: the answer of `phos validate`.
+  Result<nlohmann::json> validationReport(std::chrono::milliseconds timeout);
+  // Installs (or, with an empty function, removes) the gate every call that
+  // touches GPU state passes first; on the serving thread or while paused.
+  void setAccessGate(AccessGate gate) { gate_ = std::move(gate); }
+  bool hasAccessGate() const { return static_cast<bool>(gate_); }
+  void passGate(const CallAccess& access) {
+    if (gate_) gate_(access);
+  }
+  // The session's allocations and pinned ranges as speculation sees them.
+  std::optional<instrument::Buffer> bufferAt(uint64_t address) const;
+
   // Called when a launch of `function` (virtual id) was served.
   void noteLaunch(uint64_t function);
   void noteModule(int delta) { modules_ += delta; }
@@ -309,6 +326,9 @@ class Session {
   std::vector<std::byte> replyBuffer_;
   std::map<int, std::unique_ptr<DeviceHeap>> heaps_;
   std::map<uint64_t, ModuleRecord> moduleRecords_;  // by module or library id
+  LaunchValidator validator_{driver_};
+  AccessGate gate_;
+  std::vector<Violation> violations_;  // collected so far (the last kMaxViolations)
   std::map<uint64_t, unsigned> eventFlags_;         // by event id
   // pause()/resume(): the serving thread parks between calls.
   std::mutex pauseMutex_;

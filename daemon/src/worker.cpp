@@ -303,6 +303,9 @@ class Worker {
     } else if (op == "checkpoint" && message.fd >= 0) {
       checkpoint(m, message.fd);
       message.fd = -1;
+    } else if (op == "validation" && message.fd >= 0) {
+      validation(message.fd);
+      message.fd = -1;
     } else if (op == "restore" && message.fd >= 0) {
       restore(m, message.fd);
       message.fd = -1;
@@ -336,6 +339,10 @@ class Worker {
       return;
     }
     session_ = std::move(session);
+    if (m.value("validate", false)) {
+      session_->setValidation(ValidationMode::kValidate);
+      log->info("session {}: every launch runs as its validator twin", id);
+    }
     log->info("session {}: serving pid {} in worker {}", id, session_->pid(), getpid());
     reply(m, {{"ok", true}, {"ring", session_->ringPath()}});
   }
@@ -420,6 +427,33 @@ class Worker {
         ending_ = true;
       }
       writeLine(fd, answer);
+      close(fd);
+      operationRunning_ = false;
+    });
+  }
+
+  // `phos validate`: what the session's twins reported so far. The session
+  // is parked while its contexts drain and the reports are read.
+  void validation(int fd) {
+    Session* session = nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      session = session_.get();
+    }
+    if (session == nullptr) {
+      writeLine(fd, {{"ok", false}, {"code", "no-session"}, {"error", "this worker serves no session"}});
+      close(fd);
+      return;
+    }
+    if (!beginOperation("validation report", fd)) return;
+    operation_ = std::thread([this, session, fd] {
+      auto answer = session->validationReport(std::chrono::seconds(10));
+      if (answer.isOk()) {
+        (*answer)["ok"] = true;
+        writeLine(fd, *answer);
+      } else {
+        writeLine(fd, {{"ok", false}, {"error", answer.status().message()}});
+      }
       close(fd);
       operationRunning_ = false;
     });

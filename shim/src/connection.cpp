@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -27,6 +29,11 @@ CUresult Connection::connect() {
   auto log = log::get("shim");
   socketPath_ = ipc::controlSocketPath(ipc::runtimeDir());
   nlohmann::json request{{"op", "attach"}, {"pid", getpid()}};
+  // PHOS_VALIDATE=1 (phos run --validate): every launch runs as its validator
+  // twin, for users checking that speculation holds for their program.
+  if (const char* v = std::getenv("PHOS_VALIDATE"); v != nullptr && std::string_view(v) == "1") {
+    request["validate"] = true;
+  }
   // phosd hands the session to a spare worker, and waits up to 30 s for one
   // when none is ready: wait a little longer than that.
   auto answer = ipc::controlRequest(socketPath_, request.dump(), std::chrono::seconds(40));

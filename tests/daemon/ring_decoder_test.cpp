@@ -15,6 +15,8 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
+#include <utility>
 #include <optional>
 #include <vector>
 
@@ -759,6 +761,92 @@ TEST_F(Isolation, AnotherSessionsHandleIdsAreUnknown) {
   EXPECT_EQ(a_->call(a_->req(EntryPointId::kCuStreamSynchronize).u64(stream_)).result, CUDA_SUCCESS);
   EXPECT_EQ(a_->call(RequestBuilder(EntryPointId::kCuCtxSynchronize, secondContext_)).result, CUDA_SUCCESS);
   b.expectStillServing();
+}
+
+// ---- speculation: what each call touches, before it runs --------------------
+
+// Records what the session's access gate is shown.
+struct GateLog {
+  std::mutex mutex;
+  std::vector<CallAccess> calls;
+  AccessGate gate() {
+    return [this](const CallAccess& a) {
+      std::lock_guard lock(mutex);
+      calls.push_back(a);
+    };
+  }
+  std::vector<CallAccess> take() {
+    std::lock_guard lock(mutex);
+    return std::exchange(calls, {});
+  }
+};
+
+TEST_F(RingDecoder, CopiesAndSetsPassTheGateWithExactRanges) {
+  GateLog log;
+  c().session().setAccessGate(log.gate());
+  const uint64_t d = c().device;
+  ASSERT_EQ(c().call(c().req(EntryPointId::kCuMemsetD32_v2).u64(d + 64).u32(7).u64(8)).result, CUDA_SUCCESS);
+  ASSERT_EQ(c().call(c().req(EntryPointId::kCuMemcpyHtoD_v2).u64(d + 16).u64(kAppScratch).u64(100)).result,
+            CUDA_SUCCESS);
+  ASSERT_EQ(c().call(c().req(EntryPointId::kCuMemcpyDtoH_v2).u64(kAppScratch).u64(d + 8).u64(40)).result,
+            CUDA_SUCCESS);
+  ASSERT_EQ(c().call(c().req(EntryPointId::kCuMemcpyDtoD_v2).u64(d + 1000).u64(d + 2000).u64(24)).result,
+            CUDA_SUCCESS);
+  auto calls = log.take();
+  c().session().setAccessGate({});
+  ASSERT_EQ(calls.size(), 4u);
+  // Application memory is CPU state: only the device side of each is listed.
+  EXPECT_TRUE(calls[0].reads.empty());
+  EXPECT_THAT(calls[0].writes, ::testing::ElementsAre(instrument::Buffer{d + 64, 32}));
+  EXPECT_THAT(calls[1].writes, ::testing::ElementsAre(instrument::Buffer{d + 16, 100}));
+  EXPECT_TRUE(calls[1].reads.empty());
+  EXPECT_THAT(calls[2].reads, ::testing::ElementsAre(instrument::Buffer{d + 8, 40}));
+  EXPECT_TRUE(calls[2].writes.empty());
+  EXPECT_THAT(calls[3].reads, ::testing::ElementsAre(instrument::Buffer{d + 2000, 24}));
+  EXPECT_THAT(calls[3].writes, ::testing::ElementsAre(instrument::Buffer{d + 1000, 24}));
+  for (const auto& a : calls) EXPECT_FALSE(a.kernel);
+}
+
+TEST_F(RingDecoder, LaunchPassesTheGateWithTheBufferItsArgumentNames) {
+  ASSERT_NO_FATAL_FAILURE(c().loadModule());
+  GateLog log;
+  c().session().setAccessGate(log.gate());
+  // A pointer into the middle of the allocation names the whole allocation.
+  const uint64_t p = c().device + 128;
+  const uint32_t n = 32;
+  EXPECT_EQ(c().call(launchHeader(c()).u32(2).blob(&p, 8).blob(&n, 4)).result, CUDA_SUCCESS);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuCtxSynchronize)).result, CUDA_SUCCESS);
+  auto calls = log.take();
+  c().session().setAccessGate({});
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_TRUE(calls[0].kernel);
+  EXPECT_FALSE(calls[0].incomplete);
+  // fill only stores through p.
+  EXPECT_THAT(calls[0].writes, ::testing::ElementsAre(instrument::Buffer{c().device, Client::kBytes}));
+  EXPECT_TRUE(calls[0].reads.empty());
+}
+
+TEST_F(RingDecoder, ValidatedLaunchRunsTheTwinAndReportsNothingWhenSpeculationHolds) {
+  c().session().setValidation(ValidationMode::kValidate);
+  ASSERT_NO_FATAL_FAILURE(c().loadModule());
+  const uint64_t p = c().device;
+  const uint32_t n = 32;
+  EXPECT_EQ(c().call(launchHeader(c()).u32(2).blob(&p, 8).blob(&n, 4)).result, CUDA_SUCCESS);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuCtxSynchronize)).result, CUDA_SUCCESS);
+  // The twin computed what fill computes.
+  std::vector<uint32_t> out(n);
+  ASSERT_EQ(c().call(c().req(EntryPointId::kCuMemcpyDtoH_v2).u64(kAppScratch).u64(p).u64(n * 4)).result,
+            CUDA_SUCCESS);
+  std::vector<uint8_t> got = app_->read(kAppScratch, n * 4);
+  ASSERT_EQ(got.size(), n * 4);
+  std::memcpy(out.data(), got.data(), n * 4);
+  for (uint32_t i = 0; i < n; ++i) EXPECT_EQ(out[i], i);
+  auto report = c().session().validationReport(std::chrono::seconds(10));
+  ASSERT_TRUE(report.isOk()) << report.status().message();
+  EXPECT_EQ((*report)["launches"], 1);
+  EXPECT_EQ((*report)["twin_launches"], 1);
+  EXPECT_EQ((*report)["violations"], 0);
+  c().session().setValidation(ValidationMode::kOff);
 }
 
 // A kernel of B given A's pointer is not checked call by call: the device

@@ -31,6 +31,9 @@ struct DaemonOptions {
   // How long an attach or restore waits for a worker when none is ready,
   // and how long start() waits for the first one.
   std::chrono::seconds workerWait{30};
+  // A signature database (`phos-instrument scan`, docs/speculation.md) whose
+  // declarations refine the speculation of the kernels it names; empty: none.
+  std::string signatures;
   ipc::RingGeometry ring{256, 16384};
 };
 

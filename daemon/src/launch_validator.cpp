@@ -1,0 +1,392 @@
+// SPDX-License-Identifier: Apache-2.0
+// LaunchValidator: module preparation (signatures, twins), speculation of
+// launches, and twin launches with their range tables and report buffers.
+#include "launch_validator.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "phos/common/log.h"
+#include "phos/ptx/parser.h"
+#include "phos/ptx/printer.h"
+
+namespace phos::daemon {
+namespace {
+
+using instrument::Access;
+using instrument::Buffer;
+using instrument::LaunchAccessSet;
+using instrument::RangeEntry;
+using instrument::ReportEntry;
+using instrument::ReportHeader;
+
+// Room for this many reported accesses per kernel between two collections;
+// beyond it accesses are counted, not described.
+constexpr uint32_t kReportCapacity = 256;
+
+std::shared_ptr<const instrument::SignatureDatabase>& signatureDatabase() {
+  static std::shared_ptr<const instrument::SignatureDatabase> database;
+  return database;
+}
+
+bool looksLikePtx(std::string_view text) {
+  return text.find(".version") != std::string_view::npos && text.find(".target") != std::string_view::npos;
+}
+
+std::shared_ptr<const PreparedModule> prepareUncached(std::string_view text) {
+  auto prepared = std::make_shared<PreparedModule>();
+  auto log = log::get("daemon");
+  if (!looksLikePtx(text)) {
+    // A fatbin or cubin: the driver reads it; phosd has no PTX to analyse.
+    prepared->note = "not PTX text (fatbin or cubin): no signatures, no twins";
+    return prepared;
+  }
+  auto module = ptx::parseModule(text, "module image");
+  if (!module.isOk()) {
+    prepared->note = "PTX that phosd cannot parse: " + module.status().message();
+    return prepared;
+  }
+  if (auto signatures = instrument::analyzeModule(*module); signatures.isOk()) {
+    const auto& database = signatureDatabase();
+    for (auto& sig : *signatures) {
+      if (const instrument::DeclaredKernel* declared = database ? database->find(sig.name) : nullptr) {
+        if (Status s = instrument::applyDeclaration(sig, *declared); !s.isOk()) {
+          log->warn("signature database entry of {} ignored: {}", sig.name, s.message());
+        }
+      }
+      prepared->signatures.emplace(sig.name, std::move(sig));
+    }
+  } else {
+    prepared->note = "no signatures: " + signatures.status().message();
+  }
+  auto twin = instrument::buildTwinModule(*module, {instrument::TwinMode::kCheckpoint}, &prepared->stats);
+  if (twin.isOk()) {
+    prepared->twinText = ptx::print(*twin);
+  } else {
+    prepared->note += (prepared->note.empty() ? "" : "; ") + ("no twins: " + twin.status().message());
+  }
+  return prepared;
+}
+
+}  // namespace
+
+void setSignatureDatabase(std::shared_ptr<const instrument::SignatureDatabase> database) {
+  signatureDatabase() = std::move(database);
+}
+
+std::shared_ptr<const PreparedModule> prepareModule(std::span<const char> image) {
+  std::string_view text(image.data(), strnlen(image.data(), image.size()));
+  // Modules are immutable and often loaded again (per context, at restore).
+  static std::mutex mutex;
+  static std::map<XXH64_hash_t, std::weak_ptr<const PreparedModule>> cache;
+  const XXH64_hash_t key = XXH3_64bits(text.data(), text.size());
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = cache.find(key); it != cache.end()) {
+      if (auto hit = it->second.lock()) return hit;
+    }
+  }
+  auto prepared = prepareUncached(text);
+  std::lock_guard lock(mutex);
+  cache[key] = prepared;
+  return prepared;
+}
+
+namespace {
+
+// Loads the twin text when there is one, falling back to the original image;
+// a module without twins is prepared anew without them, so that nothing
+// looks for twins the driver never loaded.
+template <typename Load>
+CUresult loadPrepared(const std::vector<char>& image, std::shared_ptr<const PreparedModule>* prepared, Load load) {
+  auto p = prepareModule(image);
+  if (!p->twinText.empty()) {
+    CUresult r = load(p->twinText.c_str());
+    if (r == CUDA_SUCCESS) {
+      *prepared = std::move(p);
+      return r;
+    }
+    log::get("daemon")->warn("the driver refused a module's validator twins ({}); loading it without them",
+                             static_cast<int>(r));
+    auto plain = std::make_shared<PreparedModule>(*p);
+    plain->twinText.clear();
+    plain->note = fmt::format("the driver refused the twins (CUresult {})", static_cast<int>(r));
+    p = std::move(plain);
+  } else if (!p->note.empty()) {
+    log::get("daemon")->debug("module without validator twins: {}", p->note);
+  }
+  CUresult r = load(image.data());
+  if (r == CUDA_SUCCESS) *prepared = std::move(p);
+  return r;
+}
+
+}  // namespace
+
+CUresult loadModule(const DriverTable& driver, const std::vector<char>& image, CUmodule* module,
+                    std::shared_ptr<const PreparedModule>* prepared) {
+  return loadPrepared(image, prepared,
+                      [&](const char* text) { return PHOS_DRIVER(driver, ModuleLoadData)(module, text); });
+}
+
+CUresult loadLibrary(const DriverTable& driver, const std::vector<char>& image, CUlibrary* library,
+                     std::shared_ptr<const PreparedModule>* prepared) {
+  return loadPrepared(image, prepared, [&](const char* text) {
+    return PHOS_DRIVER(driver, LibraryLoadData)(library, text, nullptr, nullptr, 0, nullptr, nullptr, 0);
+  });
+}
+
+LaunchValidator::~LaunchValidator() = default;
+
+void LaunchValidator::noteModule(CUmodule module, std::shared_ptr<const PreparedModule> prepared) {
+  modules_[module] = std::move(prepared);
+}
+
+void LaunchValidator::noteLibrary(CUlibrary library, std::shared_ptr<const PreparedModule> prepared) {
+  libraries_[library] = std::move(prepared);
+}
+
+void LaunchValidator::forgetModule(CUmodule module) {
+  dropKernelsOf(module);
+  modules_.erase(module);
+}
+
+void LaunchValidator::forgetLibrary(CUlibrary library) {
+  dropKernelsOf(library);
+  libraries_.erase(library);
+}
+
+// Its functions die with the module; a later function may get the same handle.
+void LaunchValidator::dropKernelsOf(const void* owner) {
+  for (auto it = kernels_.begin(); it != kernels_.end();) {
+    if (it->second.owner != owner) {
+      ++it;
+      continue;
+    }
+    if (it->second.report != 0) PHOS_DRIVER(driver_, MemFree_v2)(it->second.report);
+    it = kernels_.erase(it);
+  }
+}
+
+LaunchValidator::KernelState& LaunchValidator::stateOf(CUfunction function) {
+  KernelState& k = kernels_[function];
+  if (k.resolved) return k;
+  k.resolved = true;
+  const char* name = nullptr;
+  if (!driver_.has(cuda_api::EntryPointId::kCuFuncGetName) ||
+      PHOS_DRIVER(driver_, FuncGetName)(&name, function) != CUDA_SUCCESS || name == nullptr) {
+    return k;
+  }
+  k.name = name;
+  CUmodule module = nullptr;
+  if (driver_.has(cuda_api::EntryPointId::kCuFuncGetModule) &&
+      PHOS_DRIVER(driver_, FuncGetModule)(&module, function) == CUDA_SUCCESS) {
+    if (auto it = modules_.find(module); it != modules_.end()) {
+      k.prepared = it->second;
+      k.owner = module;
+    }
+  }
+  if (k.prepared == nullptr) {
+    // A library's kernel: its per-context module is not one phosd loaded.
+    for (const auto& [lib, prepared] : libraries_) {
+      if (prepared->signatures.count(k.name) != 0) {
+        k.prepared = prepared;
+        k.owner = lib;
+        break;
+      }
+    }
+  }
+  if (k.prepared == nullptr) return k;
+  if (auto it = k.prepared->signatures.find(k.name); it != k.prepared->signatures.end()) k.signature = &it->second;
+  if (k.prepared->twinText.empty() || module == nullptr) return k;
+  // A kernel that calls through a function pointer may store where its twin
+  // cannot see: running the twin would vouch for what it never checked.
+  const auto& unchecked = k.prepared->stats.kernelsWithUncheckedCalls;
+  if (std::find(unchecked.begin(), unchecked.end(), k.name) != unchecked.end()) return k;
+  // The twin lives in the same module (it shares the module's globals).
+  CUfunction twin = nullptr;
+  const std::string twinName = instrument::twinName(k.name);
+  if (PHOS_DRIVER(driver_, ModuleGetFunction)(&twin, module, twinName.c_str()) != CUDA_SUCCESS) return k;
+  size_t offset = 0, size = 0;
+  for (size_t i = 0; PHOS_DRIVER(driver_, FuncGetParamInfo)(twin, i, &offset, &size) == CUDA_SUCCESS; ++i) {
+    k.twinOffsets.push_back(offset);
+    k.twinParamBytes = std::max(k.twinParamBytes, offset + size);
+  }
+  if (k.twinOffsets.size() < 3) return k;
+  PHOS_DRIVER(driver_, CtxGetCurrent)(&k.context);
+  k.twin = twin;
+  return k;
+}
+
+const instrument::KernelSignature* LaunchValidator::signatureOf(CUfunction function) {
+  return stateOf(function).signature;
+}
+
+LaunchAccessSet LaunchValidator::speculate(CUfunction function, void** kernelParams,
+                                           std::span<const std::byte> packed,
+                                           const instrument::BufferLookup& buffers) {
+  const KernelState& k = stateOf(function);
+  std::vector<std::byte> bytes;
+  if (!packed.empty()) {
+    bytes.assign(packed.begin(), packed.end());
+  } else if (kernelParams != nullptr) {
+    // Pack the parameters as the kernel lays them out (cuFuncGetParamInfo).
+    size_t offset = 0, size = 0;
+    for (size_t i = 0; PHOS_DRIVER(driver_, FuncGetParamInfo)(function, i, &offset, &size) == CUDA_SUCCESS; ++i) {
+      if (bytes.size() < offset + size) bytes.resize(offset + size);
+      std::memcpy(bytes.data() + offset, kernelParams[i], size);
+    }
+  }
+  if (k.signature == nullptr || bytes.size() < k.signature->paramBytes) {
+    return instrument::speculateOpaqueLaunch(bytes, buffers);
+  }
+  CUmodule module = nullptr;
+  PHOS_DRIVER(driver_, FuncGetModule)(&module, function);
+  instrument::GlobalLookup globals = [&](std::string_view name) -> std::optional<Buffer> {
+    CUdeviceptr address = 0;
+    size_t size = 0;
+    std::string n(name);
+    if (module == nullptr || PHOS_DRIVER(driver_, ModuleGetGlobal_v2)(&address, &size, module, n.c_str()) != CUDA_SUCCESS) {
+      return std::nullopt;
+    }
+    return Buffer{address, size};
+  };
+  return instrument::speculateLaunch(*k.signature, bytes, buffers, globals);
+}
+
+CUresult LaunchValidator::launchTwin(CUfunction function, void** kernelParams, std::span<const std::byte> packed,
+                                     CUstream stream, const LaunchAccessSet& sets, const LaunchFn& launch) {
+  KernelState& k = stateOf(function);
+  if (k.twin == nullptr) return CUDA_ERROR_NOT_FOUND;
+  if (k.report == 0) {
+    const size_t bytes = sizeof(ReportHeader) + size_t{kReportCapacity} * sizeof(ReportEntry);
+    if (CUresult r = PHOS_DRIVER(driver_, MemAlloc_v2)(&k.report, bytes); r != CUDA_SUCCESS) return r;
+    ReportHeader header{0, kReportCapacity};
+    if (CUresult r = PHOS_DRIVER(driver_, MemsetD8_v2)(k.report, 0, bytes); r != CUDA_SUCCESS) return r;
+    if (CUresult r = PHOS_DRIVER(driver_, MemcpyHtoD_v2)(k.report, &header, sizeof(header)); r != CUDA_SUCCESS) {
+      return r;
+    }
+  }
+  // The table: reads may be loaded, writes loaded and stored; sorted, merged
+  // where a buffer is in both sets.
+  std::map<uint64_t, RangeEntry> ranges;
+  for (const Buffer& b : sets.reads) ranges[b.base] = {b.base, b.base + b.size, 1, 0};
+  for (const Buffer& b : sets.writes) ranges[b.base] = {b.base, b.base + b.size, 3, 0};
+  std::vector<RangeEntry> table;
+  for (auto& [base, e] : ranges) table.push_back(e);
+  // The table lives as long as the launch may run: it is freed with the
+  // stream-ordered allocator after it, or kept until the kernel's report is
+  // collected when that allocator is missing.
+  CUdeviceptr tableAddress = 0;
+  const size_t tableBytes = std::max<size_t>(1, table.size()) * sizeof(RangeEntry);
+  if (CUresult r = PHOS_DRIVER(driver_, MemAllocAsync)(&tableAddress, tableBytes, stream); r != CUDA_SUCCESS) return r;
+  if (!table.empty()) {
+    // From pageable memory: the call returns once the table is staged, so the
+    // vector may go away.
+    if (CUresult r = PHOS_DRIVER(driver_, MemcpyHtoDAsync_v2)(tableAddress, table.data(), tableBytes, stream);
+        r != CUDA_SUCCESS) {
+      PHOS_DRIVER(driver_, MemFreeAsync)(tableAddress, stream);
+      return r;
+    }
+  }
+  uint64_t ranges64 = tableAddress;
+  uint32_t count = static_cast<uint32_t>(table.size());
+  uint64_t report = k.report;
+  CUresult r;
+  if (packed.empty()) {
+    const size_t original = k.twinOffsets.size() - 3;
+    std::vector<void*> params(kernelParams, kernelParams + original);
+    params.push_back(&ranges64);
+    params.push_back(&count);
+    params.push_back(&report);
+    r = launch(k.twin, params.data(), nullptr);
+  } else {
+    std::vector<std::byte> buffer(packed.begin(), packed.end());
+    buffer.resize(std::max(buffer.size(), k.twinParamBytes));
+    const size_t n = k.twinOffsets.size();
+    std::memcpy(buffer.data() + k.twinOffsets[n - 3], &ranges64, sizeof(ranges64));
+    std::memcpy(buffer.data() + k.twinOffsets[n - 2], &count, sizeof(count));
+    std::memcpy(buffer.data() + k.twinOffsets[n - 1], &report, sizeof(report));
+    size_t bufferSize = buffer.size();
+    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &bufferSize,
+                     CU_LAUNCH_PARAM_END};
+    r = launch(k.twin, nullptr, extra);
+  }
+  PHOS_DRIVER(driver_, MemFreeAsync)(tableAddress, stream);
+  return r;
+}
+
+void LaunchValidator::noteLaunch(bool twin, bool incomplete) {
+  ++counters_.launches;
+  if (twin) {
+    ++counters_.twinLaunches;
+  } else {
+    ++counters_.unvalidated;
+  }
+  if (incomplete) ++counters_.incomplete;
+}
+
+std::vector<Violation> LaunchValidator::collect() {
+  std::vector<Violation> found;
+  CUcontext saved = nullptr;
+  PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
+  for (auto& [function, k] : kernels_) {
+    if (k.report == 0) continue;
+    PHOS_DRIVER(driver_, CtxSetCurrent)(k.context);
+    ReportHeader header{};
+    if (PHOS_DRIVER(driver_, MemcpyDtoH_v2)(&header, k.report, sizeof(header)) != CUDA_SUCCESS || header.count == 0) {
+      continue;
+    }
+    counters_.violations += header.count;
+    ++counters_.misspeculatedKernels;
+    std::vector<ReportEntry> entries(std::min(header.count, kReportCapacity));
+    if (PHOS_DRIVER(driver_, MemcpyDtoH_v2)(entries.data(), k.report + sizeof(ReportHeader),
+                                            entries.size() * sizeof(ReportEntry)) == CUDA_SUCCESS) {
+      for (const auto& e : entries) {
+        found.push_back({k.name, e.address, e.instruction, e.function, e.size,
+                         static_cast<instrument::ViolationKind>(e.kind)});
+      }
+    }
+    header.count = 0;
+    PHOS_DRIVER(driver_, MemcpyHtoD_v2)(k.report, &header, sizeof(header));
+  }
+  PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
+  return found;
+}
+
+nlohmann::json LaunchValidator::report(const std::vector<Violation>& recent) const {
+  nlohmann::json violations = nlohmann::json::array();
+  for (const auto& v : recent) {
+    const char* kind = v.kind == instrument::ViolationKind::kLoad     ? "load"
+                       : v.kind == instrument::ViolationKind::kAtomic ? "atomic"
+                                                                      : "store";
+    violations.push_back({{"kernel", v.kernel}, {"address", fmt::format("{:#x}", v.address)}, {"kind", kind},
+                          {"size", v.size}, {"instruction", v.instruction}, {"function", v.function}});
+  }
+  return {{"mode", mode_ == ValidationMode::kValidate ? "validate" : "off"},
+          {"launches", counters_.launches},
+          {"twin_launches", counters_.twinLaunches},
+          {"unvalidated_launches", counters_.unvalidated},
+          {"incomplete_speculations", counters_.incomplete},
+          {"violations", counters_.violations},
+          {"misspeculated_kernels", counters_.misspeculatedKernels},
+          {"reported", violations}};
+}
+
+void LaunchValidator::release(CUcontext context) {
+  CUcontext saved = nullptr;
+  PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
+  for (auto& [function, k] : kernels_) {
+    if (k.report == 0 || (context != nullptr && k.context != context)) continue;
+    PHOS_DRIVER(driver_, CtxSetCurrent)(k.context);
+    PHOS_DRIVER(driver_, MemFree_v2)(k.report);
+    k.report = 0;
+  }
+  PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
+  std::erase_if(kernels_, [&](auto& e) { return context == nullptr || e.second.context == context; });
+}
+
+}  // namespace phos::daemon

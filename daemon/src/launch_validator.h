@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: Apache-2.0
+// LaunchValidator: a session's speculation of each launch's read/write buffers and,
+// while validation is on, the twin launches that check it (docs/speculation.md).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "driver_table.h"
+#include "phos/common/status.h"
+#include "phos/instrument/signature.h"
+#include "phos/instrument/speculation.h"
+#include "phos/instrument/twin.h"
+
+namespace phos::daemon {
+
+// What one API call will read and write of the session's GPU state (device
+// allocations, module globals, pinned host ranges), known before the call runs
+// (DESIGN.md section 6): exact byte ranges for the APIs whose specification says
+// them (copies, sets), whole buffers speculated from the arguments for kernels.
+// Application memory that is not pinned is CPU state and not listed.
+struct CallAccess {
+  std::vector<instrument::Buffer> reads;   // [base, base + size)
+  std::vector<instrument::Buffer> writes;  // may also be read
+  bool kernel = false;      // speculated from a launch's arguments (buffer level)
+  bool incomplete = false;  // the kernel reaches memory speculation cannot name
+};
+
+// Called on a session's serving thread before each call that touches GPU
+// state, with what it touches; it may block the call (a copy-on-write
+// protocol copies the buffers first). Installed by the checkpoint and restore
+// protocols for their windows.
+using AccessGate = std::function<void(const CallAccess&)>;
+
+// What phosd made of one module image: the image it hands the driver (the
+// original with a twin of every kernel, when the image is PTX the passes could
+// instrument) and the signature of each kernel.
+struct PreparedModule {
+  std::string twinText;  // NUL-terminated PTX to load instead; empty: load the original
+  std::map<std::string, instrument::KernelSignature, std::less<>> signatures;
+  instrument::TwinStats stats;
+  std::string note;  // why there are no twins or signatures, for the log
+};
+
+// Declarations from the application's sources (`phosd --signatures`), applied
+// to every module prepared after this call; set once, before workers fork.
+void setSignatureDatabase(std::shared_ptr<const instrument::SignatureDatabase> database);
+
+// Parses, analyses and instruments `image` (cached by content: a module loaded
+// again, or re-loaded at restore, is prepared once per process). Never fails: an
+// image it cannot handle gets no twins and no signatures, and says why.
+std::shared_ptr<const PreparedModule> prepareModule(std::span<const char> image);
+
+// cuModuleLoadData / cuLibraryLoadData of `image` (NUL-terminated) as phosd
+// does it: the prepared module with twins when there is one, else (and when the
+// driver refuses the twins) the original. `prepared` says what was loaded.
+CUresult loadModule(const DriverTable& driver, const std::vector<char>& image, CUmodule* module,
+                    std::shared_ptr<const PreparedModule>* prepared);
+CUresult loadLibrary(const DriverTable& driver, const std::vector<char>& image, CUlibrary* library,
+                     std::shared_ptr<const PreparedModule>* prepared);
+
+// Whether launches run as twins, and what happens to what they report.
+enum class ValidationMode : uint8_t {
+  kOff,       // originals run; speculation is still computed on demand
+  kValidate,  // every launch with a twin runs the twin against its speculated sets
+};
+
+// A reported access outside the speculated sets.
+struct Violation {
+  std::string kernel;
+  uint64_t address = 0;
+  uint32_t instruction = 0;
+  uint32_t function = 0;
+  uint32_t size = 0;
+  instrument::ViolationKind kind = instrument::ViolationKind::kStore;
+};
+
+struct ValidationCounters {
+  uint64_t launches = 0;          // launches served while validating
+  uint64_t twinLaunches = 0;      // of which ran as twins
+  uint64_t unvalidated = 0;       // of which had no twin (no PTX, or the passes refused)
+  uint64_t incomplete = 0;        // launches whose signature says it reaches unnamed memory
+  uint64_t violations = 0;        // reported accesses (also those past a report's capacity)
+  uint64_t misspeculatedKernels = 0;  // collections in which a kernel reported at least one access
+};
+
+class LaunchValidator {
+ public:
+  explicit LaunchValidator(const DriverTable& driver) : driver_(driver) {}
+  ~LaunchValidator();
+  LaunchValidator(const LaunchValidator&) = delete;
+  LaunchValidator& operator=(const LaunchValidator&) = delete;
+
+  // Module life cycle (the driver's handles). A library's kernels are found by
+  // name among the libraries' prepared modules.
+  void noteModule(CUmodule module, std::shared_ptr<const PreparedModule> prepared);
+  void noteLibrary(CUlibrary library, std::shared_ptr<const PreparedModule> prepared);
+  void forgetModule(CUmodule module);
+  void forgetLibrary(CUlibrary library);
+
+  void setMode(ValidationMode mode) { mode_ = mode; }
+  ValidationMode mode() const { return mode_; }
+
+  // The signature of `function` (nullptr: none known). A context must be current.
+  const instrument::KernelSignature* signatureOf(CUfunction function);
+
+  // The speculated sets of launching `function` with `params` (kernelParams
+  // pointers, or the packed `extra` buffer when `packed` is not empty), matched
+  // against `buffers`. A kernel without signature gets the opaque speculation.
+  instrument::LaunchAccessSet speculate(CUfunction function, void** kernelParams,
+                                        std::span<const std::byte> packed,
+                                        const instrument::BufferLookup& buffers);
+
+  // Launches the twin of `function` instead of it, checking against `sets`.
+  // Returns CUDA_ERROR_NOT_FOUND when the function has no twin (the caller
+  // launches the original). `launch` gets the twin and its parameters.
+  using LaunchFn = std::function<CUresult(CUfunction twin, void** params, void** extra)>;
+  CUresult launchTwin(CUfunction function, void** kernelParams, std::span<const std::byte> packed,
+                      CUstream stream, const instrument::LaunchAccessSet& sets, const LaunchFn& launch);
+
+  // Counts a launch served while validating (with or without twin).
+  void noteLaunch(bool twin, bool incomplete);
+
+  // Reads (and clears) the report buffers of every twin launched so far. The
+  // session's work must be finished (the caller synchronized its contexts).
+  std::vector<Violation> collect();
+  const ValidationCounters& counters() const { return counters_; }
+  // {"mode", counters..., "violations": [...]} for `phos validate`.
+  nlohmann::json report(const std::vector<Violation>& recent) const;
+
+  // Frees the report buffers of the kernels of `context` (about to be
+  // destroyed) or, with null, of every context.
+  void release(CUcontext context);
+
+ private:
+  // A kernel as phosd knows it: its twin (resolved on first use) and the
+  // report buffer its twin launches write, one per kernel so that a report
+  // names its kernel.
+  struct KernelState {
+    bool resolved = false;
+    std::string name;
+    std::shared_ptr<const PreparedModule> prepared;  // keeps the signature alive
+    const void* owner = nullptr;  // the CUmodule or CUlibrary it came from
+    const instrument::KernelSignature* signature = nullptr;
+    CUfunction twin = nullptr;  // null: none
+    CUcontext context = nullptr;
+    std::vector<size_t> twinOffsets;  // the twin's parameters (the three extra last)
+    size_t twinParamBytes = 0;
+    CUdeviceptr report = 0;
+  };
+  KernelState& stateOf(CUfunction function);
+  void dropKernelsOf(const void* owner);
+
+  const DriverTable& driver_;
+  ValidationMode mode_ = ValidationMode::kOff;
+  std::map<CUmodule, std::shared_ptr<const PreparedModule>> modules_;
+  std::map<CUlibrary, std::shared_ptr<const PreparedModule>> libraries_;
+  std::map<CUfunction, KernelState> kernels_;
+  ValidationCounters counters_;
+};
+
+}  // namespace phos::daemon
