@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include <fmt/format.h>
+
 #include "byte_units.h"
 #include "phos/common/ipc/control.h"
 #include "subcommands.h"
@@ -124,6 +126,8 @@ struct CheckpointArgs {
   pid_t pid = 0;
   std::string image;
   std::string compress = "none";
+  std::string mode = "cow";
+  uint64_t cowReserveMib = 0;  // 0: phosd's default
   std::string runtimeDir;
   bool leaveRunning = false;
   bool json = false;
@@ -187,7 +191,9 @@ int runCheckpoint(const CheckpointArgs& args) {
                   {"pid", args.pid},
                   {"image", image},
                   {"leave_running", args.leaveRunning},
-                  {"compress", args.compress}};
+                  {"compress", args.compress},
+                  {"mode", args.mode}};
+  if (args.cowReserveMib > 0) request["cow_reserve_bytes"] = args.cowReserveMib << 20;
   std::string socket = ipc::controlSocketPath(runtimeDirOf(args.runtimeDir));
   auto stream = ipc::ControlStream::open(socket, request.dump());
   if (!stream) {
@@ -228,8 +234,12 @@ int runCheckpoint(const CheckpointArgs& args) {
       if (!report.contains("image")) report["image"] = image;
       if (!report.contains("left_running")) report["left_running"] = args.leaveRunning;
       report["gpu_session"] = true;
-      printCheckpointReport(report, args.json,
-                            formatBytes(report.value("gpu_bytes", uint64_t{0})) + " from phosd");
+      std::string gpuText = fmt::format("{} from phosd, {} (GPU calls waited {:.2f} s)",
+                                        formatBytes(report.value("gpu_bytes", uint64_t{0})),
+                                        report.value("protocol", std::string("stop-the-world")),
+                                        report.value("gpu_stall_seconds", 0.0));
+      if (report.contains("fallback")) gpuText += "; copy-on-write fell back: " + report["fallback"].get<std::string>();
+      printCheckpointReport(report, args.json, gpuText);
       return kExitOk;
     }
     std::string code = message.value("code", std::string());
@@ -451,6 +461,13 @@ void addCheckpoint(CLI::App& app, SubcommandRunner& runner) {
                 "keep the process running after the checkpoint (default: it ends)");
   cmd->add_option("--compress", args->compress, "chunk compression: none, zstd or lz4")
       ->check(CLI::IsMember({"none", "zstd", "lz4"}));
+  cmd->add_option("--mode", args->mode,
+                  "cow (default): with --leave-running the job runs on while its GPU memory is saved, "
+                  "copy-on-write; stop: the job's GPU calls wait until it is copied")
+      ->check(CLI::IsMember({"cow", "stop"}));
+  cmd->add_option("--cow-reserve-mib", args->cowReserveMib,
+                  "device memory for copy-on-write shadows (default: half of the free device memory)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
   cmd->add_option("--runtime-dir", args->runtimeDir,
                   "where phosd's control socket lives (default: $PHOS_RUNTIME_DIR, /run/phos "
                   "for root)");

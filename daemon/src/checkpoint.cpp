@@ -551,6 +551,11 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
                      channel->script().string());
   }
   afterDump.call(true);
+  if (hooks.beforeCommit) {
+    RETURN_IF_ERROR_CTX(hooks.beforeCommit(),
+                        fmt::format("saving the GPU state (pid {} {})", pid,
+                                    options.leaveRunning ? "keeps running" : "is resumed"));
+  }
 
   nlohmann::json cmdline = process.cmdline;
   nlohmann::json cpuState = {{"tool", "criu"},
@@ -570,7 +575,7 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
       {"cpu", cpuState},
       {"gpu",
        hooks.gpuState ? hooks.gpuState() : nlohmann::json{{"sessions", nlohmann::json::array()}}},
-      {"protocol", "stop-the-world"},
+      {"protocol", options.protocol},
       {"timings", {{"freeze_seconds", freeze}}},
   });
   RETURN_IF_ERROR_CTX(writer->commit(),

@@ -84,6 +84,7 @@ void serveCtxDestroy(ServerCall& c) {
   auto it = contexts.find(id);
   if (it == contexts.end()) return replyResult(c, CUDA_ERROR_INVALID_CONTEXT);
   if (it->second.primary) return replyResult(c, CUDA_ERROR_INVALID_CONTEXT);
+  c.session().passGate({.everything = true});
   PHOS_DRIVER(drv(c), CtxSynchronize)();
   c.session().destroyContext(id);
   replyResult(c, CUDA_SUCCESS);
@@ -122,7 +123,10 @@ void servePrimaryRetain(ServerCall& c) {
 
 // Destroys the driver context; the virtual id stays (a later retain re-binds it).
 void releasePrimary(Session& s, PrimaryContext& st) {
-  if (s.contexts().count(st.id) != 0) s.destroyContext(st.id);
+  if (s.contexts().count(st.id) != 0) {
+    s.passGate({.everything = true});  // its memory goes with it
+    s.destroyContext(st.id);
+  }
   st.refs = 0;
 }
 
@@ -317,6 +321,7 @@ void serveModuleUnload(ServerCall& c) {
   if (!c.argumentsComplete()) return;
   CUmodule m{};
   if (!c.resolve(HandleType::kCUmod_st, id, &m)) return;
+  c.session().passGate({.everything = true});  // its globals
   CUresult r = PHOS_DRIVER(drv(c), ModuleUnload)(m);
   if (r == CUDA_SUCCESS) {
     c.session().validator().forgetModule(m);
@@ -339,6 +344,7 @@ void serveLibraryUnload(ServerCall& c) {
       PHOS_DRIVER(drv(c), LibraryGetModule)(&m, lib) != CUDA_SUCCESS) {
     m = nullptr;
   }
+  c.session().passGate({.everything = true});  // its globals
   CUresult r = PHOS_DRIVER(drv(c), LibraryUnload)(lib);
   if (r == CUDA_SUCCESS) {
     c.session().validator().forgetLibrary(lib);
@@ -536,7 +542,7 @@ CUresult validatedLaunch(ServerCall& c, CUfunction f, KernelParams& params, CUst
   auto sets = validator.speculate(f, kernelParams, params.useExtra ? std::span<const std::byte>(params.buffer)
                                                                     : std::span<const std::byte>{},
                                   [&](uint64_t address) { return session.bufferAt(address); });
-  session.passGate({sets.reads, sets.writes, true, sets.incomplete});
+  session.passGate({sets.reads, sets.writes, true, sets.incomplete, !validating || !validator.hasTwin(f)});
   if (!validating) return launch(f, kernelParams, extra);
   CUresult r = validator.launchTwin(f, kernelParams, params.useExtra ? std::span<const std::byte>(params.buffer)
                                                                        : std::span<const std::byte>{},
@@ -662,10 +668,17 @@ void serveMemAllocPitch(ServerCall& c) {
   c.send();
 }
 
+// A free ends a buffer's contents: for the protocols, a write of all of it.
+void passFreeGate(Session& s, uint64_t address) {
+  const Allocation* a = s.findAllocation(address);
+  if (a != nullptr && a->address == address) s.passGate({{}, {{a->address, a->bytes}}});
+}
+
 // cuMemFree: u64 address.
 void serveMemFree(ServerCall& c) {
   auto p = c.args().u64();
   if (!c.argumentsComplete()) return;
+  passFreeGate(c.session(), p);
   replyResult(c, c.session().freeDevice(p));
 }
 
@@ -1071,6 +1084,7 @@ void serveMemFreeAsync(ServerCall& c) {
   if (!c.resolveStream(sid, perThreadEntry(c), &s)) return;
   const Allocation* a = c.session().findAllocation(p);
   if (a == nullptr || a->address != p || a->module != nullptr) return replyResult(c, CUDA_ERROR_INVALID_VALUE);
+  passFreeGate(c.session(), p);
   CUresult r = PHOS_DRIVER(drv(c), MemFreeAsync)(p, s);
   if (r == CUDA_SUCCESS) c.session().removeAllocation(p);
   replyResult(c, r);

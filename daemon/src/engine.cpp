@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <mutex>
@@ -40,6 +41,7 @@
 #include "phos/daemon/checkpoint.h"
 #include "phos/ptx/parser.h"
 #include "session.h"
+#include "soft_cow.h"
 
 namespace phos::daemon {
 
@@ -436,6 +438,16 @@ class Engine {
     auto codec = image::parseCodec(request.value("compress", std::string("none")));
     if (!codec.isOk()) return failure(codec.status());
     options.codec = *codec;
+    const std::string mode = request.contains("mode") && request["mode"].is_string() ? request["mode"].get<std::string>()
+                                                                                     : "stop";
+    if (mode != "cow" && mode != "stop") {
+      return failure(makeError(Code::kInvalidArgument, "checkpoint mode must be \"cow\" or \"stop\", not \"{}\"",
+                               mode));
+    }
+    // Copy-on-write lets the application run while its GPU state is saved;
+    // a process that ends with the dump has nothing to run.
+    const bool cow = mode == "cow" && options.leaveRunning;
+    options.protocol = cow ? "soft-copy-on-write" : "stop-the-world";
 
     json state;
     uint64_t gpuBytes = 0;
@@ -447,23 +459,41 @@ class Engine {
     std::unique_ptr<StagedWrite> staged;
     double copySeconds = 0;
     Status written = Status::ok();
+    // Soft copy-on-write: the buffers of t1, saved after the dump.
+    std::vector<SavedBuffer> deferred;
+    uint64_t cowReserve = request.value("cow_reserve_bytes", uint64_t{0});
+    image::ImageWriter* imageWriter = nullptr;
+    json cowReport;
     options.hooks.beforeDump = [&](image::ImageWriter& writer) -> Status {
       // Host memory for the device memory's copy, prepared while the
       // application still runs (module globals may need a little more).
-      if (const uint64_t expected = s.info().deviceBytes + (1u << 20); expected <= stagingBudget()) {
+      if (const uint64_t expected = s.info().deviceBytes + (1u << 20); !cow && expected <= stagingBudget()) {
         if (auto reserved = StagedWrite::reserve(s.driver_, expected); reserved.isOk()) staged = std::move(*reserved);
       }
       RETURN_IF_ERROR(s.pause(kPauseTimeout));
       paused = true;
       pausedAt = Clock::now();
+      imageWriter = &writer;
       std::lock_guard lock(s.mutex_);
-      return captureDevice(s, writer, state, gpuBytes, staged, copySeconds, progress);
+      RETURN_IF_ERROR(captureDevice(s, writer, state, gpuBytes, staged, copySeconds, progress,
+                                    cow ? &deferred : nullptr));
+      if (cow && cowReserve == 0) cowReserve = defaultShadowReserve(s, deferred);
+      if (const char* dir = std::getenv("PHOS_TEST_REFERENCE_SNAPSHOT"); cow && dir != nullptr && *dir != '\0') {
+        RETURN_IF_ERROR(writeReferenceSnapshot(s, deferred, dir));
+      }
+      return Status::ok();
     };
     options.hooks.whileFrozen = [&](image::ImageWriter& writer) -> Status {
       std::lock_guard lock(s.mutex_);
       return captureShared(s, writer, state, gpuBytes, progress);
     };
     options.hooks.afterDump = [&](bool dumped) {
+      if (cow && dumped && paused) {
+        written = saveConcurrently(s, *imageWriter, std::move(deferred), cowReserve, progress, cowReport, resumedAt);
+        paused = false;
+        copySeconds = cowReport.value("copy_seconds", 0.0);
+        return;
+      }
       // Without --leave-running the process is gone after a good dump: its
       // calls are never served again (the worker frees the session).
       if (paused && (!dumped || leaveRunning)) {
@@ -482,11 +512,27 @@ class Engine {
         staged.reset();
       }
     };
+    options.hooks.beforeCommit = [&] { return written; };
     options.hooks.gpuState = [&] { return json{{"sessions", json::array({state})}}; };
 
     auto report = checkpoint::checkpointProcess(s.pid(), options);
     if (paused && !report.isOk()) s.resume();  // a failure after the dump
-    if (!report.isOk()) return failure(written.isOk() ? report.status() : written);
+    if (!report.isOk() && cow && cowReport.value("misspeculations", 0) > 0) {
+      // A launch wrote outside its speculated buffers while the copy ran:
+      // the image may hold bytes of after t1. As the paper does: discard it,
+      // and checkpoint again stop-the-world.
+      log::get("daemon")->warn("session {}: {}; checkpointing again stop-the-world", s.id(), written.message());
+      json again = request;
+      again["mode"] = "stop";
+      json answer = checkpoint(s, again, progress);
+      if (answer.value("ok", false)) {
+        answer["report"]["fallback"] = written.message();
+        answer["report"]["copy_on_write"] = cowReport;
+        answer["report"]["requested_protocol"] = "soft-copy-on-write";
+      }
+      return answer;
+    }
+    if (!report.isOk()) return failure(report.status());
     // How long the application's GPU calls waited: from the pause to the
     // resume (--leave-running), or to the end of the dump that ended it.
     const double stall = pausedAt == Clock::time_point{}
@@ -506,14 +552,108 @@ class Engine {
               {"left_running", leaveRunning},
               {"gpu_stall_seconds", stall},
               {"gpu_copy_seconds", copySeconds},
+              {"protocol", options.protocol},
+              {"copy_on_write", cowReport.is_null() ? json::object() : cowReport},
               {"session", s.id()}}}};
+  }
+
+  // For tests of the concurrent protocols only (PHOS_TEST_REFERENCE_SNAPSHOT
+  // in phosd's environment): the bytes of every buffer at the quiesce point,
+  // read from the device while the session is paused, one file per buffer
+  // named by its address (0x...). A copy-on-write image must hold exactly these.
+  static Status writeReferenceSnapshot(Session& s, const std::vector<SavedBuffer>& buffers, const std::string& dir) {
+    std::vector<std::byte> bytes;
+    for (const SavedBuffer& b : buffers) {
+      bytes.resize(b.bytes);
+      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(s.driver_, CtxSetCurrent)(b.context), "making a context current"));
+      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(s.driver_, MemcpyDtoH_v2)(bytes.data(), b.address, b.bytes),
+                               "reading the reference snapshot"));
+      std::ofstream out(std::filesystem::path(dir) / hex(b.address), std::ios::binary | std::ios::trunc);
+      out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      if (!out) return makeError(Code::kIo, "cannot write the reference snapshot into {}", dir);
+    }
+    PHOS_DRIVER(s.driver_, CtxSetCurrent)(nullptr);
+    return Status::ok();
+  }
+
+  // Half of the free device memory for shadows (at least one chunk where
+  // there is room for one).
+  static uint64_t defaultShadowReserve(Session& s, const std::vector<SavedBuffer>& buffers) {
+    size_t free = 0, total = 0;
+    if (!buffers.empty() && PHOS_DRIVER(s.driver_, CtxSetCurrent)(buffers.front().context) == CUDA_SUCCESS) {
+      PHOS_DRIVER(s.driver_, MemGetInfo_v2)(&free, &total);
+    }
+    PHOS_DRIVER(s.driver_, CtxSetCurrent)(nullptr);
+    return std::max<uint64_t>(free / 2, std::min<uint64_t>(image::kDefaultChunkBytes, free));
+  }
+
+  // Soft copy-on-write after the dump: the session serves again with the
+  // copy-on-write gate and its launches run as validator twins while every
+  // buffer of t1 is saved; then the twins' reports are read. A launch that
+  // wrote outside its speculated buffers fails it (report["misspeculations"]):
+  // the image cannot be trusted.
+  static Status saveConcurrently(Session& s, image::ImageWriter& writer, std::vector<SavedBuffer> buffers,
+                                 uint64_t reserve, const ProgressFn& progress, json& report,
+                                 std::chrono::steady_clock::time_point& resumedAt) {
+    uint64_t total = 0;
+    for (const SavedBuffer& b : buffers) total += b.bytes;
+    auto protocol =
+        std::make_shared<SoftCopyOnWrite>(s.driver_, writer, std::move(buffers), reserve, image::kDefaultChunkBytes);
+    const ValidationMode before = s.validator_.mode();
+    Status status = protocol->prepare();
+    if (status.isOk()) {
+      // The gate keeps the protocol alive: should the window fail to close
+      // below, it stays installed (every chunk is saved, so it passes all).
+      s.setAccessGate([protocol, gate = protocol->gate()](const CallAccess& access) { gate(access); });
+      s.validator_.setMode(ValidationMode::kValidate);
+    }
+    s.resume();  // the application runs from here on
+    resumedAt = std::chrono::steady_clock::now();
+    if (status.isOk()) {
+      PhaseProgress phase(progress, "gpu-memory", total);
+      phase.start();
+      status = protocol->run([&](uint64_t n) { phase.advance(n); });
+    }
+    // The window ends: the twins' reports of everything launched in it.
+    std::vector<Violation> found;
+    if (Status paused = s.pause(kPauseTimeout); paused.isOk()) {
+      {
+        std::lock_guard lock(s.mutex_);
+        for (const auto& [vid, ctx] : s.contexts_) {
+          if (ctx.real == nullptr) continue;
+          PHOS_DRIVER(s.driver_, CtxSetCurrent)(ctx.real);
+          PHOS_DRIVER(s.driver_, CtxSynchronize)();
+        }
+        s.currentReal_ = nullptr;
+        found = s.validator_.collect();
+        s.setAccessGate({});
+        s.validator_.setMode(before);
+      }
+      s.resume();
+    } else if (status.isOk()) {
+      log::get("daemon")->warn("session {}: copy-on-write window not closed: {}", s.id(), paused.message());
+      status = makeError(Code::kFailedPrecondition, "the window could not be closed to read the validator's reports: {}",
+                         paused.message());
+    }
+    const SoftCowStats stats = protocol->stats();
+    report = {{"shadowed_chunks", stats.shadowedChunks}, {"shadowed_bytes", stats.shadowedBytes},
+              {"reserve_bytes", reserve},                   {"peak_reserve_bytes", stats.peakReserveBytes},
+              {"waited_calls", stats.waitedCalls},          {"waited_seconds", stats.waitedSeconds},
+              {"anything_calls", stats.anythingCalls},      {"copy_seconds", stats.copySeconds},
+              {"misspeculations", found.size()}};
+    if (status.isOk() && !found.empty()) {
+      return makeError(Code::kFailedPrecondition, "{} access(es) outside the speculated buffers while copying (first: kernel {} "
+                       "at {})", found.size(), found.front().kernel, hex(found.front().address));
+    }
+    return status;
   }
 
   // Device memory, modules, globals and the description of every object.
   // The session is paused and its mutex held.
+  // With `deferred`, nothing is copied: the buffers to save go there.
   static Status captureDevice(Session& s, image::ImageWriter& writer, json& state, uint64_t& gpuBytes,
                               std::unique_ptr<StagedWrite>& staged, double& copySeconds,
-                              const ProgressFn& progress) {
+                              const ProgressFn& progress, std::vector<SavedBuffer>* deferred) {
     const DriverTable& d = s.driver_;
     state = {{"session", s.id_},   {"pid", s.pid_},     {"uid", s.uid_},
              {"driver", d.path()}, {"worker_pid", getpid()}, {"handles_last_serial", s.handles_.lastSerial()}};
@@ -717,6 +857,16 @@ class Engine {
     // waits for the copy engine only), else chunk by chunk into the image.
     uint64_t total = 0;
     for (const Copy& c : copies) total += c.bytes;
+    if (deferred != nullptr) {
+      for (const Copy& c : copies) {
+        CUcontext ctx = contextOnDevice(c.device);
+        if (ctx == nullptr) return makeError(Code::kInternal, "device {} memory without a context of the session", c.device);
+        deferred->push_back({c.blob, c.address, c.bytes, ctx});
+      }
+      PHOS_DRIVER(d, CtxSetCurrent)(nullptr);
+      gpuBytes += total;
+      return Status::ok();
+    }
     PhaseProgress phase(progress, "gpu-memory", total);
     phase.start();
     std::map<int, std::vector<const Copy*>> byDevice;

@@ -34,6 +34,12 @@ struct CallAccess {
   std::vector<instrument::Buffer> writes;  // may also be read
   bool kernel = false;      // speculated from a launch's arguments (buffer level)
   bool incomplete = false;  // the kernel reaches memory speculation cannot name
+  bool unchecked = false;   // a launch that runs without a twin: nothing checks its writes
+  bool everything = false;  // may end any of it (a module unloaded, a context destroyed)
+
+  // Whether the call may write beyond `writes`: a protocol must assume it
+  // writes every buffer.
+  bool mayWriteAnything() const { return everything || (kernel && (incomplete || unchecked)); }
 };
 
 // Called on a session's serving thread before each call that touches GPU
@@ -113,6 +119,8 @@ class LaunchValidator {
 
   // The signature of `function` (nullptr: none known). A context must be current.
   const instrument::KernelSignature* signatureOf(CUfunction function);
+  // Whether `function` has a twin that launchTwin() runs. A context must be current.
+  bool hasTwin(CUfunction function) { return stateOf(function).twin != nullptr; }
 
   // The speculated sets of launching `function` with `params` (kernelParams
   // pointers, or the packed `extra` buffer when `packed` is not empty), matched

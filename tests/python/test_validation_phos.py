@@ -18,23 +18,14 @@ import textwrap
 
 import pytest
 
+from driver_client import PRELUDE
 from job_output import wait_for
 from test_checkpoint_phos import Job, app_env, checkpoint, command, criu, jobs, programs, reference, restore  # noqa: F401
 from test_shim_examples import STEPS, check_identical, direct_env, run  # noqa: F401 (direct_env is a fixture)
 
 # A Driver API client (cuda-bindings + NVRTC) with one honest and one deceiving
 # kernel. It asks phos for its own report before exiting and prints it.
-CLIENT = r'''
-import json, os, subprocess, sys
-import numpy as np
-from cuda.bindings import driver as cu, nvrtc
-
-def ok(result):
-    err = result[0] if isinstance(result, tuple) else result
-    assert err == cu.CUresult.CUDA_SUCCESS, err
-    rest = result[1:] if isinstance(result, tuple) else ()
-    return rest[0] if len(rest) == 1 else rest
-
+CLIENT = PRELUDE + r'''
 src = b"""
 extern "C" __global__ void scale(const float* x, float* y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -47,10 +38,7 @@ extern "C" __global__ void indirect(float* const* table, int n) {
     if (i < n) table[0][i] = 3.0f;
 }
 """
-err, prog = nvrtc.nvrtcCreateProgram(src, b"k.cu", 0, [], [])
-assert nvrtc.nvrtcCompileProgram(prog, 1, [b"--gpu-architecture=compute_80"])[0] == nvrtc.nvrtcResult.NVRTC_SUCCESS
-ptx = b" " * nvrtc.nvrtcGetPTXSize(prog)[1]
-nvrtc.nvrtcGetPTX(prog, ptx)
+ptx = compile_ptx(src)
 
 ok(cu.cuInit(0))
 ctx = ok(cu.cuDevicePrimaryCtxRetain(ok(cu.cuDeviceGet(0))))

@@ -35,6 +35,10 @@ struct CheckpointHooks {
   // CRIU is done (`dumped`: successfully); called before the image is
   // committed, and on every failure path after beforeDump ran.
   std::function<void(bool dumped)> afterDump;
+  // After afterDump(true), before the image is committed: GPU state still
+  // being saved while the process runs (soft copy-on-write). A failure
+  // discards the image; a process left running runs on.
+  std::function<Status()> beforeCommit;
   // The manifest's "gpu" value; default {"sessions": []}.
   std::function<nlohmann::json()> gpuState;
   // Progress of the whole checkpoint, {"phase", "bytes", "total"}.
@@ -45,6 +49,7 @@ struct CheckpointOptions {
   std::filesystem::path image;  // must not exist yet
   bool leaveRunning = false;    // otherwise the process is gone after a successful dump
   image::Codec codec = image::Codec::kNone;
+  std::string protocol = "stop-the-world";  // the manifest's "protocol"
   CheckpointHooks hooks;
 };
 

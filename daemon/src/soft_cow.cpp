@@ -1,0 +1,273 @@
+// SPDX-License-Identifier: Apache-2.0
+// Soft copy-on-write: the saving loop and the gate (soft_cow.h).
+#include "soft_cow.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "phos/common/log.h"
+
+namespace phos::daemon {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Status driverStatus(CUresult r, std::string_view what) {
+  if (r == CUDA_SUCCESS) return Status::ok();
+  return makeError(Code::kInternal, "{}: CUresult {}", what, static_cast<int>(r));
+}
+
+// Page-aligned host memory registered with the driver for the copy engine.
+class StagingBuffer {
+ public:
+  StagingBuffer(const DriverTable& driver, size_t bytes) : driver_(driver), bytes_(bytes) {}
+  ~StagingBuffer() {
+    if (data_ == nullptr) return;
+    if (registered_) PHOS_DRIVER(driver_, MemHostUnregister)(data_);
+    std::free(data_);
+  }
+  Status allocate() {
+    void* p = nullptr;
+    if (posix_memalign(&p, 4096, bytes_) != 0) return makeError(Code::kResourceExhausted, "no staging memory");
+    data_ = static_cast<std::byte*>(p);
+    registered_ = PHOS_DRIVER(driver_, MemHostRegister_v2)(p, bytes_, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS;
+    return Status::ok();
+  }
+  std::byte* data() const { return data_; }
+
+ private:
+  const DriverTable& driver_;
+  size_t bytes_;
+  std::byte* data_ = nullptr;
+  bool registered_ = false;
+};
+
+}  // namespace
+
+SoftCopyOnWrite::SoftCopyOnWrite(const DriverTable& driver, image::ImageWriter& writer,
+                                 std::vector<SavedBuffer> buffers, uint64_t reserveBytes, size_t chunkBytes)
+    : driver_(driver), writer_(writer), reserveBytes_(reserveBytes), chunkBytes_(chunkBytes) {
+  for (const SavedBuffer& b : buffers) {
+    for (uint64_t at = 0, chunk = 0; at < b.bytes; at += chunkBytes_, ++chunk) {
+      SavedBuffer part{b.blob, b.address + at, std::min<uint64_t>(chunkBytes_, b.bytes - at), b.context};
+      entries_.emplace(part.address, Entry{part, chunk});
+    }
+  }
+}
+
+SoftCopyOnWrite::~SoftCopyOnWrite() {
+  CUcontext saved = nullptr;
+  PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
+  for (auto& [address, e] : entries_) {
+    if (e.shadow == 0) continue;
+    PHOS_DRIVER(driver_, CtxSetCurrent)(e.buffer.context);
+    PHOS_DRIVER(driver_, MemFree_v2)(e.shadow);
+  }
+  for (auto* streams : {&gateStreams_, &copyStreams_}) {
+    for (auto& [context, stream] : *streams) {
+      PHOS_DRIVER(driver_, CtxSetCurrent)(context);
+      PHOS_DRIVER(driver_, StreamDestroy_v2)(stream);
+    }
+  }
+  PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
+}
+
+Status SoftCopyOnWrite::prepare() {
+  for (const auto& [address, e] : entries_) {
+    CUcontext context = e.buffer.context;
+    if (copyStreams_.count(context) != 0) continue;
+    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(driver_, CtxSetCurrent)(context), "making a context current"));
+    // Non-blocking: neither waits for the application's legacy-stream work
+    // nor makes it wait.
+    CUstream copy = nullptr, gate = nullptr;
+    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(driver_, StreamCreate)(&copy, CU_STREAM_NON_BLOCKING), "a copy stream"));
+    copyStreams_[context] = copy;
+    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(driver_, StreamCreate)(&gate, CU_STREAM_NON_BLOCKING), "a gate stream"));
+    gateStreams_[context] = gate;
+  }
+  PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
+  return Status::ok();
+}
+
+CUstream SoftCopyOnWrite::streamOf(CUcontext context) const {
+  auto it = gateStreams_.find(context);
+  return it == gateStreams_.end() ? nullptr : it->second;
+}
+
+AccessGate SoftCopyOnWrite::gate() {
+  return [this](const CallAccess& access) {
+    if (access.mayWriteAnything()) {
+      // It may write anything: every buffer not saved yet is protected first.
+      {
+        std::lock_guard lock(mutex_);
+        ++stats_.anythingCalls;
+      }
+      beforeWrite(0, UINT64_MAX);
+      return;
+    }
+    for (const instrument::Buffer& w : access.writes) beforeWrite(w.base, w.base + w.size);
+  };
+}
+
+// On the serving thread, before a call that writes [begin, end).
+void SoftCopyOnWrite::beforeWrite(uint64_t begin, uint64_t end) {
+  if (begin >= end) return;
+  std::unique_lock lock(mutex_);
+  std::vector<Entry*> touched;
+  auto it = entries_.upper_bound(begin);
+  if (it != entries_.begin()) --it;
+  for (; it != entries_.end() && it->first < end; ++it) {
+    if (it->second.buffer.address + it->second.buffer.bytes > begin) touched.push_back(&it->second);
+  }
+  // Shadows first, then the waits: waiting chunk by chunk in address order
+  // would follow the saving loop, which goes in that order too, and wait for
+  // every chunk.
+  for (Entry* e : touched) {
+    if (e->state == State::kPending) protect(lock, *e);
+  }
+  for (Entry* e : touched) protect(lock, *e);
+}
+
+// Returns once `e` is shadowed or saved (or the protocol failed).
+void SoftCopyOnWrite::protect(std::unique_lock<std::mutex>& lock, Entry& e) {
+  Clock::time_point waitStart{};
+  auto waited = [&] {
+    if (waitStart == Clock::time_point{}) {
+      waitStart = Clock::now();
+      ++stats_.waitedCalls;
+    }
+  };
+  while (!failed_) {
+    if (e.state == State::kShadowed || e.state == State::kSaved) break;
+    if (e.state == State::kSaving || e.state == State::kShadowing || reserveUsed_ + e.buffer.bytes > reserveBytes_) {
+      // Being saved (or shadowed) right now, or no room for a shadow: the
+      // saving loop takes this buffer next and frees shadows as it goes.
+      if (e.state == State::kPending) next_ = &e;
+      waited();
+      changed_.wait(lock);
+      continue;
+    }
+    // Pending, and the reserve has room: shadow it on the device.
+    e.state = State::kShadowing;
+    reserveUsed_ += e.buffer.bytes;
+    stats_.peakReserveBytes = std::max(stats_.peakReserveBytes, reserveUsed_);
+    lock.unlock();
+    CUcontext saved = nullptr;
+    PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
+    CUdeviceptr shadow = 0;
+    CUstream stream = streamOf(e.buffer.context);
+    CUresult r = PHOS_DRIVER(driver_, CtxSetCurrent)(e.buffer.context);
+    if (r == CUDA_SUCCESS) r = PHOS_DRIVER(driver_, MemAlloc_v2)(&shadow, e.buffer.bytes);
+    if (r == CUDA_SUCCESS) {
+      // Ordered after nothing the application queued: every call that wrote
+      // this buffer since t1 passed this gate, so the device holds t1's bytes.
+      r = PHOS_DRIVER(driver_, MemcpyDtoDAsync_v2)(shadow, e.buffer.address, e.buffer.bytes, stream);
+      if (r == CUDA_SUCCESS) r = PHOS_DRIVER(driver_, StreamSynchronize)(stream);
+    }
+    PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
+    lock.lock();
+    if (r == CUDA_SUCCESS) {
+      e.shadow = shadow;
+      e.state = State::kShadowed;
+      ++stats_.shadowedChunks;
+      stats_.shadowedBytes += e.buffer.bytes;
+      changed_.notify_all();  // the saving loop may wait for this chunk
+    } else {
+      // No device memory for it after all: give the room back and wait for
+      // the saving loop, which takes it next.
+      log::get("daemon")->debug("copy-on-write: no shadow for {:#x} ({} bytes): CUresult {}", e.buffer.address,
+                                e.buffer.bytes, static_cast<int>(r));
+      if (shadow != 0) PHOS_DRIVER(driver_, MemFree_v2)(shadow);
+      reserveUsed_ -= e.buffer.bytes;
+      e.state = State::kPending;
+      next_ = &e;
+      changed_.notify_all();
+      waited();
+      changed_.wait(lock);
+    }
+  }
+  if (waitStart != Clock::time_point{}) {
+    stats_.waitedSeconds += std::chrono::duration<double>(Clock::now() - waitStart).count();
+  }
+}
+
+Status SoftCopyOnWrite::run(const std::function<void(uint64_t)>& advanced) {
+  const auto start = Clock::now();
+  StagingBuffer staging(driver_, chunkBytes_);
+  Status status = Status::ok();
+  auto fail = [&](Status failure) {
+    std::lock_guard lock(mutex_);
+    failed_ = true;
+    changed_.notify_all();
+    return failure;
+  };
+  if (!entries_.empty()) {
+    Status ready = driverStatus(PHOS_DRIVER(driver_, CtxSetCurrent)(entries_.begin()->second.buffer.context),
+                                "making a context current");
+    if (ready.isOk()) ready = staging.allocate();
+    if (!ready.isOk()) return fail(ready);
+  }
+  std::unique_lock lock(mutex_);
+  auto cursor = entries_.begin();
+  // The buffer a writer waits for, else the next one not saved in address
+  // order (from the start again once at the end: a buffer whose shadow could
+  // not be made goes back to pending); nullptr when all are saved.
+  auto pick = [&]() -> Entry* {
+    if (next_ != nullptr && next_->state == State::kPending) return std::exchange(next_, nullptr);
+    next_ = nullptr;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (; cursor != entries_.end(); ++cursor) {
+        Entry& candidate = cursor->second;
+        if (candidate.state == State::kShadowing) {
+          // The gate is copying it into a shadow: wait for that.
+          changed_.wait(lock, [&] { return candidate.state != State::kShadowing || failed_; });
+        }
+        if (candidate.state == State::kPending || candidate.state == State::kShadowed) return &candidate;
+      }
+      cursor = entries_.begin();
+    }
+    return nullptr;
+  };
+  while (Entry* e = pick()) {
+    const bool fromShadow = e->state == State::kShadowed;
+    const CUdeviceptr source = fromShadow ? e->shadow : e->buffer.address;
+    if (!fromShadow) e->state = State::kSaving;
+    lock.unlock();
+
+    CUstream stream = copyStreams_.at(e->buffer.context);
+    const uint64_t bytes = e->buffer.bytes;
+    CUresult r = PHOS_DRIVER(driver_, CtxSetCurrent)(e->buffer.context);
+    if (r == CUDA_SUCCESS) r = PHOS_DRIVER(driver_, MemcpyDtoHAsync_v2)(staging.data(), source, bytes, stream);
+    if (r == CUDA_SUCCESS) r = PHOS_DRIVER(driver_, StreamSynchronize)(stream);
+    if (r != CUDA_SUCCESS) {
+      status = driverStatus(r, fmt::format("saving device memory at {:#x}", e->buffer.address));
+    } else {
+      status = writer_.writeChunk(e->buffer.blob, e->chunk, {staging.data(), bytes});
+    }
+    if (!status.isOk()) return fail(status);
+    advanced(bytes);
+
+    lock.lock();
+    e->state = State::kSaved;
+    if (e->shadow != 0) {
+      PHOS_DRIVER(driver_, MemFree_v2)(e->shadow);
+      e->shadow = 0;
+      reserveUsed_ -= bytes;
+    }
+    changed_.notify_all();
+  }
+  stats_.copySeconds = std::chrono::duration<double>(Clock::now() - start).count();
+  lock.unlock();
+  PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
+  return Status::ok();
+}
+
+SoftCowStats SoftCopyOnWrite::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+}  // namespace phos::daemon

@@ -1,0 +1,202 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Soft copy-on-write checkpoints: the job runs on while its GPU memory is saved.
+
+The image must hold the GPU state of the quiesce point t1 byte for byte, while
+the job writes every buffer as fast as it can during the copy. phosd takes the
+reference at t1 straight from the device (PHOS_TEST_REFERENCE_SNAPSHOT), and the
+modelled copy bandwidth is slowed so that the copy spans many of the job's
+iterations. A kernel that writes outside the buffer its argument names makes
+the copy fall back to stop-the-world, and the image is still good.
+"""
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from driver_client import PRELUDE
+from job_output import lines, wait_for
+from test_checkpoint_phos import criu  # noqa: F401 (a fixture)
+
+TIMEOUT = 60
+BUFFERS = 6
+BUFFER_BYTES = 8 << 20
+
+# Writes its buffers with kernels, memsets and copies, iteration after
+# iteration, until killed; prints a line per iteration.
+CLIENT = PRELUDE + r'''
+src = b"""
+extern "C" __global__ void step(unsigned* a, unsigned n, unsigned k) {
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        a[i] = a[i] * 1664525u + 1013904223u + k;
+}
+// Writes n words `offset` bytes past a: in the next buffer, which its
+// arguments do not name (the mis-speculation a validator twin must catch).
+extern "C" __global__ void spill(unsigned* a, long long offset, unsigned n, unsigned k) {
+    unsigned* b = (unsigned*)((char*)a + offset);
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) b[i] = k;
+}
+"""
+buffers, words, spill_every = int(sys.argv[1]), int(sys.argv[2]) // 4, int(sys.argv[3])
+ptx = compile_ptx(src)
+ok(cu.cuInit(0))
+ctx = ok(cu.cuDevicePrimaryCtxRetain(ok(cu.cuDeviceGet(0))))
+ok(cu.cuCtxSetCurrent(ctx))
+module = ok(cu.cuModuleLoadData(ptx))
+step = ok(cu.cuModuleGetFunction(module, b"step"))
+spill = ok(cu.cuModuleGetFunction(module, b"spill"))
+bufs = [ok(cu.cuMemAlloc(words * 4)) for _ in range(buffers)]
+
+def launch(f, *values):
+    holders = [np.array([v], dtype=t) for v, t in values]
+    args = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
+    ok(cu.cuLaunchKernel(f, 64, 1, 1, 128, 1, 1, 0, 0, args.ctypes.data, 0))
+
+for i, b in enumerate(bufs):
+    ok(cu.cuMemsetD32(b, i + 1, words))
+small = np.arange(1024, dtype=np.uint32)
+k = 0
+while True:
+    k += 1
+    for b in bufs:
+        launch(step, (int(b), np.uint64), (words, np.uint32), (k, np.uint32))
+    ok(cu.cuMemsetD32(int(bufs[1]) + 4096, k, 1024))
+    small += 1
+    ok(cu.cuMemcpyHtoD(int(bufs[2]) + 8192, small.ctypes.data, small.nbytes))
+    if spill_every and k % spill_every == 0:
+        launch(spill, (int(bufs[0]), np.uint64), (int(bufs[1]) - int(bufs[0]), np.int64), (1024, np.uint32),
+               (k, np.uint32))
+    ok(cu.cuCtxSynchronize())
+    print(k, flush=True)
+'''
+
+
+def read_blob(image: pathlib.Path, manifest: dict, name: str) -> bytes:
+    for index, blob in enumerate(manifest["blobs"]):
+        if blob["name"] != name:
+            continue
+        data = bytearray()
+        with open(image / "blobs" / f"{index:06d}", "rb") as f:
+            for chunk in blob["chunks"]:
+                offset, stored, codec = chunk[0], chunk[1], chunk[2]
+                assert codec == "none", f"chunk of {name} stored with {codec}: the test asks for --compress none"
+                f.seek(offset)
+                data += f.read(stored)
+        return bytes(data)
+    raise AssertionError(f"no blob {name} in the image")
+
+
+class Client:
+    def __init__(self, phos, phosd, tmp_path, spill_every=0):
+        pytest.importorskip("cuda.bindings.nvrtc")
+        env = phosd.client_env(PHOS=phos)
+        env["LD_LIBRARY_PATH"] = ":".join(["/usr/local/cuda/lib64", env.get("LD_LIBRARY_PATH", "")])
+        env.pop("LD_PRELOAD")
+        self.out = tmp_path / "client.out"
+        self.err = tmp_path / "client.err"
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            self.proc = subprocess.Popen(
+                [str(phos), "run", "--runtime-dir", str(phosd.runtime_dir), "--", sys.executable, "-c", CLIENT,
+                 str(BUFFERS), str(BUFFER_BYTES), str(spill_every)],
+                env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+
+    def iterations(self):
+        done = lines(self.out)
+        return int(done[-1]) if done else 0
+
+    def wait_iterations(self, n):
+        def ready():
+            if self.proc.poll() is not None:
+                pytest.fail(f"the client exited with {self.proc.returncode}: {self.err.read_text()}")
+            return self.iterations() >= n
+        wait_for(ready, TIMEOUT, f"{n} iterations of the client")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def slow_copies(start_phosd, tmp_path):
+    """A daemon whose device-to-host copies take 2000 times their modelled time
+    (48 MiB take about 4 s), writing the reference snapshot of each CoW checkpoint."""
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    daemon = start_phosd(PHOS_VGPU_BANDWIDTH_SCALE=2000, PHOS_TEST_REFERENCE_SNAPSHOT=reference)
+    return daemon, reference
+
+
+def checkpoint(phos, phosd, pid, image, *extra):
+    try:
+        r = subprocess.run([str(phos), "checkpoint", "--pid", str(pid), "--image", str(image), "--leave-running",
+                            "--compress", "none", "--runtime-dir", str(phosd.runtime_dir), "--json", *extra],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"phos checkpoint did not finish in {TIMEOUT} s:\n{phosd.log()[-4000:]}")
+    assert r.returncode == 0, f"phos checkpoint failed ({r.returncode}): {r.stderr}\n{phosd.log()[-4000:]}"
+    return json.loads(r.stdout)
+
+
+def test_cow_image_is_the_state_at_the_quiesce_point(criu, phos, slow_copies, tmp_path):
+    phosd, reference = slow_copies
+    client = Client(phos, phosd, tmp_path)
+    try:
+        client.wait_iterations(3)
+        image = tmp_path / "image"
+        before = client.iterations()
+        report = checkpoint(phos, phosd, client.proc.pid, image)
+        during = client.iterations() - before
+        assert report["protocol"] == "soft-copy-on-write", report
+        cow = report["copy_on_write"]
+        # The job ran on during the copy, and wrote buffers that were not saved yet.
+        assert during >= 2, f"only {during} iterations while the checkpoint ran: {report}"
+        assert cow["shadowed_chunks"] > 0, report
+        assert cow["misspeculations"] == 0, report
+        client.wait_iterations(client.iterations() + 2)  # and still runs
+    finally:
+        client.stop()
+
+    manifest = json.loads((image / "manifest.json").read_text())
+    assert manifest["state"]["protocol"] == "soft-copy-on-write"
+    allocations = manifest["state"]["gpu"]["sessions"][0]["allocations"]
+    assert len(allocations) == BUFFERS
+    snapshots = {p.name for p in reference.iterdir()}
+    for a in allocations:
+        expected = (reference / hex(a["address"])).read_bytes()
+        assert len(expected) == a["bytes"] == BUFFER_BYTES
+        saved = read_blob(image, manifest, a["blob"])
+        assert saved == expected, f"buffer {hex(a['address'])}: the image differs from the state at t1"
+        snapshots.discard(hex(a["address"]))
+    # Module globals (none in this module) would be the only other buffers.
+    assert not snapshots - {hex(g["address"]) for m in manifest["state"]["gpu"]["sessions"][0]["modules"]
+                            for g in m["globals"]}
+    verify = subprocess.run([str(phos), "verify", str(image)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_a_write_outside_the_speculated_buffers_falls_back_to_stop_the_world(criu, phos, slow_copies, tmp_path):
+    phosd, _ = slow_copies
+    client = Client(phos, phosd, tmp_path, spill_every=1)
+    try:
+        client.wait_iterations(2)
+        report = checkpoint(phos, phosd, client.proc.pid, tmp_path / "image")
+        assert report["protocol"] == "stop-the-world", report
+        assert report["requested_protocol"] == "soft-copy-on-write"
+        assert "outside the speculated buffers" in report["fallback"] and "spill" in report["fallback"], report
+        client.wait_iterations(client.iterations() + 2)
+    finally:
+        client.stop()
+    verify = subprocess.run([str(phos), "verify", str(tmp_path / "image")], capture_output=True, text=True,
+                            timeout=TIMEOUT)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_checkpoint_mode_errors(phos, phosd, tmp_path):
+    r = subprocess.run([str(phos), "checkpoint", "--pid", "1", "--image", str(tmp_path / "i"), "--mode", "recopy",
+                        "--runtime-dir", str(phosd.runtime_dir)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "--mode" in r.stderr, r.stderr
+    r = subprocess.run([str(phos), "checkpoint", "--pid", "1", "--image", str(tmp_path / "i"), "--cow-reserve-mib",
+                        "0", "--runtime-dir", str(phosd.runtime_dir)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "--cow-reserve-mib" in r.stderr, r.stderr
