@@ -227,7 +227,7 @@ CUresult applicationHandles(ServerCall& c, Owner owner, std::vector<Handle>* vis
   for (Handle h : all) {
     const char* name = nullptr;
     if (named && c.driverTable().get<CUresult (*)(const char**, Handle)>(kNameId)(&name, h) == CUDA_SUCCESS &&
-        name != nullptr && std::string_view(name).ends_with(instrument::kTwinSuffix)) {
+        name != nullptr && instrument::isTwinName(name)) {
       continue;
     }
     visible->push_back(h);
@@ -542,8 +542,16 @@ CUresult validatedLaunch(ServerCall& c, CUfunction f, KernelParams& params, CUst
   auto sets = validator.speculate(f, kernelParams, params.useExtra ? std::span<const std::byte>(params.buffer)
                                                                     : std::span<const std::byte>{},
                                   [&](uint64_t address) { return session.bufferAt(address); });
-  session.passGate({sets.reads, sets.writes, true, sets.incomplete, !validating || !validator.hasTwin(f)});
+  const CallAccess access{sets.reads, sets.writes, true, sets.incomplete, !validating || !validator.hasTwin(f)};
+  session.passGate(access);
+  // A call that may touch anything passes a protocol's gate only once every
+  // buffer is safe from it (copied, loaded): its twin would report what
+  // speculation cannot name, and nothing needs checking.
   if (!validating) return launch(f, kernelParams, extra);
+  if (session.hasAccessGate() && access.mayWriteAnything()) {
+    validator.noteLaunch(false, sets.incomplete);
+    return launch(f, kernelParams, extra);
+  }
   CUresult r = validator.launchTwin(f, kernelParams, params.useExtra ? std::span<const std::byte>(params.buffer)
                                                                        : std::span<const std::byte>{},
                                     stream, sets, launch);

@@ -63,7 +63,8 @@ std::shared_ptr<const PreparedModule> prepareUncached(std::string_view text) {
   } else {
     prepared->note = "no signatures: " + signatures.status().message();
   }
-  auto twin = instrument::buildTwinModule(*module, {instrument::TwinMode::kCheckpoint}, &prepared->stats);
+  // Checkpoint twins and restore twins (they check loads too) in one module.
+  auto twin = instrument::buildTwinModule(*module, {instrument::TwinMode::kCheckpoint, true}, &prepared->stats);
   if (twin.isOk()) {
     prepared->twinText = ptx::print(*twin);
   } else {
@@ -218,6 +219,9 @@ LaunchValidator::KernelState& LaunchValidator::stateOf(CUfunction function) {
   if (k.twinOffsets.size() < 3) return k;
   PHOS_DRIVER(driver_, CtxGetCurrent)(&k.context);
   k.twin = twin;
+  // Absent from modules prepared without them (the driver refused both).
+  const std::string restoreName = instrument::twinName(k.name, instrument::kRestoreTwinSuffix);
+  if (PHOS_DRIVER(driver_, ModuleGetFunction)(&twin, module, restoreName.c_str()) == CUDA_SUCCESS) k.restoreTwin = twin;
   return k;
 }
 
@@ -260,7 +264,8 @@ LaunchAccessSet LaunchValidator::speculate(CUfunction function, void** kernelPar
 CUresult LaunchValidator::launchTwin(CUfunction function, void** kernelParams, std::span<const std::byte> packed,
                                      CUstream stream, const LaunchAccessSet& sets, const LaunchFn& launch) {
   KernelState& k = stateOf(function);
-  if (k.twin == nullptr) return CUDA_ERROR_NOT_FOUND;
+  CUfunction twin = twinFor(k);
+  if (twin == nullptr) return CUDA_ERROR_NOT_FOUND;
   if (k.report == 0) {
     const size_t bytes = sizeof(ReportHeader) + size_t{kReportCapacity} * sizeof(ReportEntry);
     if (CUresult r = PHOS_DRIVER(driver_, MemAlloc_v2)(&k.report, bytes); r != CUDA_SUCCESS) return r;
@@ -302,7 +307,7 @@ CUresult LaunchValidator::launchTwin(CUfunction function, void** kernelParams, s
     params.push_back(&ranges64);
     params.push_back(&count);
     params.push_back(&report);
-    r = launch(k.twin, params.data(), nullptr);
+    r = launch(twin, params.data(), nullptr);
   } else {
     std::vector<std::byte> buffer(packed.begin(), packed.end());
     buffer.resize(std::max(buffer.size(), k.twinParamBytes));
@@ -313,7 +318,7 @@ CUresult LaunchValidator::launchTwin(CUfunction function, void** kernelParams, s
     size_t bufferSize = buffer.size();
     void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &bufferSize,
                      CU_LAUNCH_PARAM_END};
-    r = launch(k.twin, nullptr, extra);
+    r = launch(twin, nullptr, extra);
   }
   PHOS_DRIVER(driver_, MemFreeAsync)(tableAddress, stream);
   return r;
@@ -366,7 +371,10 @@ nlohmann::json LaunchValidator::report(const std::vector<Violation>& recent) con
     violations.push_back({{"kernel", v.kernel}, {"address", fmt::format("{:#x}", v.address)}, {"kind", kind},
                           {"size", v.size}, {"instruction", v.instruction}, {"function", v.function}});
   }
-  return {{"mode", mode_ == ValidationMode::kValidate ? "validate" : "off"},
+  const char* mode = mode_ == ValidationMode::kValidate          ? "validate"
+                     : mode_ == ValidationMode::kValidateRestore ? "validate-restore"
+                                                                  : "off";
+  return {{"mode", mode},
           {"launches", counters_.launches},
           {"twin_launches", counters_.twinLaunches},
           {"unvalidated_launches", counters_.unvalidated},

@@ -77,8 +77,9 @@ CUresult loadLibrary(const DriverTable& driver, const std::vector<char>& image, 
 
 // Whether launches run as twins, and what happens to what they report.
 enum class ValidationMode : uint8_t {
-  kOff,       // originals run; speculation is still computed on demand
-  kValidate,  // every launch with a twin runs the twin against its speculated sets
+  kOff,              // originals run; speculation is still computed on demand
+  kValidate,         // every launch with a twin runs the twin against its speculated sets
+  kValidateRestore,  // the same with the restore twins, which check loads too
 };
 
 // A reported access outside the speculated sets.
@@ -119,8 +120,9 @@ class LaunchValidator {
 
   // The signature of `function` (nullptr: none known). A context must be current.
   const instrument::KernelSignature* signatureOf(CUfunction function);
-  // Whether `function` has a twin that launchTwin() runs. A context must be current.
-  bool hasTwin(CUfunction function) { return stateOf(function).twin != nullptr; }
+  // Whether `function` has a twin that launchTwin() runs in this mode. A
+  // context must be current.
+  bool hasTwin(CUfunction function) { return twinFor(stateOf(function)) != nullptr; }
 
   // The speculated sets of launching `function` with `params` (kernelParams
   // pointers, or the packed `extra` buffer when `packed` is not empty), matched
@@ -160,13 +162,17 @@ class LaunchValidator {
     std::shared_ptr<const PreparedModule> prepared;  // keeps the signature alive
     const void* owner = nullptr;  // the CUmodule or CUlibrary it came from
     const instrument::KernelSignature* signature = nullptr;
-    CUfunction twin = nullptr;  // null: none
+    CUfunction twin = nullptr;         // null: none
+    CUfunction restoreTwin = nullptr;  // the one that checks loads too; same parameters
     CUcontext context = nullptr;
     std::vector<size_t> twinOffsets;  // the twin's parameters (the three extra last)
     size_t twinParamBytes = 0;
     CUdeviceptr report = 0;
   };
   KernelState& stateOf(CUfunction function);
+  CUfunction twinFor(const KernelState& k) const {
+    return mode_ == ValidationMode::kValidateRestore ? k.restoreTwin : k.twin;
+  }
   void dropKernelsOf(const void* owner);
 
   const DriverTable& driver_;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Builds the validator twins of one corpus PTX file in each requested mode, checks
+// Builds the validator twins of one corpus PTX file in each requested mode
+// (checkpoint, restore, or phosd: both sets in one module, as phosd loads it), checks
 // the printed module reads back the same, and assembles it with ptxas. The file,
 // modes, ptxas and architectures come from the environment (meson.build).
 #include <gmock/gmock.h>
@@ -54,6 +55,7 @@ TEST(TwinCorpus, TwinsReadBackAndAssemble) {
     SCOPED_TRACE(mode);
     TwinOptions options;
     options.mode = mode == "restore" ? TwinMode::kRestore : TwinMode::kCheckpoint;
+    options.restoreTwinsToo = mode == "phosd";
     TwinStats stats;
     Result<ptx::Module> twin = buildTwinModule(*mod, options, &stats);
     ASSERT_THAT(twin, IsOk());
@@ -62,9 +64,12 @@ TEST(TwinCorpus, TwinsReadBackAndAssemble) {
       if (const auto* f = std::get_if<ptx::Function>(&item); f && f->isEntry) {
         ++entries;
         EXPECT_NE(twin->findFunction(twinName(f->name)), nullptr) << f->name;
+        if (options.restoreTwinsToo) {
+          EXPECT_NE(twin->findFunction(twinName(f->name, kRestoreTwinSuffix)), nullptr) << f->name;
+        }
       }
     }
-    EXPECT_EQ(stats.kernels, entries);
+    EXPECT_EQ(stats.kernels, options.restoreTwinsToo ? 2 * entries : entries);
     RecordProperty(mode + "_checked_stores", static_cast<int>(stats.checkedStores));
     RecordProperty(mode + "_checked_loads", static_cast<int>(stats.checkedLoads));
 

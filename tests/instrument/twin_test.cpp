@@ -205,6 +205,55 @@ TEST(Twin, AppendsTheThreeValidatorParameters) {
   EXPECT_EQ(twin->findFunction(twinName("square")), nullptr);
 }
 
+TEST(Twin, RestoreTwinsTooAddsASecondSetThatChecksLoads) {
+  Result<ptx::Module> m = parseGoldenInput("twin_call_chain.golden");
+  ASSERT_THAT(m, IsOk());
+  TwinStats checkpointOnly, both;
+  ASSERT_THAT(buildTwinModule(*m, {}, &checkpointOnly), IsOk());
+  Result<ptx::Module> twin = buildTwinModule(*m, {TwinMode::kCheckpoint, true}, &both);
+  ASSERT_THAT(twin, IsOk());
+  TwinStats restoreOnly;
+  ASSERT_THAT(buildTwinModule(*m, {TwinMode::kRestore}, &restoreOnly), IsOk());
+  for (const char* name : {"chain", "scale", "store_at"}) {
+    SCOPED_TRACE(name);
+    const ptx::Function* c = twin->findFunction(twinName(name));
+    const ptx::Function* r = twin->findFunction(twinName(name, kRestoreTwinSuffix));
+    ASSERT_NE(c, nullptr);
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->params, c->params);
+    EXPECT_TRUE(isTwinName(r->name));
+  }
+  // Each set calls its own .func twins.
+  const ptx::Function* chain = twin->findFunction(twinName("chain", kRestoreTwinSuffix));
+  bool callsRestoreTwin = false;
+  auto walk = [&](auto& self, const std::vector<ptx::Statement>& body) -> void {
+    for (const ptx::Statement& s : body) {
+      if (const auto* i = std::get_if<ptx::Instruction>(&s.value); i && i->opcode == ptx::Opcode::kCall) {
+        for (const ptx::Operand& o : i->operands) {
+          EXPECT_FALSE(o.name.ends_with(kTwinSuffix)) << "a restore twin calls a checkpoint twin: " << o.name;
+          callsRestoreTwin = callsRestoreTwin || o.name.ends_with(kRestoreTwinSuffix);
+        }
+      } else if (const auto* b = std::get_if<ptx::Block>(&s.value)) {
+        self(self, b->statements);
+      }
+    }
+  };
+  walk(walk, chain->body);
+  EXPECT_TRUE(callsRestoreTwin);
+  EXPECT_EQ(both.kernels, checkpointOnly.kernels + restoreOnly.kernels);
+  EXPECT_EQ(both.checkedLoads, restoreOnly.checkedLoads);
+  EXPECT_EQ(both.checkedStores, checkpointOnly.checkedStores + restoreOnly.checkedStores);
+  // One check function serves both sets.
+  int checks = 0;
+  for (const ptx::ModuleItem& item : twin->items) {
+    if (const auto* f = std::get_if<ptx::Function>(&item); f && f->name == "__phos_check") ++checks;
+  }
+  EXPECT_EQ(checks, 1);
+  // A module that already has twins of either set is refused.
+  ptx::Module again = *twin;
+  EXPECT_FALSE(buildTwinModule(again, {}).isOk());
+}
+
 TEST(Twin, ReportsTheOriginalInstructionAndFunctionIndex) {
   Result<ptx::Module> m = parseGoldenInput("twin_call_chain.golden");
   ASSERT_THAT(m, IsOk());

@@ -34,9 +34,9 @@ using ptx::Instruction;
 using ptx::Operand;
 using ptx::OperandKind;
 
-void carry(Instruction& call) {
+void carry(Instruction& call, std::string_view suffix) {
   size_t target = call.operands[0].kind == OperandKind::kList ? 1 : 0;
-  call.operands[target].name = twinName(call.operands[target].name);
+  call.operands[target].name = twinName(call.operands[target].name, suffix);
   std::vector<Operand> extra = {Operand::reg(std::string(kRangesReg)),
                                 Operand::reg(std::string(kRangeCountReg)),
                                 Operand::reg(std::string(kReportReg))};
@@ -81,7 +81,7 @@ Status run(TwinContext& context) {
       if (target->name == kCheckFunction) return;
       if (context.twinned.count(target->name)) {
         twin.callees.push_back(target->name);
-        carry(inst);
+        carry(inst, context.suffix);
       } else if (!defined.count(target->name) && !isKnownSafeExternal(target->name)) {
         ++twin.uncheckedCalls;  // extern (-rdc) or otherwise bodiless here
       }

@@ -26,7 +26,7 @@ struct FunctionFacts {
 // Finds names the passes would add; rerunning the generator on its own output, or
 // a user name that starts with the prefix, must fail instead of clashing.
 Status checkNoReservedNames(const Function& f) {
-  if (hasReservedPrefix(f.name) || f.name.ends_with(kTwinSuffix)) {
+  if (hasReservedPrefix(f.name) || isTwinName(f.name)) {
     return makeError(Code::kInvalidArgument,
                      "function '{}' (line {}) uses a name reserved for validator twins", f.name,
                      f.line);
@@ -132,7 +132,7 @@ Status run(TwinContext& context) {
     t.original = f;
     t.functionIndex = i;
     t.twin = *f;
-    t.twin.name = twinName(f->name);
+    t.twin.name = twinName(f->name, context.suffix);
     t.twin.params.push_back(makeDecl(ptx::StateSpace::kParam, kRangesParam, ptx::Type::kU64));
     t.twin.params.push_back(makeDecl(ptx::StateSpace::kParam, kRangeCountParam, ptx::Type::kU32));
     t.twin.params.push_back(makeDecl(ptx::StateSpace::kParam, kReportParam, ptx::Type::kU64));

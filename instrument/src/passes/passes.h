@@ -86,6 +86,7 @@ struct TwinFunction {
 struct TwinContext {
   const ptx::Module* original = nullptr;
   TwinOptions options;
+  std::string_view suffix = kTwinSuffix;  // of the twins' names
   TwinStats stats;
   // In source order of the originals.
   std::vector<TwinFunction> twins;

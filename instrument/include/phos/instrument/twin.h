@@ -31,6 +31,9 @@ enum class TwinMode : uint8_t {
 // (`F + kTwinSuffix`) taking the same three values as extra trailing parameters;
 // the twin entry calls those copies.
 inline constexpr std::string_view kTwinSuffix = "__phos_twin";
+// The restore-mode twins TwinOptions::restoreTwinsToo adds next to the
+// checkpoint twins: `K + kRestoreTwinSuffix`, with the same parameters.
+inline constexpr std::string_view kRestoreTwinSuffix = "__phos_rtwin";
 
 // One allowed range, [begin, end), with what may be done in it. Entries are sorted
 // by begin and do not overlap.
@@ -67,9 +70,13 @@ static_assert(sizeof(ReportEntry) == 24);
 
 struct TwinOptions {
   TwinMode mode = TwinMode::kCheckpoint;
+  // Also add a restore-mode twin of every kernel (kRestoreTwinSuffix), so
+  // that one module serves checkpoint windows and restore windows (phosd).
+  bool restoreTwinsToo = false;
 };
 
-// What the generator did, for logs, tests and the benchmark.
+// What the generator did, for logs, tests and the benchmark (with
+// restoreTwinsToo: the counts of both sets of twins, the kernels of both lists).
 struct TwinStats {
   uint32_t kernels = 0;         // twin entries added
   uint32_t functions = 0;       // .func twins added
@@ -92,8 +99,14 @@ Result<ptx::Module> buildTwinModule(const ptx::Module& module, const TwinOptions
                                     TwinStats* stats = nullptr);
 
 // The twin name of a kernel or device function.
-inline std::string twinName(std::string_view original) {
-  return std::string(original) + std::string(kTwinSuffix);
+inline std::string twinName(std::string_view original, std::string_view suffix = kTwinSuffix) {
+  return std::string(original) + std::string(suffix);
+}
+
+// Whether `name` is the name of a twin (of either set): hidden from the
+// application's enumerations, refused as an input name.
+inline bool isTwinName(std::string_view name) {
+  return name.ends_with(kTwinSuffix) || name.ends_with(kRestoreTwinSuffix);
 }
 
 }  // namespace phos::instrument
