@@ -12,6 +12,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -295,15 +296,24 @@ struct RestoreArgs {
   bool detach = false;
   bool keepDescriptors = false;
   bool json = false;
+  bool eager = false;
 };
 
 // The GPU half of a restore, through phosd: the session is re-created before
 // CRIU runs and adopted by the restored pid after. The connection lives
-// across both hooks; closing it abandons the session.
+// across both hooks; closing it abandons the session. Unless eager, device
+// memory loads while the process runs: phosd says at the end whether it all
+// loaded, or whether the process had to end because a launch touched memory
+// speculation did not foresee (rollback: restore again, eagerly).
 class GpuRestore {
  public:
-  GpuRestore(std::string runtimeDir, ProgressLine& progress)
-      : runtimeDir_(std::move(runtimeDir)), socket_(ipc::controlSocketPath(runtimeDir_)), progress_(progress) {}
+  GpuRestore(std::string runtimeDir, ProgressLine& progress, bool eager, bool waitForLoads)
+      : runtimeDir_(std::move(runtimeDir)),
+        socket_(ipc::controlSocketPath(runtimeDir_)),
+        progress_(progress),
+        eager_(eager),
+        waitForLoads_(waitForLoads) {}
+  ~GpuRestore() { finish(); }
 
   Status before(const image::ImageReader& reader) {
     const json& state = reader.manifest().state;
@@ -312,7 +322,7 @@ class GpuRestore {
                   !state["gpu"]["sessions"].empty();
     if (!hasGpu) return Status::ok();
     std::string image = fs::absolute(reader.directory()).lexically_normal().string();
-    const std::string request = json{{"op", "restore"}, {"image", image}}.dump();
+    const std::string request = json{{"op", "restore"}, {"image", image}, {"eager", eager_}}.dump();
     auto stream = ipc::ControlStream::open(socket_, request);
     if (!stream && stream.status().code() == Code::kUnavailable) {
       // The GPU state needs phosd: start one, as phos run does.
@@ -351,13 +361,56 @@ class GpuRestore {
       adoptError_ = final.status().message();
     } else if ((*final)["ok"] != true) {
       adoptError_ = final->value("error", std::string("phosd refused"));
+    } else if (final->value("loading", false)) {
+      // The process runs; its device memory is still loading.
+      if (waitForLoads_) {
+        watchLoads();
+      } else {
+        watcher_ = std::thread([this] { watchLoads(); });
+      }
     }
+  }
+
+  // Waits for the outcome of the loads (after the process ended, or returned).
+  void finish() {
+    if (watcher_.joinable()) watcher_.join();
   }
 
   bool used() const { return session_.has_value(); }
   const std::string& adoptError() const { return adoptError_; }
+  // After finish(): why the process was ended to be restored again eagerly
+  // (empty: it was not), what the loads did, and what went wrong meanwhile.
+  const std::string& rollback() const { return rollback_; }
+  const json& loads() const { return loads_; }
+  const std::string& loadError() const { return loadError_; }
 
  private:
+  // Reads phosd's lines until the loads' outcome.
+  void watchLoads() {
+    for (;;) {
+      auto line = stream_->readLine();
+      if (!line) {
+        loadError_ = "phosd stopped answering while the device memory loaded: " + line.status().message();
+        return;
+      }
+      json message = json::parse(*line, nullptr, false);
+      if (!message.is_object()) continue;
+      if (message.contains("loaded")) {
+        loads_ = message["loaded"];
+        return;
+      }
+      if (message.contains("rollback")) {
+        rollback_ = message.value("rollback", std::string("phosd rolled the restore back"));
+        loads_ = message.value("report", json::object());
+        return;
+      }
+      if (message.contains("ended")) {
+        loads_ = message.value("report", json::object());
+        return;
+      }
+    }
+  }
+
   Result<json> finalLine(const char* what) {
     for (;;) {
       auto line = stream_->readLine();
@@ -388,11 +441,20 @@ class GpuRestore {
   std::optional<ipc::ControlStream> stream_;
   std::optional<json> session_;
   std::string adoptError_;
+  const bool eager_;
+  const bool waitForLoads_;
+  std::thread watcher_;
+  std::string rollback_;
+  json loads_;
+  std::string loadError_;
 };
 
-int runRestore(const RestoreArgs& args) {
+// One attempt; `rollback` gets why phosd ended the restored process (its
+// device memory loaded concurrently and a launch touched what speculation did
+// not foresee): the caller restores again, eagerly.
+int restoreOnce(const RestoreArgs& args, bool eager, std::string& rollback) {
   ProgressLine progress(!args.json);
-  GpuRestore gpu(runtimeDirOf(args.runtimeDir), progress);
+  GpuRestore gpu(runtimeDirOf(args.runtimeDir), progress, eager, args.detach);
   checkpoint::RestoreOptions options;
   options.image = args.image;
   options.detach = args.detach;
@@ -414,10 +476,18 @@ int runRestore(const RestoreArgs& args) {
   };
   if (!args.detach) installForwarding();
   auto report = checkpoint::restoreProcess(options);
+  gpu.finish();
   if (!report) {
     std::fprintf(stderr, "phos restore: %s\n", report.status().message().c_str());
     if (!args.detach && gForwardTo.load() <= 0) uninstallForwarding();
     return restoreExitCode(report.status());
+  }
+  if (!gpu.rollback().empty()) {
+    rollback = gpu.rollback();
+    return kExitFailure;
+  }
+  if (!gpu.loadError().empty()) {
+    std::fprintf(stderr, "phos restore: pid %d: %s\n", report->pid, gpu.loadError().c_str());
   }
   if (!gpu.adoptError().empty()) {
     std::fprintf(stderr,
@@ -429,7 +499,9 @@ int runRestore(const RestoreArgs& args) {
               {"restore_seconds", report->restoreSeconds},
               {"total_seconds", report->totalSeconds},
               {"gpu_session", gpu.used()},
+              {"eager", eager},
               {"detached", args.detach}};
+  if (!gpu.loads().is_null()) out["concurrent_load"] = gpu.loads();
   if (report->exitCode) out["exit_code"] = *report->exitCode;
   if (args.detach) {
     if (args.json) {
@@ -438,7 +510,7 @@ int runRestore(const RestoreArgs& args) {
       std::printf("phos: restored pid %d from %s in %.2f s\n", report->pid, args.image.c_str(),
                   report->restoreSeconds);
     }
-    return gpu.adoptError().empty() ? kExitOk : kExitFailure;
+    return gpu.adoptError().empty() && gpu.loadError().empty() ? kExitOk : kExitFailure;
   }
   // In the foreground, the job's output is on stdout; our report goes to stderr.
   if (args.json) {
@@ -448,6 +520,23 @@ int runRestore(const RestoreArgs& args) {
                  report->exitCode.value_or(0));
   }
   return report->exitCode.value_or(0);
+}
+
+int runRestore(const RestoreArgs& args) {
+  std::string rollback;
+  int code = restoreOnce(args, args.eager, rollback);
+  if (rollback.empty()) return code;
+  std::fprintf(stderr, "phos restore: %s; the process is restored again, its device memory loaded first\n",
+               rollback.c_str());
+  gForwardTo = 0;  // the first process is gone
+  rollback.clear();
+  code = restoreOnce(args, true, rollback);
+  if (!rollback.empty()) {
+    // An eager restore loads everything before the process runs: nothing to roll back.
+    std::fprintf(stderr, "phos restore: %s\n", rollback.c_str());
+    return kExitFailure;
+  }
+  return code;
 }
 
 }  // namespace
@@ -463,8 +552,10 @@ void addCheckpoint(CLI::App& app, SubcommandRunner& runner) {
       ->check(CLI::IsMember({"none", "zstd", "lz4"}));
   cmd->add_option("--mode", args->mode,
                   "cow (default): with --leave-running the job runs on while its GPU memory is saved, "
-                  "copy-on-write; stop: the job's GPU calls wait until it is copied")
-      ->check(CLI::IsMember({"cow", "stop"}));
+                  "copy-on-write (the image is the state when the checkpoint began); recopy: its GPU memory is "
+                  "copied while it runs, then what it wrote meanwhile again (the image is the state when the "
+                  "checkpoint ends; what migration uses); stop: the job's GPU calls wait until it is copied")
+      ->check(CLI::IsMember({"cow", "recopy", "stop"}));
   cmd->add_option("--cow-reserve-mib", args->cowReserveMib,
                   "device memory for copy-on-write shadows (default: half of the free device memory)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
@@ -480,7 +571,11 @@ void addRestore(CLI::App& app, SubcommandRunner& runner) {
       "restore", "Bring a checkpointed process back; waits for it and exits with its exit code");
   auto args = std::make_shared<RestoreArgs>();
   cmd->add_option("--image", args->image, "image directory")->required();
-  cmd->add_flag("--detach", args->detach, "return once the process runs, print its pid");
+  cmd->add_flag("--detach", args->detach,
+                "return once the process runs and its device memory is loaded, print its pid");
+  cmd->add_flag("--eager", args->eager,
+                "load all device memory before the process runs (default: it runs at once, and each GPU call "
+                "waits only for the memory it touches)");
   cmd->add_flag("--keep-descriptors", args->keepDescriptors,
                 "restore stdin/stdout/stderr as they were at the checkpoint (default: attach "
                 "them to phos restore's own)");

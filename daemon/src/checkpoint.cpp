@@ -502,6 +502,9 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
     }
   }
 
+  if (hooks.beforeFinalDump) {
+    RETURN_IF_ERROR_CTX(hooks.beforeFinalDump(*writer), fmt::format("before dumping pid {}", pid));
+  }
   std::vector<std::string> argv{criuBinary->path, "dump", "-t",      std::to_string(pid), "-D",
                                 cpu.string(),     "-o",   "dump.log"};
   argv.push_back(options.leaveRunning ? "--leave-running" : "--leave-stopped");

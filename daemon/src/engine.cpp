@@ -40,8 +40,10 @@
 #include "phos/common/subprocess.h"
 #include "phos/daemon/checkpoint.h"
 #include "phos/ptx/parser.h"
+#include "on_demand_restore.h"
 #include "session.h"
 #include "soft_cow.h"
+#include "soft_recopy.h"
 
 namespace phos::daemon {
 
@@ -249,6 +251,7 @@ class StagedWrite {
     size_t blob;
     uint64_t offset;  // in the staging memory
     uint64_t bytes;
+    uint64_t firstChunk = 0;  // the blob's chunk its first byte is (its bytes start at that chunk)
   };
 
   // Host memory of `bytes`, its pages faulted in now: done before the session
@@ -294,7 +297,8 @@ class StagedWrite {
         for (size_t i = next_++; i < chunks_.size() && !failed_.load(); i = next_++) {
           const auto& [item, at] = chunks_[i];
           const uint64_t n = std::min<uint64_t>(image::kDefaultChunkBytes, item->bytes - at);
-          Status st = writer.writeChunk(item->blob, at / image::kDefaultChunkBytes, {data_ + item->offset + at, n});
+          Status st = writer.writeChunk(item->blob, item->firstChunk + at / image::kDefaultChunkBytes,
+                                        {data_ + item->offset + at, n});
           if (!st.isOk()) {
             std::lock_guard lock(errorMutex_);
             if (error_.isOk()) error_ = st;
@@ -440,14 +444,16 @@ class Engine {
     options.codec = *codec;
     const std::string mode = request.contains("mode") && request["mode"].is_string() ? request["mode"].get<std::string>()
                                                                                      : "stop";
-    if (mode != "cow" && mode != "stop") {
-      return failure(makeError(Code::kInvalidArgument, "checkpoint mode must be \"cow\" or \"stop\", not \"{}\"",
-                               mode));
+    if (mode != "cow" && mode != "stop" && mode != "recopy") {
+      return failure(makeError(Code::kInvalidArgument,
+                               "checkpoint mode must be \"cow\", \"recopy\" or \"stop\", not \"{}\"", mode));
     }
     // Copy-on-write lets the application run while its GPU state is saved;
-    // a process that ends with the dump has nothing to run.
+    // a process that ends with the dump has nothing to run. Recopy copies
+    // while it runs before the dump, so it serves both.
     const bool cow = mode == "cow" && options.leaveRunning;
-    options.protocol = cow ? "soft-copy-on-write" : "stop-the-world";
+    bool recopy = mode == "recopy";
+    options.protocol = cow ? "soft-copy-on-write" : recopy ? "soft-recopy" : "stop-the-world";
 
     json state;
     uint64_t gpuBytes = 0;
@@ -464,7 +470,20 @@ class Engine {
     uint64_t cowReserve = request.value("cow_reserve_bytes", uint64_t{0});
     image::ImageWriter* imageWriter = nullptr;
     json cowReport;
+    // Soft recopy: the host copy of the buffers, kept fresh while the job runs.
+    std::shared_ptr<SoftRecopy> recopier;
+    json recopyReport;
+    const ValidationMode validationBefore = s.validator_.mode();
     options.hooks.beforeDump = [&](image::ImageWriter& writer) -> Status {
+      if (recopy) {
+        Status copied = precopy(s, staged, recopier, progress, recopyReport);
+        if (copied.isOk() || copied.code() != Code::kResourceExhausted) return copied;
+        // No host memory for a copy of the GPU state: stop-the-world, said in the report.
+        log::get("daemon")->warn("session {}: {}; checkpointing stop-the-world", s.id(), copied.message());
+        recopyReport = {{"fallback", copied.message()}};
+        recopy = false;
+        options.protocol = "stop-the-world";
+      }
       // Host memory for the device memory's copy, prepared while the
       // application still runs (module globals may need a little more).
       if (const uint64_t expected = s.info().deviceBytes + (1u << 20); !cow && expected <= stagingBudget()) {
@@ -482,6 +501,20 @@ class Engine {
         RETURN_IF_ERROR(writeReferenceSnapshot(s, deferred, dir));
       }
       return Status::ok();
+    };
+    options.hooks.beforeFinalDump = [&](image::ImageWriter& writer) -> Status {
+      if (!recopy) return Status::ok();
+      // t2: the job's GPU calls wait from here until CRIU is done.
+      RETURN_IF_ERROR(s.pause(kPauseTimeout));
+      paused = true;
+      pausedAt = Clock::now();
+      std::lock_guard lock(s.mutex_);
+      RETURN_IF_ERROR(endRecopyWindow(s, *recopier, validationBefore, recopyReport));
+      if (const char* dir = std::getenv("PHOS_TEST_REFERENCE_SNAPSHOT"); dir != nullptr && *dir != '\0') {
+        RETURN_IF_ERROR(writeReferenceSnapshot(s, allocationList(s), dir));
+      }
+      return captureDevice(s, writer, state, gpuBytes, staged, copySeconds, progress, nullptr, recopier.get(),
+                           &recopyReport);
     };
     options.hooks.whileFrozen = [&](image::ImageWriter& writer) -> Status {
       std::lock_guard lock(s.mutex_);
@@ -517,6 +550,15 @@ class Engine {
 
     auto report = checkpoint::checkpointProcess(s.pid(), options);
     if (paused && !report.isOk()) s.resume();  // a failure after the dump
+    if (recopy && s.hasAccessGate() && s.pause(kPauseTimeout).isOk()) {
+      // A failure before t2: the window closes without a copy.
+      {
+        std::lock_guard lock(s.mutex_);
+        s.setAccessGate({});
+        s.validator_.setMode(validationBefore);
+      }
+      s.resume();
+    }
     if (!report.isOk() && cow && cowReport.value("misspeculations", 0) > 0) {
       // A launch wrote outside its speculated buffers while the copy ran:
       // the image may hold bytes of after t1. As the paper does: discard it,
@@ -554,6 +596,7 @@ class Engine {
               {"gpu_copy_seconds", copySeconds},
               {"protocol", options.protocol},
               {"copy_on_write", cowReport.is_null() ? json::object() : cowReport},
+              {"recopy", recopyReport.is_null() ? json::object() : recopyReport},
               {"session", s.id()}}}};
   }
 
@@ -573,6 +616,117 @@ class Engine {
       if (!out) return makeError(Code::kIo, "cannot write the reference snapshot into {}", dir);
     }
     PHOS_DRIVER(s.driver_, CtxSetCurrent)(nullptr);
+    return Status::ok();
+  }
+
+  // The session's device allocations (not module globals). Its mutex is held.
+  static std::vector<SavedBuffer> allocationList(Session& s) {
+    std::vector<SavedBuffer> buffers;
+    for (const auto& [address, a] : s.allocations_) {
+      if (a.module != nullptr) continue;
+      auto ctx = s.contexts_.find(a.context);
+      if (ctx == s.contexts_.end() || ctx->second.real == nullptr) continue;
+      buffers.push_back({0, address, a.bytes, ctx->second.real});
+    }
+    return buffers;
+  }
+
+  // Waits for everything the session's contexts run. Its mutex is held.
+  static Status drainContexts(Session& s) {
+    for (const auto& [vid, ctx] : s.contexts_) {
+      if (ctx.real == nullptr) continue;
+      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(s.driver_, CtxSetCurrent)(ctx.real), "making a context current"));
+      if (CUresult r = PHOS_DRIVER(s.driver_, CtxSynchronize)(); r != CUDA_SUCCESS) {
+        return makeError(Code::kFailedPrecondition,
+                         "context {} of the session failed (CUresult {}): its memory cannot be trusted", hex(vid),
+                         static_cast<int>(r));
+      }
+    }
+    s.currentReal_ = nullptr;
+    return Status::ok();
+  }
+
+  // Soft recopy before t2, while the job runs: the dirty-tracking gate goes in
+  // and its launches run as twins; the first round copies every allocation
+  // into host memory, and each further round the chunks written since, while
+  // that set shrinks (at most kRecopyRounds). kResourceExhausted: no host
+  // memory for the copy (nothing was changed).
+  static constexpr int kRecopyRounds = 8;
+  static Status precopy(Session& s, std::unique_ptr<StagedWrite>& staged, std::shared_ptr<SoftRecopy>& recopier,
+                        const ProgressFn& progress, json& report) {
+    const DriverTable& d = s.driver_;
+    std::vector<SavedBuffer> buffers;
+    uint64_t total = 0;
+    {
+      std::lock_guard lock(s.mutex_);
+      buffers = allocationList(s);
+    }
+    for (const SavedBuffer& b : buffers) total += b.bytes;
+    // Room for buffers allocated before t2 and module globals as well.
+    const uint64_t reserve = total + total / 4 + (64u << 20);
+    if (reserve > stagingBudget()) {
+      return makeError(Code::kResourceExhausted,
+                       "soft recopy keeps a copy of the GPU memory in host memory: {} bytes needed, {} available",
+                       reserve, stagingBudget());
+    }
+    ASSIGN_OR_RETURN(staged, StagedWrite::reserve(d, reserve));
+    if (!buffers.empty()) {
+      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, CtxSetCurrent)(buffers.front().context), "making a context current"));
+      staged->registerMemory();
+      PHOS_DRIVER(d, CtxSetCurrent)(nullptr);
+    }
+    recopier = std::make_shared<SoftRecopy>(d, buffers, staged->data(), staged->capacity(), image::kDefaultChunkBytes);
+    RETURN_IF_ERROR(recopier->prepare());
+    PhaseProgress phase(progress, "gpu-precopy", total);
+    phase.start();
+    uint64_t previous = UINT64_MAX;
+    for (int round = 0; round < kRecopyRounds; ++round) {
+      const uint64_t dirty = recopier->dirtyChunks();
+      if (round > 0 && (dirty == 0 || dirty >= previous)) break;
+      previous = dirty;
+      // A write that passed the gate before its chunk is taken must have run
+      // before the chunk is copied: the session's work drains first.
+      RETURN_IF_ERROR(s.pause(kPauseTimeout));
+      std::vector<uint64_t> taken;
+      Status drained;
+      {
+        std::lock_guard lock(s.mutex_);
+        drained = drainContexts(s);
+        if (drained.isOk() && round == 0) {
+          s.setAccessGate([recopier, gate = recopier->gate()](const CallAccess& access) { gate(access); });
+          s.validator_.setMode(ValidationMode::kValidate);
+        }
+        if (drained.isOk()) taken = recopier->takeDirty();
+      }
+      s.resume();
+      RETURN_IF_ERROR(drained);
+      RETURN_IF_ERROR(recopier->copy(taken, [&](uint64_t n) { phase.advance(n); }));
+    }
+    const SoftRecopyStats stats = recopier->stats();
+    report = {{"rounds", stats.roundChunks.size()}, {"round_chunks", stats.roundChunks},
+              {"precopy_seconds", stats.precopySeconds}};
+    return Status::ok();
+  }
+
+  // t2 (the session paused, its mutex held): its work drains, the twins'
+  // reports are read and the gate goes. A write outside the speculated
+  // buffers may have left a chunk clean that is not: then every chunk is
+  // copied again.
+  static Status endRecopyWindow(Session& s, SoftRecopy& recopier, ValidationMode before, json& report) {
+    RETURN_IF_ERROR(drainContexts(s));
+    const std::vector<Violation> found = s.validator_.collect();
+    s.setAccessGate({});
+    s.validator_.setMode(before);
+    if (!found.empty()) {
+      log::get("daemon")->warn("session {}: {} access(es) outside the speculated buffers while copying (first: kernel "
+                               "{} at {}); every chunk is copied again",
+                               s.id(), found.size(), found.front().kernel, hex(found.front().address));
+      recopier.markAllDirty();
+    }
+    const SoftRecopyStats stats = recopier.stats();
+    report["misspeculations"] = found.size();
+    report["anything_calls"] = stats.anythingCalls;
+    report["dirty_chunks_at_quiesce"] = recopier.dirtyChunks();
     return Status::ok();
   }
 
@@ -651,9 +805,12 @@ class Engine {
   // Device memory, modules, globals and the description of every object.
   // The session is paused and its mutex held.
   // With `deferred`, nothing is copied: the buffers to save go there.
+  // With `recopier`, chunks it holds clean in `staged` are not copied again;
+  // `recopyReport` gets what was copied and what was reused.
   static Status captureDevice(Session& s, image::ImageWriter& writer, json& state, uint64_t& gpuBytes,
                               std::unique_ptr<StagedWrite>& staged, double& copySeconds,
-                              const ProgressFn& progress, std::vector<SavedBuffer>* deferred) {
+                              const ProgressFn& progress, std::vector<SavedBuffer>* deferred,
+                              const SoftRecopy* recopier = nullptr, json* recopyReport = nullptr) {
     const DriverTable& d = s.driver_;
     state = {{"session", s.id_},   {"pid", s.pid_},     {"uid", s.uid_},
              {"driver", d.path()}, {"worker_pid", getpid()}, {"handles_last_serial", s.handles_.lastSerial()}};
@@ -871,11 +1028,24 @@ class Engine {
     phase.start();
     std::map<int, std::vector<const Copy*>> byDevice;
     for (const Copy& c : copies) byDevice[c.device].push_back(&c);
-    const bool stage = total <= stagingBudget();
+    const size_t chunk = image::kDefaultChunkBytes;
+    if (recopier != nullptr) {
+      // The copy at t2 goes into the same memory: the chunks without a slot
+      // after the slots.
+      uint64_t unslotted = 0;
+      for (const Copy& c : copies) {
+        for (uint64_t at = 0; at < c.bytes; at += chunk) {
+          const uint64_t n = std::min<uint64_t>(chunk, c.bytes - at);
+          if (!recopier->slot(c.address + at, n)) unslotted += n;
+        }
+      }
+      if (staged == nullptr || staged->capacity() < recopier->slotBytes() + unslotted) recopier = nullptr;
+    }
+    const bool stage = recopier != nullptr || total <= stagingBudget();
     if (stage && !byDevice.empty()) {
       // Reserved before the pause for what the session had then; more was
       // allocated since: reserve again (now, while the application waits).
-      if (staged == nullptr || staged->capacity() < total) {
+      if (recopier == nullptr && (staged == nullptr || staged->capacity() < total)) {
         staged.reset();
         ASSIGN_OR_RETURN(staged, StagedWrite::reserve(d, total));
       }
@@ -887,11 +1057,40 @@ class Engine {
     }
     const auto copyStart = std::chrono::steady_clock::now();
     std::vector<StagedWrite::Item> items;
-    uint64_t offset = 0, advanced = 0;
+    uint64_t offset = recopier != nullptr ? recopier->slotBytes() : 0, advanced = 0;
+    uint64_t reused = 0, recopied = 0;
     for (const auto& [device, list] : byDevice) {
       CUcontext ctx = contextOnDevice(device);
       if (ctx == nullptr) return makeError(Code::kInternal, "device {} memory without a context of the session", device);
       RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, CtxSetCurrent)(ctx), "making a context current"));
+      if (stage && recopier != nullptr) {
+        // Soft recopy: clean chunks are in their slots already.
+        for (const Copy* c : list) {
+          for (uint64_t at = 0; at < c->bytes; at += chunk) {
+            const uint64_t n = std::min<uint64_t>(chunk, c->bytes - at);
+            if (auto clean = recopier->cleanSlot(c->address + at, n)) {
+              items.push_back({c->blob, *clean, n, at / chunk});
+              reused += n;
+              continue;
+            }
+            uint64_t to = offset;
+            if (auto slot = recopier->slot(c->address + at, n)) {
+              to = *slot;
+            } else {
+              offset += n;
+            }
+            RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, MemcpyDtoHAsync_v2)(staged->data() + to, c->address + at, n, nullptr),
+                                     fmt::format("copying device memory at {}", hex(c->address + at))));
+            items.push_back({c->blob, to, n, at / chunk});
+            recopied += n;
+          }
+        }
+        RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, CtxSynchronize)(), "waiting for the device copies"));
+        uint64_t bytes = 0;
+        for (const Copy* c : list) bytes += c->bytes;
+        phase.advance(bytes);
+        continue;
+      }
       if (stage) {
         for (const Copy* c : list) {
           RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, MemcpyDtoHAsync_v2)(staged->data() + offset, c->address, c->bytes, nullptr),
@@ -911,6 +1110,10 @@ class Engine {
       }
     }
     copySeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - copyStart).count();
+    if (recopyReport != nullptr) {
+      (*recopyReport)["reused_bytes"] = reused;
+      (*recopyReport)["recopied_bytes"] = recopier != nullptr ? recopied : total;
+    }
     PHOS_DRIVER(d, CtxSetCurrent)(nullptr);
     if (staged != nullptr) {
       staged->start(writer, std::move(items), std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
@@ -956,15 +1159,19 @@ class Engine {
   }
 
   // ---- restore -------------------------------------------------------------
-  static Result<std::unique_ptr<Session>> restore(uint64_t id, const DriverTable& d, ContextPool& pool,
-                                                  const ServerTable& servers, const std::string& runtimeDir,
-                                                  const json& request, const ProgressFn& progress) {
+  static Result<RestoredSession> restore(uint64_t id, const DriverTable& d, ContextPool& pool,
+                                         const ServerTable& servers, const std::string& runtimeDir,
+                                         const json& request, const ProgressFn& progress) {
     if (!request.contains("image") || !request["image"].is_string()) {
       return makeError(Code::kInvalidArgument, "restore needs an \"image\" directory");
     }
     RETURN_IF_ERROR(requireEntryPoints(d));
     const std::string dir = request["image"].get<std::string>();
-    ASSIGN_OR_RETURN(auto reader, image::ImageReader::open(dir));
+    if (request.contains("eager") && !request["eager"].is_boolean()) {
+      return makeError(Code::kInvalidArgument, "restore: \"eager\" must be true or false");
+    }
+    const bool eager = request.value("eager", false);
+    ASSIGN_OR_RETURN(std::shared_ptr<const image::ImageReader> reader, image::ImageReader::open(dir));
     const json& all = reader->manifest().state;
     if (!all.contains("gpu") || !all["gpu"].contains("sessions") || !all["gpu"]["sessions"].is_array() ||
         all["gpu"]["sessions"].empty()) {
@@ -978,11 +1185,65 @@ class Engine {
     const std::string where = "state.gpu.sessions[0]";
     ASSIGN_OR_RETURN(pid_t pid, field<pid_t>(st, "pid", where));
     ASSIGN_OR_RETURN(uid_t uid, field<uid_t>(st, "uid", where));
-    auto session = std::make_unique<Session>(id, pid, uid, d, pool, servers, runtimeDir);
-    Session& s = *session;
-    Status done = rebuild(s, *reader, st, progress);
+    RestoredSession restored;
+    restored.session = std::make_unique<Session>(id, pid, uid, d, pool, servers, runtimeDir);
+    Session& s = *restored.session;
+    std::vector<PendingBuffer> pending;
+    Status done = rebuild(s, *reader, st, progress, eager ? nullptr : &pending);
     if (!done.isOk()) return done.withContext(fmt::format("restoring {}", dir));
-    return session;
+    restored.validation = s.validator_.mode();
+    if (pending.empty()) return restored;
+    // Concurrent restore: the gate holds back every call that touches memory
+    // not loaded yet, and launches run as restore twins, which check loads
+    // too, until loadConcurrently() has loaded everything.
+    auto loading = std::make_shared<OnDemandRestore>(d, reader, std::move(pending));
+    if (Status prepared = loading->prepare(); !prepared.isOk()) {
+      return prepared.withContext(fmt::format("restoring {}", dir));
+    }
+    s.setAccessGate([loading, gate = loading->gate()](const CallAccess& access) { gate(access); });
+    s.validator_.setMode(ValidationMode::kValidateRestore);
+    restored.loading = std::move(loading);
+    return restored;
+  }
+
+  static Status loadConcurrently(Session& s, OnDemandRestore& loading, ValidationMode validation,
+                                 const std::function<bool()>& cancelled, json& report) {
+    Status status = loading.run([](uint64_t) {}, cancelled);
+    // The window ends: the twins' reports of everything launched in it.
+    std::vector<Violation> found;
+    if (status.isOk()) {
+      if (Status paused = s.pause(kPauseTimeout); paused.isOk()) {
+        {
+          std::lock_guard lock(s.mutex_);
+          for (const auto& [vid, ctx] : s.contexts_) {
+            if (ctx.real == nullptr) continue;
+            PHOS_DRIVER(s.driver_, CtxSetCurrent)(ctx.real);
+            PHOS_DRIVER(s.driver_, CtxSynchronize)();
+          }
+          s.currentReal_ = nullptr;
+          found = s.validator_.collect();
+          s.setAccessGate({});
+          s.validator_.setMode(validation);
+        }
+        s.resume();
+      } else {
+        status = makeError(Code::kFailedPrecondition,
+                           "the window could not be closed to read the validator's reports: {}", paused.message());
+      }
+    }
+    const OnDemandStats stats = loading.stats();
+    report = {{"chunks", stats.chunks},           {"demanded_chunks", stats.demandedChunks},
+              {"skipped_chunks", stats.skippedChunks}, {"waited_calls", stats.waitedCalls},
+              {"waited_seconds", stats.waitedSeconds}, {"anything_calls", stats.anythingCalls},
+              {"load_seconds", stats.loadSeconds},     {"misspeculations", found.size()}};
+    if (status.isOk() && !found.empty()) {
+      const Violation& v = found.front();
+      return makeError(Code::kFailedPrecondition,
+                       "{} access(es) outside the speculated buffers while loading (first: a {} by kernel {} at {})",
+                       found.size(), v.kind == instrument::ViolationKind::kLoad ? "load" : "store", v.kernel,
+                       hex(v.address));
+    }
+    return status;
   }
 
   static Result<size_t> blobOf(const image::ImageReader& reader, const json& entry, const std::string& where) {
@@ -992,7 +1253,9 @@ class Engine {
     return *blob;
   }
 
-  static Status rebuild(Session& s, const image::ImageReader& reader, const json& st, const ProgressFn& progress) {
+  // With `deferred`, allocations are mapped and listed there, not loaded.
+  static Status rebuild(Session& s, const image::ImageReader& reader, const json& st, const ProgressFn& progress,
+                        std::vector<PendingBuffer>* deferred) {
     const DriverTable& d = s.driver_;
     std::lock_guard lock(s.mutex_);
     // The session's files first: if it still runs here, nothing is done.
@@ -1051,7 +1314,7 @@ class Engine {
 
     uint64_t total = 0;
     for (const auto& b : reader.manifest().blobs) {
-      if (b.kind == "gpu-memory" || b.kind == "module-global") total += b.size;
+      if ((b.kind == "gpu-memory" && deferred == nullptr) || b.kind == "module-global") total += b.size;
     }
     PhaseProgress phase(progress, "gpu-memory", total);
     phase.start();
@@ -1094,6 +1357,15 @@ class Engine {
                          device, hex(address), static_cast<int>(r));
       }
       s.allocations_[address] = {address, bytes, context, nullptr, device};
+      if (reader.manifest().blobs[blob].size != bytes) {
+        return makeError(Code::kDataLoss, "allocation {} is {} bytes, its blob {}", hex(address), bytes,
+                         reader.manifest().blobs[blob].size);
+      }
+      if (deferred != nullptr) {
+        ASSIGN_OR_RETURN(CUcontext real, contextReal(context));
+        deferred->push_back({blob, address, bytes, real});
+        continue;
+      }
       ASSIGN_OR_RETURN(ChunkCopier * copier, copierFor(device));
       RETURN_IF_ERROR(copier->load(reader, blob, address, advance));
     }
@@ -1313,10 +1585,15 @@ json checkpointSession(Session& session, const json& request, const ProgressFn& 
   return Engine::checkpoint(session, request, progress);
 }
 
-Result<std::unique_ptr<Session>> restoreSession(uint64_t id, const DriverTable& driver, ContextPool& pool,
-                                                const ServerTable& servers, const std::string& runtimeDir,
-                                                const json& request, const ProgressFn& progress) {
+Result<RestoredSession> restoreSession(uint64_t id, const DriverTable& driver, ContextPool& pool,
+                                       const ServerTable& servers, const std::string& runtimeDir,
+                                       const json& request, const ProgressFn& progress) {
   return Engine::restore(id, driver, pool, servers, runtimeDir, request, progress);
+}
+
+Status loadConcurrently(Session& session, OnDemandRestore& loading, ValidationMode validation,
+                        const std::function<bool()>& cancelled, json& report) {
+  return Engine::loadConcurrently(session, loading, validation, cancelled, report);
 }
 
 }  // namespace phos::daemon

@@ -15,12 +15,14 @@
 #include <nlohmann/json.hpp>
 
 #include "phos/common/status.h"
+#include "launch_validator.h"
 #include "server_call.h"
 
 namespace phos::daemon {
 
 class ContextPool;
 class DriverTable;
+class OnDemandRestore;
 class Session;
 
 // Receives {"phase": ..., "bytes": done, "total": of the phase} as work advances.
@@ -33,14 +35,33 @@ using ProgressFn = std::function<void(const nlohmann::json& progress)>;
 nlohmann::json checkpointSession(Session& session, const nlohmann::json& request,
                                  const ProgressFn& progress);
 
-// Request: {"op": "restore", "image"}. Re-creates the session of the image
-// (contexts from `pool`, allocations at their addresses, modules, streams,
-// events, pinned memory and the ring file at their paths), ready to serve
-// once its process is back. The session's id is `id`.
-Result<std::unique_ptr<Session>> restoreSession(uint64_t id, const DriverTable& driver,
-                                                ContextPool& pool, const ServerTable& servers,
-                                                const std::string& runtimeDir,
-                                                const nlohmann::json& request,
-                                                const ProgressFn& progress);
+// A re-created session and, for a concurrent restore, its device memory
+// still to load.
+struct RestoredSession {
+  std::unique_ptr<Session> session;
+  std::shared_ptr<OnDemandRestore> loading;  // null: everything is on the device
+  ValidationMode validation = ValidationMode::kOff;  // the session's own, once loaded
+};
+
+// Request: {"op": "restore", "image", "eager"}. Re-creates the session of the
+// image (contexts from `pool`, allocations at their addresses, modules,
+// streams, events, pinned memory and the ring file at their paths), ready to
+// serve once its process is back. The session's id is `id`. With "eager",
+// device memory is loaded before this returns; without, only mapped: the
+// session's gate makes its calls wait for what they touch, and
+// loadConcurrently() loads the rest once the session serves.
+Result<RestoredSession> restoreSession(uint64_t id, const DriverTable& driver, ContextPool& pool,
+                                       const ServerTable& servers, const std::string& runtimeDir,
+                                       const nlohmann::json& request, const ProgressFn& progress);
+
+// The window of a concurrent restore, on the worker's control thread while
+// the session serves: loads every buffer, then reads the restore twins'
+// reports and returns the session to its own validation mode. `report` gets
+// the figures ({"chunks", "demanded_chunks", ..., "misspeculations"}). Fails
+// when a load failed or a launch read or wrote outside its speculated buffers
+// (report["misspeculations"] > 0): the application may have run on memory
+// that was not loaded yet, and must be restored again eagerly.
+Status loadConcurrently(Session& session, OnDemandRestore& loading, ValidationMode validation,
+                        const std::function<bool()>& cancelled, nlohmann::json& report);
 
 }  // namespace phos::daemon

@@ -873,6 +873,9 @@ struct Daemon::Impl {
       if (!request.contains("image") || !request["image"].is_string() || request["image"].get<std::string>().empty()) {
         return refusal("restore needs a non-empty string \"image\"");
       }
+      if (request.contains("eager") && !request["eager"].is_boolean()) {
+        return refusal("restore: \"eager\" must be true or false");
+      }
       startOrQueue({WaitingClient::Kind::kRestore, fd, peer, request, -1, {}});
       return std::nullopt;
     }

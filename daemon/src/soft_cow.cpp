@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "phos/common/log.h"
+#include "staging_buffer.h"
 
 namespace phos::daemon {
 namespace {
@@ -19,31 +20,6 @@ Status driverStatus(CUresult r, std::string_view what) {
   if (r == CUDA_SUCCESS) return Status::ok();
   return makeError(Code::kInternal, "{}: CUresult {}", what, static_cast<int>(r));
 }
-
-// Page-aligned host memory registered with the driver for the copy engine.
-class StagingBuffer {
- public:
-  StagingBuffer(const DriverTable& driver, size_t bytes) : driver_(driver), bytes_(bytes) {}
-  ~StagingBuffer() {
-    if (data_ == nullptr) return;
-    if (registered_) PHOS_DRIVER(driver_, MemHostUnregister)(data_);
-    std::free(data_);
-  }
-  Status allocate() {
-    void* p = nullptr;
-    if (posix_memalign(&p, 4096, bytes_) != 0) return makeError(Code::kResourceExhausted, "no staging memory");
-    data_ = static_cast<std::byte*>(p);
-    registered_ = PHOS_DRIVER(driver_, MemHostRegister_v2)(p, bytes_, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS;
-    return Status::ok();
-  }
-  std::byte* data() const { return data_; }
-
- private:
-  const DriverTable& driver_;
-  size_t bytes_;
-  std::byte* data_ = nullptr;
-  bool registered_ = false;
-};
 
 }  // namespace
 

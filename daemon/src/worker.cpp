@@ -24,6 +24,7 @@
 #include "context_pool.h"
 #include "driver_table.h"
 #include "engine.h"
+#include "on_demand_restore.h"
 #include "phos/common/log.h"
 #include "server_call.h"
 #include "session.h"
@@ -487,7 +488,7 @@ class Worker {
     auto progress = [&](const json& p) {
       if (clientListens) clientListens = writeLine(fd, {{"progress", p}});
     };
-    Result<std::unique_ptr<Session>> restored = makeError(Code::kInternal, "restore did not run");
+    Result<RestoredSession> restored = makeError(Code::kInternal, "restore did not run");
     try {
       restored =
           restoreSession(id, *driver_, *pool_, servers_, config_.runtimeDir, request, progress);
@@ -502,7 +503,8 @@ class Worker {
       ending_ = true;  // a worker that restored nothing is replaced by a fresh one
       return;
     }
-    std::unique_ptr<Session> session = std::move(*restored);
+    std::unique_ptr<Session> session = std::move(restored->session);
+    std::shared_ptr<OnDemandRestore> loading = std::move(restored->loading);
     if (peerUid != 0 && peerUid != session->uid()) {
       writeLine(fd, {{"ok", false},
                      {"code", "permission"},
@@ -553,8 +555,38 @@ class Worker {
       return;
     }
     session_->startServing();
-    log->info("session {}: pid {} adopted; serving it", id, pid);
-    writeLine(fd, {{"ok", true}});
+    log->info("session {}: pid {} adopted; serving it{}", id, pid,
+              loading != nullptr ? " while its device memory loads" : "");
+    writeLine(fd, {{"ok", true}, {"loading", loading != nullptr}});
+    if (loading != nullptr) finishLoading(*session_, *loading, restored->validation, fd);
+  }
+
+  // A concurrent restore's window (loadConcurrently) and its outcome for the
+  // client: {"loaded": report}, or {"rollback": why} once the process, which
+  // may have run on memory that was not loaded yet, is gone with its session
+  // (the client then restores again, eagerly).
+  void finishLoading(Session& session, OnDemandRestore& loading, ValidationMode validation, int fd) {
+    auto log = log::get("daemon");
+    json report;
+    Status loaded = loadConcurrently(session, loading, validation, [this] { return ending_.load(); }, report);
+    if (loaded.isOk()) {
+      log->info("session {}: device memory loaded ({} of {} chunks on demand, {} calls waited {:.3f} s)",
+                session.id(), report.value("demanded_chunks", 0), report.value("chunks", 0),
+                report.value("waited_calls", 0), report.value("waited_seconds", 0.0));
+      writeLine(fd, {{"loaded", report}});
+      return;
+    }
+    if (ending_.load()) {
+      log->info("session {}: its process ended before its device memory was loaded", session.id());
+      writeLine(fd, {{"ended", true}, {"report", report}});
+      return;
+    }
+    log->warn("session {}: {}; ending pid {} to restore it again eagerly", session.id(), loaded.message(),
+              session.pid());
+    ::kill(session.pid(), SIGKILL);
+    stopSession(session);
+    ending_ = true;
+    writeLine(fd, {{"rollback", loaded.message()}, {"report", report}});
   }
 
   // Stops the session (its files are removed), waiting at most kStopBound;

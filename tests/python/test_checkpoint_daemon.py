@@ -109,7 +109,7 @@ def test_no_session_falls_back_to_a_cpu_checkpoint(phos, scripted_daemon, job, t
     assert r.returncode == 0, r.stderr
     assert daemon.requests == [{"op": "checkpoint", "pid": proc.pid,
                                 "image": str(tmp_path / "image"), "leave_running": True,
-                                "compress": "lz4"}]
+                                "compress": "lz4", "mode": "cow"}]
     report = json.loads(r.stdout)
     assert report["gpu_session"] is False and "has no PhOS session" in report["gpu_note"]
     assert report["cpu_files"] > 0
@@ -227,7 +227,7 @@ def test_gpu_restore_recreates_the_session_then_hands_it_the_pid(phos, scripted_
     daemon = scripted_daemon(answer)
     r = run(phos, daemon, "restore", "--image", image, "--json")
     assert r.returncode == 0, r.stderr
-    assert daemon.requests == [{"op": "restore", "image": str(image)}]
+    assert daemon.requests == [{"op": "restore", "image": str(image), "eager": False}]
     assert daemon.received == [{"adopt": pid}]
     assert lines(out) + r.stdout.splitlines() == reference
     assert json.loads(r.stderr.strip().splitlines()[-1])["gpu_session"] is True

@@ -364,6 +364,11 @@ def test_restore_of_a_missing_image(daemon):
     assert len(daemon.request({"op": "ps"})["sessions"]) == 1
 
 
+def test_restore_with_eager_that_is_not_a_boolean(daemon):
+    refused(daemon.request({"op": "restore", "image": "/nonexistent/phos-image", "eager": "yes"}),
+            '"eager" must be true or false')
+
+
 def test_attached_clients_get_workers_of_their_own(daemon):
     # A client (this test) and one in a child process: two sessions, two workers.
     first = daemon.request({"op": "attach", "pid": os.getpid()})

@@ -194,7 +194,7 @@ def test_a_write_outside_the_speculated_buffers_falls_back_to_stop_the_world(cri
 
 
 def test_checkpoint_mode_errors(phos, phosd, tmp_path):
-    r = subprocess.run([str(phos), "checkpoint", "--pid", "1", "--image", str(tmp_path / "i"), "--mode", "recopy",
+    r = subprocess.run([str(phos), "checkpoint", "--pid", "1", "--image", str(tmp_path / "i"), "--mode", "bogus",
                         "--runtime-dir", str(phosd.runtime_dir)], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "--mode" in r.stderr, r.stderr
     r = subprocess.run([str(phos), "checkpoint", "--pid", "1", "--image", str(tmp_path / "i"), "--cow-reserve-mib",

@@ -28,6 +28,10 @@ struct CheckpointHooks {
   // The image's staging directory exists; CRIU has not run; the process runs.
   // (Stop-the-world: drain the session's GPU work and copy device memory.)
   std::function<Status(image::ImageWriter&)> beforeDump;
+  // After CRIU's pre-dump, right before the final dump; the process runs.
+  // (Soft recopy: the GPU state is quiesced here, so that the image is the
+  // state at the dump.)
+  std::function<Status(image::ImageWriter&)> beforeFinalDump;
   // CRIU has written its images and still holds the process frozen (its
   // post-dump action script): state the process's CPU could still change,
   // such as shared-memory files. A failure makes CRIU resume the process.

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+// Concurrent restore (DESIGN.md section 6): the GPU half of a restore whose
+// application runs before its device memory is back.
+//
+// The engine re-creates the session with every buffer mapped at its address
+// but not loaded, installs gate() as the session's access gate, and the
+// application runs as soon as CRIU has restored it. run() loads the buffers
+// from the image chunk by chunk (the image's chunks) in address order; a call
+// whose speculated reads or writes touch a chunk not loaded yet waits for it,
+// and that chunk is loaded next. A chunk that a copy or set overwrites whole
+// before it was loaded is not loaded at all (a free ends it the same way).
+#pragma once
+
+#include <cuda.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "driver_table.h"
+#include "launch_validator.h"
+#include "phos/common/status.h"
+#include "phos/image/reader.h"
+#include "staging_buffer.h"
+
+namespace phos::daemon {
+
+// One buffer of the image and where it goes on the device.
+struct PendingBuffer {
+  size_t blob = 0;
+  CUdeviceptr address = 0;
+  uint64_t bytes = 0;
+  CUcontext context = nullptr;  // a context of its device
+};
+
+struct OnDemandStats {
+  uint64_t chunks = 0;          // chunks to load at the start
+  uint64_t demandedChunks = 0;  // loaded out of order because a call needed them
+  uint64_t skippedChunks = 0;   // overwritten whole (or freed) before they were loaded
+  uint64_t waitedCalls = 0;     // calls the gate made wait for a chunk
+  double waitedSeconds = 0;     // how long those calls waited in total
+  uint64_t anythingCalls = 0;   // calls that may touch anything (a launch without twin, an unload)
+  double loadSeconds = 0;       // run(): the first chunk to the last
+};
+
+class OnDemandRestore {
+ public:
+  OnDemandRestore(const DriverTable& driver, std::shared_ptr<const image::ImageReader> reader,
+                  std::vector<PendingBuffer> buffers);
+  ~OnDemandRestore();
+  OnDemandRestore(const OnDemandRestore&) = delete;
+  OnDemandRestore& operator=(const OnDemandRestore&) = delete;
+
+  // Creates the private streams and staging buffers; before gate() is installed.
+  Status prepare();
+  // The session's access gate for the window (valid while this object lives).
+  AccessGate gate();
+  // Loads every chunk on the calling thread and returns when all are on the
+  // device, at the first error, or when `cancelled()` says the application is
+  // gone. After an error the gate lets every call through: the caller ends
+  // the application, whose memory is not what it was. `advanced(n)` reports progress.
+  Status run(const std::function<void(uint64_t)>& advanced, const std::function<bool()>& cancelled);
+  OnDemandStats stats() const;
+
+ private:
+  enum class State : uint8_t { kPending, kLoading, kLoaded };
+  struct Entry {
+    PendingBuffer buffer;  // address and bytes of this chunk
+    uint64_t chunk = 0;    // its index in the blob (the image's chunks)
+    State state = State::kPending;
+    bool demanded = false;
+  };
+
+  void before(const CallAccess& access);
+  Entry* pickLocked();
+  CUstream streamOf(CUcontext context) const;
+
+  const DriverTable& driver_;
+  std::shared_ptr<const image::ImageReader> reader_;
+  size_t chunkBytes_ = 0;  // the largest chunk of the blobs
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<CUdeviceptr, Entry> entries_;  // chunks by address; buffers do not overlap
+  std::deque<Entry*> demanded_;           // loaded before the address order goes on
+  std::map<CUdeviceptr, Entry>::iterator cursor_;
+  uint64_t remaining_ = 0;                // chunks not loaded (nor skipped)
+  bool released_ = false;                 // failed or cancelled: the gate lets everything through
+  std::map<CUcontext, CUstream> streams_;
+  std::unique_ptr<StagingBuffer> staging_[2];
+  OnDemandStats stats_;
+};
+
+}  // namespace phos::daemon

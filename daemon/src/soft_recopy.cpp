@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: Apache-2.0
+// Soft recopy: the dirty-tracking gate and the copy rounds (soft_recopy.h).
+#include "soft_recopy.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+
+namespace phos::daemon {
+namespace {
+
+Status driverStatus(CUresult r, std::string_view what) {
+  if (r == CUDA_SUCCESS) return Status::ok();
+  return makeError(Code::kInternal, "{}: CUresult {}", what, static_cast<int>(r));
+}
+
+}  // namespace
+
+SoftRecopy::SoftRecopy(const DriverTable& driver, const std::vector<SavedBuffer>& buffers, std::byte* staging,
+                       uint64_t capacity, size_t chunkBytes)
+    : driver_(driver), staging_(staging), capacity_(capacity) {
+  std::vector<SavedBuffer> sorted = buffers;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
+  for (const SavedBuffer& b : sorted) {
+    for (uint64_t at = 0; at < b.bytes; at += chunkBytes) {
+      SavedBuffer part{0, b.address + at, std::min<uint64_t>(chunkBytes, b.bytes - at), b.context};
+      byAddress_[part.address] = entries_.size();
+      entries_.push_back({part, slotBytes_, true});
+      slotBytes_ += part.bytes;
+    }
+  }
+  dirty_ = entries_.size();
+}
+
+SoftRecopy::~SoftRecopy() {
+  CUcontext saved = nullptr;
+  PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
+  for (auto& [context, stream] : streams_) {
+    PHOS_DRIVER(driver_, CtxSetCurrent)(context);
+    PHOS_DRIVER(driver_, StreamDestroy_v2)(stream);
+  }
+  PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
+}
+
+Status SoftRecopy::prepare() {
+  if (slotBytes_ > capacity_) {
+    return makeError(Code::kResourceExhausted, "soft recopy needs {} bytes of host memory, {} were reserved",
+                     slotBytes_, capacity_);
+  }
+  for (const Entry& e : entries_) {
+    CUcontext context = e.chunk.context;
+    if (streams_.count(context) != 0) continue;
+    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(driver_, CtxSetCurrent)(context), "making a context current"));
+    CUstream stream = nullptr;
+    // Non-blocking: neither waits for the application's legacy-stream work
+    // nor makes it wait.
+    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(driver_, StreamCreate)(&stream, CU_STREAM_NON_BLOCKING), "a copy stream"));
+    streams_[context] = stream;
+  }
+  PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
+  return Status::ok();
+}
+
+AccessGate SoftRecopy::gate() {
+  return [this](const CallAccess& access) {
+    if (access.mayWriteAnything()) {
+      {
+        std::lock_guard lock(mutex_);
+        ++stats_.anythingCalls;
+      }
+      beforeWrite(0, UINT64_MAX);
+      return;
+    }
+    for (const instrument::Buffer& w : access.writes) beforeWrite(w.base, w.base + w.size);
+  };
+}
+
+void SoftRecopy::beforeWrite(uint64_t begin, uint64_t end) {
+  if (begin >= end) return;
+  std::lock_guard lock(mutex_);
+  auto it = byAddress_.upper_bound(begin);
+  if (it != byAddress_.begin()) --it;
+  for (; it != byAddress_.end() && it->first < end; ++it) {
+    Entry& e = entries_[it->second];
+    if (e.chunk.address + e.chunk.bytes <= begin || e.dirty) continue;
+    e.dirty = true;
+    ++dirty_;
+  }
+}
+
+uint64_t SoftRecopy::dirtyChunks() const {
+  std::lock_guard lock(mutex_);
+  return dirty_;
+}
+
+std::vector<uint64_t> SoftRecopy::takeDirty() {
+  std::lock_guard lock(mutex_);
+  std::vector<uint64_t> taken;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (!entries_[i].dirty) continue;
+    entries_[i].dirty = false;
+    taken.push_back(i);
+  }
+  dirty_ = 0;
+  return taken;
+}
+
+void SoftRecopy::markAllDirty() {
+  std::lock_guard lock(mutex_);
+  for (Entry& e : entries_) e.dirty = true;
+  dirty_ = entries_.size();
+}
+
+Status SoftRecopy::copy(const std::vector<uint64_t>& taken, const std::function<void(uint64_t)>& advanced) {
+  const auto start = std::chrono::steady_clock::now();
+  CUcontext current = nullptr;
+  // Up to this many chunks in flight before the copies are waited for.
+  constexpr size_t kBatch = 8;
+  std::vector<const Entry*> inFlight;
+  auto drain = [&]() -> Status {
+    for (const auto& [context, stream] : streams_) {
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(driver_, StreamSynchronize)(stream), "waiting for a recopy"));
+    }
+    uint64_t bytes = 0;
+    for (const Entry* e : inFlight) bytes += e->chunk.bytes;
+    inFlight.clear();
+    if (bytes != 0) advanced(bytes);
+    return Status::ok();
+  };
+  Status status = Status::ok();
+  for (uint64_t index : taken) {
+    const Entry& e = entries_[index];  // entries_ never changes shape; only `dirty` is shared
+    if (e.chunk.context != current) {
+      current = e.chunk.context;
+      status = driverStatus(PHOS_DRIVER(driver_, CtxSetCurrent)(current), "making a context current");
+      if (!status.isOk()) break;
+    }
+    status = driverStatus(PHOS_DRIVER(driver_, MemcpyDtoHAsync_v2)(staging_ + e.offset, e.chunk.address, e.chunk.bytes,
+                                                                   streams_.at(current)),
+                          fmt::format("copying device memory at {:#x}", e.chunk.address));
+    if (!status.isOk()) break;
+    inFlight.push_back(&e);
+    if (inFlight.size() >= kBatch) {
+      status = drain();
+      if (!status.isOk()) break;
+    }
+  }
+  Status drained = drain();
+  if (status.isOk()) status = drained;
+  PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
+  std::lock_guard lock(mutex_);
+  stats_.roundChunks.push_back(taken.size());
+  stats_.precopySeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return status;
+}
+
+std::optional<uint64_t> SoftRecopy::slot(CUdeviceptr address, uint64_t bytes) const {
+  auto it = byAddress_.find(address);
+  if (it == byAddress_.end() || entries_[it->second].chunk.bytes != bytes) return std::nullopt;
+  return entries_[it->second].offset;
+}
+
+std::optional<uint64_t> SoftRecopy::cleanSlot(CUdeviceptr address, uint64_t bytes) const {
+  auto it = byAddress_.find(address);
+  if (it == byAddress_.end() || entries_[it->second].chunk.bytes != bytes) return std::nullopt;
+  std::lock_guard lock(mutex_);
+  if (entries_[it->second].dirty) return std::nullopt;
+  return entries_[it->second].offset;
+}
+
+SoftRecopyStats SoftRecopy::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+}  // namespace phos::daemon

@@ -1,0 +1,190 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Soft recopy checkpoints: GPU memory copied while the job runs, then what it wrote again.
+
+The image must hold the GPU state of the end t2 (the final quiesce, right
+before CRIU's dump) byte for byte, while the job keeps writing some of its
+buffers during the copy. phosd takes the reference at t2 straight from the
+device (PHOS_TEST_REFERENCE_SNAPSHOT), and the modelled copy bandwidth is slowed
+so that the first round spans many of the job's iterations. A kernel that writes
+outside the buffer its argument names makes every chunk be copied again at t2,
+and the image is still good. A job checkpointed this way (and ended by the dump)
+restores to the uninterrupted run's end.
+"""
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from driver_client import PRELUDE
+from job_output import lines, wait_for
+from test_checkpoint_phos import after_checkpoint, app_env, command, criu, programs, reference  # noqa: F401
+from test_concurrent_restore import restore
+from test_soft_cow import read_blob
+
+TIMEOUT = 90
+BUFFERS = 6
+BUFFER_BYTES = 8 << 20
+
+# Writes two of its buffers whole and 4 KiB of a third per iteration (the rest
+# stays as initialized), until killed; prints a line per iteration. With
+# spill_every, a kernel also writes into buffer 4 through a pointer into buffer 3.
+CLIENT = PRELUDE + r'''
+src = b"""
+extern "C" __global__ void step(unsigned* a, unsigned n, unsigned k) {
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        a[i] = a[i] * 1664525u + 1013904223u + k;
+}
+extern "C" __global__ void spill(unsigned* a, long long offset, unsigned n, unsigned k) {
+    unsigned* b = (unsigned*)((char*)a + offset);
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) b[i] = k;
+}
+"""
+buffers, words, spill_every = int(sys.argv[1]), int(sys.argv[2]) // 4, int(sys.argv[3])
+ok(cu.cuInit(0))
+ctx = ok(cu.cuDevicePrimaryCtxRetain(ok(cu.cuDeviceGet(0))))
+ok(cu.cuCtxSetCurrent(ctx))
+module = ok(cu.cuModuleLoadData(compile_ptx(src)))
+step = ok(cu.cuModuleGetFunction(module, b"step"))
+spill = ok(cu.cuModuleGetFunction(module, b"spill"))
+bufs = [ok(cu.cuMemAlloc(words * 4)) for _ in range(buffers)]
+
+def launch(f, *values):
+    holders = [np.array([v], dtype=t) for v, t in values]
+    args = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
+    ok(cu.cuLaunchKernel(f, 64, 1, 1, 128, 1, 1, 0, 0, args.ctypes.data, 0))
+
+for i, b in enumerate(bufs):
+    ok(cu.cuMemsetD32(b, i + 1, words))
+k = 0
+while True:
+    k += 1
+    for b in bufs[:2]:
+        launch(step, (int(b), np.uint64), (words, np.uint32), (k, np.uint32))
+    ok(cu.cuMemsetD32(int(bufs[2]) + 4096, k, 1024))
+    if spill_every and k % spill_every == 0:
+        launch(spill, (int(bufs[3]), np.uint64), (int(bufs[4]) - int(bufs[3]), np.int64), (1024, np.uint32),
+               (k, np.uint32))
+    ok(cu.cuCtxSynchronize())
+    print(k, flush=True)
+'''
+
+
+class Client:
+    def __init__(self, phos, phosd, tmp_path, spill_every=0):
+        pytest.importorskip("cuda.bindings.nvrtc")
+        env = phosd.client_env(PHOS=phos)
+        env["LD_LIBRARY_PATH"] = ":".join(["/usr/local/cuda/lib64", env.get("LD_LIBRARY_PATH", "")])
+        env.pop("LD_PRELOAD")
+        self.out = tmp_path / "client.out"
+        self.err = tmp_path / "client.err"
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            self.proc = subprocess.Popen(
+                [str(phos), "run", "--runtime-dir", str(phosd.runtime_dir), "--", sys.executable, "-c", CLIENT,
+                 str(BUFFERS), str(BUFFER_BYTES), str(spill_every)],
+                env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+
+    def iterations(self):
+        done = lines(self.out)
+        return int(done[-1]) if done else 0
+
+    def wait_iterations(self, n):
+        def ready():
+            if self.proc.poll() is not None:
+                pytest.fail(f"the client exited with {self.proc.returncode}: {self.err.read_text()}")
+            return self.iterations() >= n
+        wait_for(ready, TIMEOUT, f"{n} iterations of the client")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def slow_copies(start_phosd, tmp_path):
+    """A daemon whose copies take 2000 times their modelled time, writing the
+    reference snapshot of each recopy checkpoint at t2."""
+    snapshots = tmp_path / "reference"
+    snapshots.mkdir()
+    daemon = start_phosd(PHOS_VGPU_BANDWIDTH_SCALE=2000, PHOS_TEST_REFERENCE_SNAPSHOT=snapshots)
+    return daemon, snapshots
+
+
+def checkpoint(phos, phosd, pid, image, *extra):
+    try:
+        r = subprocess.run([str(phos), "checkpoint", "--pid", str(pid), "--image", str(image), "--mode", "recopy",
+                            "--compress", "none", "--runtime-dir", str(phosd.runtime_dir), "--json", *extra],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"phos checkpoint did not finish in {TIMEOUT} s:\n{phosd.log()[-4000:]}")
+    assert r.returncode == 0, f"phos checkpoint failed ({r.returncode}): {r.stderr}\n{phosd.log()[-4000:]}"
+    return json.loads(r.stdout)
+
+
+def image_matches_reference(image, snapshots):
+    manifest = json.loads((image / "manifest.json").read_text())
+    assert manifest["state"]["protocol"] == "soft-recopy"
+    allocations = manifest["state"]["gpu"]["sessions"][0]["allocations"]
+    assert len(allocations) == BUFFERS
+    assert {p.name for p in snapshots.iterdir()} == {hex(a["address"]) for a in allocations}
+    for a in allocations:
+        expected = (snapshots / hex(a["address"])).read_bytes()
+        assert len(expected) == a["bytes"] == BUFFER_BYTES
+        assert read_blob(image, manifest, a["blob"]) == expected, \
+            f"buffer {hex(a['address'])}: the image differs from the state at t2"
+
+
+@pytest.mark.parametrize("spill_every", [0, 1])
+def test_recopy_image_is_the_state_at_the_end(criu, phos, slow_copies, tmp_path, spill_every):
+    phosd, snapshots = slow_copies
+    client = Client(phos, phosd, tmp_path, spill_every)
+    try:
+        client.wait_iterations(3)
+        image = tmp_path / "image"
+        before = client.iterations()
+        report = checkpoint(phos, phosd, client.proc.pid, image, "--leave-running")
+        during = client.iterations() - before
+        assert report["protocol"] == "soft-recopy", report
+        recopy = report["recopy"]
+        # The job ran on while its memory was copied, writing some of it.
+        assert during >= 2, f"only {during} iterations while the checkpoint ran: {report}"
+        assert recopy["rounds"] >= 1 and recopy["round_chunks"][0] == BUFFERS * 2, report
+        total = BUFFERS * BUFFER_BYTES
+        assert recopy["reused_bytes"] + recopy["recopied_bytes"] == total, report
+        if spill_every:
+            # Writes the twins caught: no chunk could be trusted clean.
+            assert recopy["misspeculations"] > 0 and recopy["recopied_bytes"] == total, report
+        else:
+            # Only what the job wrote was copied again at t2.
+            assert recopy["misspeculations"] == 0, report
+            assert recopy["reused_bytes"] >= 3 * BUFFER_BYTES, report
+        client.wait_iterations(client.iterations() + 2)  # and still runs
+    finally:
+        client.stop()
+    image_matches_reference(image, snapshots)
+    verify = subprocess.run([str(phos), "verify", str(image)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+@pytest.mark.parametrize("job", ["mlp-train", "train.py"])
+def test_recopied_job_restores_to_the_uninterrupted_end(criu, phos, slow_copies, app_env, programs, tmp_path, job):
+    from test_checkpoint_phos import Job
+    phosd, _ = slow_copies
+    cmd = command(programs, job)
+    ref = reference(cmd, app_env)
+    running = Job(phos, phosd, cmd, app_env, tmp_path)
+    try:
+        running.wait_line(3)
+        asked = len(running.lines())
+        image = tmp_path / "image"
+        report = checkpoint(phos, phosd, running.pid, image)
+        assert report["protocol"] == "soft-recopy" and report["left_running"] is False, report
+        assert running.proc.wait(timeout=30) == -signal.SIGKILL
+        before = running.lines()
+    finally:
+        running.stop()
+    assert asked <= len(before) < len(ref) and before == ref[:len(before)]
+    after, _, _ = restore(phos, phosd, image, app_env)
+    after_checkpoint(ref, after, len(before), len(before))
