@@ -10,6 +10,7 @@
 #include <array>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "host_calls.h"
@@ -886,6 +887,25 @@ bool perThreadEntry(ServerCall& c) {
   return cuda_api::entryPoint(c.entry()).origin == cuda_api::EntryPointOrigin::kPerThread;
 }
 
+// One of the application's transfers between its memory and the device,
+// from its issue to its return (TransferTracker: the protocols' copies give
+// way to it).
+class TransferScope {
+ public:
+  TransferScope(Session& session, bool async, CUstream stream)
+      : tracker_(session.transfers()), async_(async), stream_(stream) {
+    tracker_.begin();
+  }
+  ~TransferScope() { tracker_.end(async_, stream_); }
+  TransferScope(const TransferScope&) = delete;
+  TransferScope& operator=(const TransferScope&) = delete;
+
+ private:
+  TransferTracker& tracker_;
+  bool async_;
+  CUstream stream_;
+};
+
 // A copy's sides that are GPU state of the session: device memory and pinned
 // ranges (pageable application memory is CPU state). Exact byte ranges.
 void passCopyGate(Session& s, uint64_t dst, uint64_t src, uint64_t bytes) {
@@ -910,6 +930,7 @@ void serveMemcpyHtoD(ServerCall& c) {
   if (!c.resolveStream(sid, perThreadEntry(c), &s)) return;
   if (!c.checkDeviceRange(dst, bytes)) return;
   passCopyGate(c.session(), dst, src, bytes);
+  TransferScope transfer(c.session(), kAsync, s);
   CUresult r;
   if (isSessionMemory(c.session(), src, bytes)) {
     // Pinned memory: the same address in phosd.
@@ -933,6 +954,7 @@ void serveMemcpyDtoH(ServerCall& c) {
   if (!c.resolveStream(sid, perThreadEntry(c), &s)) return;
   if (!c.checkDeviceRange(src, bytes)) return;
   passCopyGate(c.session(), dst, src, bytes);
+  TransferScope transfer(c.session(), kAsync, s);
   CUresult r;
   if (isSessionMemory(c.session(), dst, bytes)) {
     r = PHOS_DRIVER(drv(c), MemcpyDtoHAsync_v2)(reinterpret_cast<void*>(dst), src, bytes, s);
@@ -959,6 +981,12 @@ void serveMemcpy(ServerCall& c) {
   const bool srcOurs = isSessionMemory(session, src, bytes);
   if (bytes == 0) return replyResult(c, CUDA_SUCCESS);
   if (!kDeviceOnly || (dstOurs && srcOurs)) passCopyGate(session, dst, src, bytes);
+  // Between host memory (the application's, or pinned) and the device: one
+  // of its transfers.
+  std::optional<TransferScope> transfer;
+  if (session.findAllocation(dst) == nullptr || session.findAllocation(src) == nullptr) {
+    transfer.emplace(session, kAsync, s);
+  }
   CUresult r;
   if (dstOurs && srcOurs) {
     r = PHOS_DRIVER(drv(c), MemcpyAsync)(dst, src, bytes, s);

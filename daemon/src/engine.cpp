@@ -556,6 +556,7 @@ class Engine {
         std::lock_guard lock(s.mutex_);
         s.setAccessGate({});
         s.validator_.setMode(validationBefore);
+        s.transfers_.track(false);
       }
       s.resume();
     }
@@ -695,6 +696,8 @@ class Engine {
         if (drained.isOk() && round == 0) {
           s.setAccessGate([recopier, gate = recopier->gate()](const CallAccess& access) { gate(access); });
           s.validator_.setMode(ValidationMode::kValidate);
+          recopier->giveWayTo(&s.transfers_);
+          s.transfers_.track(true);
         }
         if (drained.isOk()) taken = recopier->takeDirty();
       }
@@ -704,7 +707,7 @@ class Engine {
     }
     const SoftRecopyStats stats = recopier->stats();
     report = {{"rounds", stats.roundChunks.size()}, {"round_chunks", stats.roundChunks},
-              {"precopy_seconds", stats.precopySeconds}};
+              {"precopy_seconds", stats.precopySeconds}, {"yielded_seconds", stats.yieldedSeconds}};
     return Status::ok();
   }
 
@@ -717,6 +720,7 @@ class Engine {
     const std::vector<Violation> found = s.validator_.collect();
     s.setAccessGate({});
     s.validator_.setMode(before);
+    s.transfers_.track(false);
     if (!found.empty()) {
       log::get("daemon")->warn("session {}: {} access(es) outside the speculated buffers while copying (first: kernel "
                                "{} at {}); every chunk is copied again",
@@ -760,6 +764,8 @@ class Engine {
       // below, it stays installed (every chunk is saved, so it passes all).
       s.setAccessGate([protocol, gate = protocol->gate()](const CallAccess& access) { gate(access); });
       s.validator_.setMode(ValidationMode::kValidate);
+      protocol->giveWayTo(&s.transfers_);
+      s.transfers_.track(true);
     }
     s.resume();  // the application runs from here on
     resumedAt = std::chrono::steady_clock::now();
@@ -782,6 +788,7 @@ class Engine {
         found = s.validator_.collect();
         s.setAccessGate({});
         s.validator_.setMode(before);
+        s.transfers_.track(false);
       }
       s.resume();
     } else if (status.isOk()) {
@@ -794,7 +801,7 @@ class Engine {
               {"reserve_bytes", reserve},                   {"peak_reserve_bytes", stats.peakReserveBytes},
               {"waited_calls", stats.waitedCalls},          {"waited_seconds", stats.waitedSeconds},
               {"anything_calls", stats.anythingCalls},      {"copy_seconds", stats.copySeconds},
-              {"misspeculations", found.size()}};
+              {"yielded_seconds", stats.yieldedSeconds},    {"misspeculations", found.size()}};
     if (status.isOk() && !found.empty()) {
       return makeError(Code::kFailedPrecondition, "{} access(es) outside the speculated buffers while copying (first: kernel {} "
                        "at {})", found.size(), found.front().kernel, hex(found.front().address));
@@ -1202,6 +1209,8 @@ class Engine {
     }
     s.setAccessGate([loading, gate = loading->gate()](const CallAccess& access) { gate(access); });
     s.validator_.setMode(ValidationMode::kValidateRestore);
+    loading->giveWayTo(&s.transfers_);
+    s.transfers_.track(true);
     restored.loading = std::move(loading);
     return restored;
   }
@@ -1224,6 +1233,7 @@ class Engine {
           found = s.validator_.collect();
           s.setAccessGate({});
           s.validator_.setMode(validation);
+          s.transfers_.track(false);
         }
         s.resume();
       } else {
@@ -1235,7 +1245,8 @@ class Engine {
     report = {{"chunks", stats.chunks},           {"demanded_chunks", stats.demandedChunks},
               {"skipped_chunks", stats.skippedChunks}, {"waited_calls", stats.waitedCalls},
               {"waited_seconds", stats.waitedSeconds}, {"anything_calls", stats.anythingCalls},
-              {"load_seconds", stats.loadSeconds},     {"misspeculations", found.size()}};
+              {"load_seconds", stats.loadSeconds},     {"yielded_seconds", stats.yieldedSeconds},
+              {"misspeculations", found.size()}};
     if (status.isOk() && !found.empty()) {
       const Violation& v = found.front();
       return makeError(Code::kFailedPrecondition,

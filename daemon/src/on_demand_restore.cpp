@@ -188,6 +188,19 @@ Status OnDemandRestore::run(const std::function<void(uint64_t)>& advanced, const
       status = makeError(Code::kFailedPrecondition, "the restored process is gone");
     }
     Entry* next = nullptr;
+    if (status.isOk() && transfers_ != nullptr) {
+      bool waitedFor = false;
+      {
+        std::lock_guard lock(mutex_);
+        waitedFor = !demanded_.empty();
+      }
+      // The application's own transfers first, unless a call waits for a chunk.
+      if (!waitedFor) {
+        const double yielded = transfers_->yield().count();
+        std::lock_guard lock(mutex_);
+        stats_.yieldedSeconds += yielded;
+      }
+    }
     if (status.isOk()) {
       std::lock_guard lock(mutex_);
       next = pickLocked();

@@ -27,6 +27,7 @@
 #include "phos/common/status.h"
 #include "phos/image/reader.h"
 #include "staging_buffer.h"
+#include "transfer_tracker.h"
 
 namespace phos::daemon {
 
@@ -46,6 +47,7 @@ struct OnDemandStats {
   double waitedSeconds = 0;     // how long those calls waited in total
   uint64_t anythingCalls = 0;   // calls that may touch anything (a launch without twin, an unload)
   double loadSeconds = 0;       // run(): the first chunk to the last
+  double yieldedSeconds = 0;    // run() gave way to the application's own transfers
 };
 
 class OnDemandRestore {
@@ -60,6 +62,9 @@ class OnDemandRestore {
   Status prepare();
   // The session's access gate for the window (valid while this object lives).
   AccessGate gate();
+  // Chunks no call waits for are loaded only while the application has no
+  // transfers pending.
+  void giveWayTo(TransferTracker* transfers) { transfers_ = transfers; }
   // Loads every chunk on the calling thread and returns when all are on the
   // device, at the first error, or when `cancelled()` says the application is
   // gone. After an error the gate lets every call through: the caller ends
@@ -91,6 +96,7 @@ class OnDemandRestore {
   uint64_t remaining_ = 0;                // chunks not loaded (nor skipped)
   bool released_ = false;                 // failed or cancelled: the gate lets everything through
   std::map<CUcontext, CUstream> streams_;
+  TransferTracker* transfers_ = nullptr;
   std::unique_ptr<StagingBuffer> staging_[2];
   OnDemandStats stats_;
 };

@@ -119,6 +119,7 @@ void Session::stop() {
     if (hostCalls_ != nullptr) hostCalls_->close();
   }
   if (thread_.joinable()) thread_.join();
+  transfers_.track(false);  // its events die with the contexts below
   std::lock_guard lock(mutex_);
   // Contexts go first: destroying one frees its allocations, streams and
   // modules, and drains its work.

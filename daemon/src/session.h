@@ -27,6 +27,7 @@
 #include "driver_table.h"
 #include "handle_table.h"
 #include "launch_validator.h"
+#include "transfer_tracker.h"
 #include "phos/common/ipc/call_ring.h"
 #include "server_call.h"
 
@@ -260,6 +261,8 @@ class Session {
   void passGate(const CallAccess& access) {
     if (gate_) gate_(access);
   }
+  // The application's own transfers, which the protocols' copies give way to.
+  TransferTracker& transfers() { return transfers_; }
   // The session's allocations and pinned ranges as speculation sees them.
   std::optional<instrument::Buffer> bufferAt(uint64_t address) const;
 
@@ -327,6 +330,7 @@ class Session {
   std::map<int, std::unique_ptr<DeviceHeap>> heaps_;
   std::map<uint64_t, ModuleRecord> moduleRecords_;  // by module or library id
   LaunchValidator validator_{driver_};
+  TransferTracker transfers_{driver_};
   AccessGate gate_;
   std::vector<Violation> violations_;  // collected so far (the last kMaxViolations)
   std::map<uint64_t, unsigned> eventFlags_;         // by event id

@@ -207,7 +207,16 @@ Status SoftCopyOnWrite::run(const std::function<void(uint64_t)>& advanced) {
     }
     return nullptr;
   };
-  while (Entry* e = pick()) {
+  for (;;) {
+    // The application's own transfers first, unless a writer waits for us.
+    if (transfers_ != nullptr && next_ == nullptr) {
+      lock.unlock();
+      const double yielded = transfers_->yield().count();
+      lock.lock();
+      stats_.yieldedSeconds += yielded;
+    }
+    Entry* e = pick();
+    if (e == nullptr) break;
     const bool fromShadow = e->state == State::kShadowed;
     const CUdeviceptr source = fromShadow ? e->shadow : e->buffer.address;
     if (!fromShadow) e->state = State::kSaving;

@@ -22,6 +22,7 @@
 
 #include "driver_table.h"
 #include "launch_validator.h"
+#include "transfer_tracker.h"
 #include "phos/image/writer.h"
 #include "phos/common/status.h"
 
@@ -43,6 +44,7 @@ struct SoftCowStats {
   double waitedSeconds = 0;       // how long those calls waited in total
   uint64_t anythingCalls = 0;     // calls that may write anything (a launch without twin, an unload)
   double copySeconds = 0;         // run(): the first chunk to the last
+  double yieldedSeconds = 0;      // run() gave way to the application's own transfers
 };
 
 class SoftCopyOnWrite {
@@ -56,6 +58,8 @@ class SoftCopyOnWrite {
 
   // Creates the private streams; before gate() is installed.
   Status prepare();
+  // The saving loop waits while the application has transfers pending.
+  void giveWayTo(TransferTracker* transfers) { transfers_ = transfers; }
   // The session's access gate for the window (valid while this object lives).
   AccessGate gate();
   // Saves every buffer, on the calling thread, and returns when all are in
@@ -89,6 +93,7 @@ class SoftCopyOnWrite {
   uint64_t reserveUsed_ = 0;
   bool failed_ = false;
   std::map<CUcontext, CUstream> gateStreams_, copyStreams_;
+  TransferTracker* transfers_ = nullptr;
   SoftCowStats stats_;
 };
 

@@ -129,7 +129,9 @@ Status SoftRecopy::copy(const std::vector<uint64_t>& taken, const std::function<
     return Status::ok();
   };
   Status status = Status::ok();
+  double yielded = 0;
   for (uint64_t index : taken) {
+    if (transfers_ != nullptr) yielded += transfers_->yield().count();  // the application's transfers first
     const Entry& e = entries_[index];  // entries_ never changes shape; only `dirty` is shared
     if (e.chunk.context != current) {
       current = e.chunk.context;
@@ -151,6 +153,7 @@ Status SoftRecopy::copy(const std::vector<uint64_t>& taken, const std::function<
   PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
   std::lock_guard lock(mutex_);
   stats_.roundChunks.push_back(taken.size());
+  stats_.yieldedSeconds += yielded;
   stats_.precopySeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return status;
 }

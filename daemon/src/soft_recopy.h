@@ -27,6 +27,7 @@
 #include "launch_validator.h"
 #include "phos/common/status.h"
 #include "soft_cow.h"
+#include "transfer_tracker.h"
 
 namespace phos::daemon {
 
@@ -34,6 +35,7 @@ struct SoftRecopyStats {
   std::vector<uint64_t> roundChunks;  // chunks copied in each round while the application ran
   uint64_t anythingCalls = 0;         // calls that may write anything (all chunks dirty again)
   double precopySeconds = 0;          // the rounds, first to last
+  double yieldedSeconds = 0;          // the rounds gave way to the application's own transfers
 };
 
 class SoftRecopy {
@@ -51,6 +53,8 @@ class SoftRecopy {
   Status prepare();
   // The session's access gate for the window (valid while this object lives).
   AccessGate gate();
+  // The rounds wait while the application has transfers pending.
+  void giveWayTo(TransferTracker* transfers) { transfers_ = transfers; }
 
   // Chunks dirty now (all of them before the first round).
   uint64_t dirtyChunks() const;
@@ -90,6 +94,7 @@ class SoftRecopy {
   std::map<CUdeviceptr, size_t> byAddress_;  // chunk address -> index in entries_
   uint64_t dirty_ = 0;
   std::map<CUcontext, CUstream> streams_;
+  TransferTracker* transfers_ = nullptr;
   SoftRecopyStats stats_;
 };
 

@@ -23,8 +23,10 @@ TIMEOUT = 60
 BUFFERS = 6
 BUFFER_BYTES = 8 << 20
 
-# Writes its buffers with kernels, memsets and copies, iteration after
-# iteration, until killed; prints a line per iteration.
+# Writes its buffers with kernels, memsets and copies (a transfer of
+# `transfer_bytes` from its memory into the third; without kernels, only the
+# memset and the transfer), iteration after iteration, until killed; prints a
+# line per iteration.
 CLIENT = PRELUDE + r'''
 src = b"""
 extern "C" __global__ void step(unsigned* a, unsigned n, unsigned k) {
@@ -39,6 +41,7 @@ extern "C" __global__ void spill(unsigned* a, long long offset, unsigned n, unsi
 }
 """
 buffers, words, spill_every = int(sys.argv[1]), int(sys.argv[2]) // 4, int(sys.argv[3])
+transfer_words, kernels = int(sys.argv[4]) // 4, int(sys.argv[5])
 ptx = compile_ptx(src)
 ok(cu.cuInit(0))
 ctx = ok(cu.cuDevicePrimaryCtxRetain(ok(cu.cuDeviceGet(0))))
@@ -55,11 +58,11 @@ def launch(f, *values):
 
 for i, b in enumerate(bufs):
     ok(cu.cuMemsetD32(b, i + 1, words))
-small = np.arange(1024, dtype=np.uint32)
+small = np.arange(transfer_words, dtype=np.uint32)
 k = 0
 while True:
     k += 1
-    for b in bufs:
+    for b in bufs[:len(bufs) * kernels]:
         launch(step, (int(b), np.uint64), (words, np.uint32), (k, np.uint32))
     ok(cu.cuMemsetD32(int(bufs[1]) + 4096, k, 1024))
     small += 1
@@ -88,7 +91,7 @@ def read_blob(image: pathlib.Path, manifest: dict, name: str) -> bytes:
 
 
 class Client:
-    def __init__(self, phos, phosd, tmp_path, spill_every=0):
+    def __init__(self, phos, phosd, tmp_path, spill_every=0, transfer_bytes=4096, kernels=True):
         pytest.importorskip("cuda.bindings.nvrtc")
         env = phosd.client_env(PHOS=phos)
         env["LD_LIBRARY_PATH"] = ":".join(["/usr/local/cuda/lib64", env.get("LD_LIBRARY_PATH", "")])
@@ -98,7 +101,7 @@ class Client:
         with open(self.out, "w") as out, open(self.err, "w") as err:
             self.proc = subprocess.Popen(
                 [str(phos), "run", "--runtime-dir", str(phosd.runtime_dir), "--", sys.executable, "-c", CLIENT,
-                 str(BUFFERS), str(BUFFER_BYTES), str(spill_every)],
+                 str(BUFFERS), str(BUFFER_BYTES), str(spill_every), str(transfer_bytes), str(int(kernels))],
                 env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
 
     def iterations(self):
@@ -191,6 +194,23 @@ def test_a_write_outside_the_speculated_buffers_falls_back_to_stop_the_world(cri
     verify = subprocess.run([str(phos), "verify", str(tmp_path / "image")], capture_output=True, text=True,
                             timeout=TIMEOUT)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_the_jobs_own_transfers_go_first(criu, phos, slow_copies, tmp_path):
+    """The saving loop waits while the job has a transfer of its own pending
+    (here it does little else: a 4 MiB copy into device memory per iteration,
+    about 0.3 s each)."""
+    phosd, reference = slow_copies
+    client = Client(phos, phosd, tmp_path, transfer_bytes=4 << 20, kernels=False)
+    try:
+        client.wait_iterations(2)
+        report = checkpoint(phos, phosd, client.proc.pid, tmp_path / "image")
+        cow = report["copy_on_write"]
+        assert report["protocol"] == "soft-copy-on-write" and cow["misspeculations"] == 0, report
+        assert cow["yielded_seconds"] > 0.05, report
+        client.wait_iterations(client.iterations() + 1)
+    finally:
+        client.stop()
 
 
 def test_checkpoint_mode_errors(phos, phosd, tmp_path):
