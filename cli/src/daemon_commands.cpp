@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -27,6 +28,9 @@
 #include "phos/daemon/phosd.h"
 #include "subcommands.h"
 
+#ifndef PHOS_SDK_PYTHON_DIR
+#define PHOS_SDK_PYTHON_DIR ""
+#endif
 #ifndef PHOS_SHIM_LIBRARY
 #define PHOS_SHIM_LIBRARY ""
 #endif
@@ -159,6 +163,14 @@ int runRun(const RunArgs& args) {
   setenv("LD_PRELOAD", preload.c_str(), 1);
   setenv("PHOS_RUNTIME_DIR", dir.c_str(), 1);
   if (args.validate) setenv("PHOS_VALIDATE", "1", 1);
+  // The application SDK (sdk/): its checkpoints run this phos, and Python
+  // finds phos_sdk.
+  std::error_code ec;
+  if (auto self = std::filesystem::read_symlink("/proc/self/exe", ec); !ec) setenv("PHOS_CLI", self.c_str(), 1);
+  if (std::string sdk = PHOS_SDK_PYTHON_DIR; !sdk.empty()) {
+    if (const char* old = std::getenv("PYTHONPATH"); old != nullptr && *old != '\0') sdk += std::string(":") + old;
+    setenv("PYTHONPATH", sdk.c_str(), 1);
+  }
   std::vector<char*> argv;
   for (const auto& a : args.command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);

@@ -13,6 +13,11 @@
 // step from the step's loss and weights, and all of it folded into the final
 // checksum, so a wrongly restored byte anywhere in it changes that line. The
 // step lines do not depend on it; with N = 0 the output is that of the plain run.
+//
+// --checkpoint-at STEP --checkpoint-image DIR asks PhOS, through the application
+// SDK (sdk/include/phos/sdk.h), for an asynchronous checkpoint right after that
+// step's line: one line of code, and the job runs on.
+#include <phos/sdk.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +26,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -108,6 +114,8 @@ int main(int argc, char** argv) {
   int iterations = 30;
   int sleepMs = 0;
   int stateMib = 0;
+  int checkpointAt = -1;
+  std::string checkpointImage, checkpointMode = "cow";
   std::string ptxPath = defaultPtxPath().string();
   app.add_option("--iterations", iterations, "training steps")->check(CLI::Range(1, 1000000));
   app.add_option("--sleep-ms", sleepMs, "pause after each step (to checkpoint mid-run)")
@@ -118,7 +126,17 @@ int main(int argc, char** argv) {
                  "checksum (default 0: none)")
       ->check(CLI::Range(0, 65536));
   app.add_option("--ptx", ptxPath, "the kernels' PTX (default: next to this program)");
+  app.add_option("--checkpoint-at", checkpointAt,
+                 "under PhOS: ask for a checkpoint of this process after this step (application SDK)")
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("--checkpoint-image", checkpointImage, "the image directory of --checkpoint-at");
+  app.add_option("--checkpoint-mode", checkpointMode, "its protocol: cow (default), recopy or stop")
+      ->check(CLI::IsMember({"cow", "recopy", "stop"}));
   CLI11_PARSE(app, argc, argv);
+  if (checkpointAt >= 0 && checkpointImage.empty()) {
+    std::fprintf(stderr, "mlp-train: --checkpoint-at needs --checkpoint-image\n");
+    return 2;
+  }
 
   std::ifstream ptxFile(ptxPath);
   if (!ptxFile) {
@@ -217,6 +235,10 @@ int main(int argc, char** argv) {
     CHECK(cuMemcpyDtoH(&loss, dLoss.ptr, sizeof loss));  // synchronizes the step
     std::printf("step %d loss %.6f (%s)\n", step, static_cast<double>(loss), floatBits(loss).c_str());
     std::fflush(stdout);
+    if (step == checkpointAt && phos_checkpoint(checkpointImage.c_str(), checkpointMode.c_str()) != 0) {
+      std::fprintf(stderr, "mlp-train: no checkpoint at step %d: %s\n", step,
+                   errno == ENOSYS ? "not running under PhOS" : std::strerror(errno));
+    }
     if (sleepMs > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleepMs));
   }
 

@@ -26,6 +26,12 @@ from typing import NoReturn
 
 import numpy as np
 import xxhash
+
+try:
+    import phos_sdk  # the application SDK: on PYTHONPATH under phos run
+except ImportError:
+    sys.path.append(str(pathlib.Path(__file__).resolve().parents[2] / "sdk" / "python"))
+    import phos_sdk
 from cuda.bindings import driver as cu
 from cuda.core import LEGACY_DEFAULT_STREAM, Device, LaunchConfig, ObjectCode, launch
 
@@ -119,10 +125,19 @@ def parse_args(argv):
                         help="extra device memory in MiB standing in for optimizer state: filled on the "
                              "device, a 1 MiB window of it updated every step, all of it in the final "
                              "checksum (default 0: none)")
+    parser.add_argument("--checkpoint-at", type=bounded_int(0, 1000000), default=None,
+                        help="under PhOS: ask for a checkpoint of this process after this step (application SDK)")
+    parser.add_argument("--checkpoint-image", type=pathlib.Path, default=None,
+                        help="the image directory of --checkpoint-at")
+    parser.add_argument("--checkpoint-mode", choices=["cow", "recopy", "stop"], default="cow",
+                        help="its protocol (default cow)")
     parser.add_argument("--ptx", type=pathlib.Path, default=None,
                         help="the kernels' PTX (default: $PHOS_BUILD_DIR/examples/mlp_kernels.ptx, "
                              "else build/examples/mlp_kernels.ptx of this source tree)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.checkpoint_at is not None and args.checkpoint_image is None:
+        parser.error("--checkpoint-at needs --checkpoint-image")
+    return args
 
 
 def blocks(n: int, per: int) -> int:
@@ -142,7 +157,8 @@ def main(argv=None) -> int:
         print(f"{PROG}: cannot read the kernels' PTX at {ptx_path}", file=sys.stderr)
         return 2
     try:
-        return train(ptx, args.iterations, args.sleep_ms, args.state_mib)
+        checkpoint = (args.checkpoint_at, args.checkpoint_image, args.checkpoint_mode)
+        return train(ptx, args.iterations, args.sleep_ms, args.state_mib, checkpoint)
     except Exception as e:
         # cuda.core reports Driver API failures as CUDAError, and cuda.pathfinder
         # a libcuda.so.1 it cannot find: say which, without a traceback.
@@ -152,7 +168,7 @@ def main(argv=None) -> int:
         return 1
 
 
-def train(ptx: bytes, iterations: int, sleep_ms: int, state_mib: int = 0) -> int:
+def train(ptx: bytes, iterations: int, sleep_ms: int, state_mib: int = 0, checkpoint=(None, None, "cow")) -> int:
     # Device.set_current() retains device 0's primary context and makes it
     # current: cuDevicePrimaryCtxRetain + cuCtxSetCurrent, as mlp-train does.
     device = Device(0)
@@ -225,6 +241,11 @@ def train(ptx: bytes, iterations: int, sleep_ms: int, state_mib: int = 0) -> int
         # Synchronous on the legacy stream: waits for the step's kernels.
         check("cuMemcpyDtoH", cu.cuMemcpyDtoH(loss.ctypes.data, d_loss, loss.nbytes))
         print(f"step {step} loss {float(loss[0]):.6f} ({float_bits(loss[0])})", flush=True)
+        if step == checkpoint[0]:
+            try:
+                phos_sdk.checkpoint(checkpoint[1], checkpoint[2])  # the application SDK: one line
+            except OSError as e:
+                print(f"{PROG}: no checkpoint at step {step}: {e.strerror}", file=sys.stderr)
         if sleep_ms > 0:
             time.sleep(sleep_ms / 1000)
 
