@@ -182,6 +182,12 @@ int localCheckpoint(const CheckpointArgs& args, const std::string& why) {
   return kExitOk;
 }
 
+// How long phos checkpoint waits for a session that is busy.
+constexpr std::chrono::seconds kBusyWait{600};
+
+int checkpointThroughDaemon(const CheckpointArgs& args, const json& request, const std::string& socket,
+                            const std::string& image, std::string& busy);
+
 int runCheckpoint(const CheckpointArgs& args) {
   if (args.pid <= 0) {
     std::fprintf(stderr, "phos checkpoint: pid %d is not a process id\n", args.pid);
@@ -196,6 +202,30 @@ int runCheckpoint(const CheckpointArgs& args) {
                   {"mode", args.mode}};
   if (args.cowReserveMib > 0) request["cow_reserve_bytes"] = args.cowReserveMib << 20;
   std::string socket = ipc::controlSocketPath(runtimeDirOf(args.runtimeDir));
+  // A session busy with another checkpoint, or loading its memory after a
+  // concurrent restore, takes this one when it is done.
+  const auto giveUp = std::chrono::steady_clock::now() + kBusyWait;
+  bool told = false;
+  for (;;) {
+    std::string busy;
+    const int code = checkpointThroughDaemon(args, request, socket, image, busy);
+    if (busy.empty() || std::chrono::steady_clock::now() > giveUp) {
+      if (!busy.empty()) std::fprintf(stderr, "phos checkpoint: %s (waited %lld s)\n", busy.c_str(),
+                                      static_cast<long long>(kBusyWait.count()));
+      return busy.empty() ? code : kExitFailure;
+    }
+    if (!told && !args.json) {
+      std::fprintf(stderr, "phos checkpoint: %s; waiting for it to finish\n", busy.c_str());
+      told = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+// One request to phosd; `busy` gets phosd's words when the session was busy
+// (nothing was done: the caller tries again).
+int checkpointThroughDaemon(const CheckpointArgs& args, const json& request, const std::string& socket,
+                            const std::string& image, std::string& busy) {
   auto stream = ipc::ControlStream::open(socket, request.dump());
   if (!stream) {
     if (stream.status().code() == Code::kUnavailable) {
@@ -246,6 +276,10 @@ int runCheckpoint(const CheckpointArgs& args) {
     std::string code = message.value("code", std::string());
     std::string error = message.value("error", std::string("phosd refused the checkpoint"));
     if (code == "no-session") return localCheckpoint(args, error);
+    if (code == "busy") {
+      busy = error.substr(0, error.find("; try again"));
+      return kExitFailure;
+    }
     std::fprintf(stderr, "phos checkpoint: %s\n", error.c_str());
     return daemonExitCode(code);
   }

@@ -164,3 +164,40 @@ def test_client_restored_concurrently(criu, phos, slow_phosd, app_env, tmp_path,
     assert report["eager"] is True, report
     after_checkpoint(ref, after[-(len(ref) - len(before)):], len(before), len(before))
 
+
+
+
+def test_checkpoint_while_memory_loads_waits_for_the_loads(criu, phos, slow_phosd, tmp_path):
+    """A job that writes two of its six 8 MiB buffers per iteration runs again
+    while the other four load (about 3 s here); a checkpoint asked meanwhile
+    starts once they are loaded."""
+    from job_output import lines, wait_for
+    from test_soft_recopy import Client
+    client = Client(phos, slow_phosd, tmp_path)
+    try:
+        client.wait_iterations(2)
+        r = subprocess.run([str(phos), "checkpoint", "--pid", str(client.proc.pid), "--image", str(tmp_path / "image"),
+                            "--mode", "stop", "--runtime-dir", str(slow_phosd.runtime_dir)],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        assert r.returncode == 0, r.stderr
+        client.proc.wait(timeout=TIMEOUT)
+    finally:
+        client.stop()
+    out = tmp_path / "restored.out"
+    env = slow_phosd.client_env(PHOS=phos)
+    env.pop("LD_PRELOAD")
+    with open(out, "w") as f:
+        restoring = subprocess.Popen([str(phos), "restore", "--image", str(tmp_path / "image"), "--runtime-dir",
+                                      str(slow_phosd.runtime_dir)], env=env, stdin=subprocess.DEVNULL, stdout=f,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: lines(out) or restoring.poll() is not None, TIMEOUT, "the restored job's first line")
+        r = subprocess.run([str(phos), "checkpoint", "--pid", str(client.proc.pid), "--image", str(tmp_path / "again"),
+                            "--leave-running", "--runtime-dir", str(slow_phosd.runtime_dir)],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        assert r.returncode == 0, r.stderr
+        assert "running a restore" in r.stderr and "waiting for it to finish" in r.stderr, r.stderr
+        assert restoring.poll() is None, "the restored job ended"
+    finally:
+        restoring.kill()
+        restoring.wait()
