@@ -541,6 +541,10 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
                        "it: {}",
                        pid, channel->status().message());
     }
+    // Gone, or a zombie its parent has not reaped yet.
+    if (auto now = readProcess(pid); !now.isOk() || now->state == 'Z' || now->state == 'X') {
+      return makeError(Code::kFailedPrecondition, "pid {} ended before it could be dumped", pid);
+    }
     return makeError(Code::kFailedPrecondition, "CRIU could not dump pid {} (exit {}):{}", pid,
                      dump->exitCode, criuErrors(cpu / "dump.log"));
   }

@@ -680,7 +680,7 @@ void serveMemAllocPitch(ServerCall& c) {
 // A free ends a buffer's contents: for the protocols, a write of all of it.
 void passFreeGate(Session& s, uint64_t address) {
   const Allocation* a = s.findAllocation(address);
-  if (a != nullptr && a->address == address) s.passGate({{}, {{a->address, a->bytes}}});
+  if (a != nullptr && a->address == address) s.passGate({.writes = {{a->address, a->bytes}}, .ends = true});
 }
 
 // cuMemFree: u64 address.

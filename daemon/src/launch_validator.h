@@ -36,6 +36,7 @@ struct CallAccess {
   bool incomplete = false;  // the kernel reaches memory speculation cannot name
   bool unchecked = false;   // a launch that runs without a twin: nothing checks its writes
   bool everything = false;  // may end any of it (a module unloaded, a context destroyed)
+  bool ends = false;        // ends what it writes (a free): its bytes matter no more
 
   // Whether the call may write beyond `writes`: a protocol must assume it
   // writes every buffer.

@@ -75,6 +75,25 @@ CUstream SoftCopyOnWrite::streamOf(CUcontext context) const {
 
 AccessGate SoftCopyOnWrite::gate() {
   return [this](const CallAccess& access) {
+    if (access.everything) {
+      // It ends memory, shadows included (they live in its context): it
+      // waits until everything is saved.
+      std::unique_lock lock(mutex_);
+      ++stats_.anythingCalls;
+      const auto start = Clock::now();
+      bool waited = false;
+      changed_.wait(lock, [&] {
+        const bool done = failed_ || std::all_of(entries_.begin(), entries_.end(),
+                                                 [](const auto& e) { return e.second.state == State::kSaved; });
+        waited = waited || !done;
+        return done;
+      });
+      if (waited) {
+        ++stats_.waitedCalls;
+        stats_.waitedSeconds += std::chrono::duration<double>(Clock::now() - start).count();
+      }
+      return;
+    }
     if (access.mayWriteAnything()) {
       // It may write anything: every buffer not saved yet is protected first.
       {

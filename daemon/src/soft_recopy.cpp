@@ -64,6 +64,14 @@ Status SoftRecopy::prepare() {
 
 AccessGate SoftRecopy::gate() {
   return [this](const CallAccess& access) {
+    if (access.everything) {
+      beforeEnd(0, UINT64_MAX);  // a context or module goes, with its memory
+      return;
+    }
+    if (access.ends) {
+      for (const instrument::Buffer& w : access.writes) beforeEnd(w.base, w.base + w.size);
+      return;
+    }
     if (access.mayWriteAnything()) {
       {
         std::lock_guard lock(mutex_);
@@ -83,10 +91,29 @@ void SoftRecopy::beforeWrite(uint64_t begin, uint64_t end) {
   if (it != byAddress_.begin()) --it;
   for (; it != byAddress_.end() && it->first < end; ++it) {
     Entry& e = entries_[it->second];
-    if (e.chunk.address + e.chunk.bytes <= begin || e.dirty) continue;
+    if (e.chunk.address + e.chunk.bytes <= begin || e.dirty || e.gone) continue;
     e.dirty = true;
     ++dirty_;
   }
+}
+
+void SoftRecopy::beforeEnd(uint64_t begin, uint64_t end) {
+  if (begin >= end) return;
+  std::unique_lock lock(mutex_);
+  std::vector<Entry*> ended;
+  auto it = byAddress_.upper_bound(begin);
+  if (it != byAddress_.begin()) --it;
+  for (; it != byAddress_.end() && it->first < end; ++it) {
+    Entry& e = entries_[it->second];
+    if (e.chunk.address + e.chunk.bytes > begin) ended.push_back(&e);
+  }
+  for (Entry* e : ended) {
+    if (e->gone) continue;
+    e->gone = true;
+    if (e->dirty) --dirty_;
+    e->dirty = false;
+  }
+  copied_.wait(lock, [&] { return std::none_of(ended.begin(), ended.end(), [](const Entry* e) { return e->copying; }); });
 }
 
 uint64_t SoftRecopy::dirtyChunks() const {
@@ -98,7 +125,7 @@ std::vector<uint64_t> SoftRecopy::takeDirty() {
   std::lock_guard lock(mutex_);
   std::vector<uint64_t> taken;
   for (size_t i = 0; i < entries_.size(); ++i) {
-    if (!entries_[i].dirty) continue;
+    if (!entries_[i].dirty || entries_[i].gone) continue;
     entries_[i].dirty = false;
     taken.push_back(i);
   }
@@ -108,8 +135,11 @@ std::vector<uint64_t> SoftRecopy::takeDirty() {
 
 void SoftRecopy::markAllDirty() {
   std::lock_guard lock(mutex_);
-  for (Entry& e : entries_) e.dirty = true;
-  dirty_ = entries_.size();
+  dirty_ = 0;
+  for (Entry& e : entries_) {
+    e.dirty = !e.gone;
+    dirty_ += e.dirty ? 1 : 0;
+  }
 }
 
 Status SoftRecopy::copy(const std::vector<uint64_t>& taken, const std::function<void(uint64_t)>& advanced) {
@@ -117,22 +147,41 @@ Status SoftRecopy::copy(const std::vector<uint64_t>& taken, const std::function<
   CUcontext current = nullptr;
   // Up to this many chunks in flight before the copies are waited for.
   constexpr size_t kBatch = 8;
-  std::vector<const Entry*> inFlight;
+  std::vector<Entry*> inFlight;
   auto drain = [&]() -> Status {
+    Status synced = Status::ok();
+    // (Not a stream of a context destroyed meanwhile: that freed every chunk.)
     for (const auto& [context, stream] : streams_) {
-      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(driver_, StreamSynchronize)(stream), "waiting for a recopy"));
+      if (synced.isOk() && !inFlight.empty()) {
+        synced = driverStatus(PHOS_DRIVER(driver_, StreamSynchronize)(stream), "waiting for a recopy");
+      }
     }
     uint64_t bytes = 0;
-    for (const Entry* e : inFlight) bytes += e->chunk.bytes;
+    {
+      std::lock_guard lock(mutex_);
+      for (Entry* e : inFlight) {
+        bytes += e->chunk.bytes;
+        e->copying = false;
+      }
+    }
+    copied_.notify_all();
     inFlight.clear();
     if (bytes != 0) advanced(bytes);
-    return Status::ok();
+    return synced;
   };
   Status status = Status::ok();
   double yielded = 0;
   for (uint64_t index : taken) {
     if (transfers_ != nullptr) yielded += transfers_->yield().count();  // the application's transfers first
-    const Entry& e = entries_[index];  // entries_ never changes shape; only `dirty` is shared
+    Entry& e = entries_[index];  // entries_ never changes shape; its flags are shared
+    {
+      // A chunk freed since it was taken is not copied; one being freed
+      // waits in beforeEnd() until its copy is done.
+      std::lock_guard lock(mutex_);
+      if (e.gone) continue;
+      e.copying = true;
+    }
+    inFlight.push_back(&e);
     if (e.chunk.context != current) {
       current = e.chunk.context;
       status = driverStatus(PHOS_DRIVER(driver_, CtxSetCurrent)(current), "making a context current");
@@ -142,7 +191,6 @@ Status SoftRecopy::copy(const std::vector<uint64_t>& taken, const std::function<
                                                                    streams_.at(current)),
                           fmt::format("copying device memory at {:#x}", e.chunk.address));
     if (!status.isOk()) break;
-    inFlight.push_back(&e);
     if (inFlight.size() >= kBatch) {
       status = drain();
       if (!status.isOk()) break;
@@ -168,7 +216,7 @@ std::optional<uint64_t> SoftRecopy::cleanSlot(CUdeviceptr address, uint64_t byte
   auto it = byAddress_.find(address);
   if (it == byAddress_.end() || entries_[it->second].chunk.bytes != bytes) return std::nullopt;
   std::lock_guard lock(mutex_);
-  if (entries_[it->second].dirty) return std::nullopt;
+  if (entries_[it->second].dirty || entries_[it->second].gone) return std::nullopt;
   return entries_[it->second].offset;
 }
 

@@ -16,6 +16,7 @@
 
 #include <cuda.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -81,15 +82,21 @@ class SoftRecopy {
     SavedBuffer chunk;  // address and bytes of this chunk
     uint64_t offset = 0;  // its slot in the staging memory
     bool dirty = true;
+    bool gone = false;     // freed: never copied again
+    bool copying = false;  // a copy of it is in flight
   };
 
   void beforeWrite(uint64_t begin, uint64_t end);
+  // Before a call that frees [begin, end): its chunks are dropped, once no
+  // copy of them is in flight.
+  void beforeEnd(uint64_t begin, uint64_t end);
 
   const DriverTable& driver_;
   std::byte* const staging_;
   const uint64_t capacity_;
   uint64_t slotBytes_ = 0;
   mutable std::mutex mutex_;
+  std::condition_variable copied_;          // a batch of copies finished
   std::vector<Entry> entries_;              // by address
   std::map<CUdeviceptr, size_t> byAddress_;  // chunk address -> index in entries_
   uint64_t dirty_ = 0;

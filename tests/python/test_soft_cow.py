@@ -17,7 +17,7 @@ import pytest
 
 from driver_client import PRELUDE
 from job_output import lines, wait_for
-from test_checkpoint_phos import criu  # noqa: F401 (a fixture)
+from test_checkpoint_phos import app_env, criu, programs  # noqa: F401 (fixtures)
 
 TIMEOUT = 60
 BUFFERS = 6
@@ -220,3 +220,56 @@ def test_checkpoint_mode_errors(phos, phosd, tmp_path):
     r = subprocess.run([str(phos), "checkpoint", "--pid", "1", "--image", str(tmp_path / "i"), "--cow-reserve-mib",
                         "0", "--runtime-dir", str(phosd.runtime_dir)], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "--cow-reserve-mib" in r.stderr, r.stderr
+
+
+
+def slow_job(programs, app_env):
+    """mlp-train with 24 MiB of state (about 2 s to copy here)."""
+    from test_checkpoint_phos import command, reference
+    cmd = command(programs, "mlp-train")
+    cmd[cmd.index("--state-mib") + 1] = "24"
+    cmd[cmd.index("--sleep-ms") + 1] = "10"
+    return cmd, reference(cmd, app_env)
+
+
+def test_a_job_that_ends_during_the_copy(criu, phos, slow_copies, app_env, programs, tmp_path):
+    """Two steps before its end the job is checkpointed; it releases its
+    context (and with it its memory) while that memory is being saved: the
+    release waits for the copy, and the image restores to the uninterrupted end."""
+    from test_checkpoint_phos import STEPS, Job, after_checkpoint
+    from test_concurrent_restore import restore
+    phosd, _ = slow_copies
+    cmd, ref = slow_job(programs, app_env)
+    job = Job(phos, phosd, cmd, app_env, tmp_path)
+    try:
+        job.wait_line(STEPS - 2)
+        asked = len(job.lines())
+        image = tmp_path / "image"
+        report = checkpoint(phos, phosd, job.pid, image)
+        assert job.proc.wait(timeout=TIMEOUT) == 0, job.err.read_text()
+    finally:
+        job.stop()
+    assert job.lines() == ref
+    cow = report["copy_on_write"]
+    assert cow["misspeculations"] == 0 and cow["anything_calls"] >= 1 and cow["waited_calls"] >= 1, report
+    after, _, _ = restore(phos, phosd, image, app_env)
+    after_checkpoint(ref, after, asked, len(ref) - 1)
+
+
+def test_a_job_that_ends_before_a_recopy_dump(criu, phos, slow_copies, app_env, programs, tmp_path):
+    """Soft recopy dumps the process at the end: a job that ended before cannot be saved, and the error says so."""
+    from test_checkpoint_phos import STEPS, Job
+    phosd, _ = slow_copies
+    cmd, ref = slow_job(programs, app_env)
+    job = Job(phos, phosd, cmd, app_env, tmp_path)
+    try:
+        job.wait_line(STEPS - 1)
+        r = subprocess.run([str(phos), "checkpoint", "--pid", str(job.pid), "--image", str(tmp_path / "image"),
+                            "--mode", "recopy", "--leave-running", "--runtime-dir", str(phosd.runtime_dir)],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        assert job.proc.wait(timeout=TIMEOUT) == 0, job.err.read_text()
+    finally:
+        job.stop()
+    assert r.returncode == 1 and f"pid {job.pid} ended before it could be dumped" in r.stderr, r.stderr
+    assert not (tmp_path / "image").exists()
+    assert job.lines() == ref
