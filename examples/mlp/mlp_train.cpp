@@ -114,6 +114,7 @@ int main(int argc, char** argv) {
   int iterations = 30;
   int sleepMs = 0;
   int stateMib = 0;
+  int stateTensors = 1;
   int checkpointAt = -1;
   std::string checkpointImage, checkpointMode = "cow";
   std::string ptxPath = defaultPtxPath().string();
@@ -125,6 +126,10 @@ int main(int argc, char** argv) {
                  "device, a 1 MiB window of it updated every step, all of it in the final "
                  "checksum (default 0: none)")
       ->check(CLI::Range(0, 65536));
+  app.add_option("--state-tensors", stateTensors,
+                 "split the state into this many allocations, as a framework's many tensors (the output "
+                 "does not change; default 1)")
+      ->check(CLI::Range(1, 65536));
   app.add_option("--ptx", ptxPath, "the kernels' PTX (default: next to this program)");
   app.add_option("--checkpoint-at", checkpointAt,
                  "under PhOS: ask for a checkpoint of this process after this step (application SDK)")
@@ -133,6 +138,10 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-mode", checkpointMode, "its protocol: cow (default), recopy or stop")
       ->check(CLI::IsMember({"cow", "recopy", "stop"}));
   CLI11_PARSE(app, argc, argv);
+  if (stateMib > 0 && stateTensors > stateMib) {
+    std::fprintf(stderr, "mlp-train: --state-tensors %d is more than --state-mib %d\n", stateTensors, stateMib);
+    return 2;
+  }
   if (checkpointAt >= 0 && checkpointImage.empty()) {
     std::fprintf(stderr, "mlp-train: --checkpoint-at needs --checkpoint-image\n");
     return 2;
@@ -189,12 +198,22 @@ int main(int argc, char** argv) {
                dLoss = alloc(4), dGW2 = alloc(dW2.bytes), dGB2 = alloc(dB2.bytes),
                dDh = alloc(kRows * kHidden * 4), dGW1 = alloc(dW1.bytes), dGB1 = alloc(dB1.bytes);
 
-  DeviceBuffer dState;
-  if (stateMib > 0) {
-    dState = alloc(static_cast<size_t>(stateMib) * kMiB);
-    for (size_t m = 0; m < static_cast<size_t>(stateMib); ++m) {
-      CHECK(cuMemsetD32(dState.ptr + m * kMiB, statePattern(m), kMiB / 4));
-    }
+  // The state: stateMib MiB in stateTensors allocations (the first ones one
+  // MiB larger when it does not divide), MiB m of it at stateAt(m).
+  std::vector<DeviceBuffer> state;
+  std::vector<size_t> firstMib;
+  for (int t = 0, first = 0; stateMib > 0 && t < stateTensors; ++t) {
+    const int mib = stateMib / stateTensors + (t < stateMib % stateTensors ? 1 : 0);
+    state.push_back(alloc(static_cast<size_t>(mib) * kMiB));
+    firstMib.push_back(static_cast<size_t>(first));
+    first += mib;
+  }
+  auto stateAt = [&](size_t m) -> CUdeviceptr {
+    size_t t = static_cast<size_t>(std::upper_bound(firstMib.begin(), firstMib.end(), m) - firstMib.begin()) - 1;
+    return state[t].ptr + (m - firstMib[t]) * kMiB;
+  };
+  for (size_t m = 0; m < static_cast<size_t>(stateMib); ++m) {
+    CHECK(cuMemsetD32(stateAt(m), statePattern(m), kMiB / 4));
   }
   int windowWords = static_cast<int>(kMiB / 4);
 
@@ -225,7 +244,7 @@ int main(int argc, char** argv) {
     launch(sgd, blocks(nW2, 256), 1, 256, 1, {&dW2.ptr, &dGW2.ptr, &lr, &nW2});
     launch(sgd, 1, 1, 256, 1, {&dB2.ptr, &dGB2.ptr, &lr, &nB2});
     if (stateMib > 0) {
-      CUdeviceptr window = dState.ptr + static_cast<size_t>(step % stateMib) * kMiB;
+      CUdeviceptr window = stateAt(static_cast<size_t>(step % stateMib));
       unsigned stepBits = static_cast<unsigned>(step);
       launch(stateUpdate, blocks(windowWords / 4, 256), 1, 256, 1,
              {&window, &dLoss.ptr, &dW1.ptr, &nW1, &windowWords, &stepBits});
@@ -250,11 +269,13 @@ int main(int argc, char** argv) {
     XXH3_64bits_update(hash, host.data(), host.size());
   }
   // The state after the weights, read in slices: it may be larger than host memory can spare.
-  std::vector<unsigned char> slice(std::min(dState.bytes, 64 * kMiB));
-  for (size_t done = 0; done < dState.bytes; done += slice.size()) {
-    size_t n = std::min(slice.size(), dState.bytes - done);
-    CHECK(cuMemcpyDtoH(slice.data(), dState.ptr + done, n));
-    XXH3_64bits_update(hash, slice.data(), n);
+  std::vector<unsigned char> slice(std::min(static_cast<size_t>(stateMib) * kMiB, 64 * kMiB));
+  for (const DeviceBuffer& tensor : state) {
+    for (size_t done = 0; done < tensor.bytes; done += slice.size()) {
+      size_t n = std::min(slice.size(), tensor.bytes - done);
+      CHECK(cuMemcpyDtoH(slice.data(), tensor.ptr + done, n));
+      XXH3_64bits_update(hash, slice.data(), n);
+    }
   }
   std::printf("weights checksum %016llx\n",
               static_cast<unsigned long long>(XXH3_64bits_digest(hash)));

@@ -262,3 +262,19 @@ def test_state_mib_python_and_cpp_print_the_same(programs, app_env, state_mib):
                            text=True, timeout=TIMEOUT, check=True).stdout
     assert outs[0].splitlines()[:-1] == plain.splitlines()[:-1], "the state must not change the step lines"
     assert (outs[0] == plain) == (state_mib == 0), "the state must be in the checksum, and only when asked"
+
+
+def test_state_tensors_do_not_change_the_output(programs, app_env):
+    """mlp-train --state-tensors splits the state into allocations; its bytes, and so the lines, stay."""
+    if isinstance(programs["mlp-train"], str):
+        pytest.skip(programs["mlp-train"])
+    outs = set()
+    for tensors in (1, 2, 5):
+        r = subprocess.run(programs["mlp-train"] + ["--iterations", "6", "--state-mib", "5", "--state-tensors",
+                                                    str(tensors)], env=app_env, capture_output=True, text=True,
+                           timeout=TIMEOUT, check=True)
+        outs.add(r.stdout)
+    assert len(outs) == 1
+    r = subprocess.run(programs["mlp-train"] + ["--state-mib", "2", "--state-tensors", "3"], env=app_env,
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 2 and "--state-tensors 3 is more than --state-mib 2" in r.stderr, r.stderr

@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+# What the concurrent protocols buy: the job's stall per checkpoint protocol, and its time to run again per restore.
+"""Usage: protocols_bench.py --phos PHOS --mlp MLP_TRAIN --out FILE
+                             [--sizes MIB,...] [--repeats N] [--iterations N] [--sleep-ms MS] [--at STEP]
+
+For each state size (mlp-train --state-mib; default 256,1024, or
+$PHOS_BENCH_PROTOCOL_SIZES), held in one allocation and in 1 MiB allocations
+(--state-tensors: speculation is per buffer, so a step that updates a 1 MiB
+window of one big buffer is taken to write all of it), against a private phosd
+started by `phos run` (bandwidth model on, as configured), in one run:
+
+  1. baseline: the job uninterrupted; its median time between step lines;
+  2. per protocol (stop, cow, recopy), --repeats times: `phos checkpoint
+     --leave-running --mode M` once step --at has printed; the stall the job
+     shows (the longest gap between step lines around the checkpoint, less the
+     baseline's median gap), phosd's gpu_stall_seconds (how long its GPU calls
+     waited) and total_seconds; the job must finish as the uninterrupted run;
+  3. per restore (eager, concurrent), --repeats times, of the stop-the-world
+     image: the time from starting `phos restore` to the job's next step line,
+     and what the concurrent loads did; the restored output must complete the
+     uninterrupted run's.
+
+Prints medians and the ratios against stop-the-world and eager restore, writes
+everything as JSON to --out; exits 1 if any output differs from the baseline,
+77 (skipped) without CRIU or root.
+"""
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from checkpoint_bench import Failure, Job, fail_run, modelled_pcie_bytes_per_s, parse_sizes, step_gaps  # noqa: E402
+
+PROTOCOLS = ["stop", "cow", "recopy"]
+RESTORES = ["eager", "concurrent"]
+
+
+def stall_around(job, asked, answered, gap):
+    """The longest gap between step lines from the one in flight at `asked` to the first after `answered`, less `gap`."""
+    steps = [(t, text) for t, text in job.lines if text.startswith("step ")]
+    before = max((i for i, (t, _) in enumerate(steps) if t <= asked), default=0)
+    after = next((i for i, (t, _) in enumerate(steps) if t >= answered), len(steps) - 1)
+    longest = max((steps[i + 1][0] - steps[i][0] for i in range(before, after)), default=0.0)
+    return max(longest - gap, 0.0)
+
+
+def checkpoint_once(a, run, env, runtime_dir, image, mode, reference, gap):
+    job = Job(run, env)
+    job.wait_lines(a.at, a.timeout)
+    asked = time.monotonic()
+    lines_asked = len(job.lines)
+    r = subprocess.run([a.phos, "checkpoint", "--pid", str(job.proc.pid), "--image", str(image), "--leave-running",
+                        "--mode", mode, "--json", "--runtime-dir", str(runtime_dir)],
+                       env=env, capture_output=True, text=True, timeout=a.timeout)
+    answered = time.monotonic()
+    if r.returncode != 0:
+        job.proc.kill()
+        fail_run(f"phos checkpoint --mode {mode} failed ({r.returncode}): {r.stderr}")
+    report = json.loads(r.stdout)
+    lines_done = len(job.lines)
+    if job.finish(a.timeout) != 0 or job.texts() != reference:
+        fail_run(f"the job checkpointed with --mode {mode} did not finish as the uninterrupted run:\n{job.stderr}")
+    return {"stall_s": stall_around(job, asked, answered, gap), "gpu_stall_s": report.get("gpu_stall_seconds"),
+            "total_s": report.get("total_seconds"), "cli_wall_s": answered - asked, "protocol": report.get("protocol"),
+            "copy_on_write": report.get("copy_on_write"), "recopy": report.get("recopy"),
+            "lines": (lines_asked, lines_done)}
+
+
+def restore_once(a, env, runtime_dir, image, eager, reference, window):
+    argv = [a.phos, "restore", "--image", str(image), "--json", "--runtime-dir", str(runtime_dir)]
+    for _ in range(50):
+        started = time.monotonic()
+        job = Job(argv + (["--eager"] if eager else []), env)
+        code = job.finish(a.timeout)
+        # phosd may still be ending the previous session of this pid.
+        if code == 0 or "is in use by phosd worker" not in job.stderr:
+            break
+        time.sleep(0.1)
+    if code != 0 or not job.lines:
+        fail_run(f"phos restore{' --eager' if eager else ''} exited with {code}:\n{job.stderr}")
+    report = json.loads(job.stderr.strip().splitlines()[-1])
+    prefix = reference[:len(reference) - len(job.lines)]
+    if not window[0] <= len(prefix) <= window[1] or prefix + job.texts() != reference:
+        fail_run("the restored job's output does not complete the uninterrupted run's")
+    return {"until_next_step_s": job.lines[0][0] - started, "restore_s": report.get("restore_seconds"),
+            "concurrent_load": report.get("concurrent_load"), "eager": report.get("eager")}
+
+
+def median(rows, key):
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def measure(a, size, tensors, runtime_dir, work, env):
+    run = [a.phos, "run", "--runtime-dir", str(runtime_dir), "--", a.mlp, "--iterations", str(a.iterations),
+           "--sleep-ms", str(a.sleep_ms), "--state-mib", str(size), "--state-tensors", str(tensors)]
+    base = Job(run, env)
+    if base.finish(a.timeout) != 0:
+        fail_run(f"the uninterrupted job failed:\n{base.stderr}")
+    reference = base.texts()
+    gap = statistics.median(step_gaps(base.lines))
+    row = {"state_mib": size, "state_tensors": tensors, "median_step_s": gap, "checkpoint": {}, "restore": {}}
+    window = None
+    image = work / f"image-{size}"
+    for mode in PROTOCOLS:
+        runs = []
+        for k in range(a.repeats):
+            shutil.rmtree(image, ignore_errors=True)
+            runs.append(checkpoint_once(a, run, env, runtime_dir, image, mode, reference, gap))
+            if mode == "stop" and k == a.repeats - 1:
+                window = runs[-1]["lines"]
+                shutil.move(image, work / f"stop-{size}")
+        row["checkpoint"][mode] = {"median_stall_s": median(runs, "stall_s"),
+                                   "median_gpu_stall_s": median(runs, "gpu_stall_s"),
+                                   "median_total_s": median(runs, "total_s"), "runs": runs}
+        shutil.rmtree(image, ignore_errors=True)
+    for kind in RESTORES:
+        runs = [restore_once(a, env, runtime_dir, work / f"stop-{size}", kind == "eager", reference, window)
+                for _ in range(a.repeats)]
+        row["restore"][kind] = {"median_until_next_step_s": median(runs, "until_next_step_s"), "runs": runs}
+    shutil.rmtree(work / f"stop-{size}", ignore_errors=True)
+    stop = row["checkpoint"]["stop"]["median_stall_s"]
+    for mode in ("cow", "recopy"):
+        m = row["checkpoint"][mode]["median_stall_s"]
+        row["checkpoint"][mode]["stall_ratio_to_stop"] = m / stop if stop else None
+    eager = row["restore"]["eager"]["median_until_next_step_s"]
+    row["restore"]["concurrent"]["ratio_to_eager"] = \
+        row["restore"]["concurrent"]["median_until_next_step_s"] / eager if eager else None
+    return row
+
+
+def fmt(value, spec):
+    return "-" if value is None else format(value, spec)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--phos", required=True)
+    p.add_argument("--mlp", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--sizes", type=parse_sizes,
+                   default=parse_sizes(os.environ.get("PHOS_BENCH_PROTOCOL_SIZES", "256,1024")))
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--iterations", type=int, default=30)
+    p.add_argument("--sleep-ms", type=int, default=20)
+    p.add_argument("--at", type=int, default=6)
+    p.add_argument("--timeout", type=float, default=600)
+    a = p.parse_args()
+    if os.geteuid() != 0:
+        print("protocols_bench: skipped: CRIU needs root", file=sys.stderr)
+        return 77
+    doctor = subprocess.run([a.phos, "doctor", "--json"], capture_output=True, text=True)
+    try:
+        if not any(c.get("name") == "criu" and c.get("ok") for c in json.loads(doctor.stdout).get("checks", [])):
+            raise ValueError
+    except ValueError:
+        print(f"protocols_bench: skipped: phos doctor finds no usable CRIU:\n{doctor.stdout}", file=sys.stderr)
+        return 77
+
+    runtime_dir = pathlib.Path(tempfile.mkdtemp(prefix="phos-bench-proto-", dir="/tmp"))
+    work = pathlib.Path(tempfile.mkdtemp(prefix="phos-bench-proto-images-"))
+    env = dict(os.environ, PHOS_RUNTIME_DIR=str(runtime_dir))
+    for name in ("LD_PRELOAD", "PHOS_LOG_STDERR"):
+        env.pop(name, None)
+    _, pcie_gbps, scale, source = modelled_pcie_bytes_per_s(env)
+    results = {"benchmark": "protocols", "iterations": a.iterations, "sleep_ms": a.sleep_ms, "at_line": a.at,
+               "repeats": a.repeats, "pcie_gbps": pcie_gbps, "bandwidth_scale": scale, "sizes": []}
+    failure = None
+    try:
+        for size in a.sizes:
+            for tensors in sorted({1, max(size, 1)}):
+                print(f"state {size} MiB in {tensors} allocation(s) ...", flush=True)
+                try:
+                    results["sizes"].append(measure(a, size, tensors, runtime_dir, work, env))
+                except Failure as e:
+                    failure = f"state {size} MiB in {tensors} allocation(s): {e}"
+                    break
+            if failure:
+                break
+    finally:
+        subprocess.run([a.phos, "daemon", "--stop", "--runtime-dir", str(runtime_dir)], env=env,
+                       capture_output=True, timeout=60)
+        shutil.rmtree(runtime_dir, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+    print(f"mlp-train --iterations {a.iterations} --sleep-ms {a.sleep_ms}, checkpoint (--leave-running) after line "
+          f"{a.at}, medians of {a.repeats}; modelled PCIe {pcie_gbps:g} GB/s x 1/{scale:g} ({source})")
+    print(f"{'state':>8} {'allocs':>6} {'protocol':>9} {'job stall':>10} {'GPU calls wait':>15} {'total':>7} "
+          f"{'stall/stop':>11}")
+    for row in results["sizes"]:
+        for mode in PROTOCOLS:
+            c = row["checkpoint"][mode]
+            print(f"{row['state_mib']:>4} MiB {row['state_tensors']:>6} {mode:>9} {fmt(c['median_stall_s'], '>9.3f')}s "
+                  f"{fmt(c['median_gpu_stall_s'], '>14.3f')}s {fmt(c['median_total_s'], '>6.2f')}s "
+                  f"{fmt(c.get('stall_ratio_to_stop'), '>11.2f')}")
+    print(f"{'state':>8} {'allocs':>6} {'restore':>11} {'to next step':>13} {'/eager':>7}")
+    for row in results["sizes"]:
+        for kind in RESTORES:
+            r = row["restore"][kind]
+            print(f"{row['state_mib']:>4} MiB {row['state_tensors']:>6} {kind:>11} "
+                  f"{fmt(r['median_until_next_step_s'], '>12.3f')}s "
+                  f"{fmt(r.get('ratio_to_eager'), '>7.2f')}")
+    results["ok"] = failure is None
+    with open(a.out, "w") as f:
+        json.dump(results, f, indent=2)
+        f.write("\n")
+    if failure:
+        print(f"\n*** WRONG RESULT: {failure}\n*** the figures above are not valid", file=sys.stderr)
+        return 1
+    print("every checkpointed and restored run printed the uninterrupted run's lines")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
