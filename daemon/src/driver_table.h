@@ -7,6 +7,7 @@
 
 #include <array>
 #include <string>
+#include <string_view>
 
 #include "phos/common/status.h"
 #include "phos/cuda_api/entry_points.h"
@@ -46,5 +47,11 @@ class DriverTable {
 // `PHOS_DRIVER(table, MemAlloc_v2)(&p, n)` calls the driver's cuMemAlloc_v2.
 #define PHOS_DRIVER(table, name) \
   (table).get<decltype(&::cu##name)>(::phos::cuda_api::EntryPointId::kCu##name)
+
+// A driver call's result as a Status naming what was asked.
+inline Status driverStatus(CUresult r, std::string_view what) {
+  if (r == CUDA_SUCCESS) return Status::ok();
+  return makeError(Code::kFailedPrecondition, "{}: CUresult {}", what, static_cast<int>(r));
+}
 
 }  // namespace phos::daemon

@@ -62,11 +62,6 @@ constexpr CUlimit kSettableLimits[] = {
 
 std::string hex(uint64_t v) { return fmt::format("{:#x}", v); }
 
-Status cuStatus(CUresult r, std::string_view what) {
-  if (r == CUDA_SUCCESS) return Status::ok();
-  return makeError(Code::kFailedPrecondition, "{}: CUresult {}", what, static_cast<int>(r));
-}
-
 // The driver entry points the engine calls beyond those phosd needs to run:
 // a driver without one (older than CUDA 12.4) cannot checkpoint.
 Status requireEntryPoints(const DriverTable& d) {
@@ -165,11 +160,11 @@ class ChunkCopier {
       return PHOS_DRIVER(driver_, MemcpyDtoHAsync_v2)(buffers_[i % 2], address + i * chunkBytes_, length(i), nullptr);
     };
     if (chunks == 0) return Status::ok();
-    RETURN_IF_ERROR(cuStatus(issue(0), fmt::format("copying device memory at {}", hex(address))));
+    RETURN_IF_ERROR(driverStatus(issue(0), fmt::format("copying device memory at {}", hex(address))));
     for (uint64_t i = 0; i < chunks; ++i) {
-      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(driver_, CtxSynchronize)(), "waiting for a device copy"));
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(driver_, CtxSynchronize)(), "waiting for a device copy"));
       if (i + 1 < chunks) {
-        RETURN_IF_ERROR(cuStatus(issue(i + 1), fmt::format("copying device memory at {}", hex(address))));
+        RETURN_IF_ERROR(driverStatus(issue(i + 1), fmt::format("copying device memory at {}", hex(address))));
       }
       RETURN_IF_ERROR(writer.writeChunk(blob, i, {buffers_[i % 2], length(i)}));
       advanced(length(i));
@@ -190,14 +185,14 @@ class ChunkCopier {
       std::byte* buf = buffers_[i % 2];
       const uint32_t n = info.chunkRawBytes(i);
       // The buffer is free again once the copy issued two chunks ago is done.
-      if (i >= 2) RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(driver_, CtxSynchronize)(), "waiting for a device copy"));
+      if (i >= 2) RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(driver_, CtxSynchronize)(), "waiting for a device copy"));
       RETURN_IF_ERROR(reader.readChunk(blob, i, {buf, n}));
-      RETURN_IF_ERROR(cuStatus(
+      RETURN_IF_ERROR(driverStatus(
           PHOS_DRIVER(driver_, MemcpyHtoDAsync_v2)(address + i * uint64_t{info.chunkBytes}, buf, n, nullptr),
           fmt::format("copying {} back to {}", info.name, hex(address))));
       advanced(n);
     }
-    return cuStatus(PHOS_DRIVER(driver_, CtxSynchronize)(), "waiting for a device copy");
+    return driverStatus(PHOS_DRIVER(driver_, CtxSynchronize)(), "waiting for a device copy");
   }
 
   void release() {
@@ -609,8 +604,8 @@ class Engine {
     std::vector<std::byte> bytes;
     for (const SavedBuffer& b : buffers) {
       bytes.resize(b.bytes);
-      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(s.driver_, CtxSetCurrent)(b.context), "making a context current"));
-      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(s.driver_, MemcpyDtoH_v2)(bytes.data(), b.address, b.bytes),
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(s.driver_, CtxSetCurrent)(b.context), "making a context current"));
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(s.driver_, MemcpyDtoH_v2)(bytes.data(), b.address, b.bytes),
                                "reading the reference snapshot"));
       std::ofstream out(std::filesystem::path(dir) / hex(b.address), std::ios::binary | std::ios::trunc);
       out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
@@ -632,11 +627,24 @@ class Engine {
     return buffers;
   }
 
+  // The end of a protocol's window (the session paused, its mutex held): its
+  // contexts drain (a context's sticky error is the application's to see),
+  // and what its twins reported since the window opened.
+  static std::vector<Violation> closeWindow(Session& s) {
+    for (const auto& [vid, ctx] : s.contexts_) {
+      if (ctx.real == nullptr) continue;
+      PHOS_DRIVER(s.driver_, CtxSetCurrent)(ctx.real);
+      PHOS_DRIVER(s.driver_, CtxSynchronize)();
+    }
+    s.currentReal_ = nullptr;
+    return s.validator_.collect();
+  }
+
   // Waits for everything the session's contexts run. Its mutex is held.
   static Status drainContexts(Session& s) {
     for (const auto& [vid, ctx] : s.contexts_) {
       if (ctx.real == nullptr) continue;
-      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(s.driver_, CtxSetCurrent)(ctx.real), "making a context current"));
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(s.driver_, CtxSetCurrent)(ctx.real), "making a context current"));
       if (CUresult r = PHOS_DRIVER(s.driver_, CtxSynchronize)(); r != CUDA_SUCCESS) {
         return makeError(Code::kFailedPrecondition,
                          "context {} of the session failed (CUresult {}): its memory cannot be trusted", hex(vid),
@@ -672,7 +680,7 @@ class Engine {
     }
     ASSIGN_OR_RETURN(staged, StagedWrite::reserve(d, reserve));
     if (!buffers.empty()) {
-      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, CtxSetCurrent)(buffers.front().context), "making a context current"));
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, CtxSetCurrent)(buffers.front().context), "making a context current"));
       staged->registerMemory();
       PHOS_DRIVER(d, CtxSetCurrent)(nullptr);
     }
@@ -779,13 +787,7 @@ class Engine {
     if (Status paused = s.pause(kPauseTimeout); paused.isOk()) {
       {
         std::lock_guard lock(s.mutex_);
-        for (const auto& [vid, ctx] : s.contexts_) {
-          if (ctx.real == nullptr) continue;
-          PHOS_DRIVER(s.driver_, CtxSetCurrent)(ctx.real);
-          PHOS_DRIVER(s.driver_, CtxSynchronize)();
-        }
-        s.currentReal_ = nullptr;
-        found = s.validator_.collect();
+        found = closeWindow(s);
         s.setAccessGate({});
         s.validator_.setMode(before);
         s.transfers_.track(false);
@@ -825,7 +827,7 @@ class Engine {
     json contexts = json::array();
     for (const auto& [vid, ctx] : s.contexts_) {
       if (ctx.real == nullptr) continue;
-      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, CtxSetCurrent)(ctx.real), "making a context current"));
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, CtxSetCurrent)(ctx.real), "making a context current"));
       CUresult r = PHOS_DRIVER(d, CtxSynchronize)();
       if (r != CUDA_SUCCESS) {
         return makeError(Code::kFailedPrecondition,
@@ -1056,7 +1058,7 @@ class Engine {
         staged.reset();
         ASSIGN_OR_RETURN(staged, StagedWrite::reserve(d, total));
       }
-      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, CtxSetCurrent)(contextOnDevice(byDevice.begin()->first)),
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, CtxSetCurrent)(contextOnDevice(byDevice.begin()->first)),
                                "making a context current"));
       staged->registerMemory();
     } else {
@@ -1069,7 +1071,7 @@ class Engine {
     for (const auto& [device, list] : byDevice) {
       CUcontext ctx = contextOnDevice(device);
       if (ctx == nullptr) return makeError(Code::kInternal, "device {} memory without a context of the session", device);
-      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, CtxSetCurrent)(ctx), "making a context current"));
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, CtxSetCurrent)(ctx), "making a context current"));
       if (stage && recopier != nullptr) {
         // Soft recopy: clean chunks are in their slots already.
         for (const Copy* c : list) {
@@ -1086,13 +1088,13 @@ class Engine {
             } else {
               offset += n;
             }
-            RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, MemcpyDtoHAsync_v2)(staged->data() + to, c->address + at, n, nullptr),
+            RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, MemcpyDtoHAsync_v2)(staged->data() + to, c->address + at, n, nullptr),
                                      fmt::format("copying device memory at {}", hex(c->address + at))));
             items.push_back({c->blob, to, n, at / chunk});
             recopied += n;
           }
         }
-        RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, CtxSynchronize)(), "waiting for the device copies"));
+        RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, CtxSynchronize)(), "waiting for the device copies"));
         uint64_t bytes = 0;
         for (const Copy* c : list) bytes += c->bytes;
         phase.advance(bytes);
@@ -1100,12 +1102,12 @@ class Engine {
       }
       if (stage) {
         for (const Copy* c : list) {
-          RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, MemcpyDtoHAsync_v2)(staged->data() + offset, c->address, c->bytes, nullptr),
+          RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, MemcpyDtoHAsync_v2)(staged->data() + offset, c->address, c->bytes, nullptr),
                                    fmt::format("copying device memory at {}", hex(c->address))));
           items.push_back({c->blob, offset, c->bytes});
           offset += c->bytes;
         }
-        RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, CtxSynchronize)(), "waiting for the device copies"));
+        RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, CtxSynchronize)(), "waiting for the device copies"));
         phase.advance(offset - advanced);
         advanced = offset;
         continue;
@@ -1224,13 +1226,7 @@ class Engine {
       if (Status paused = s.pause(kPauseTimeout); paused.isOk()) {
         {
           std::lock_guard lock(s.mutex_);
-          for (const auto& [vid, ctx] : s.contexts_) {
-            if (ctx.real == nullptr) continue;
-            PHOS_DRIVER(s.driver_, CtxSetCurrent)(ctx.real);
-            PHOS_DRIVER(s.driver_, CtxSynchronize)();
-          }
-          s.currentReal_ = nullptr;
-          found = s.validator_.collect();
+          found = closeWindow(s);
           s.setAccessGate({});
           s.validator_.setMode(validation);
           s.transfers_.track(false);
@@ -1290,7 +1286,7 @@ class Engine {
       s.contexts_[vid] = {real, device, c.value("primary", false)};
       s.handles_.bind(HandleType::kCUctx_st, vid, real);
       s.captureOutput(real);
-      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, CtxSetCurrent)(real), "making a context current"));
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, CtxSetCurrent)(real), "making a context current"));
       const json limits = c.value("limits", json::object());
       for (const auto& [limit, value] : limits.items()) {
         const CUlimit which = static_cast<CUlimit>(std::stoi(limit));
@@ -1298,7 +1294,7 @@ class Engine {
         // Set only what differs from the fresh context's value: some limits
         // cannot be set once the context ran work, and most were never changed.
         if (PHOS_DRIVER(d, CtxGetLimit)(&now, which) == CUDA_SUCCESS && now != value.get<size_t>()) {
-          RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, CtxSetLimit)(which, value.get<size_t>()),
+          RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, CtxSetLimit)(which, value.get<size_t>()),
                                    fmt::format("setting limit {} of context {} again", limit, hex(vid))));
         }
       }
@@ -1320,7 +1316,7 @@ class Engine {
     };
     auto makeCurrent = [&](uint64_t vid) -> Status {
       ASSIGN_OR_RETURN(CUcontext real, contextReal(vid));
-      return cuStatus(PHOS_DRIVER(d, CtxSetCurrent)(real), "making a context current");
+      return driverStatus(PHOS_DRIVER(d, CtxSetCurrent)(real), "making a context current");
     };
 
     uint64_t total = 0;
@@ -1496,7 +1492,7 @@ class Engine {
       const uint64_t context = x.value("context", uint64_t{0});
       RETURN_IF_ERROR(makeCurrent(context));
       CUstream stream = nullptr;
-      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, StreamCreateWithPriority)(&stream, x.value("flags", 0u), x.value("priority", 0)),
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, StreamCreateWithPriority)(&stream, x.value("flags", 0u), x.value("priority", 0)),
                                fmt::format("creating stream {} again", hex(sid))));
       s.handles_.bind(HandleType::kCUstream_st, sid, stream);
       s.contextOfHandle_[sid] = context;
@@ -1507,7 +1503,7 @@ class Engine {
       const unsigned flags = x.value("flags", 0u);
       RETURN_IF_ERROR(makeCurrent(context));
       CUevent event = nullptr;
-      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, EventCreate)(&event, flags), fmt::format("creating event {} again", hex(eid))));
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, EventCreate)(&event, flags), fmt::format("creating event {} again", hex(eid))));
       s.handles_.bind(HandleType::kCUevent_st, eid, event);
       s.contextOfHandle_[eid] = context;
       s.eventFlags_[eid] = flags;
@@ -1528,7 +1524,7 @@ class Engine {
       s.pinned_[r.address] = r;  // from here on stop() unmaps and removes it
       RETURN_IF_ERROR(reader.read(blob, 0, {reinterpret_cast<std::byte*>(r.address), r.bytes}));
       RETURN_IF_ERROR(makeCurrent(r.context));
-      RETURN_IF_ERROR(cuStatus(PHOS_DRIVER(d, MemHostRegister_v2)(reinterpret_cast<void*>(r.address), r.mapped,
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, MemHostRegister_v2)(reinterpret_cast<void*>(r.address), r.mapped,
                                                                    CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP),
                                fmt::format("registering pinned memory at {} again", hex(r.address))));
     }

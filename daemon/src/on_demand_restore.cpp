@@ -12,11 +12,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Status driverStatus(CUresult r, std::string_view what) {
-  if (r == CUDA_SUCCESS) return Status::ok();
-  return makeError(Code::kInternal, "{}: CUresult {}", what, static_cast<int>(r));
-}
-
 }  // namespace
 
 OnDemandRestore::OnDemandRestore(const DriverTable& driver, std::shared_ptr<const image::ImageReader> reader,

@@ -16,11 +16,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Status driverStatus(CUresult r, std::string_view what) {
-  if (r == CUDA_SUCCESS) return Status::ok();
-  return makeError(Code::kInternal, "{}: CUresult {}", what, static_cast<int>(r));
-}
-
 }  // namespace
 
 SoftCopyOnWrite::SoftCopyOnWrite(const DriverTable& driver, image::ImageWriter& writer,

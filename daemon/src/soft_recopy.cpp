@@ -8,14 +8,6 @@
 #include <fmt/format.h>
 
 namespace phos::daemon {
-namespace {
-
-Status driverStatus(CUresult r, std::string_view what) {
-  if (r == CUDA_SUCCESS) return Status::ok();
-  return makeError(Code::kInternal, "{}: CUresult {}", what, static_cast<int>(r));
-}
-
-}  // namespace
 
 SoftRecopy::SoftRecopy(const DriverTable& driver, const std::vector<SavedBuffer>& buffers, std::byte* staging,
                        uint64_t capacity, size_t chunkBytes)

@@ -172,8 +172,8 @@ def test_checkpoint_while_memory_loads_waits_for_the_loads(criu, phos, slow_phos
     while the other four load (about 3 s here); a checkpoint asked meanwhile
     starts once they are loaded."""
     from job_output import lines, wait_for
-    from test_soft_recopy import Client
-    client = Client(phos, slow_phosd, tmp_path)
+    from test_soft_cow import Client
+    client = Client(phos, slow_phosd, tmp_path, hot=2)
     try:
         client.wait_iterations(2)
         r = subprocess.run([str(phos), "checkpoint", "--pid", str(client.proc.pid), "--image", str(tmp_path / "image"),

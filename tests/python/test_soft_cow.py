@@ -23,10 +23,11 @@ TIMEOUT = 60
 BUFFERS = 6
 BUFFER_BYTES = 8 << 20
 
-# Writes its buffers with kernels, memsets and copies (a transfer of
-# `transfer_bytes` from its memory into the third; without kernels, only the
-# memset and the transfer), iteration after iteration, until killed; prints a
-# line per iteration.
+# Writes its first `hot` buffers whole with kernels, 4 KiB of the second with
+# a memset and `transfer_bytes` of the third with a copy from its memory,
+# iteration after iteration, until killed; prints a line per iteration. With
+# spill_every, a kernel also writes into the second buffer through a pointer
+# into the first.
 CLIENT = PRELUDE + r'''
 src = b"""
 extern "C" __global__ void step(unsigned* a, unsigned n, unsigned k) {
@@ -41,7 +42,7 @@ extern "C" __global__ void spill(unsigned* a, long long offset, unsigned n, unsi
 }
 """
 buffers, words, spill_every = int(sys.argv[1]), int(sys.argv[2]) // 4, int(sys.argv[3])
-transfer_words, kernels = int(sys.argv[4]) // 4, int(sys.argv[5])
+transfer_words, hot = int(sys.argv[4]) // 4, int(sys.argv[5])
 ptx = compile_ptx(src)
 ok(cu.cuInit(0))
 ctx = ok(cu.cuDevicePrimaryCtxRetain(ok(cu.cuDeviceGet(0))))
@@ -62,7 +63,7 @@ small = np.arange(transfer_words, dtype=np.uint32)
 k = 0
 while True:
     k += 1
-    for b in bufs[:len(bufs) * kernels]:
+    for b in bufs[:hot]:
         launch(step, (int(b), np.uint64), (words, np.uint32), (k, np.uint32))
     ok(cu.cuMemsetD32(int(bufs[1]) + 4096, k, 1024))
     small += 1
@@ -91,7 +92,7 @@ def read_blob(image: pathlib.Path, manifest: dict, name: str) -> bytes:
 
 
 class Client:
-    def __init__(self, phos, phosd, tmp_path, spill_every=0, transfer_bytes=4096, kernels=True):
+    def __init__(self, phos, phosd, tmp_path, spill_every=0, transfer_bytes=4096, hot=BUFFERS):
         pytest.importorskip("cuda.bindings.nvrtc")
         env = phosd.client_env(PHOS=phos)
         env["LD_LIBRARY_PATH"] = ":".join(["/usr/local/cuda/lib64", env.get("LD_LIBRARY_PATH", "")])
@@ -101,7 +102,7 @@ class Client:
         with open(self.out, "w") as out, open(self.err, "w") as err:
             self.proc = subprocess.Popen(
                 [str(phos), "run", "--runtime-dir", str(phosd.runtime_dir), "--", sys.executable, "-c", CLIENT,
-                 str(BUFFERS), str(BUFFER_BYTES), str(spill_every), str(transfer_bytes), str(int(kernels))],
+                 str(BUFFERS), str(BUFFER_BYTES), str(spill_every), str(transfer_bytes), str(hot)],
                 env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
 
     def iterations(self):
@@ -201,7 +202,7 @@ def test_the_jobs_own_transfers_go_first(criu, phos, slow_copies, tmp_path):
     (here it does little else: a 4 MiB copy into device memory per iteration,
     about 0.3 s each)."""
     phosd, reference = slow_copies
-    client = Client(phos, phosd, tmp_path, transfer_bytes=4 << 20, kernels=False)
+    client = Client(phos, phosd, tmp_path, transfer_bytes=4 << 20, hot=0)
     try:
         client.wait_iterations(2)
         report = checkpoint(phos, phosd, client.proc.pid, tmp_path / "image")

@@ -13,93 +13,16 @@ restores to the uninterrupted run's end.
 import json
 import signal
 import subprocess
-import sys
 
 import pytest
 
-from driver_client import PRELUDE
-from job_output import lines, wait_for
 from test_checkpoint_phos import after_checkpoint, app_env, command, criu, programs, reference  # noqa: F401
 from test_concurrent_restore import restore
-from test_soft_cow import read_blob
+from test_soft_cow import BUFFER_BYTES, BUFFERS, Client, read_blob
 
 TIMEOUT = 90
-BUFFERS = 6
-BUFFER_BYTES = 8 << 20
-
-# Writes two of its buffers whole and 4 KiB of a third per iteration (the rest
-# stays as initialized), until killed; prints a line per iteration. With
-# spill_every, a kernel also writes into buffer 4 through a pointer into buffer 3.
-CLIENT = PRELUDE + r'''
-src = b"""
-extern "C" __global__ void step(unsigned* a, unsigned n, unsigned k) {
-    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-        a[i] = a[i] * 1664525u + 1013904223u + k;
-}
-extern "C" __global__ void spill(unsigned* a, long long offset, unsigned n, unsigned k) {
-    unsigned* b = (unsigned*)((char*)a + offset);
-    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) b[i] = k;
-}
-"""
-buffers, words, spill_every = int(sys.argv[1]), int(sys.argv[2]) // 4, int(sys.argv[3])
-ok(cu.cuInit(0))
-ctx = ok(cu.cuDevicePrimaryCtxRetain(ok(cu.cuDeviceGet(0))))
-ok(cu.cuCtxSetCurrent(ctx))
-module = ok(cu.cuModuleLoadData(compile_ptx(src)))
-step = ok(cu.cuModuleGetFunction(module, b"step"))
-spill = ok(cu.cuModuleGetFunction(module, b"spill"))
-bufs = [ok(cu.cuMemAlloc(words * 4)) for _ in range(buffers)]
-
-def launch(f, *values):
-    holders = [np.array([v], dtype=t) for v, t in values]
-    args = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
-    ok(cu.cuLaunchKernel(f, 64, 1, 1, 128, 1, 1, 0, 0, args.ctypes.data, 0))
-
-for i, b in enumerate(bufs):
-    ok(cu.cuMemsetD32(b, i + 1, words))
-k = 0
-while True:
-    k += 1
-    for b in bufs[:2]:
-        launch(step, (int(b), np.uint64), (words, np.uint32), (k, np.uint32))
-    ok(cu.cuMemsetD32(int(bufs[2]) + 4096, k, 1024))
-    if spill_every and k % spill_every == 0:
-        launch(spill, (int(bufs[3]), np.uint64), (int(bufs[4]) - int(bufs[3]), np.int64), (1024, np.uint32),
-               (k, np.uint32))
-    ok(cu.cuCtxSynchronize())
-    print(k, flush=True)
-'''
-
-
-class Client:
-    def __init__(self, phos, phosd, tmp_path, spill_every=0):
-        pytest.importorskip("cuda.bindings.nvrtc")
-        env = phosd.client_env(PHOS=phos)
-        env["LD_LIBRARY_PATH"] = ":".join(["/usr/local/cuda/lib64", env.get("LD_LIBRARY_PATH", "")])
-        env.pop("LD_PRELOAD")
-        self.out = tmp_path / "client.out"
-        self.err = tmp_path / "client.err"
-        with open(self.out, "w") as out, open(self.err, "w") as err:
-            self.proc = subprocess.Popen(
-                [str(phos), "run", "--runtime-dir", str(phosd.runtime_dir), "--", sys.executable, "-c", CLIENT,
-                 str(BUFFERS), str(BUFFER_BYTES), str(spill_every)],
-                env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
-
-    def iterations(self):
-        done = lines(self.out)
-        return int(done[-1]) if done else 0
-
-    def wait_iterations(self, n):
-        def ready():
-            if self.proc.poll() is not None:
-                pytest.fail(f"the client exited with {self.proc.returncode}: {self.err.read_text()}")
-            return self.iterations() >= n
-        wait_for(ready, TIMEOUT, f"{n} iterations of the client")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+# The job: test_soft_cow's client writing two of its buffers whole per iteration.
+HOT = 2
 
 
 @pytest.fixture
@@ -139,7 +62,7 @@ def image_matches_reference(image, snapshots):
 @pytest.mark.parametrize("spill_every", [0, 1])
 def test_recopy_image_is_the_state_at_the_end(criu, phos, slow_copies, tmp_path, spill_every):
     phosd, snapshots = slow_copies
-    client = Client(phos, phosd, tmp_path, spill_every)
+    client = Client(phos, phosd, tmp_path, spill_every, hot=HOT)
     try:
         client.wait_iterations(3)
         image = tmp_path / "image"
