@@ -12,6 +12,7 @@ the uninterrupted run's from a line within its checkpoint's window, and the
 job must end with the uninterrupted run's last line.
 """
 import os
+import pathlib
 import random
 import shutil
 import signal
@@ -66,9 +67,29 @@ for k in range(1, iterations + 1):
 '''
 
 PROTOCOLS = [("stop", False), ("recopy", False), ("cow", True), ("recopy", True)]
+PID_MAX = pathlib.Path("/proc/sys/kernel/pid_max")
 
 
-def test_random_checkpoints_and_restores(criu, phos, build_dir, start_phosd, tmp_path):
+@pytest.fixture
+def roomy_pids():
+    """CRIU restores a process with its thread ids, so a restore fails once
+    another process took one of them. A cycle starts about 130 processes
+    (CRIU, its action scripts, phos, workers): with Linux's default pid_max of
+    32768 the ids wrap after some 250 cycles, and a thread id of the job may be
+    taken. The test raises pid_max (as root) for its run; outside namespaces,
+    that limit is CRIU's and every restore's, and is not what it tests."""
+    before = int(PID_MAX.read_text())
+    if before < 4194304:
+        try:
+            PID_MAX.write_text("4194304")
+        except OSError:
+            pass
+    yield
+    if int(PID_MAX.read_text()) != before:
+        PID_MAX.write_text(str(before))
+
+
+def test_random_checkpoints_and_restores(criu, roomy_pids, phos, build_dir, start_phosd, tmp_path):
     pytest.importorskip("cuda.bindings.nvrtc")
     cycles = int(os.environ.get("PHOS_STRESS_CYCLES", "120"))
     seed = int(os.environ.get("PHOS_STRESS_SEED", str(random.randrange(1 << 30))))
