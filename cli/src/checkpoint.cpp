@@ -2,12 +2,14 @@
 // phos checkpoint / phos restore: a running process into an image and back.
 #include "phos/daemon/checkpoint.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -17,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "byte_units.h"
+#include "progress_line.h"
 #include "phos/common/ipc/control.h"
 #include "subcommands.h"
 
@@ -65,63 +68,6 @@ int daemonExitCode(const std::string& code) {
 std::string runtimeDirOf(const std::string& given) {
   return given.empty() ? ipc::runtimeDir() : given;
 }
-
-// One line on stderr, redrawn in place, while a checkpoint or restore runs:
-// phase, bytes done of the phase's total, throughput and time left. Only on a
-// terminal, and never with --json.
-class ProgressLine {
- public:
-  explicit ProgressLine(bool wanted) : enabled_(wanted && ::isatty(STDERR_FILENO) == 1) {}
-  ~ProgressLine() { clear(); }
-
-  void update(const json& progress) {
-    if (!enabled_ || !progress.is_object()) return;
-    std::lock_guard lock(mutex_);
-    std::string phase = progress.value("phase", std::string("?"));
-    uint64_t bytes = progress.value("bytes", uint64_t{0});
-    uint64_t total = progress.value("total", uint64_t{0});
-    auto now = std::chrono::steady_clock::now();
-    if (phase != phase_) {
-      phase_ = phase;
-      phaseStart_ = now;
-    } else if (now - lastDraw_ < std::chrono::milliseconds(100) && bytes < total) {
-      return;
-    }
-    lastDraw_ = now;
-    double seconds = std::chrono::duration<double>(now - phaseStart_).count();
-    std::string line = fmt::format("{:<10} {}", phase, formatBytes(bytes));
-    if (total > 0) {
-      line += fmt::format(
-          " / {} ({:.0f}%)", formatBytes(total),
-          100.0 * static_cast<double>(std::min(bytes, total)) / static_cast<double>(total));
-    }
-    if (seconds > 0.05 && bytes > 0) {
-      double rate = static_cast<double>(bytes) / seconds;
-      line += fmt::format("  {}/s", formatBytes(static_cast<uint64_t>(rate)));
-      if (total > bytes) {
-        line += fmt::format("  ETA {:.1f} s", static_cast<double>(total - bytes) / rate);
-      }
-    }
-    std::fprintf(stderr, "\r\033[K%s", line.c_str());
-    std::fflush(stderr);
-    drawn_ = true;
-  }
-
-  void clear() {
-    std::lock_guard lock(mutex_);
-    if (!drawn_) return;
-    std::fprintf(stderr, "\r\033[K");
-    std::fflush(stderr);
-    drawn_ = false;
-  }
-
- private:
-  bool enabled_;
-  std::mutex mutex_;
-  bool drawn_ = false;
-  std::string phase_;
-  std::chrono::steady_clock::time_point phaseStart_{}, lastDraw_{};
-};
 
 struct CheckpointArgs {
   pid_t pid = 0;
@@ -329,6 +275,7 @@ struct RestoreArgs {
   std::string runtimeDir;
   bool detach = false;
   bool keepDescriptors = false;
+  std::string stdio[3];  // --stdin, --stdout, --stderr: files for the job's 0, 1, 2
   bool json = false;
   bool eager = false;
 };
@@ -493,6 +440,25 @@ int restoreOnce(const RestoreArgs& args, bool eager, std::string& rollback) {
   options.image = args.image;
   options.detach = args.detach;
   options.inheritStdio = !args.keepDescriptors;
+  // Files given for the job's standard descriptors (a migrated job's log).
+  struct Files {
+    int fds[3] = {-1, -1, -1};
+    ~Files() {
+      for (int fd : fds)
+        if (fd >= 0) ::close(fd);
+    }
+  } files;
+  for (int fd = 0; fd < 3; ++fd) {
+    if (args.stdio[fd].empty()) continue;
+    files.fds[fd] = ::open(args.stdio[fd].c_str(),
+                           fd == 0 ? O_RDONLY | O_CLOEXEC : O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (files.fds[fd] < 0) {
+      std::fprintf(stderr, "phos restore: cannot open %s for the job's %s: %s\n", args.stdio[fd].c_str(),
+                   fd == 0 ? "stdin" : fd == 1 ? "stdout" : "stderr", std::strerror(errno));
+      return kExitBadInput;
+    }
+    options.stdio[fd] = files.fds[fd];
+  }
   options.beforeRestore = [&gpu](const image::ImageReader& reader) { return gpu.before(reader); };
   std::optional<double> runningAfter;
   auto start = std::chrono::steady_clock::now();
@@ -531,6 +497,7 @@ int restoreOnce(const RestoreArgs& args, bool eager, std::string& rollback) {
   json out = {{"pid", report->pid},
               {"image", args.image},
               {"restore_seconds", report->restoreSeconds},
+              {"running_seconds", runningAfter.value_or(report->restoreSeconds)},
               {"total_seconds", report->totalSeconds},
               {"gpu_session", gpu.used()},
               {"eager", eager},
@@ -613,6 +580,9 @@ void addRestore(CLI::App& app, SubcommandRunner& runner) {
   cmd->add_flag("--keep-descriptors", args->keepDescriptors,
                 "restore stdin/stdout/stderr as they were at the checkpoint (default: attach "
                 "them to phos restore's own)");
+  cmd->add_option("--stdin", args->stdio[0], "the job's stdin comes from FILE (default: phos restore's own)");
+  cmd->add_option("--stdout", args->stdio[1], "the job's stdout is appended to FILE (default: phos restore's own)");
+  cmd->add_option("--stderr", args->stdio[2], "the job's stderr is appended to FILE (default: phos restore's own)");
   cmd->add_option("--runtime-dir", args->runtimeDir,
                   "where phosd's control socket lives, for images with GPU state");
   cmd->add_flag("--json", args->json,

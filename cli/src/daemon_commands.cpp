@@ -50,6 +50,8 @@ struct DaemonArgs {
   int pool = 2;
   int poolContexts = 1;
   std::string signatures;
+  std::string keyFile;
+  std::string listen;
   bool stop = false;
 };
 
@@ -85,6 +87,11 @@ int runDaemon(const DaemonArgs& args) {
   options.spareWorkers = args.pool;
   options.contextsPerDevice = args.poolContexts;
   options.signatures = args.signatures;
+  options.keyFile = args.keyFile;
+  options.listen = args.listen;
+  // What restores the jobs migrated in: this very binary (phos restore).
+  std::error_code ec;
+  options.cli = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   auto started = daemon::Daemon::start(options);
   if (!started.isOk()) {
     std::fprintf(stderr, "phos daemon: %s\n", started.status().message().c_str());
@@ -322,6 +329,10 @@ void addDaemon(CLI::App& app, SubcommandRunner& runner) {
   cmd->add_option("--signatures", args->signatures,
                   "a signature database from `phos-instrument scan` (kernel argument types from the sources)")
       ->envname("PHOS_SIGNATURES");
+  cmd->add_option("--key", args->keyFile,
+                  "shared key file for live migration: proven to targets, demanded of peers migrating in "
+                  "(at least 16 bytes; e.g. head -c 32 /dev/urandom > FILE)");
+  cmd->add_option("--listen", args->listen, "accept migrations from peers holding the key on ADDR:PORT (needs --key)");
   cmd->add_flag("--stop", args->stop, "ask the running daemon to exit");
   cmd->callback([&runner, args] { runner = [args] { return runDaemon(*args); }; });
 }

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   phos::cli::addRun(app, runner);
   phos::cli::addValidate(app, runner);
   phos::cli::addPs(app, runner);
+  phos::cli::addMigrate(app, runner);
 #endif
 
   // Unknown words are kept so that the error can name them; CLI11 would

@@ -33,5 +33,6 @@ void addDaemon(CLI::App& app, SubcommandRunner& runner);       // daemon_command
 void addRun(CLI::App& app, SubcommandRunner& runner);          // daemon_commands.cpp
 void addPs(CLI::App& app, SubcommandRunner& runner);           // daemon_commands.cpp
 void addValidate(CLI::App& app, SubcommandRunner& runner);     // daemon_commands.cpp
+void addMigrate(CLI::App& app, SubcommandRunner& runner);      // migrate.cpp
 
 }  // namespace phos::cli

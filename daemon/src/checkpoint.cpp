@@ -421,6 +421,8 @@ class StoppedTree {
     armed_ = false;
     signalTree(SIGKILL);
   }
+  // Neither killed nor resumed: it stays stopped.
+  void release() { armed_ = false; }
 
  private:
   void signalTree(int signal) {
@@ -587,13 +589,22 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
   });
   RETURN_IF_ERROR_CTX(writer->commit(),
                       fmt::format("writing the image (pid {} keeps running)", pid));
-  stopped.kill();  // published: the process ends, as a dump without --leave-running does
-
   CheckpointReport report;
   report.pid = pid;
   // As ImageWriter names it: "a/../b" and "b/" are the directory b.
   report.image = fs::absolute(options.image).lexically_normal();
   if (!report.image.has_filename()) report.image = report.image.parent_path();
+  if (hooks.handOver && !options.leaveRunning) {
+    bool leaveStopped = false;
+    if (Status handed = hooks.handOver(report.image, leaveStopped); !handed.isOk()) {
+      if (leaveStopped) {
+        stopped.release();
+        return handed.withContext(fmt::format("pid {} is left stopped (kill -CONT {} resumes it)", pid, pid));
+      }
+      return handed.withContext(fmt::format("handing pid {} over (it runs on here)", pid));
+    }
+  }
+  stopped.kill();  // published: the process ends, as a dump without --leave-running does
   ASSIGN_OR_RETURN(auto reader, image::ImageReader::open(report.image));
   for (const auto& file : reader->manifest().cpuFiles) {
     report.cpuBytes += file.size;
@@ -696,7 +707,7 @@ Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
       // stdout and stderr into one file (2>&1) are one file for CRIU: the
       // lower of our descriptors stands for both.
       if (fd < 0 || fd > 2 || key.empty() || !keys.insert(key).second) continue;
-      int copy = duplicateHigh(fd);
+      int copy = duplicateHigh(options.stdio[fd] >= 0 ? options.stdio[fd] : fd);
       if (copy < 0) continue;  // our own fd N is closed: restore it as it was
       passed.fds.push_back(copy);
       capture.passFds.emplace_back(copy, 10 + fd);

@@ -36,6 +36,7 @@
 #include <fmt/format.h>
 
 #include "host_calls.h"
+#include "migration.h"
 #include "phos/common/log.h"
 #include "phos/common/subprocess.h"
 #include "phos/daemon/checkpoint.h"
@@ -428,9 +429,17 @@ class Engine {
     if (Status usable = requireEntryPoints(s.driver_); !usable.isOk()) return failure(usable);
     checkpoint::CheckpointOptions options;
     options.image = request["image"].get<std::string>();
+    // Live migration (migration.h): the image is phosd's own, in its runtime
+    // directory, and goes to the target once published.
+    std::unique_ptr<migration::Outgoing> outgoing;
+    if (request.contains("migrate")) {
+      auto connected = connectForMigration(request["migrate"]);
+      if (!connected.isOk()) return failure(connected.status());
+      outgoing = std::move(*connected);
+    }
     // phosd may run as root for users who are not: the image goes only where
     // the asking user could write it.
-    if (const uid_t peer = request.value("peer_uid", uid_t{0}); peer != 0) {
+    if (const uid_t peer = request.value("peer_uid", uid_t{0}); peer != 0 && !outgoing) {
       if (Status allowed = writableBy(options.image.parent_path(), peer); !allowed.isOk()) return failure(allowed);
     }
     options.leaveRunning = request.value("leave_running", false);
@@ -446,6 +455,12 @@ class Engine {
     // Copy-on-write lets the application run while its GPU state is saved;
     // a process that ends with the dump has nothing to run. Recopy copies
     // while it runs before the dump, so it serves both.
+    if (outgoing) {
+      if (mode == "cow") {
+        return failure(makeError(Code::kInvalidArgument, "a migration copies with \"recopy\" or \"stop\", not \"cow\""));
+      }
+      options.leaveRunning = false;  // the job ends here once the target runs it
+    }
     const bool cow = mode == "cow" && options.leaveRunning;
     bool recopy = mode == "recopy";
     options.protocol = cow ? "soft-copy-on-write" : recopy ? "soft-recopy" : "stop-the-world";
@@ -471,7 +486,7 @@ class Engine {
     const ValidationMode validationBefore = s.validator_.mode();
     options.hooks.beforeDump = [&](image::ImageWriter& writer) -> Status {
       if (recopy) {
-        Status copied = precopy(s, staged, recopier, progress, recopyReport);
+        Status copied = precopy(s, staged, recopier, progress, recopyReport, outgoing.get());
         if (copied.isOk() || copied.code() != Code::kResourceExhausted) return copied;
         // No host memory for a copy of the GPU state: stop-the-world, said in the report.
         log::get("daemon")->warn("session {}: {}; checkpointing stop-the-world", s.id(), copied.message());
@@ -541,6 +556,13 @@ class Engine {
       }
     };
     options.hooks.beforeCommit = [&] { return written; };
+    if (outgoing) {
+      // A stop-the-world migration restores eagerly on the target, as a copy
+      // of an image would; after a recopy the job runs while memory loads.
+      options.hooks.handOver = [&](const std::filesystem::path& image, bool& leaveStopped) {
+        return outgoing->handOver(image, /*eager=*/!recopy, leaveStopped);
+      };
+    }
     options.hooks.gpuState = [&] { return json{{"sessions", json::array({state})}}; };
 
     auto report = checkpoint::checkpointProcess(s.pid(), options);
@@ -570,6 +592,17 @@ class Engine {
       }
       return answer;
     }
+    if (outgoing) {
+      // The image was only the vehicle; one left behind by a hand-over that
+      // lost the target is what the job can still be restored from here.
+      std::error_code ec;
+      const bool lost = !report.isOk() && report.status().message().find("left stopped") != std::string::npos;
+      if (!lost) std::filesystem::remove_all(options.image, ec);
+      if (!report.isOk()) {
+        outgoing->abort(report.status().message());
+        return failure(report.status());
+      }
+    }
     if (!report.isOk()) return failure(report.status());
     // How long the application's GPU calls waited: from the pause to the
     // resume (--leave-running), or to the end of the dump that ended it.
@@ -593,7 +626,30 @@ class Engine {
               {"protocol", options.protocol},
               {"copy_on_write", cowReport.is_null() ? json::object() : cowReport},
               {"recopy", recopyReport.is_null() ? json::object() : recopyReport},
+              {"migration", outgoing ? migrationReport(*outgoing, pausedAt) : json::object()},
               {"session", s.id()}}}};
+  }
+
+  // The source's end of a migration: {"to": "HOST:PORT", "key": HEX}.
+  static Result<std::unique_ptr<migration::Outgoing>> connectForMigration(const json& m) {
+    if (!m.is_object() || !m.contains("to") || !m["to"].is_string() || !m.contains("key") || !m["key"].is_string()) {
+      return makeError(Code::kInvalidArgument, "a migration needs \"to\" and \"key\"");
+    }
+    ASSIGN_OR_RETURN(net::Key key, net::Key::fromHex(m["key"].get<std::string>()));
+    return migration::Outgoing::connect(m["to"].get<std::string>(), key);
+  }
+
+  // Downtime: from the final quiesce here to the job running on the target
+  // (the target's restore until CRIU has brought it back and it has its session).
+  static json migrationReport(const migration::Outgoing& outgoing, std::chrono::steady_clock::time_point pausedAt) {
+    json report = outgoing.stats();
+    const json& target = outgoing.targetReport();
+    report["target_report"] = target;
+    if (pausedAt != std::chrono::steady_clock::time_point{} && target.contains("running_seconds")) {
+      report["downtime_seconds"] = std::chrono::duration<double>(outgoing.goAt() - pausedAt).count() +
+                                   target.value("running_seconds", 0.0);
+    }
+    return report;
   }
 
   // For tests of the concurrent protocols only (PHOS_TEST_REFERENCE_SNAPSHOT
@@ -662,7 +718,7 @@ class Engine {
   // memory for the copy (nothing was changed).
   static constexpr int kRecopyRounds = 8;
   static Status precopy(Session& s, std::unique_ptr<StagedWrite>& staged, std::shared_ptr<SoftRecopy>& recopier,
-                        const ProgressFn& progress, json& report) {
+                        const ProgressFn& progress, json& report, migration::Outgoing* outgoing) {
     const DriverTable& d = s.driver_;
     std::vector<SavedBuffer> buffers;
     uint64_t total = 0;
@@ -712,6 +768,12 @@ class Engine {
       s.resume();
       RETURN_IF_ERROR(drained);
       RETURN_IF_ERROR(recopier->copy(taken, [&](uint64_t n) { phase.advance(n); }));
+      // A migration streams each round to the target while the job runs.
+      for (uint64_t index : outgoing != nullptr ? taken : std::vector<uint64_t>{}) {
+        const SoftRecopy::Chunk c = recopier->chunk(index);
+        if (c.gone) continue;
+        RETURN_IF_ERROR(outgoing->precopyChunk(c.address, {staged->data() + c.offset, c.bytes}));
+      }
     }
     const SoftRecopyStats stats = recopier->stats();
     report = {{"rounds", stats.roundChunks.size()}, {"round_chunks", stats.roundChunks},

@@ -36,6 +36,8 @@
 
 #include "phos/common/ipc/control.h"
 #include "phos/common/log.h"
+#include "migration.h"
+#include "phos/net/channel.h"
 #include "session.h"
 #include "worker.h"
 
@@ -270,6 +272,8 @@ struct Daemon::Impl {
   int driverVersion = 0;
   int deviceCount = 0;
   int listenFd = -1;
+  std::optional<net::Key> key;  // options.keyFile's
+  pid_t migrationListener = -1;
   uint64_t nextSession = 0;
   uint64_t nextRequest = 0;
   bool stopRequested = false;
@@ -292,6 +296,7 @@ struct Daemon::Impl {
   std::map<uint64_t, Waiting> waiting;  // main's requests to workers, by id
 
   ~Impl() {
+    stopMigrationListener();
     shutdownWorkers();
     for (auto& c : waitingForWorker) {
       close(c.fd);
@@ -832,7 +837,27 @@ struct Daemon::Impl {
       startOrQueue({WaitingClient::Kind::kAttach, fd, peer, request, pidfd, {}});
       return std::nullopt;
     }
-    if (op == "checkpoint" || op == "validation") {
+    json migrate;
+    if (op == "migrate") {
+      if (!request.contains("to") || !request["to"].is_string() || request["to"].get<std::string>().empty()) {
+        return refusal("migrate needs a string \"to\" (HOST:PORT)");
+      }
+      std::string keyHex;
+      if (request.contains("key")) {
+        if (!request["key"].is_string() || !net::Key::fromHex(request["key"].get<std::string>()).isOk()) {
+          return refusal("migrate: \"key\" must be the key in hex (at least 16 bytes)");
+        }
+        keyHex = request["key"].get<std::string>();
+      } else if (key) {
+        keyHex = key->hex();
+      } else {
+        return json{{"ok", false}, {"code", "invalid-argument"},
+                    {"error", "this daemon has no key to prove to the target: start it with --key FILE, or pass "
+                              "phos migrate --key FILE"}};
+      }
+      migrate = {{"to", request["to"]}, {"key", keyHex}};
+    }
+    if (op == "checkpoint" || op == "validation" || op == "migrate") {
       if (!request.contains("pid") || !request["pid"].is_number_integer()) {
         return refusal(op + " needs an integer \"pid\"");
       }
@@ -850,8 +875,7 @@ struct Daemon::Impl {
       if (peer.uid != 0 && peer.uid != w->uid) {
         return json{{"ok", false}, {"code", "permission"},
                     {"error", fmt::format("uid {} may not {} pid {} (a process of uid {})", peer.uid,
-                                          op == "checkpoint" ? "checkpoint" : "inspect the validation of", named,
-                                          w->uid)}};
+                                          op == "validation" ? "inspect the validation of" : op, named, w->uid)}};
       }
       if (op == "validation") {
         if (Status s = tell(*w, {{"op", "validation"}, {"request", request}}, fd); !s.isOk()) {
@@ -862,10 +886,23 @@ struct Daemon::Impl {
       }
       json forwarded = request;
       forwarded["peer_uid"] = peer.uid;  // the image is written for this user (engine.cpp)
+      if (op == "migrate") {
+        // The image is only the vehicle: phosd's own, in its runtime directory.
+        forwarded = {{"op", "checkpoint"},
+                     {"pid", named},
+                     {"image", fmt::format("{}/migrations/out-{}-{}", runtimeDir, named,
+                                           std::chrono::duration_cast<std::chrono::milliseconds>(
+                                               std::chrono::system_clock::now().time_since_epoch())
+                                               .count())},
+                     {"mode", request.value("mode", std::string("recopy"))},
+                     {"leave_running", false},
+                     {"peer_uid", peer.uid},
+                     {"migrate", migrate}};
+      }
       if (Status s = tell(*w, {{"op", "checkpoint"}, {"request", forwarded}}, fd); !s.isOk()) {
         return refusal(fmt::format("cannot hand the checkpoint to worker {}: {}", w->pid, s.message()));
       }
-      log::get("daemon")->info("session {}: checkpoint asked by uid {}", w->session, peer.uid);
+      log::get("daemon")->info("session {}: {} asked by uid {}", w->session, op, peer.uid);
       close(fd);  // the worker answers on its own copy
       return std::nullopt;
     }
@@ -1051,6 +1088,14 @@ struct Daemon::Impl {
     while (!workers.empty()) onWorkerExit(workers.begin()->first);
   }
 
+  void stopMigrationListener() {
+    if (migrationListener <= 0) return;
+    kill(migrationListener, SIGKILL);
+    while (waitpid(migrationListener, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    migrationListener = -1;
+  }
+
   static constexpr auto kShutdownBound = std::chrono::seconds(8);
 };
 
@@ -1082,6 +1127,21 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
     setSignatureDatabase(std::make_shared<const instrument::SignatureDatabase>(std::move(*db)));
   }
   RETURN_IF_ERROR(impl->bind());
+  if (!options.keyFile.empty()) {
+    auto key = net::Key::load(options.keyFile);
+    if (!key.isOk()) return makeError(Code::kInvalidArgument, "{}", key.status().message());
+    impl->key = std::move(*key);
+  }
+  if (!options.listen.empty()) {
+    if (!impl->key) {
+      return makeError(Code::kInvalidArgument,
+                       "--listen needs --key FILE: migrations are accepted only from peers that hold the key");
+    }
+    // Forked before any worker, while this process has no other thread.
+    auto listener = migration::startListener({options.listen, *impl->key, impl->runtimeDir, options.cli});
+    if (!listener.isOk()) return makeError(Code::kInvalidArgument, "{}", listener.status().message());
+    impl->migrationListener = *listener;
+  }
   removeStaleSessionFiles();
   impl->workerConfig = {getpid(), choice.path, impl->runtimeDir, options.contextsPerDevice, options.ring};
   // The first worker says whether the driver loads at all; with --pool 0 it
@@ -1102,6 +1162,7 @@ Status Daemon::run(const std::atomic<bool>& stop) {
   while (!stop.load() && !d.stopRequested) {
     RETURN_IF_ERROR(d.pollOnce(/*accept=*/true, std::chrono::milliseconds(200)));
   }
+  d.stopMigrationListener();
   d.shutdownWorkers();
   return Status::ok();
 }

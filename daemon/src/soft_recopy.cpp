@@ -54,6 +54,12 @@ Status SoftRecopy::prepare() {
   return Status::ok();
 }
 
+SoftRecopy::Chunk SoftRecopy::chunk(uint64_t index) const {
+  std::lock_guard lock(mutex_);
+  const Entry& e = entries_.at(index);
+  return {e.chunk.address, e.chunk.bytes, e.offset, e.gone};
+}
+
 AccessGate SoftRecopy::gate() {
   return [this](const CallAccess& access) {
     if (access.everything) {

@@ -65,6 +65,15 @@ class SoftRecopy {
   // Copies the chunks `taken` named into their host slots, while the application
   // runs. `advanced(n)` reports progress.
   Status copy(const std::vector<uint64_t>& taken, const std::function<void(uint64_t)>& advanced);
+  // A chunk takeDirty() named: its device address, size and slot; `gone`
+  // once it was freed.
+  struct Chunk {
+    CUdeviceptr address = 0;
+    uint64_t bytes = 0;
+    uint64_t offset = 0;
+    bool gone = false;
+  };
+  Chunk chunk(uint64_t index) const;
   // Every chunk dirty again (a launch wrote outside what its twin was told).
   void markAllDirty();
 

@@ -43,6 +43,11 @@ struct CheckpointHooks {
   // being saved while the process runs (soft copy-on-write). A failure
   // discards the image; a process left running runs on.
   std::function<Status()> beforeCommit;
+  // Without leaveRunning, after the image is published and before the stopped
+  // process is killed: another host takes the job over (live migration). On
+  // failure the process is resumed, unless `leaveStopped` was set (the other
+  // host may run it already); the image stays published either way.
+  std::function<Status(const std::filesystem::path& image, bool& leaveStopped)> handOver;
   // The manifest's "gpu" value; default {"sessions": []}.
   std::function<nlohmann::json()> gpuState;
   // Progress of the whole checkpoint, {"phase", "bytes", "total"}.
@@ -84,6 +89,9 @@ struct RestoreOptions {
   // Attach the restored process's stdin/stdout/stderr to ours (CRIU's
   // --inherit-fd); false restores them as they were at the checkpoint.
   bool inheritStdio = true;
+  // With inheritStdio: the descriptors that stand in for the job's 0, 1, 2
+  // (-1: ours).
+  int stdio[3] = {-1, -1, -1};
   // The GPU half: called after the image checked out and before CRIU runs
   // (re-create the session and its shared files); then with CRIU's outcome.
   // afterRestore is called once if beforeRestore succeeded (or is unset).

@@ -35,6 +35,13 @@ struct DaemonOptions {
   // declarations refine the speculation of the kernels it names; empty: none.
   std::string signatures;
   ipc::RingGeometry ring{256, 16384};
+  // Live migration (docs/migration.md): the shared key's file, which this
+  // daemon proves when it migrates a job out and demands of peers migrating
+  // one in; "ADDR:PORT" to accept migrations on (needs keyFile); and the phos
+  // binary that restores what arrives (phos daemon passes itself).
+  std::string keyFile;
+  std::string listen;
+  std::string cli;
 };
 
 // The vgpu driver this build ships (its path), empty if none was built.

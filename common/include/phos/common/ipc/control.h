@@ -31,6 +31,10 @@
 //                                pid without a session: {"ok": false, "code":
 //                                "no-session"}; another user's: "code": "permission";
 //                                while one runs for the session: "code": "busy".
+//   migrate    {"pid", "to", "mode", "key"?}
+//                                moves the process to the phosd at "to" (HOST:PORT,
+//                                docs/migration.md) with the daemon's key or the given one
+//                                (hex); as checkpoint otherwise, its report with "migration".
 //   restore    {"image"}         re-creates the image's GPU session in a spare worker;
 //                                the final line is {"ok", "session", "pid"} (the
 //                                image's process). The client then runs CRIU and writes

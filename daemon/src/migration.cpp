@@ -1,0 +1,450 @@
+// SPDX-License-Identifier: Apache-2.0
+// Live migration: the source's Outgoing and the target's listener (migration.h).
+#include "migration.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <fstream>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "phos/common/log.h"
+#include "phos/common/subprocess.h"
+#include "phos/image/reader.h"
+#include "phos/image/writer.h"
+
+namespace phos::daemon::migration {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// How long either side waits for the other's next frame: the source is quiet
+// while CRIU dumps, the target while it checks, writes and restores.
+constexpr auto kFrameTimeout = std::chrono::seconds(300);
+constexpr size_t kFilePiece = 4u << 20;
+
+double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// zstd level 1 when it shrinks the bytes (the link is the bottleneck), else
+// the bytes as they are.
+struct Packed {
+  std::vector<std::byte> compressed;
+  bool zstd = false;
+};
+Packed pack(std::span<const std::byte> raw) {
+  Packed p;
+  p.compressed.resize(ZSTD_compressBound(raw.size()));
+  size_t n = ZSTD_compress(p.compressed.data(), p.compressed.size(), raw.data(), raw.size(), 1);
+  if (ZSTD_isError(n) || n >= raw.size()) return p;
+  p.compressed.resize(n);
+  p.zstd = true;
+  return p;
+}
+
+// The frame's bytes as sent: decompressed when "zstd", exactly `expected` of them.
+Result<std::vector<std::byte>> unpack(net::Frame& frame, uint64_t expected) {
+  if (!frame.header.value("zstd", false)) {
+    if (frame.body.size() != expected) {
+      return makeError(Code::kDataLoss, "a frame holds {} bytes where {} were announced", frame.body.size(), expected);
+    }
+    return std::move(frame.body);
+  }
+  std::vector<std::byte> raw(expected);
+  size_t n = ZSTD_decompress(raw.data(), raw.size(), frame.body.data(), frame.body.size());
+  if (ZSTD_isError(n) || n != expected) {
+    return makeError(Code::kDataLoss, "a compressed frame does not decompress to its {} bytes", expected);
+  }
+  return raw;
+}
+
+// A relative path inside cpu/ (no "..", not absolute).
+bool insideCpuDirectory(const std::string& path) {
+  fs::path p = fs::path(path).lexically_normal();
+  return !path.empty() && p.is_relative() && !p.empty() && *p.begin() != "..";
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- source ---
+
+Result<std::unique_ptr<Outgoing>> Outgoing::connect(const std::string& target, const net::Key& key) {
+  ASSIGN_OR_RETURN(net::Channel channel, net::Channel::connect(target, key, std::chrono::seconds(10)));
+  return std::unique_ptr<Outgoing>(new Outgoing(std::move(channel)));
+}
+
+Status Outgoing::sendBytes(json header, std::span<const std::byte> raw) {
+  Packed p = pack(raw);
+  header["zstd"] = p.zstd;
+  return channel_.send(header, p.zstd ? std::span<const std::byte>(p.compressed) : raw);
+}
+
+Status Outgoing::precopyChunk(uint64_t address, std::span<const std::byte> raw) {
+  const uint64_t hash = image::checksum(raw);
+  const uint64_t before = channel_.bytesSent();
+  RETURN_IF_ERROR(sendBytes({{"kind", "precopy"}, {"address", address}, {"bytes", raw.size()}, {"hash", hash}}, raw)
+                      .withContext("sending device memory to the target"));
+  precopied_[address] = hash;
+  ++precopyChunks_;
+  precopyBytes_ += raw.size();
+  precopyWireBytes_ += channel_.bytesSent() - before;
+  return Status::ok();
+}
+
+Result<json> Outgoing::await(const char* what, std::chrono::seconds timeout) {
+  auto frame = channel_.receive(timeout);
+  if (!frame) return std::move(frame).status().withContext(what);
+  const std::string kind = frame->header.value("kind", "");
+  if (kind == "failed") {
+    return makeError(Code::kFailedPrecondition, "the target failed {}: {}", what,
+                     frame->header.value("error", std::string("no reason given")));
+  }
+  return frame->header;
+}
+
+Status Outgoing::handOver(const fs::path& imagePath, bool eager, bool& leaveStopped) {
+  leaveStopped = false;
+  const auto start = Clock::now();
+  const uint64_t before = channel_.bytesSent();
+  ASSIGN_OR_RETURN(auto reader, image::ImageReader::open(imagePath));
+  const image::Manifest& manifest = reader->manifest();
+  RETURN_IF_ERROR(channel_.send({{"kind", "manifest"}, {"manifest", image::toJson(manifest)}}));
+  std::vector<std::byte> raw;
+  for (size_t b = 0; b < manifest.blobs.size(); ++b) {
+    const image::BlobInfo& blob = manifest.blobs[b];
+    // Device memory the precopy sent: its chunks are named by their address.
+    std::optional<uint64_t> address;
+    if (blob.kind == "gpu-memory" && blob.attributes.contains("address") &&
+        blob.attributes["address"].is_number_unsigned()) {
+      address = blob.attributes["address"].get<uint64_t>();
+    }
+    for (uint64_t c = 0; c < blob.chunkCount(); ++c) {
+      ++imageChunks_;
+      json header = {{"kind", "chunk"}, {"blob", b}, {"chunk", c}};
+      if (address) {
+        const uint64_t at = *address + c * blob.chunkBytes;
+        if (auto held = precopied_.find(at); held != precopied_.end() && held->second == blob.chunks[c].checksum) {
+          header["cached"] = at;
+          ++cachedChunks_;
+          cachedBytes_ += blob.chunkRawBytes(c);
+          RETURN_IF_ERROR(channel_.send(header).withContext("sending the image"));
+          continue;
+        }
+      }
+      raw.resize(blob.chunkRawBytes(c));
+      RETURN_IF_ERROR(reader->readChunk(b, c, raw));
+      header["bytes"] = raw.size();
+      RETURN_IF_ERROR(sendBytes(header, raw).withContext("sending the image"));
+    }
+  }
+  for (const image::CpuFile& file : manifest.cpuFiles) {
+    std::ifstream in(reader->cpuDirectory() / file.path, std::ios::binary);
+    if (!in) return makeError(Code::kIo, "cannot read {} of the image", file.path);
+    uint64_t offset = 0;
+    do {
+      raw.resize(std::min<uint64_t>(kFilePiece, file.size - offset));
+      in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size()));
+      if (!in) return makeError(Code::kIo, "cannot read {} of the image", file.path);
+      RETURN_IF_ERROR(sendBytes({{"kind", "file"}, {"path", file.path}, {"offset", offset}, {"bytes", raw.size()}}, raw)
+                          .withContext("sending the image"));
+      offset += raw.size();
+    } while (offset < file.size);
+  }
+  RETURN_IF_ERROR(channel_.send({{"kind", "end"}}));
+  ASSIGN_OR_RETURN(json ready, await("to take the image", kFrameTimeout));
+  if (ready.value("kind", "") != "ready") {
+    return makeError(Code::kInternal, "the target answered \"{}\" instead of ready", ready.value("kind", ""));
+  }
+  imageWireBytes_ = channel_.bytesSent() - before;
+  transferSeconds_ = secondsSince(start);
+  // From here the target may run the job: never resume it here unless the
+  // target says its restore failed.
+  goAt_ = Clock::now();
+  RETURN_IF_ERROR(channel_.send({{"kind", "go"}, {"eager", eager}}));
+  auto outcome = await("to restore the job", kFrameTimeout);
+  if (!outcome.isOk() && outcome.status().code() != Code::kFailedPrecondition) {
+    leaveStopped = true;
+    return std::move(outcome).status().withContext("lost the target after telling it to take over");
+  }
+  RETURN_IF_ERROR(outcome.status());
+  if (outcome->value("kind", "") != "restored") {
+    leaveStopped = true;
+    return makeError(Code::kInternal, "the target answered \"{}\" instead of restored", outcome->value("kind", ""));
+  }
+  targetReport_ = outcome->value("report", json::object());
+  return Status::ok();
+}
+
+void Outgoing::abort(const std::string& why) { (void)channel_.send({{"kind", "abort"}, {"why", why}}); }
+
+json Outgoing::stats() const {
+  return {{"target", channel_.peer()},
+          {"precopy_chunks", precopyChunks_},
+          {"precopy_bytes", precopyBytes_},
+          {"precopy_wire_bytes", precopyWireBytes_},
+          {"image_chunks", imageChunks_},
+          {"cached_chunks", cachedChunks_},
+          {"cached_bytes", cachedBytes_},
+          {"image_wire_bytes", imageWireBytes_},
+          {"transfer_seconds", transferSeconds_}};
+}
+
+// ---------------------------------------------------------------- target ---
+
+namespace {
+
+// One incoming migration, in a process of its own.
+class Incoming {
+ public:
+  Incoming(net::Channel channel, const ListenerOptions& options) : channel_(std::move(channel)), options_(options) {}
+
+  void serve() {
+    auto log = log::get("daemon");
+    Status s = receive();
+    if (!s.isOk()) {
+      log->warn("migration from {}: {}", channel_.peer(), s.message());
+      (void)channel_.send({{"kind", "failed"}, {"error", s.message()}});
+      discard();
+    }
+  }
+
+ private:
+  Status receive() {
+    for (;;) {
+      ASSIGN_OR_RETURN(net::Frame frame, channel_.receive(kFrameTimeout));
+      const std::string kind = frame.header.value("kind", "");
+      if (kind == "precopy") {
+        RETURN_IF_ERROR(onPrecopy(frame));
+      } else if (kind == "manifest") {
+        RETURN_IF_ERROR(onManifest(frame));
+      } else if (kind == "chunk") {
+        RETURN_IF_ERROR(onChunk(frame));
+      } else if (kind == "file") {
+        RETURN_IF_ERROR(onFile(frame));
+      } else if (kind == "end") {
+        RETURN_IF_ERROR(onEnd());
+      } else if (kind == "go") {
+        return onGo(frame.header.value("eager", false));
+      } else if (kind == "abort") {
+        log::get("daemon")->info("migration from {} aborted by the source: {}", channel_.peer(),
+                                 frame.header.value("why", std::string()));
+        discard();
+        return Status::ok();
+      } else {
+        return makeError(Code::kInvalidArgument, "unknown frame \"{}\"", kind);
+      }
+    }
+  }
+
+  Status onPrecopy(net::Frame& frame) {
+    const uint64_t address = frame.header.value("address", uint64_t{0});
+    const uint64_t bytes = frame.header.value("bytes", uint64_t{0});
+    if (bytes == 0 || bytes > image::kDefaultChunkBytes) {
+      return makeError(Code::kInvalidArgument, "a precopied chunk of {} bytes", bytes);
+    }
+    ASSIGN_OR_RETURN(auto raw, unpack(frame, bytes));
+    if (image::checksum(raw) != frame.header.value("hash", uint64_t{0})) {
+      return makeError(Code::kDataLoss, "the precopied chunk at {:#x} does not match its checksum", address);
+    }
+    cache_[address] = std::move(raw);
+    return Status::ok();
+  }
+
+  Status onManifest(const net::Frame& frame) {
+    if (writer_) return makeError(Code::kInvalidArgument, "a second manifest");
+    ASSIGN_OR_RETURN(manifest_, image::manifestFromJson(frame.header.value("manifest", json())));
+    const json& state = manifest_.state;
+    const pid_t pid = state.contains("process") ? state["process"].value("pid", 0) : 0;
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    directory_ = fs::path(options_.runtimeDir) / "migrations" /
+                 fmt::format("in-{}-{}", pid, std::chrono::duration_cast<std::chrono::milliseconds>(now).count());
+    ASSIGN_OR_RETURN(writer_, image::ImageWriter::create(directory_));
+    for (const image::BlobInfo& blob : manifest_.blobs) {
+      if (blob.chunkBytes != image::kDefaultChunkBytes) {
+        return makeError(Code::kNotSupported, "blob {} has chunks of {} bytes", blob.name, blob.chunkBytes);
+      }
+      RETURN_IF_ERROR(writer_->addBlob(blob.name, blob.kind, blob.size, blob.attributes).status());
+    }
+    log::get("daemon")->info("migration from {}: pid {}, {} blob(s), {} precopied chunk(s) held", channel_.peer(), pid,
+                             manifest_.blobs.size(), cache_.size());
+    return Status::ok();
+  }
+
+  Status onChunk(net::Frame& frame) {
+    if (!writer_) return makeError(Code::kInvalidArgument, "a chunk before the manifest");
+    const size_t b = frame.header.value("blob", size_t{0});
+    const uint64_t c = frame.header.value("chunk", uint64_t{0});
+    if (b >= manifest_.blobs.size() || c >= manifest_.blobs[b].chunkCount()) {
+      return makeError(Code::kInvalidArgument, "chunk {} of blob {} is not in the manifest", c, b);
+    }
+    const image::BlobInfo& blob = manifest_.blobs[b];
+    const uint64_t bytes = blob.chunkRawBytes(c);
+    std::vector<std::byte> raw;
+    if (frame.header.contains("cached")) {
+      auto held = cache_.find(frame.header.value("cached", uint64_t{0}));
+      if (held == cache_.end() || held->second.size() != bytes) {
+        return makeError(Code::kDataLoss, "blob {} chunk {}: the precopied chunk it names is not here", blob.name, c);
+      }
+      raw = std::move(held->second);
+      cache_.erase(held);
+    } else {
+      ASSIGN_OR_RETURN(raw, unpack(frame, bytes));
+    }
+    if (image::checksum(raw) != blob.chunks[c].checksum) {
+      return makeError(Code::kDataLoss, "blob {} chunk {} arrived damaged (checksum)", blob.name, c);
+    }
+    return writer_->writeChunk(b, c, raw);
+  }
+
+  Status onFile(net::Frame& frame) {
+    if (!writer_) return makeError(Code::kInvalidArgument, "a file before the manifest");
+    const std::string path = frame.header.value("path", "");
+    if (!insideCpuDirectory(path)) return makeError(Code::kInvalidArgument, "file path \"{}\" leaves cpu/", path);
+    ASSIGN_OR_RETURN(auto raw, unpack(frame, frame.header.value("bytes", uint64_t{0})));
+    const fs::path target = writer_->cpuDirectory() / path;
+    std::error_code ec;
+    fs::create_directories(target.parent_path(), ec);
+    std::fstream out(target, std::ios::binary | std::ios::in | std::ios::out);
+    if (!out) out.open(target, std::ios::binary | std::ios::out | std::ios::trunc);
+    out.seekp(static_cast<std::streamoff>(frame.header.value("offset", uint64_t{0})));
+    out.write(reinterpret_cast<const char*>(raw.data()), static_cast<std::streamsize>(raw.size()));
+    if (!out.flush()) return makeError(Code::kIo, "cannot write {} (disk full?)", target.string());
+    return Status::ok();
+  }
+
+  // Every cpu/ file as the source recorded it, then the image is published.
+  Status onEnd() {
+    if (!writer_) return makeError(Code::kInvalidArgument, "end before the manifest");
+    for (const image::CpuFile& file : manifest_.cpuFiles) {
+      std::ifstream in(writer_->cpuDirectory() / file.path, std::ios::binary);
+      std::vector<std::byte> bytes(file.size);
+      if (!in || !in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size())) ||
+          image::checksum(bytes) != file.checksum) {
+        return makeError(Code::kDataLoss, "cpu/{} did not arrive intact", file.path);
+      }
+    }
+    writer_->setState(manifest_.state);
+    RETURN_IF_ERROR(writer_->commit().withContext("publishing the migrated image"));
+    cache_.clear();
+    return channel_.send({{"kind", "ready"}});
+  }
+
+  // The job's standard descriptors: the files they were, when this host has
+  // them (a shared file system), else a log in the runtime directory.
+  std::string stdioPath(int fd) const {
+    const json& cpu = manifest_.state.value("cpu", json::object());
+    for (const json& entry : cpu.value("stdio", json::array())) {
+      if (!entry.is_object() || entry.value("fd", -1) != fd || entry.value("kind", "") != "file") continue;
+      const std::string path = entry.value("target", "");
+      struct stat st {};
+      if (!path.empty() && path[0] == '/' && ::stat(path.c_str(), &st) == 0 &&
+          (S_ISREG(st.st_mode) || S_ISCHR(st.st_mode))) {
+        return path;
+      }
+    }
+    if (fd == 0) return "/dev/null";
+    return (directory_.parent_path() / (directory_.filename().string() + ".out")).string();
+  }
+
+  Status onGo(bool eager) {
+    if (!published()) return makeError(Code::kInvalidArgument, "go before the image was complete");
+    std::vector<std::string> argv{options_.cli,   "restore",        "--image",       directory_.string(),
+                                  "--detach",     "--json",         "--runtime-dir", options_.runtimeDir,
+                                  "--stdin",      stdioPath(0),     "--stdout",      stdioPath(1),
+                                  "--stderr",     stdioPath(2)};
+    if (eager) argv.push_back("--eager");
+    ASSIGN_OR_RETURN(ProcessOutput restored, runCapture(argv));
+    std::error_code ec;
+    if (restored.exitCode != 0) {
+      std::string why = restored.err.empty() ? fmt::format("phos restore exited {}", restored.exitCode) : restored.err;
+      while (!why.empty() && why.back() == '\n') why.pop_back();
+      fs::remove_all(directory_, ec);
+      return makeError(Code::kFailedPrecondition, "{}", why);
+    }
+    json report = json::parse(restored.out, nullptr, false);
+    if (!report.is_object()) report = {{"output", restored.out}};
+    log::get("daemon")->info("migration from {}: pid {} runs here", channel_.peer(), report.value("pid", 0));
+    fs::remove_all(directory_, ec);  // everything is loaded: the job no longer reads it
+    return channel_.send({{"kind", "restored"}, {"report", report}});
+  }
+
+  bool published() const {
+    std::error_code ec;
+    return writer_ && fs::exists(directory_ / image::kManifestFile, ec);
+  }
+
+  void discard() {
+    writer_.reset();  // an unpublished image's staging directory goes with it
+    if (published()) {
+      std::error_code ec;
+      fs::remove_all(directory_, ec);
+    }
+  }
+
+  net::Channel channel_;
+  const ListenerOptions& options_;
+  std::map<uint64_t, std::vector<std::byte>> cache_;  // precopied chunks by device address
+  image::Manifest manifest_;
+  fs::path directory_;
+  std::unique_ptr<image::ImageWriter> writer_;
+};
+
+[[noreturn]] void listen(int fd, const ListenerOptions& options, pid_t parent) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(0);
+  ::signal(SIGCHLD, SIG_IGN);  // connections' processes are reaped by the kernel
+  ::signal(SIGINT, SIG_DFL);
+  ::signal(SIGTERM, SIG_DFL);
+  auto log = log::get("daemon");
+  for (;;) {
+    int client = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (client < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      log->error("migration listener: accept: {}", std::strerror(errno));
+      ::_exit(1);
+    }
+    pid_t child = ::fork();
+    if (child == 0) {
+      ::close(fd);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::signal(SIGCHLD, SIG_DFL);  // runCapture waits for phos restore
+      auto channel = net::Channel::accept(client, options.key, std::chrono::seconds(10));
+      if (!channel) {
+        log->warn("refused a migration: {}", channel.status().message());
+        ::_exit(1);
+      }
+      log->info("migration from {}: connected (it holds the key)", channel->peer());
+      Incoming(std::move(*channel), options).serve();
+      ::_exit(0);
+    }
+    ::close(client);
+  }
+}
+
+}  // namespace
+
+Result<pid_t> startListener(const ListenerOptions& options) {
+  if (options.cli.empty()) {
+    return makeError(Code::kFailedPrecondition, "a daemon that accepts migrations needs the phos command to restore");
+  }
+  ASSIGN_OR_RETURN(int fd, net::listenOn(options.address));
+  const pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fd);
+    return makeError(Code::kIo, "fork: {}", std::strerror(errno));
+  }
+  if (pid == 0) listen(fd, options, parent);
+  ::close(fd);
+  log::get("daemon")->info("accepting migrations on {} (listener pid {})", options.address, pid);
+  return pid;
+}
+
+}  // namespace phos::daemon::migration

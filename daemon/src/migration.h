@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+// Live migration between hosts (docs/migration.md): the source side, which
+// streams a session's GPU state to another phosd while the job runs and then
+// hands the published image over, and the target side, which rebuilds the
+// image and restores the job with concurrent restore.
+//
+// Over one authenticated channel (phos/net/channel.h), source -> target:
+//   {"kind": "precopy", "address", "bytes", "hash", "zstd"} + bytes
+//       a 4 MiB chunk of device memory copied during a soft recopy round; the
+//       target keeps the newest version of each chunk in memory
+//   {"kind": "manifest", "manifest"}     the published image's manifest
+//   {"kind": "chunk", "blob", "chunk", "cached": ADDRESS} or
+//   {"kind": "chunk", "blob", "chunk", "zstd"} + bytes
+//       each chunk of each blob: "cached" when the target holds the chunk at
+//       that device address from the precopy with the image's checksum
+//   {"kind": "file", "path", "offset", "zstd"} + bytes   a piece of a cpu/ file
+//   {"kind": "end"}        the target checks every checksum and publishes it
+//   {"kind": "go", "eager"}   only after "ready": the target restores
+//   {"kind": "abort", "why"}
+// target -> source:
+//   {"kind": "ready"} | {"kind": "restored", "report"} | {"kind": "failed", "error"}
+// "go" is the point of no return: before it the source resumes its stopped job
+// on any failure; after it, a lost connection leaves the job stopped on the
+// source (the target may have taken over).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "phos/common/status.h"
+#include "phos/net/channel.h"
+
+namespace phos::daemon::migration {
+
+// The source's end, in the worker that serves the session.
+class Outgoing {
+ public:
+  // kUnavailable: the target does not answer; kPermissionDenied: keys differ.
+  static Result<std::unique_ptr<Outgoing>> connect(const std::string& target, const net::Key& key);
+
+  // A chunk of device memory at `address` copied while the job runs.
+  Status precopyChunk(uint64_t address, std::span<const std::byte> raw);
+
+  // After the image is published (the job stopped): sends it, and once the
+  // target holds it, tells it to restore. On failure `leaveStopped` says
+  // whether the target may have taken over (never resume the job then).
+  // `eager`: the target loads all device memory before the job runs.
+  Status handOver(const std::filesystem::path& image, bool eager, bool& leaveStopped);
+  // Tells the target to drop what it received (best effort).
+  void abort(const std::string& why);
+
+  // When "go" was sent, and the target's restore report.
+  std::chrono::steady_clock::time_point goAt() const { return goAt_; }
+  const nlohmann::json& targetReport() const { return targetReport_; }
+  // precopy_chunks, precopy_bytes, image_chunks, cached_chunks, wire_bytes...
+  nlohmann::json stats() const;
+
+ private:
+  explicit Outgoing(net::Channel channel) : channel_(std::move(channel)) {}
+  Status sendBytes(nlohmann::json header, std::span<const std::byte> raw);
+  Result<nlohmann::json> await(const char* what, std::chrono::seconds timeout);
+
+  net::Channel channel_;
+  std::map<uint64_t, uint64_t> precopied_;  // device address of a chunk -> checksum of what the target holds
+  uint64_t precopyChunks_ = 0, precopyBytes_ = 0, precopyWireBytes_ = 0;
+  uint64_t imageChunks_ = 0, cachedChunks_ = 0, cachedBytes_ = 0, imageWireBytes_ = 0;
+  double transferSeconds_ = 0;
+  std::chrono::steady_clock::time_point goAt_{};
+  nlohmann::json targetReport_;
+};
+
+struct ListenerOptions {
+  std::string address;     // "ADDR:PORT"
+  net::Key key;
+  std::string runtimeDir;  // images arrive in runtimeDir/migrations
+  std::string cli;         // the phos binary that restores (phos restore)
+};
+
+// Binds `address` and forks the listener process, which accepts migrations
+// (a process per connection) until its parent dies. kUnavailable when the
+// address cannot be bound.
+Result<pid_t> startListener(const ListenerOptions& options);
+
+}  // namespace phos::daemon::migration
