@@ -9,7 +9,11 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include <deque>
+#include <atomic>
 #include <fstream>
+#include <set>
+#include <thread>
 #include <optional>
 
 #include <fmt/format.h>
@@ -81,6 +85,10 @@ Result<std::unique_ptr<Outgoing>> Outgoing::connect(const std::string& target, c
 }
 
 Status Outgoing::sendBytes(json header, std::span<const std::byte> raw) {
+  if (!compress_) {
+    header["zstd"] = false;
+    return channel_.send(header, raw);
+  }
   Packed p = pack(raw);
   header["zstd"] = p.zstd;
   return channel_.send(header, p.zstd ? std::span<const std::byte>(p.compressed) : raw);
@@ -111,12 +119,15 @@ Result<json> Outgoing::await(const char* what, std::chrono::seconds timeout) {
 
 Status Outgoing::handOver(const fs::path& imagePath, bool eager, bool& leaveStopped) {
   leaveStopped = false;
-  const auto start = Clock::now();
+  const auto start = handOverAt_ = Clock::now();
   const uint64_t before = channel_.bytesSent();
   ASSIGN_OR_RETURN(auto reader, image::ImageReader::open(imagePath));
   const image::Manifest& manifest = reader->manifest();
   RETURN_IF_ERROR(channel_.send({{"kind", "manifest"}, {"manifest", image::toJson(manifest)}}));
   std::vector<std::byte> raw;
+  // Post-copy: device memory the target does not hold yet goes after "go",
+  // while the job runs there (a stop-the-world hand-over sends it all before).
+  std::vector<std::pair<size_t, uint64_t>> late;
   for (size_t b = 0; b < manifest.blobs.size(); ++b) {
     const image::BlobInfo& blob = manifest.blobs[b];
     // Device memory the precopy sent: its chunks are named by their address.
@@ -135,6 +146,10 @@ Status Outgoing::handOver(const fs::path& imagePath, bool eager, bool& leaveStop
           ++cachedChunks_;
           cachedBytes_ += blob.chunkRawBytes(c);
           RETURN_IF_ERROR(channel_.send(header).withContext("sending the image"));
+          continue;
+        }
+        if (!eager) {
+          late.emplace_back(b, c);
           continue;
         }
       }
@@ -157,7 +172,9 @@ Status Outgoing::handOver(const fs::path& imagePath, bool eager, bool& leaveStop
       offset += raw.size();
     } while (offset < file.size);
   }
-  RETURN_IF_ERROR(channel_.send({{"kind", "end"}}));
+  json lateList = json::array();
+  for (const auto& [b, c] : late) lateList.push_back({b, c, manifest.blobs[b].chunks[c].checksum});
+  RETURN_IF_ERROR(channel_.send({{"kind", "end"}, {"late", lateList}}));
   ASSIGN_OR_RETURN(json ready, await("to take the image", kFrameTimeout));
   if (ready.value("kind", "") != "ready") {
     return makeError(Code::kInternal, "the target answered \"{}\" instead of ready", ready.value("kind", ""));
@@ -168,7 +185,22 @@ Status Outgoing::handOver(const fs::path& imagePath, bool eager, bool& leaveStop
   // target says its restore failed.
   goAt_ = Clock::now();
   RETURN_IF_ERROR(channel_.send({{"kind", "go"}, {"eager", eager}}));
-  auto outcome = await("to restore the job", kFrameTimeout);
+  std::optional<json> early;  // the target's outcome, should it come before every late chunk was sent
+  Status streamed = sendLate(*reader, late, early);
+  if (!streamed.isOk()) {
+    // A "failed" answer: the target runs nothing, the job resumes here.
+    if (streamed.code() == Code::kFailedPrecondition) return streamed;
+    leaveStopped = true;
+    return streamed.withContext("lost the target after telling it to take over");
+  }
+  auto outcome = early ? Result<json>(*early) : await("to restore the job", kFrameTimeout);
+  if (!outcome.isOk() && outcome.status().code() != Code::kFailedPrecondition) {
+    leaveStopped = true;
+    return std::move(outcome).status().withContext("lost the target after telling it to take over");
+  }
+  while (outcome.isOk() && outcome->value("kind", "") == "want") {
+    outcome = await("to restore the job", kFrameTimeout);  // a chunk sent already
+  }
   if (!outcome.isOk() && outcome.status().code() != Code::kFailedPrecondition) {
     leaveStopped = true;
     return std::move(outcome).status().withContext("lost the target after telling it to take over");
@@ -182,6 +214,39 @@ Status Outgoing::handOver(const fs::path& imagePath, bool eager, bool& leaveStop
   return Status::ok();
 }
 
+// After "go": the late chunks in image order, each one the target asks for
+// (a call of the job waits for it) first.
+Status Outgoing::sendLate(const image::ImageReader& reader, std::vector<std::pair<size_t, uint64_t>> late,
+                          std::optional<json>& outcome) {
+  std::vector<std::byte> raw;
+  std::set<std::pair<size_t, uint64_t>> sent;
+  std::deque<std::pair<size_t, uint64_t>> queue(late.begin(), late.end());
+  while (!queue.empty()) {
+    while (channel_.readable(std::chrono::milliseconds(0))) {
+      ASSIGN_OR_RETURN(json frame, await("to restore the job", kFrameTimeout));
+      const std::string kind = frame.value("kind", "");
+      if (kind == "want") {
+        const std::pair<size_t, uint64_t> wanted{frame.value("blob", size_t{0}), frame.value("chunk", uint64_t{0})};
+        if (!sent.count(wanted)) queue.push_front(wanted);
+        ++wantedChunks_;
+      } else {
+        outcome = frame;  // restored (or something unexpected): nothing more is needed
+        return Status::ok();
+      }
+    }
+    const auto [b, c] = queue.front();
+    queue.pop_front();
+    if (!sent.insert({b, c}).second) continue;
+    const image::BlobInfo& blob = reader.manifest().blobs[b];
+    raw.resize(blob.chunkRawBytes(c));
+    RETURN_IF_ERROR(reader.readChunk(b, c, raw));
+    RETURN_IF_ERROR(sendBytes({{"kind", "late"}, {"blob", b}, {"chunk", c}, {"bytes", raw.size()}}, raw));
+    ++lateChunks_;
+    lateBytes_ += raw.size();
+  }
+  return Status::ok();
+}
+
 void Outgoing::abort(const std::string& why) { (void)channel_.send({{"kind", "abort"}, {"why", why}}); }
 
 json Outgoing::stats() const {
@@ -192,6 +257,9 @@ json Outgoing::stats() const {
           {"image_chunks", imageChunks_},
           {"cached_chunks", cachedChunks_},
           {"cached_bytes", cachedBytes_},
+          {"late_chunks", lateChunks_},
+          {"late_bytes", lateBytes_},
+          {"wanted_chunks", wantedChunks_},
           {"image_wire_bytes", imageWireBytes_},
           {"transfer_seconds", transferSeconds_}};
 }
@@ -229,7 +297,7 @@ class Incoming {
       } else if (kind == "file") {
         RETURN_IF_ERROR(onFile(frame));
       } else if (kind == "end") {
-        RETURN_IF_ERROR(onEnd());
+        RETURN_IF_ERROR(onEnd(frame.header.value("late", json::array())));
       } else if (kind == "go") {
         return onGo(frame.header.value("eager", false));
       } else if (kind == "abort") {
@@ -320,8 +388,31 @@ class Incoming {
   }
 
   // Every cpu/ file as the source recorded it, then the image is published.
-  Status onEnd() {
+  // Late chunks (post-copy) get a placeholder in their blob and are listed in
+  // late.json: the image's readers wait for them (phos/image/format.h).
+  Status onEnd(const json& late) {
     if (!writer_) return makeError(Code::kInvalidArgument, "end before the manifest");
+    if (!late.is_array()) return makeError(Code::kInvalidArgument, "\"late\" is not a list");
+    std::vector<std::byte> placeholder;
+    for (const json& entry : late) {
+      if (!entry.is_array() || entry.size() != 3) return makeError(Code::kInvalidArgument, "a late entry {}", entry.dump());
+      const size_t b = entry[0].get<size_t>();
+      const uint64_t c = entry[1].get<uint64_t>();
+      if (b >= manifest_.blobs.size() || c >= manifest_.blobs[b].chunkCount() ||
+          entry[2].get<uint64_t>() != manifest_.blobs[b].chunks[c].checksum) {
+        return makeError(Code::kInvalidArgument, "late chunk {} is not the manifest's", entry.dump());
+      }
+      placeholder.assign(manifest_.blobs[b].chunkRawBytes(c), std::byte{0});
+      RETURN_IF_ERROR(writer_->writeChunk(b, c, placeholder));
+      late_.insert({b, c});
+    }
+    if (!late.empty()) {
+      std::error_code ec;
+      fs::create_directories(writer_->stagingDirectory() / image::kLateDir, ec);
+      std::ofstream list(writer_->stagingDirectory() / image::kLateFile);
+      list << json{{"chunks", late}}.dump();
+      if (!list.flush()) return makeError(Code::kIo, "cannot write {}", image::kLateFile);
+    }
     for (const image::CpuFile& file : manifest_.cpuFiles) {
       std::ifstream in(writer_->cpuDirectory() / file.path, std::ios::binary);
       std::vector<std::byte> bytes(file.size);
@@ -360,8 +451,23 @@ class Incoming {
                                   "--stdin",      stdioPath(0),     "--stdout",      stdioPath(1),
                                   "--stderr",     stdioPath(2)};
     if (eager) argv.push_back("--eager");
-    ASSIGN_OR_RETURN(ProcessOutput restored, runCapture(argv));
+    // The restore runs while the late chunks arrive; a chunk the job waits
+    // for is asked of the source first.
+    std::optional<Result<ProcessOutput>> result;
+    std::atomic<bool> done{false};
+    std::thread restoring([&] {
+      result.emplace(runCapture(argv));
+      done = true;
+    });
+    Status streaming = receiveLate(done);
+    restoring.join();
+    if (!result->isOk()) return result->status();
+    ProcessOutput restored = std::move(**result);
     std::error_code ec;
+    if (!streaming.isOk() && restored.exitCode == 0) {
+      log::get("daemon")->warn("migration from {}: {} (the job has every chunk it needs)", channel_.peer(),
+                               streaming.message());
+    }
     if (restored.exitCode != 0) {
       std::string why = restored.err.empty() ? fmt::format("phos restore exited {}", restored.exitCode) : restored.err;
       while (!why.empty() && why.back() == '\n') why.pop_back();
@@ -373,6 +479,63 @@ class Incoming {
     log::get("daemon")->info("migration from {}: pid {} runs here", channel_.peer(), report.value("pid", 0));
     fs::remove_all(directory_, ec);  // everything is loaded: the job no longer reads it
     return channel_.send({{"kind", "restored"}, {"report", report}});
+  }
+
+  // Late chunks into late/ until the restore is done; what the job's calls
+  // wait for (late/wanted) is asked for. If the source goes away, late/failed
+  // tells the readers: the job's loads fail and the restore ends it.
+  Status receiveLate(const std::atomic<bool>& done) {
+    const fs::path dir = directory_ / image::kLateDir;
+    size_t wantedRead = 0;
+    Status status = Status::ok();
+    while (!done) {
+      if (status.isOk() && !late_.empty()) {
+        if (std::ifstream wanted(dir / "wanted"); wanted) {
+          wanted.seekg(static_cast<std::streamoff>(wantedRead));
+          size_t b = 0;
+          uint64_t c = 0;
+          std::string line;
+          while (std::getline(wanted, line)) {
+            if (wanted.eof()) break;  // a line still being written
+            wantedRead += line.size() + 1;
+            if (std::sscanf(line.c_str(), "%zu %lu", &b, &c) == 2 && late_.count({b, c})) {
+              status = channel_.send({{"kind", "want"}, {"blob", b}, {"chunk", c}});
+            }
+          }
+        }
+      }
+      if (!status.isOk() || !channel_.readable(std::chrono::milliseconds(2))) {
+        if (!status.isOk()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+      auto frame = channel_.receive(kFrameTimeout);
+      if (frame.isOk() && frame->header.value("kind", "") == "late") frame = storeLate(std::move(*frame), dir);
+      if (!frame.isOk()) {
+        status = frame.status();
+        std::ofstream(dir / "failed") << status.message();
+      }
+    }
+    return status;
+  }
+
+  Result<net::Frame> storeLate(net::Frame frame, const fs::path& dir) {
+    const size_t b = frame.header.value("blob", size_t{0});
+    const uint64_t c = frame.header.value("chunk", uint64_t{0});
+    if (!late_.count({b, c})) return makeError(Code::kInvalidArgument, "chunk {} of blob {} is not late", c, b);
+    ASSIGN_OR_RETURN(auto raw, unpack(frame, manifest_.blobs[b].chunkRawBytes(c)));
+    if (image::checksum(raw) != manifest_.blobs[b].chunks[c].checksum) {
+      return makeError(Code::kDataLoss, "late chunk {} of blob {} arrived damaged (checksum)", c, b);
+    }
+    const fs::path file = dir / fmt::format("{}.{}", b, c);
+    {
+      std::ofstream out(file.string() + ".part", std::ios::binary | std::ios::trunc);
+      out.write(reinterpret_cast<const char*>(raw.data()), static_cast<std::streamsize>(raw.size()));
+      if (!out.flush()) return makeError(Code::kIo, "cannot write {} (disk full?)", file.string());
+    }
+    std::error_code ec;
+    fs::rename(file.string() + ".part", file, ec);
+    if (ec) return makeError(Code::kIo, "cannot publish {}: {}", file.string(), ec.message());
+    return frame;
   }
 
   bool published() const {
@@ -391,6 +554,7 @@ class Incoming {
   net::Channel channel_;
   const ListenerOptions& options_;
   std::map<uint64_t, std::vector<std::byte>> cache_;  // precopied chunks by device address
+  std::set<std::pair<size_t, uint64_t>> late_;          // (blob, chunk) that come after "go"
   image::Manifest manifest_;
   fs::path directory_;
   std::unique_ptr<image::ImageWriter> writer_;

@@ -14,11 +14,16 @@
 //       each chunk of each blob: "cached" when the target holds the chunk at
 //       that device address from the precopy with the image's checksum
 //   {"kind": "file", "path", "offset", "zstd"} + bytes   a piece of a cpu/ file
-//   {"kind": "end"}        the target checks every checksum and publishes it
+//   {"kind": "end", "late": [[blob, chunk, xxh3], ...]}
+//       the target checks every checksum and publishes the image; the late
+//       chunks (device memory it does not hold; none for --mode stop) come
+//       after "go", and the image's readers wait for them (phos/image/format.h)
 //   {"kind": "go", "eager"}   only after "ready": the target restores
+//   {"kind": "late", "blob", "chunk", "zstd"} + bytes   after "go", while the job runs there
 //   {"kind": "abort", "why"}
 // target -> source:
 //   {"kind": "ready"} | {"kind": "restored", "report"} | {"kind": "failed", "error"}
+//   {"kind": "want", "blob", "chunk"}   a late chunk a call of the job waits for: sent next
 // "go" is the point of no return: before it the source resumes its stopped job
 // on any failure; after it, a lost connection leaves the job stopped on the
 // source (the target may have taken over).
@@ -31,12 +36,16 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
 #include <span>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "phos/common/status.h"
+#include "phos/image/reader.h"
 #include "phos/net/channel.h"
 
 namespace phos::daemon::migration {
@@ -47,6 +56,9 @@ class Outgoing {
   // kUnavailable: the target does not answer; kPermissionDenied: keys differ.
   static Result<std::unique_ptr<Outgoing>> connect(const std::string& target, const net::Key& key);
 
+  // zstd on the wire (default), or the bytes as they are (a fast link, or
+  // data that does not compress).
+  void setCompression(bool zstd) { compress_ = zstd; }
   // A chunk of device memory at `address` copied while the job runs.
   Status precopyChunk(uint64_t address, std::span<const std::byte> raw);
 
@@ -58,7 +70,8 @@ class Outgoing {
   // Tells the target to drop what it received (best effort).
   void abort(const std::string& why);
 
-  // When "go" was sent, and the target's restore report.
+  // When the hand-over began, when "go" was sent, and the target's restore report.
+  std::chrono::steady_clock::time_point handOverAt() const { return handOverAt_; }
   std::chrono::steady_clock::time_point goAt() const { return goAt_; }
   const nlohmann::json& targetReport() const { return targetReport_; }
   // precopy_chunks, precopy_bytes, image_chunks, cached_chunks, wire_bytes...
@@ -68,13 +81,17 @@ class Outgoing {
   explicit Outgoing(net::Channel channel) : channel_(std::move(channel)) {}
   Status sendBytes(nlohmann::json header, std::span<const std::byte> raw);
   Result<nlohmann::json> await(const char* what, std::chrono::seconds timeout);
+  Status sendLate(const image::ImageReader& reader, std::vector<std::pair<size_t, uint64_t>> late,
+                  std::optional<nlohmann::json>& outcome);
 
   net::Channel channel_;
+  bool compress_ = true;
   std::map<uint64_t, uint64_t> precopied_;  // device address of a chunk -> checksum of what the target holds
   uint64_t precopyChunks_ = 0, precopyBytes_ = 0, precopyWireBytes_ = 0;
   uint64_t imageChunks_ = 0, cachedChunks_ = 0, cachedBytes_ = 0, imageWireBytes_ = 0;
+  uint64_t lateChunks_ = 0, lateBytes_ = 0, wantedChunks_ = 0;
   double transferSeconds_ = 0;
-  std::chrono::steady_clock::time_point goAt_{};
+  std::chrono::steady_clock::time_point handOverAt_{}, goAt_{};
   nlohmann::json targetReport_;
 };
 

@@ -179,6 +179,65 @@ TEST_F(ImageTest, ChunksMayArriveOutOfOrderFromManyThreads) {
   EXPECT_EQ(back, data);
 }
 
+// Post-copy (live migration): chunk 1 of the blob is late. A reader asks for
+// it in late/wanted, waits until late/0.1 appears, and checks it against the
+// checksum late.json gives; late/failed ends the wait with its reason.
+TEST_F(ImageTest, LateChunksAreAskedForWaitedForAndChecked) {
+  std::vector<std::byte> data = randomBytes(3 * kChunk, 11);
+  fs::path dir = writeImage(data);
+  const uint64_t sum = checksum(std::span(data).subspan(kChunk, kChunk));
+  fs::create_directories(dir / kLateDir);
+  writeText(dir / kLateFile, fmt::format(R"({{"chunks": [[0, 1, {}]]}})", sum));
+  auto reader = ImageReader::open(dir);
+  ASSERT_THAT(reader.status(), IsOk());
+  EXPECT_EQ((*reader)->lateChunks(), 1u);
+
+  // Not late: read at once.
+  std::vector<std::byte> first(kChunk);
+  ASSERT_THAT((*reader)->readChunk(0, 0, first), IsOk());
+  EXPECT_TRUE(std::equal(first.begin(), first.end(), data.begin()));
+
+  // Late: the request shows up, then the bytes do.
+  std::thread arrives([&] {
+    for (int i = 0; i < 2000 && !fs::exists(dir / kLateDir / "wanted"); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::ifstream wanted(dir / kLateDir / "wanted");
+    std::string line;
+    std::getline(wanted, line);
+    EXPECT_EQ(line, "0 1");
+    std::ofstream out(dir / kLateDir / "0.1.part", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(data.data() + kChunk), kChunk);
+    out.close();
+    fs::rename(dir / kLateDir / "0.1.part", dir / kLateDir / "0.1");
+  });
+  std::vector<std::byte> late(kChunk);
+  ASSERT_THAT((*reader)->readChunk(0, 1, late), IsOk());
+  arrives.join();
+  EXPECT_TRUE(std::equal(late.begin(), late.end(), data.begin() + kChunk));
+
+  // Bytes that do not match late.json's checksum are refused.
+  writeText(dir / kLateFile, R"({"chunks": [[0, 2, 12345]]})");
+  auto other = ImageReader::open(dir);
+  ASSERT_THAT(other.status(), IsOk());
+  {
+    std::ofstream out(dir / kLateDir / "0.2", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(data.data() + 2 * kChunk), kChunk);
+  }
+  EXPECT_THAT((*other)->readChunk(0, 2, late), StatusIs(Code::kDataLoss));
+
+  // The source went away: the wait ends with why.
+  fs::remove(dir / kLateDir / "0.2");
+  writeText(dir / kLateDir / "failed", "the source closed the connection");
+  auto status = (*other)->readChunk(0, 2, late);
+  EXPECT_THAT(status, StatusIs(Code::kUnavailable));
+  EXPECT_THAT(status.message(), ::testing::HasSubstr("the source closed the connection"));
+
+  // A damaged list is refused at open.
+  writeText(dir / kLateFile, R"({"chunks": [[7, 0, 1]]})");
+  EXPECT_THAT(ImageReader::open(dir).status(), StatusIs(Code::kDataLoss));
+}
+
 TEST_F(ImageTest, NothingAppearsUntilCommitAndAnAbandonedWriterLeavesNothing) {
   fs::path dir = root_ / "img";
   {

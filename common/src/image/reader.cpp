@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <xxhash.h>
@@ -110,7 +111,52 @@ Result<std::unique_ptr<ImageReader>> ImageReader::open(const fs::path& directory
                        blob.name, path.string(), st.st_size, need);
     }
   }
-  return std::unique_ptr<ImageReader>(new ImageReader(directory, std::move(manifest).value()));
+  auto reader = std::unique_ptr<ImageReader>(new ImageReader(directory, std::move(manifest).value()));
+  if (std::ifstream late(directory / kLateFile); late) {
+    auto list = nlohmann::json::parse(late, nullptr, false);
+    if (!list.is_object() || !list.contains("chunks") || !list["chunks"].is_array()) {
+      return makeError(Code::kDataLoss, "{}: damaged", (directory / kLateFile).string());
+    }
+    for (const auto& entry : list["chunks"]) {
+      if (!entry.is_array() || entry.size() != 3 || !entry[0].is_number_unsigned() || !entry[1].is_number_unsigned() ||
+          !entry[2].is_number_unsigned() || entry[0].get<size_t>() >= reader->manifest_.blobs.size()) {
+        return makeError(Code::kDataLoss, "{}: an entry is not [blob, chunk, checksum]: {}",
+                         (directory / kLateFile).string(), entry.dump());
+      }
+      reader->late_[{entry[0].get<size_t>(), entry[1].get<uint64_t>()}] = entry[2].get<uint64_t>();
+    }
+  }
+  return reader;
+}
+
+// A late chunk: asked for once, then its file is waited for (every millisecond).
+Status ImageReader::readLate(size_t blob, uint64_t chunk, uint64_t expected, std::span<std::byte> out) const {
+  const fs::path dir = directory_ / kLateDir;
+  const fs::path file = dir / fmt::format("{}.{}", blob, chunk);
+  const std::string where = fmt::format("blob '{}' chunk {} (late)", manifest_.blobs[blob].name, chunk);
+  const auto deadline = std::chrono::steady_clock::now() + lateTimeout;
+  std::error_code ec;
+  while (!fs::exists(file, ec)) {
+    {
+      std::lock_guard lock(lateMutex_);
+      if (asked_.insert({blob, chunk}).second) {
+        std::ofstream wanted(dir / "wanted", std::ios::app);
+        wanted << blob << ' ' << chunk << '\n';
+      }
+    }
+    if (std::ifstream failed(dir / "failed"); failed) {
+      std::string why((std::istreambuf_iterator<char>(failed)), std::istreambuf_iterator<char>());
+      return makeError(Code::kUnavailable, "{}: it will not arrive: {}", where, why);
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return makeError(Code::kUnavailable, "{}: did not arrive within {} s", where,
+                       std::chrono::duration_cast<std::chrono::seconds>(lateTimeout).count());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  RETURN_IF_ERROR_CTX(readExactly(file, 0, out), where);
+  if (checksum(out) != expected) return makeError(Code::kDataLoss, "{}: checksum does not match", where);
+  return Status::ok();
 }
 
 std::optional<size_t> ImageReader::findBlob(std::string_view name) const {
@@ -133,6 +179,9 @@ Status ImageReader::readChunk(size_t blobIndex, uint64_t chunk, std::span<std::b
   if (out.size() != blob.chunkRawBytes(chunk)) {
     return makeError(Code::kInvalidArgument, "chunk {} of blob '{}' is {} bytes, not {}", chunk,
                      blob.name, blob.chunkRawBytes(chunk), out.size());
+  }
+  if (auto late = late_.find({blobIndex, chunk}); late != late_.end()) {
+    return readLate(blobIndex, chunk, late->second, out);
   }
   const ChunkInfo& info = blob.chunks[chunk];
   std::string where = fmt::format("blob '{}' chunk {}", blob.name, chunk);

@@ -336,6 +336,11 @@ Status Channel::send(const nlohmann::json& header, std::span<const std::byte> bo
   return Status::ok();
 }
 
+bool Channel::readable(std::chrono::milliseconds timeout) const {
+  pollfd p{fd_, POLLIN, 0};
+  return ::poll(&p, 1, static_cast<int>(timeout.count())) > 0;
+}
+
 Result<Frame> Channel::receive(std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   uint32_t headerBytes = 0;

@@ -31,6 +31,13 @@ inline constexpr int kFormatVersion = 1;
 inline constexpr std::string_view kManifestFile = "manifest.json";
 inline constexpr std::string_view kCpuDir = "cpu";
 inline constexpr std::string_view kBlobDir = "blobs";
+// Chunks that arrive after the image is published (live migration's post-copy,
+// docs/migration.md): kLateFile lists them, {"chunks": [[blob, chunk, xxh3],
+// ...]}, and each arrives as kLateDir/BLOB.CHUNK (its raw bytes). A reader asks
+// for one by appending "BLOB CHUNK\n" to kLateDir/wanted and waits for it;
+// kLateDir/failed (its text: why) means none will come.
+inline constexpr std::string_view kLateFile = "late.json";
+inline constexpr std::string_view kLateDir = "late";
 // The copy engine's chunk: large enough to run at full bandwidth, small enough
 // that an on-demand load of one chunk is short.
 inline constexpr uint32_t kDefaultChunkBytes = 4u << 20;

@@ -3,7 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
 #include <memory>
 #include <optional>
 #include <span>
@@ -36,7 +40,11 @@ class ImageReader {
   std::optional<size_t> findBlob(std::string_view name) const;
   // Decompresses chunk `chunk` of blob `blob` into `out` (exactly its raw size).
   // kDataLoss names the blob and chunk when the stored bytes are damaged.
+  // A late chunk (format.h) is waited for, up to lateTimeout, asked for first.
   Status readChunk(size_t blob, uint64_t chunk, std::span<std::byte> out) const;
+  // Chunks still to arrive after publication (0 for an ordinary image).
+  size_t lateChunks() const { return late_.size(); }
+  std::chrono::milliseconds lateTimeout{std::chrono::minutes(2)};
   // Any byte range of a blob.
   Status read(size_t blob, uint64_t offset, std::span<std::byte> out) const;
 
@@ -51,8 +59,13 @@ class ImageReader {
  private:
   ImageReader(std::filesystem::path directory, Manifest manifest)
       : directory_(std::move(directory)), manifest_(std::move(manifest)) {}
+  Status readLate(size_t blob, uint64_t chunk, uint64_t checksum, std::span<std::byte> out) const;
+
   std::filesystem::path directory_;
   Manifest manifest_;
+  std::map<std::pair<size_t, uint64_t>, uint64_t> late_;  // (blob, chunk) -> checksum of its bytes
+  mutable std::mutex lateMutex_;
+  mutable std::set<std::pair<size_t, uint64_t>> asked_;
 };
 
 }  // namespace phos::image

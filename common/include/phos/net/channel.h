@@ -68,6 +68,9 @@ class Channel {
   // Waits up to `timeout` for the next frame. kUnavailable: the peer closed
   // the connection or the timeout passed; kDataLoss: a frame failed its tag.
   Result<Frame> receive(std::chrono::milliseconds timeout);
+  // Whether a frame (or the end of the connection) is there to receive
+  // within `timeout`.
+  bool readable(std::chrono::milliseconds timeout) const;
   // Bytes sent and received so far, frames and handshake included.
   uint64_t bytesSent() const { return sent_; }
   uint64_t bytesReceived() const { return received_; }
