@@ -338,6 +338,7 @@ class GpuRestore {
       return;
     }
     auto final = finalLine("handing the GPU session to the restored process");
+    adoptedAt_ = std::chrono::steady_clock::now();  // its calls are served from here
     if (!final) {
       adoptError_ = final.status().message();
     } else if ((*final)["ok"] != true) {
@@ -358,6 +359,8 @@ class GpuRestore {
   }
 
   bool used() const { return session_.has_value(); }
+  // When phosd gave the restored process its session back (if it did).
+  std::optional<std::chrono::steady_clock::time_point> adoptedAt() const { return adoptedAt_; }
   const std::string& adoptError() const { return adoptError_; }
   // After finish(): why the process was ended to be restored again eagerly
   // (empty: it was not), what the loads did, and what went wrong meanwhile.
@@ -422,6 +425,7 @@ class GpuRestore {
   std::optional<ipc::ControlStream> stream_;
   std::optional<json> session_;
   std::string adoptError_;
+  std::optional<std::chrono::steady_clock::time_point> adoptedAt_;
   const bool eager_;
   const bool waitForLoads_;
   std::thread watcher_;
@@ -463,9 +467,10 @@ int restoreOnce(const RestoreArgs& args, bool eager, std::string& rollback) {
   std::optional<double> runningAfter;
   auto start = std::chrono::steady_clock::now();
   options.afterRestore = [&](std::optional<pid_t> pid) {
-    gpu.after(pid);
+    gpu.after(pid);  // waits for the loads too when detached
     if (!pid) return;
-    runningAfter = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    runningAfter = std::chrono::duration<double>(gpu.adoptedAt().value_or(std::chrono::steady_clock::now()) - start)
+                       .count();
     if (args.detach) return;
     forwardSignalsTo(*pid);
     if (!args.json) {

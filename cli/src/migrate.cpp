@@ -27,6 +27,7 @@ struct MigrateArgs {
   std::string to;
   std::string keyFile;
   std::string mode = "recopy";
+  std::string compress = "zstd";
   std::string runtimeDir;
   bool json = false;
 };
@@ -105,7 +106,7 @@ int runMigrate(const MigrateArgs& args) {
   }
   std::string to = args.to;
   if (to.find(':') == std::string::npos) to += fmt::format(":{}", kDefaultPort);
-  json request = {{"op", "migrate"}, {"pid", args.pid}, {"to", to}, {"mode", args.mode}};
+  json request = {{"op", "migrate"}, {"pid", args.pid}, {"to", to}, {"mode", args.mode}, {"compress", args.compress}};
   if (!args.keyFile.empty()) {
     auto key = net::Key::load(args.keyFile);
     if (!key) {
@@ -148,6 +149,10 @@ void addMigrate(CLI::App& app, SubcommandRunner& runner) {
                   "the job runs on the target while the rest loads; stop: stop-the-world, everything is copied and "
                   "sent while the job waits")
       ->check(CLI::IsMember({"recopy", "stop"}));
+  cmd->add_option("--compress", args->compress,
+                  "zstd (default): what crosses the link is compressed when that makes it smaller; none: sent as "
+                  "it is (a fast link, or memory that does not compress)")
+      ->check(CLI::IsMember({"zstd", "none"}));
   cmd->add_option("--runtime-dir", args->runtimeDir, "the local daemon's runtime directory");
   cmd->add_flag("--json", args->json, "print the report as JSON");
   cmd->callback([&runner, args] { runner = [args] { return runMigrate(*args); }; });

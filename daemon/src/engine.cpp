@@ -636,7 +636,9 @@ class Engine {
       return makeError(Code::kInvalidArgument, "a migration needs \"to\" and \"key\"");
     }
     ASSIGN_OR_RETURN(net::Key key, net::Key::fromHex(m["key"].get<std::string>()));
-    return migration::Outgoing::connect(m["to"].get<std::string>(), key);
+    ASSIGN_OR_RETURN(auto outgoing, migration::Outgoing::connect(m["to"].get<std::string>(), key));
+    outgoing->setCompression(m.value("compress", true));
+    return outgoing;
   }
 
   // Downtime: from the final quiesce here to the job running on the target
@@ -645,6 +647,11 @@ class Engine {
     json report = outgoing.stats();
     const json& target = outgoing.targetReport();
     report["target_report"] = target;
+    if (pausedAt != std::chrono::steady_clock::time_point{}) {
+      // The stopped job's image is written here (CRIU's dump and the device
+      // memory) before the hand-over begins.
+      report["dump_seconds"] = std::chrono::duration<double>(outgoing.handOverAt() - pausedAt).count();
+    }
     if (pausedAt != std::chrono::steady_clock::time_point{} && target.contains("running_seconds")) {
       report["downtime_seconds"] = std::chrono::duration<double>(outgoing.goAt() - pausedAt).count() +
                                    target.value("running_seconds", 0.0);

@@ -855,7 +855,7 @@ struct Daemon::Impl {
                     {"error", "this daemon has no key to prove to the target: start it with --key FILE, or pass "
                               "phos migrate --key FILE"}};
       }
-      migrate = {{"to", request["to"]}, {"key", keyHex}};
+      migrate = {{"to", request["to"]}, {"key", keyHex}, {"compress", request.value("compress", "zstd") != "none"}};
     }
     if (op == "checkpoint" || op == "validation" || op == "migrate") {
       if (!request.contains("pid") || !request["pid"].is_number_integer()) {

@@ -115,6 +115,7 @@ int main(int argc, char** argv) {
   int sleepMs = 0;
   int stateMib = 0;
   int stateTensors = 1;
+  int dirtyMib = 1;
   int checkpointAt = -1;
   std::string checkpointImage, checkpointMode = "cow";
   std::string ptxPath = defaultPtxPath().string();
@@ -129,6 +130,10 @@ int main(int argc, char** argv) {
   app.add_option("--state-tensors", stateTensors,
                  "split the state into this many allocations, as a framework's many tensors (the output "
                  "does not change; default 1)")
+      ->check(CLI::Range(1, 65536));
+  app.add_option("--dirty-mib", dirtyMib,
+                 "MiB of the state written per step: that many consecutive 1 MiB windows (default 1; a "
+                 "migration's or checkpoint's write rate)")
       ->check(CLI::Range(1, 65536));
   app.add_option("--ptx", ptxPath, "the kernels' PTX (default: next to this program)");
   app.add_option("--checkpoint-at", checkpointAt,
@@ -243,8 +248,8 @@ int main(int argc, char** argv) {
     launch(sgd, 1, 1, 256, 1, {&dB1.ptr, &dGB1.ptr, &lr, &nB1});
     launch(sgd, blocks(nW2, 256), 1, 256, 1, {&dW2.ptr, &dGW2.ptr, &lr, &nW2});
     launch(sgd, 1, 1, 256, 1, {&dB2.ptr, &dGB2.ptr, &lr, &nB2});
-    if (stateMib > 0) {
-      CUdeviceptr window = stateAt(static_cast<size_t>(step % stateMib));
+    for (int w = 0; stateMib > 0 && w < dirtyMib; ++w) {
+      CUdeviceptr window = stateAt((static_cast<size_t>(step) * dirtyMib + w) % stateMib);
       unsigned stepBits = static_cast<unsigned>(step);
       launch(stateUpdate, blocks(windowWords / 4, 256), 1, 256, 1,
              {&window, &dLoss.ptr, &dW1.ptr, &nW1, &windowWords, &stepBits});

@@ -149,6 +149,9 @@ def test_example_migrates_mid_run_and_finishes_bit_identical(hosts, phos, progra
     # not write since were not sent again.
     assert report["recopy"]["rounds"] >= 1 and m["precopy_chunks"] >= report["recopy"]["round_chunks"][0], report
     assert 0 < m["cached_chunks"] < m["image_chunks"], report
+    # What the job wrote after the last round (its weights, at least) went
+    # after "go", while it ran on h2 (post-copy).
+    assert m["late_chunks"] >= 1 and m["cached_chunks"] + m["late_chunks"] <= m["image_chunks"], report
     assert m["target_report"]["pid"] == job.pid, report
     assert 0 < m["downtime_seconds"] < report["total_seconds"], report
     assert job.pid in sessions_on("h2", phos) or len(job.lines()) == len(ref)
