@@ -201,6 +201,8 @@ def main():
                            "total_ratio": stw["total_seconds"] / pre["total_seconds"]})
             print(f"{size:5d} MiB  {d:2d} MiB/step  stop-the-world / pre-copy: downtime x{ratios[-1]['downtime_ratio']:.2f}"
                   f"  (job's view x{ratios[-1]['job_gap_ratio']:.2f}), total x{ratios[-1]['total_ratio']:.2f}")
+    pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    pathlib.Path(args.png).parent.mkdir(parents=True, exist_ok=True)
     shown = [r for r in runs if r["size_mib"] == max(sizes) and r["dirty_mib_per_step"] == min(dirty)]
     plot(shown, args.png, args.rate)
     pathlib.Path(args.out).write_text(json.dumps({"rate": args.rate, "runs": runs, "ratios": ratios}, indent=1))

@@ -653,8 +653,11 @@ class Engine {
       report["dump_seconds"] = std::chrono::duration<double>(outgoing.handOverAt() - pausedAt).count();
     }
     if (pausedAt != std::chrono::steady_clock::time_point{} && target.contains("running_seconds")) {
+      // Up to the first call the target served: the call the job was waiting
+      // in at the quiesce may itself wait there for memory still arriving.
+      const json load = target.value("concurrent_load", json::object());
       report["downtime_seconds"] = std::chrono::duration<double>(outgoing.goAt() - pausedAt).count() +
-                                   target.value("running_seconds", 0.0);
+                                   target.value("running_seconds", 0.0) + load.value("first_call_seconds", 0.0);
     }
     return report;
   }

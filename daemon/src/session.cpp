@@ -56,6 +56,7 @@ Status Session::start(const ipc::RingGeometry& geometry) {
   chmod(ringPath_.c_str(), 0600);
   RETURN_IF_ERROR(lockRing());
   replyBuffer_.resize(ring_->payloadCapacity());
+  servingSince_ = std::chrono::steady_clock::now();
   thread_ = std::thread([this] { serve(); });
   return Status::ok();
 }
@@ -83,6 +84,7 @@ Status Session::lockRing() {
 void Session::startServing() {
   if (thread_.joinable() || !ring_.has_value()) return;
   replyBuffer_.resize(ring_->payloadCapacity());
+  servingSince_ = std::chrono::steady_clock::now();
   thread_ = std::thread([this] { serve(); });
 }
 
@@ -206,6 +208,10 @@ void Session::dispatch(const ipc::CallRing::Request& request) {
     (void)ring_->reply(request, reply);
   } else {
     ring_->finish(request);
+  }
+  if (firstCallNs_.load(std::memory_order_relaxed) < 0) {
+    firstCallNs_ = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - servingSince_)
+                       .count();
   }
 }
 

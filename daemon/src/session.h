@@ -149,6 +149,13 @@ class Session {
   // A session re-created by the engine from an image starts serving once its
   // process runs again.
   void startServing();
+  // Seconds from startServing() to the end of the first call served (a
+  // restored job's first call: where a migration's downtime ends), if any yet.
+  std::optional<double> firstCallSeconds() const {
+    const int64_t ns = firstCallNs_.load();
+    if (ns < 0) return std::nullopt;
+    return static_cast<double>(ns) / 1e9;
+  }
   // Stops serving calls (waiting up to `timeout` for the call being served to
   // finish), so that the engine can read or change the session's state; the
   // application's calls wait in the ring. resume() serves them again.
@@ -296,6 +303,8 @@ class Session {
   std::optional<ipc::CallRing> ring_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
+  std::chrono::steady_clock::time_point servingSince_{};
+  std::atomic<int64_t> firstCallNs_{-1};
 
   // Owned by the serving thread, which holds mutex_ while it serves a call;
   // info() waits for it only briefly (a call may run for as long as a kernel).

@@ -569,6 +569,7 @@ class Worker {
     auto log = log::get("daemon");
     json report;
     Status loaded = loadConcurrently(session, loading, validation, [this] { return ending_.load(); }, report);
+    if (auto first = session.firstCallSeconds()) report["first_call_seconds"] = *first;
     if (loaded.isOk()) {
       log->info("session {}: device memory loaded ({} of {} chunks on demand, {} calls waited {:.3f} s)",
                 session.id(), report.value("demanded_chunks", 0), report.value("chunks", 0),

@@ -224,6 +224,27 @@ def test_killing_the_target_daemon_during_the_transfer_leaves_the_job_running(ho
     restart_daemon("h2", phos, hosts)
 
 
+def test_target_without_room_for_the_image_leaves_the_job_running(hosts, phos, programs, tmp_path):
+    cmd = mlp(programs, steps=24, state_mib=96)
+    ref = reference(cmd, hosts)
+    job = HostJob("h1", phos, cmd, hosts, tmp_path)
+    job.wait_line(2)
+    # h2's runtime directory, where migrated images arrive, gets 48 MiB.
+    r = on("h2", "mount", "-o", "remount,size=48m", "/run/phos")
+    assert r.returncode == 0, r.stderr
+    try:
+        r = on("h1", str(phos), "migrate", "--pid", job.pid, "--to", ADDRESS["h2"])
+    finally:
+        on("h2", "mount", "-o", "remount,size=50%", "/run/phos")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "the target failed to take the image" in r.stderr and "runs on here" in r.stderr, r.stderr
+    assert "No space left" in r.stderr, r.stderr
+    assert job.pid in sessions_on("h1", phos) and job.pid not in sessions_on("h2", phos)
+    assert job.wait_end(len(ref)) == ref
+    leftovers = on("h2", "ls", "-A", "/run/phos/migrations").stdout.split()
+    assert leftovers == [], leftovers
+
+
 def test_peer_without_the_key_is_refused(hosts, phos, programs, tmp_path):
     cmd = mlp(programs)
     ref = reference(cmd, hosts)
