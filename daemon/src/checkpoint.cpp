@@ -483,6 +483,12 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
   bool preDumped = false;
   double preDumpSeconds = 0;
   const std::string preDumpDir = "pre-dump";
+  // A page server takes the final dump's pages only (its parent images would
+  // have to be on the other side too): no pre-dump then.
+  if (canPreDump && options.pageServerSocket >= 0) {
+    canPreDump = false;
+    preDumpReason = "the pages go to a page server (live migration)";
+  }
   if (canPreDump) {
     std::error_code ec;
     fs::create_directory(cpu / preDumpDir, ec);
@@ -521,6 +527,13 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
       argv.insert(argv.end(), {"--external", fmt::format("unix[{}]", d.inode)});
     }
   }
+  // The page server's socket, as CRIU's fd 20 (above the inherited stdio of a restore).
+  constexpr int kPageServerFd = 20;
+  CaptureOptions dumpOptions;
+  if (options.pageServerSocket >= 0) {
+    argv.insert(argv.end(), {"--page-server", "--ps-socket", std::to_string(kPageServerFd)});
+    dumpOptions.passFds.emplace_back(options.pageServerSocket, kPageServerFd);
+  }
   std::unique_ptr<PostDumpChannel> channel;
   if (hooks.whileFrozen) {
     ASSIGN_OR_RETURN(channel, PostDumpChannel::create([&] { return hooks.whileFrozen(*writer); }));
@@ -530,7 +543,7 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
   auto freezeStart = Clock::now();
   Result<ProcessOutput> dump = [&] {
     CpuProgress progress(hooks.progress, cpu, anonymousBytes(pid));
-    return runCapture(withShellJob(argv, shellJob));
+    return runCapture(withShellJob(argv, shellJob), dumpOptions);
   }();
   double freeze = secondsSince(freezeStart);
   if (channel) channel->stop();

@@ -556,16 +556,29 @@ class Engine {
       }
     };
     options.hooks.beforeCommit = [&] { return written; };
+    // CRIU's end of the page relay (migration): our copy closes once CRIU has
+    // exited, so that the relay sees the end of its pages.
+    int criuPages = -1;
+    auto closeCriuPages = [&criuPages] {
+      if (criuPages >= 0) ::close(criuPages);
+      criuPages = -1;
+    };
     if (outgoing) {
+      auto relay = outgoing->openPageRelay();
+      if (!relay.isOk()) return failure(relay.status());
+      criuPages = options.pageServerSocket = *relay;
       // A stop-the-world migration restores eagerly on the target, as a copy
       // of an image would; after a recopy the job runs while memory loads.
-      options.hooks.handOver = [&](const std::filesystem::path& image, bool& leaveStopped) {
+      options.hooks.handOver = [&](const std::filesystem::path& image, bool& leaveStopped) -> Status {
+        closeCriuPages();
+        RETURN_IF_ERROR(outgoing->closePageRelay());
         return outgoing->handOver(image, /*eager=*/!recopy, leaveStopped);
       };
     }
     options.hooks.gpuState = [&] { return json{{"sessions", json::array({state})}}; };
 
     auto report = checkpoint::checkpointProcess(s.pid(), options);
+    closeCriuPages();
     if (paused && !report.isOk()) s.resume();  // a failure after the dump
     if (recopy && s.hasAccessGate() && s.pause(kPauseTimeout).isOk()) {
       // A failure before t2: the window closes without a copy.
@@ -593,8 +606,10 @@ class Engine {
       return answer;
     }
     if (outgoing) {
-      // The image was only the vehicle; one left behind by a hand-over that
-      // lost the target is what the job can still be restored from here.
+      // The image was only the vehicle (its memory pages went to the target's
+      // page server); one left behind by a hand-over that lost the target
+      // shows what was sent.
+      (void)outgoing->closePageRelay();
       std::error_code ec;
       const bool lost = !report.isOk() && report.status().message().find("left stopped") != std::string::npos;
       if (!lost) std::filesystem::remove_all(options.image, ec);

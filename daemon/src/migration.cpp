@@ -20,6 +20,7 @@
 
 #include "phos/common/log.h"
 #include "phos/common/subprocess.h"
+#include "phos/daemon/criu.h"
 #include "phos/image/reader.h"
 #include "phos/image/writer.h"
 
@@ -247,6 +248,78 @@ Status Outgoing::sendLate(const image::ImageReader& reader, std::vector<std::pai
   return Status::ok();
 }
 
+void Outgoing::relayFailed(Status status) {
+  std::lock_guard lock(relayMutex_);
+  if (relayStatus_.isOk()) relayStatus_ = std::move(status);
+  ::shutdown(relayFd_, SHUT_RDWR);  // CRIU sees the page server gone: its dump fails, the job resumes
+}
+
+Result<int> Outgoing::openPageRelay() {
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+    return makeError(Code::kIo, "socketpair: {}", std::strerror(errno));
+  }
+  if (Status s = channel_.send({{"kind", "pages-open"}}); !s.isOk()) {
+    ::close(pair[0]);
+    ::close(pair[1]);
+    return s;
+  }
+  relayFd_ = pair[0];
+  const auto start = Clock::now();
+  relayUp_ = std::thread([this] {
+    std::vector<std::byte> buf(1u << 20);
+    for (;;) {
+      ssize_t n = ::read(relayFd_, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        if (Status s = channel_.send({{"kind", "pages-end"}}); !s.isOk()) relayFailed(s);
+        return;
+      }
+      pageBytes_ += static_cast<uint64_t>(n);
+      Status s = sendBytes({{"kind", "pages"}, {"bytes", n}}, std::span(buf).first(static_cast<size_t>(n)));
+      if (!s.isOk()) return relayFailed(s.withContext("sending CRIU's pages"));
+    }
+  });
+  relayDown_ = std::thread([this, start] {
+    for (;;) {
+      auto frame = channel_.receive(kFrameTimeout);
+      if (!frame) return relayFailed(frame.status().withContext("CRIU's page server on the target"));
+      const std::string kind = frame->header.value("kind", "");
+      if (kind == "pages-ack") {
+        std::span<const std::byte> bytes = frame->body;
+        while (!bytes.empty()) {
+          ssize_t n = ::write(relayFd_, bytes.data(), bytes.size());
+          if (n < 0 && errno == EINTR) continue;
+          if (n <= 0) return;  // CRIU is gone; its exit status tells
+          bytes = bytes.subspan(static_cast<size_t>(n));
+        }
+      } else if (kind == "pages-done") {
+        pageServerSeconds_ = secondsSince(start);
+        if (!frame->header.value("ok", false)) {
+          relayFailed(makeError(Code::kFailedPrecondition, "CRIU's page server on the target failed: {}",
+                                frame->header.value("error", std::string("no reason given"))));
+        }
+        return;
+      } else {
+        return relayFailed(makeError(Code::kFailedPrecondition, "the target failed while CRIU dumped: {}",
+                                     frame->header.value("error", std::string("no reason given"))));
+      }
+    }
+  });
+  return pair[1];
+}
+
+Status Outgoing::closePageRelay() {
+  if (relayUp_.joinable()) relayUp_.join();
+  if (relayDown_.joinable()) relayDown_.join();
+  if (relayFd_ >= 0) {
+    ::close(relayFd_);
+    relayFd_ = -1;
+  }
+  std::lock_guard lock(relayMutex_);
+  return relayStatus_;
+}
+
 void Outgoing::abort(const std::string& why) { (void)channel_.send({{"kind", "abort"}, {"why", why}}); }
 
 json Outgoing::stats() const {
@@ -257,6 +330,8 @@ json Outgoing::stats() const {
           {"image_chunks", imageChunks_},
           {"cached_chunks", cachedChunks_},
           {"cached_bytes", cachedBytes_},
+          {"page_server_bytes", pageBytes_},
+          {"page_server_seconds", pageServerSeconds_},
           {"late_chunks", lateChunks_},
           {"late_bytes", lateBytes_},
           {"wanted_chunks", wantedChunks_},
@@ -272,6 +347,7 @@ namespace {
 class Incoming {
  public:
   Incoming(net::Channel channel, const ListenerOptions& options) : channel_(std::move(channel)), options_(options) {}
+  ~Incoming() { stopPageServer(); }
 
   void serve() {
     auto log = log::get("daemon");
@@ -290,6 +366,12 @@ class Incoming {
       const std::string kind = frame.header.value("kind", "");
       if (kind == "precopy") {
         RETURN_IF_ERROR(onPrecopy(frame));
+      } else if (kind == "pages-open") {
+        RETURN_IF_ERROR(onPagesOpen());
+      } else if (kind == "pages") {
+        RETURN_IF_ERROR(onPages(frame));
+      } else if (kind == "pages-end") {
+        RETURN_IF_ERROR(onPagesEnd());
       } else if (kind == "manifest") {
         RETURN_IF_ERROR(onManifest(frame));
       } else if (kind == "chunk") {
@@ -323,6 +405,74 @@ class Incoming {
     }
     cache_[address] = std::move(raw);
     return Status::ok();
+  }
+
+  // CRIU's page server, fed by the source's dump through the channel; what
+  // it answers goes back the same way. Its images join cpu/ at "end".
+  Status onPagesOpen() {
+    if (pageServer_.joinable()) return makeError(Code::kInvalidArgument, "a second page server");
+    ASSIGN_OR_RETURN(auto criuBinary, criu::locate());
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    pagesDir_ = fs::path(options_.runtimeDir) / "migrations" /
+                fmt::format("pages-{}", std::chrono::duration_cast<std::chrono::milliseconds>(now).count());
+    std::error_code ec;
+    fs::create_directories(pagesDir_, ec);
+    if (ec) return makeError(Code::kIo, "cannot create {}: {}", pagesDir_.string(), ec.message());
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+      return makeError(Code::kIo, "socketpair: {}", std::strerror(errno));
+    }
+    pagesFd_ = pair[0];
+    pageServer_ = std::thread([this, path = criuBinary.path, theirs = pair[1]] {
+      pageServerResult_.emplace(runCapture({path, "page-server", "-D", pagesDir_.string(), "--ps-socket", "20", "-o",
+                                            "page-server.log"},
+                                           CaptureOptions{.passFds = {{theirs, 20}}}));
+      ::close(theirs);  // the replies' reader sees the end
+    });
+    pageReplies_ = std::thread([this] {
+      std::vector<std::byte> buf(64u << 10);
+      for (;;) {
+        ssize_t n = ::read(pagesFd_, buf.data(), buf.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return;
+        if (!channel_.send({{"kind", "pages-ack"}}, std::span(buf).first(static_cast<size_t>(n))).isOk()) return;
+      }
+    });
+    return Status::ok();
+  }
+
+  Status onPages(net::Frame& frame) {
+    if (pagesFd_ < 0) return makeError(Code::kInvalidArgument, "pages without a page server");
+    ASSIGN_OR_RETURN(auto raw, unpack(frame, frame.header.value("bytes", uint64_t{0})));
+    std::span<const std::byte> bytes = raw;
+    while (!bytes.empty()) {
+      ssize_t n = ::write(pagesFd_, bytes.data(), bytes.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;  // the page server is gone: its exit status says why
+      bytes = bytes.subspan(static_cast<size_t>(n));
+    }
+    return Status::ok();
+  }
+
+  Status onPagesEnd() {
+    if (pagesFd_ < 0) return makeError(Code::kInvalidArgument, "pages-end without a page server");
+    ::shutdown(pagesFd_, SHUT_WR);
+    pageServer_.join();
+    pageReplies_.join();
+    ::close(pagesFd_);
+    pagesFd_ = -1;
+    std::string error;
+    if (!pageServerResult_->isOk()) {
+      error = pageServerResult_->status().message();
+    } else if ((*pageServerResult_)->exitCode != 0) {
+      std::ifstream log(pagesDir_ / "page-server.log");
+      std::string line, errors;
+      while (std::getline(log, line)) {
+        if (line.find("Error") != std::string::npos) errors += "\n  " + line;
+      }
+      error = fmt::format("criu page-server exited {}{}", (*pageServerResult_)->exitCode, errors);
+    }
+    return channel_.send({{"kind", "pages-done"}, {"ok", error.empty()}, {"error", error}});
   }
 
   Status onManifest(const net::Frame& frame) {
@@ -420,6 +570,16 @@ class Incoming {
           image::checksum(bytes) != file.checksum) {
         return makeError(Code::kDataLoss, "cpu/{} did not arrive intact", file.path);
       }
+    }
+    if (!pagesDir_.empty()) {
+      // The page server's images (pagemap, pages, its log) complete cpu/.
+      std::error_code ec;
+      for (const auto& entry : fs::directory_iterator(pagesDir_, ec)) {
+        fs::rename(entry.path(), writer_->cpuDirectory() / entry.path().filename(), ec);
+        if (ec) return makeError(Code::kIo, "cannot move {} into the image: {}", entry.path().string(), ec.message());
+      }
+      fs::remove(pagesDir_, ec);
+      pagesDir_.clear();
     }
     writer_->setState(manifest_.state);
     RETURN_IF_ERROR(writer_->commit().withContext("publishing the migrated image"));
@@ -543,18 +703,32 @@ class Incoming {
     return writer_ && fs::exists(directory_ / image::kManifestFile, ec);
   }
 
+  void stopPageServer() {
+    if (pagesFd_ >= 0) ::shutdown(pagesFd_, SHUT_RDWR);
+    if (pageServer_.joinable()) pageServer_.join();
+    if (pageReplies_.joinable()) pageReplies_.join();
+    if (pagesFd_ >= 0) ::close(pagesFd_);
+    pagesFd_ = -1;
+  }
+
   void discard() {
+    std::error_code ec;
+    stopPageServer();
+    if (!pagesDir_.empty()) fs::remove_all(pagesDir_, ec);
+    const bool wasPublished = published();
     writer_.reset();  // an unpublished image's staging directory goes with it
-    if (published()) {
-      std::error_code ec;
-      fs::remove_all(directory_, ec);
-    }
+    if (wasPublished) fs::remove_all(directory_, ec);
   }
 
   net::Channel channel_;
   const ListenerOptions& options_;
   std::map<uint64_t, std::vector<std::byte>> cache_;  // precopied chunks by device address
   std::set<std::pair<size_t, uint64_t>> late_;          // (blob, chunk) that come after "go"
+  // CRIU's page server: where it writes, its socket, its process and our reader of its replies.
+  fs::path pagesDir_;
+  int pagesFd_ = -1;
+  std::thread pageServer_, pageReplies_;
+  std::optional<Result<ProcessOutput>> pageServerResult_;
   image::Manifest manifest_;
   fs::path directory_;
   std::unique_ptr<image::ImageWriter> writer_;
@@ -599,6 +773,16 @@ Result<pid_t> startListener(const ListenerOptions& options) {
     return makeError(Code::kFailedPrecondition, "a daemon that accepts migrations needs the phos command to restore");
   }
   ASSIGN_OR_RETURN(int fd, net::listenOn(options.address));
+  // What incoming migrations of an earlier daemon left (one killed midway):
+  // no migration runs yet. Outgoing images (out-*) stay: a job may be stopped
+  // waiting on one.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(fs::path(options.runtimeDir) / "migrations", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("in-") || name.starts_with(".in-") || name.starts_with("pages-")) {
+      fs::remove_all(entry.path(), ec);
+    }
+  }
   const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) {

@@ -8,6 +8,10 @@
 //   {"kind": "precopy", "address", "bytes", "hash", "zstd"} + bytes
 //       a 4 MiB chunk of device memory copied during a soft recopy round; the
 //       target keeps the newest version of each chunk in memory
+//   {"kind": "pages-open"}, {"kind": "pages"} + bytes ..., {"kind": "pages-end"}
+//       CRIU's final dump talking to CRIU's page server on the target (its
+//       memory pages); the target answers with "pages-ack" + bytes (the page
+//       server's replies) and, once it has written them, {"kind": "pages-done", "ok", "error"}
 //   {"kind": "manifest", "manifest"}     the published image's manifest
 //   {"kind": "chunk", "blob", "chunk", "cached": ADDRESS} or
 //   {"kind": "chunk", "blob", "chunk", "zstd"} + bytes
@@ -36,6 +40,8 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -55,12 +61,21 @@ class Outgoing {
  public:
   // kUnavailable: the target does not answer; kPermissionDenied: keys differ.
   static Result<std::unique_ptr<Outgoing>> connect(const std::string& target, const net::Key& key);
+  ~Outgoing() { (void)closePageRelay(); }
 
   // zstd on the wire (default), or the bytes as they are (a fast link, or
   // data that does not compress).
   void setCompression(bool zstd) { compress_ = zstd; }
   // A chunk of device memory at `address` copied while the job runs.
   Status precopyChunk(uint64_t address, std::span<const std::byte> raw);
+
+  // CRIU's final dump streams its memory pages to a page server on the target
+  // through this channel: the returned socket is CRIU's end
+  // (CheckpointOptions::pageServerSocket; the caller closes it once CRIU has
+  // exited). closePageRelay() waits until the target's page server has
+  // written them all.
+  Result<int> openPageRelay();
+  Status closePageRelay();
 
   // After the image is published (the job stopped): sends it, and once the
   // target holds it, tells it to restore. On failure `leaveStopped` says
@@ -79,6 +94,7 @@ class Outgoing {
 
  private:
   explicit Outgoing(net::Channel channel) : channel_(std::move(channel)) {}
+  void relayFailed(Status status);
   Status sendBytes(nlohmann::json header, std::span<const std::byte> raw);
   Result<nlohmann::json> await(const char* what, std::chrono::seconds timeout);
   Status sendLate(const image::ImageReader& reader, std::vector<std::pair<size_t, uint64_t>> late,
@@ -86,6 +102,13 @@ class Outgoing {
 
   net::Channel channel_;
   bool compress_ = true;
+  // The page relay: CRIU <-> relayFd_ <-> channel (two threads while CRIU dumps).
+  int relayFd_ = -1;
+  std::thread relayUp_, relayDown_;
+  Status relayStatus_ = Status::ok();
+  std::mutex relayMutex_;
+  uint64_t pageBytes_ = 0;
+  double pageServerSeconds_ = 0;
   std::map<uint64_t, uint64_t> precopied_;  // device address of a chunk -> checksum of what the target holds
   uint64_t precopyChunks_ = 0, precopyBytes_ = 0, precopyWireBytes_ = 0;
   uint64_t imageChunks_ = 0, cachedChunks_ = 0, cachedBytes_ = 0, imageWireBytes_ = 0;

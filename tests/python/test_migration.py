@@ -154,6 +154,8 @@ def test_example_migrates_mid_run_and_finishes_bit_identical(hosts, phos, progra
     assert m["late_chunks"] >= 1 and m["cached_chunks"] + m["late_chunks"] <= m["image_chunks"], report
     assert m["target_report"]["pid"] == job.pid, report
     assert 0 < m["downtime_seconds"] < report["total_seconds"], report
+    # CRIU's dump sent the job's memory pages to the page server on h2.
+    assert m["page_server_bytes"] > report["cpu_bytes"], report
     assert job.pid in sessions_on("h2", phos) or len(job.lines()) == len(ref)
     assert job.pid not in sessions_on("h1", phos)
     assert job.wait_end(len(ref)) == ref

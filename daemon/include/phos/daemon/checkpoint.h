@@ -59,6 +59,10 @@ struct CheckpointOptions {
   bool leaveRunning = false;    // otherwise the process is gone after a successful dump
   image::Codec codec = image::Codec::kNone;
   std::string protocol = "stop-the-world";  // the manifest's "protocol"
+  // A connected socket to a CRIU page server (live migration): the final dump
+  // sends its memory pages there (--page-server --ps-socket) instead of into
+  // cpu/, which then holds the other images only. -1: none.
+  int pageServerSocket = -1;
   CheckpointHooks hooks;
 };
 
