@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "busy_wait.h"
 #include "byte_units.h"
 #include "progress_line.h"
 #include "phos/common/ipc/control.h"
@@ -128,9 +129,6 @@ int localCheckpoint(const CheckpointArgs& args, const std::string& why) {
   return kExitOk;
 }
 
-// How long phos checkpoint waits for a session that is busy.
-constexpr std::chrono::seconds kBusyWait{600};
-
 int checkpointThroughDaemon(const CheckpointArgs& args, const json& request, const std::string& socket,
                             const std::string& image, std::string& busy);
 
@@ -150,22 +148,9 @@ int runCheckpoint(const CheckpointArgs& args) {
   std::string socket = ipc::controlSocketPath(runtimeDirOf(args.runtimeDir));
   // A session busy with another checkpoint, or loading its memory after a
   // concurrent restore, takes this one when it is done.
-  const auto giveUp = std::chrono::steady_clock::now() + kBusyWait;
-  bool told = false;
-  for (;;) {
-    std::string busy;
-    const int code = checkpointThroughDaemon(args, request, socket, image, busy);
-    if (busy.empty() || std::chrono::steady_clock::now() > giveUp) {
-      if (!busy.empty()) std::fprintf(stderr, "phos checkpoint: %s (waited %lld s)\n", busy.c_str(),
-                                      static_cast<long long>(kBusyWait.count()));
-      return busy.empty() ? code : kExitFailure;
-    }
-    if (!told && !args.json) {
-      std::fprintf(stderr, "phos checkpoint: %s; waiting for it to finish\n", busy.c_str());
-      told = true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  return retryWhileBusy("checkpoint", args.json, [&](std::string& busy) {
+    return checkpointThroughDaemon(args, request, socket, image, busy);
+  });
 }
 
 // One request to phosd; `busy` gets phosd's words when the session was busy

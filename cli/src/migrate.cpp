@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "busy_wait.h"
 #include "byte_units.h"
 #include "phos/common/ipc/control.h"
 #include "phos/net/channel.h"
@@ -20,7 +21,6 @@ namespace {
 using nlohmann::json;
 
 constexpr int kDefaultPort = 7070;  // phos daemon --listen's usual port
-constexpr std::chrono::seconds kBusyWait{600};
 
 struct MigrateArgs {
   pid_t pid = 0;
@@ -116,23 +116,8 @@ int runMigrate(const MigrateArgs& args) {
     request["key"] = key->hex();
   }
   const std::string socket = ipc::controlSocketPath(args.runtimeDir.empty() ? ipc::runtimeDir() : args.runtimeDir);
-  const auto giveUp = std::chrono::steady_clock::now() + kBusyWait;
-  bool told = false;
-  for (;;) {
-    std::string busy;
-    const int code = migrateOnce(args, request, socket, busy);
-    if (busy.empty()) return code;
-    if (std::chrono::steady_clock::now() > giveUp) {
-      std::fprintf(stderr, "phos migrate: %s (waited %lld s)\n", busy.c_str(),
-                   static_cast<long long>(kBusyWait.count()));
-      return kExitFailure;
-    }
-    if (!told && !args.json) {
-      std::fprintf(stderr, "phos migrate: %s; waiting for it to finish\n", busy.c_str());
-      told = true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  return retryWhileBusy("migrate", args.json,
+                        [&](std::string& busy) { return migrateOnce(args, request, socket, busy); });
 }
 
 }  // namespace
