@@ -195,10 +195,6 @@ Status Outgoing::handOver(const fs::path& imagePath, bool eager, bool& leaveStop
     return streamed.withContext("lost the target after telling it to take over");
   }
   auto outcome = early ? Result<json>(*early) : await("to restore the job", kFrameTimeout);
-  if (!outcome.isOk() && outcome.status().code() != Code::kFailedPrecondition) {
-    leaveStopped = true;
-    return std::move(outcome).status().withContext("lost the target after telling it to take over");
-  }
   while (outcome.isOk() && outcome->value("kind", "") == "want") {
     outcome = await("to restore the job", kFrameTimeout);  // a chunk sent already
   }
