@@ -559,6 +559,7 @@ class Engine {
     // CRIU's end of the page relay (migration): our copy closes once CRIU has
     // exited, so that the relay sees the end of its pages.
     int criuPages = -1;
+    bool leftStopped = false;  // the hand-over lost the target after "go"
     auto closeCriuPages = [&criuPages] {
       if (criuPages >= 0) ::close(criuPages);
       criuPages = -1;
@@ -572,7 +573,9 @@ class Engine {
       options.hooks.handOver = [&](const std::filesystem::path& image, bool& leaveStopped) -> Status {
         closeCriuPages();
         RETURN_IF_ERROR(outgoing->closePageRelay());
-        return outgoing->handOver(image, /*eager=*/!recopy, leaveStopped);
+        Status handed = outgoing->handOver(image, /*eager=*/!recopy, leaveStopped);
+        leftStopped = leaveStopped;
+        return handed;
       };
     }
     options.hooks.gpuState = [&] { return json{{"sessions", json::array({state})}}; };
@@ -611,8 +614,7 @@ class Engine {
       // shows what was sent.
       (void)outgoing->closePageRelay();
       std::error_code ec;
-      const bool lost = !report.isOk() && report.status().message().find("left stopped") != std::string::npos;
-      if (!lost) std::filesystem::remove_all(options.image, ec);
+      if (!leftStopped) std::filesystem::remove_all(options.image, ec);
       if (!report.isOk()) {
         outgoing->abort(report.status().message());
         return failure(report.status());
@@ -656,8 +658,8 @@ class Engine {
     return outgoing;
   }
 
-  // Downtime: from the final quiesce here to the job running on the target
-  // (the target's restore until CRIU has brought it back and it has its session).
+  // Downtime (docs/migration.md): from the final quiesce here to the first
+  // call the target executed for the job.
   static json migrationReport(const migration::Outgoing& outgoing, std::chrono::steady_clock::time_point pausedAt) {
     json report = outgoing.stats();
     const json& target = outgoing.targetReport();

@@ -842,6 +842,11 @@ struct Daemon::Impl {
       if (!request.contains("to") || !request["to"].is_string() || request["to"].get<std::string>().empty()) {
         return refusal("migrate needs a string \"to\" (HOST:PORT)");
       }
+      for (const char* field : {"mode", "compress"}) {
+        if (request.contains(field) && !request[field].is_string()) {
+          return refusal(fmt::format("migrate: \"{}\" must be a string", field));
+        }
+      }
       std::string keyHex;
       if (request.contains("key")) {
         if (!request["key"].is_string() || !net::Key::fromHex(request["key"].get<std::string>()).isOk()) {

@@ -172,6 +172,21 @@ def test_attach_for_itself_is_served(daemon):
     assert ring.stat().st_uid == os.getuid()
 
 
+def test_malformed_migrate_requests_are_refused(daemon):
+    refused(daemon.request({"op": "migrate", "pid": os.getpid()}), "string \"to\"")
+    refused(daemon.request({"op": "migrate", "pid": os.getpid(), "to": 7}), "string \"to\"")
+    refused(daemon.request({"op": "migrate", "pid": os.getpid(), "to": "h:1", "mode": 3}), "\"mode\" must be a string")
+    refused(daemon.request({"op": "migrate", "pid": os.getpid(), "to": "h:1", "compress": []}),
+            "\"compress\" must be a string")
+    refused(daemon.request({"op": "migrate", "pid": os.getpid(), "to": "h:1", "key": "abc"}), "key in hex")
+    # This daemon was started without --key.
+    refused(daemon.request({"op": "migrate", "pid": os.getpid(), "to": "h:1"}), "no key to prove")
+    # A valid request for a process without a session.
+    answer = daemon.request({"op": "migrate", "pid": os.getpid(), "to": "h:1", "key": "ab" * 16})
+    assert answer["ok"] is False and answer["code"] == "no-session", answer
+    assert daemon.request({"op": "ping"})["ok"] is True
+
+
 def test_line_longer_than_1_mib(daemon):
     answer = daemon.exchange(b"{\"op\": \"ping\", \"pad\": \"" + b"a" * (1 << 20) + b"\"}\n")
     if answer is not None:  # the daemon may close before the client has sent it all

@@ -31,7 +31,7 @@
 //                                pid without a session: {"ok": false, "code":
 //                                "no-session"}; another user's: "code": "permission";
 //                                while one runs for the session: "code": "busy".
-//   migrate    {"pid", "to", "mode", "key"?}
+//   migrate    {"pid", "to", "mode"?, "compress"?, "key"?}
 //                                moves the process to the phosd at "to" (HOST:PORT,
 //                                docs/migration.md) with the daemon's key or the given one
 //                                (hex); as checkpoint otherwise, its report with "migration".
