@@ -25,6 +25,7 @@
 #include "byte_units.h"
 #include "phos/common/ipc/control.h"
 #include "phos/common/log.h"
+#include "fault_tolerance.h"
 #include "phos/daemon/phosd.h"
 #include "subcommands.h"
 
@@ -117,6 +118,9 @@ struct RunArgs {
   std::string runtimeDir;
   std::vector<std::string> command;
   bool validate = false;  // PHOS_VALIDATE=1: launches run as validator twins
+  bool faultTolerant = false;  // --ft: supervised, checkpointed, restored (fault_tolerance.h)
+  FaultToleranceOptions ft;
+  std::string ftLevels = "dram,disk";
 };
 
 // Whether execvp would find `name`: a path, or a file of $PATH. Otherwise
@@ -167,9 +171,11 @@ int runRun(const RunArgs& args) {
   }
   std::string preload = shim;
   if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0') preload += std::string(":") + old;
-  setenv("LD_PRELOAD", preload.c_str(), 1);
+  // The job's own: phos run --ft stays around to restore it, and what it
+  // runs (phos restore, a daemon that one starts) must not load the shim.
+  std::vector<std::pair<std::string, std::string>> jobEnvironment{{"LD_PRELOAD", preload}};
+  if (args.validate) jobEnvironment.emplace_back("PHOS_VALIDATE", "1");
   setenv("PHOS_RUNTIME_DIR", dir.c_str(), 1);
-  if (args.validate) setenv("PHOS_VALIDATE", "1", 1);
   // The application SDK (sdk/): its checkpoints run this phos, and Python
   // finds phos_sdk.
   std::error_code ec;
@@ -181,6 +187,23 @@ int runRun(const RunArgs& args) {
   std::vector<char*> argv;
   for (const auto& a : args.command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+#ifdef PHOS_HAVE_FAULT_TOLERANCE
+  if (args.faultTolerant) {
+    FaultToleranceOptions ft = args.ft;
+    ft.runtimeDir = dir;
+    ft.jobEnvironment = jobEnvironment;
+    ft.cli = std::getenv("PHOS_CLI") != nullptr ? std::getenv("PHOS_CLI") : "phos";
+    ft.levels.clear();
+    for (size_t start = 0; start <= args.ftLevels.size();) {
+      size_t end = args.ftLevels.find(',', start);
+      if (end == std::string::npos) end = args.ftLevels.size();
+      if (end > start) ft.levels.push_back(args.ftLevels.substr(start, end - start));
+      start = end + 1;
+    }
+    return runFaultTolerant(ft, argv.data());
+  }
+#endif
+  for (const auto& [name, value] : jobEnvironment) setenv(name.c_str(), value.c_str(), 1);
   // exec: the program keeps this pid (what `phos checkpoint --pid` takes),
   // and its exit code is ours.
   execvp(argv[0], argv.data());
@@ -276,6 +299,25 @@ int runPs(const PsArgs& args) {
 
 }  // namespace
 
+// Drops libphos.so from LD_PRELOAD (the other entries stay).
+static void unsetShimPreload() {
+  const char* preload = std::getenv("LD_PRELOAD");
+  if (preload == nullptr) return;
+  std::string kept, entries = preload;
+  for (size_t start = 0; start <= entries.size();) {
+    size_t end = entries.find_first_of(": ", start);
+    if (end == std::string::npos) end = entries.size();
+    const std::string entry = entries.substr(start, end - start);
+    if (!entry.empty() && !entry.ends_with("libphos.so")) kept += (kept.empty() ? "" : ":") + entry;
+    start = end + 1;
+  }
+  if (kept.empty()) {
+    unsetenv("LD_PRELOAD");
+  } else {
+    setenv("LD_PRELOAD", kept.c_str(), 1);
+  }
+}
+
 Status startBackgroundDaemon(const std::string& dir, const std::string& driver) {
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return errnoError(errno, fmt::format("cannot create {}", dir));
   const std::string logPath = dir + "/phosd.log";
@@ -290,6 +332,8 @@ Status startBackgroundDaemon(const std::string& dir, const std::string& driver) 
       dup2(fd, STDERR_FILENO);
     }
     if (null >= 0) dup2(null, STDIN_FILENO);
+    // A daemon under libphos.so would forward its own driver calls to itself.
+    unsetShimPreload();
     // A second fork: the daemon is not our child, nobody has to reap it.
     if (fork() != 0) _exit(0);
     std::vector<std::string> argv{"phos", "daemon", "--runtime-dir", dir};
@@ -344,6 +388,28 @@ void addRun(CLI::App& app, SubcommandRunner& runner) {
   cmd->add_option("--runtime-dir", args->runtimeDir, "the daemon's runtime directory");
   cmd->add_flag("--validate", args->validate,
                 "run every kernel as its validator twin, checked against speculation (see phos validate)");
+#ifdef PHOS_HAVE_FAULT_TOLERANCE
+  cmd->add_option("--ft", args->ft.directory,
+                  "fault tolerance: checkpoint the job periodically (the interval the PhOS paper's model gives for its "
+                  "measured stall and restore time) into host memory and DIR, and restore it from the newest good "
+                  "image when it, or its daemon, dies (docs/fault-tolerance.md)")
+      ->each([args](const std::string&) { args->faultTolerant = true; });
+  cmd->add_option("--ft-levels", args->ftLevels, "storage levels, least durable first: dram, disk (default dram,disk)");
+  cmd->add_option("--ft-failures-per-gpu-hour", args->ft.failuresPerGpuHour,
+                  "F of the model: expected failures of one GPU per hour (default 0.1)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--ft-interval", args->ft.intervalSeconds,
+                  "a fixed interval in seconds instead of the model's")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--ft-first-interval", args->ft.firstIntervalSeconds,
+                  "seconds before the first checkpoint, whose stall the model then uses (default 10)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--ft-promote-every", args->ft.promoteEvery,
+                  "every k-th checkpoint is copied to the next level (default 4)")
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--ft-mode", args->ft.mode, "the checkpoints' protocol: cow (default), recopy or stop")
+      ->check(CLI::IsMember({"cow", "recopy", "stop"}));
+#endif
   cmd->add_option("command", args->command, "the program and its arguments (after --)")->required();
   cmd->prefix_command(false);
   cmd->callback([&runner, args] { runner = [args] { return runRun(*args); }; });

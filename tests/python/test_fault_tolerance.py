@@ -1,0 +1,144 @@
+# SPDX-License-Identifier: Apache-2.0
+"""phos run --ft: a training job kept checkpointed and restored after it, or its
+daemon, is killed; it must finish exactly as the uninterrupted run does.
+
+The job's output after a recovery is the uninterrupted run's lines up to where
+it died, then the same lines again from the checkpoint it was restored from:
+the restored run repeats the steps since that checkpoint, bit for bit.
+"""
+import os
+import pathlib
+import signal
+import subprocess
+
+import pytest
+
+from job_output import wait_for
+from test_checkpoint_phos import app_env, criu, programs  # noqa: F401
+
+TIMEOUT = 120
+STEPS = 40
+
+
+def job(programs):  # noqa: F811
+    base = programs["mlp-train"]
+    if isinstance(base, str):
+        pytest.skip(base)
+    return base + ["--iterations", str(STEPS), "--state-mib", "8"]
+
+
+@pytest.fixture
+def reference(programs, app_env):  # noqa: F811
+    r = subprocess.run(job(programs), env=app_env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()
+
+
+class Supervised:
+    """`phos run --ft` of the job against the test's daemon, its output in files."""
+
+    def __init__(self, phos, phosd, programs, env, tmp_path, *extra):  # noqa: F811
+        self.out, self.err = tmp_path / "job.out", tmp_path / "job.err"
+        self.levels = tmp_path / "levels"
+        self.levels.mkdir()
+        self.phos, self.phosd = phos, phosd
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            self.proc = subprocess.Popen(
+                [str(phos), "run", "--runtime-dir", str(phosd.runtime_dir), "--ft", str(self.levels), *extra, "--",
+                 *job(programs), "--sleep-ms", "150"],
+                env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+
+    def lines(self):
+        return self.out.read_text().splitlines()
+
+    def log(self):
+        return self.err.read_text()
+
+    def wait_checkpoints(self, n):
+        wait_for(lambda: self.log().count("phos run --ft: checkpoint ") >= n, TIMEOUT, f"checkpoint {n}")
+
+    def job_pid(self):
+        sessions = self.phosd.sessions()
+        assert len(sessions) == 1, sessions
+        return sessions[0]["pid"]
+
+    def finish(self):
+        try:
+            return self.proc.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            pytest.fail(f"phos run --ft did not finish:\n{self.log()}")
+
+
+def replayed(out, ref):
+    """Checks that `out` is ref's lines up to some point, then ref's again from an earlier one to the end."""
+    died = 0
+    while died < min(len(out), len(ref)) and out[died] == ref[died]:
+        died += 1
+    rest = out[died:]
+    assert rest and len(rest) <= len(ref), "\n".join(out)
+    resumed = len(ref) - len(rest)
+    assert resumed <= died, f"the restored run began at line {resumed}, after the job died at line {died}"
+    assert rest == ref[resumed:]
+    return died, resumed
+
+
+@pytest.fixture
+def ft_env(app_env, phos, phosd):  # noqa: F811
+    yield app_env
+    # A daemon that a restore started in the test's runtime directory.
+    subprocess.run([str(phos), "daemon", "--stop", "--runtime-dir", str(phosd.runtime_dir)], capture_output=True)
+
+
+def test_killed_job_is_restored_and_finishes_as_the_uninterrupted_run(criu, phos, phosd, programs, ft_env,  # noqa: F811
+                                                                      reference, tmp_path):
+    run = Supervised(phos, phosd, programs, ft_env, tmp_path, "--ft-interval", "1", "--ft-promote-every", "2")
+    run.wait_checkpoints(3)
+    pid = run.job_pid()
+    os.kill(pid, signal.SIGKILL)
+    assert run.finish() == 0, run.log()
+    log = run.log()
+    assert f"pid {pid} was killed by signal 9" in log and f"pid {pid} runs again from checkpoint" in log, log
+    died, resumed = replayed(run.lines(), reference)
+    assert died > resumed > 0
+    # Every second checkpoint was copied to the disk level, which keeps its
+    # newest; the host-memory level goes with the job.
+    assert list(run.levels.glob(f"phos-ft-{run.proc.pid}/checkpoint-*")), "no checkpoint reached the disk level"
+    assert not pathlib.Path(f"/dev/shm/phos-ft-{run.proc.pid}").exists(), "the host-memory level was not removed"
+
+
+def test_job_is_restored_after_its_daemon_is_killed(criu, phos, phosd, programs, ft_env, reference,  # noqa: F811
+                                                    tmp_path):
+    run = Supervised(phos, phosd, programs, ft_env, tmp_path, "--ft-interval", "1")
+    run.wait_checkpoints(2)
+    pid = run.job_pid()
+    phosd.kill()
+    assert run.finish() == 0, run.log()
+    log = run.log()
+    assert f"pid {pid} exited with 1 after its daemon went away" in log, log
+    assert f"pid {pid} runs again from checkpoint" in log, log
+    replayed(run.lines(), reference)
+
+
+def test_job_killed_before_any_checkpoint_ends_with_its_signal(criu, phos, phosd, programs, ft_env,  # noqa: F811
+                                                               tmp_path):
+    run = Supervised(phos, phosd, programs, ft_env, tmp_path, "--ft-first-interval", "600")
+    wait_for(lambda: len(run.lines()) >= 2, TIMEOUT, "the job's second line")
+    os.kill(run.job_pid(), signal.SIGKILL)
+    assert run.finish() == 128 + signal.SIGKILL
+    assert "no checkpoint was taken yet: nothing to restore" in run.log()
+
+
+def test_a_job_that_ends_by_itself_keeps_its_exit_code(criu, phos, phosd, programs, ft_env, reference,  # noqa: F811
+                                                       tmp_path):
+    run = Supervised(phos, phosd, programs, ft_env, tmp_path, "--ft-interval", "2", "--ft-levels", "dram")
+    assert run.finish() == 0, run.log()
+    assert run.lines() == reference
+    assert "checkpoint 1 of pid" in run.log()
+
+
+def test_bad_levels_are_refused(phos, phosd, programs, ft_env, tmp_path):  # noqa: F811
+    r = subprocess.run([str(phos), "run", "--runtime-dir", str(phosd.runtime_dir), "--ft", str(tmp_path),
+                        "--ft-levels", "dram,tape", "--", *job(programs)],
+                       env=ft_env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 2 and "unknown level \"tape\"" in r.stderr, r.stderr
