@@ -6,10 +6,14 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -55,6 +59,18 @@ class Supervisor {
     }
     // Restored processes are CRIU's children, re-parented to us when it leaves.
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    // The application SDK's hints (phos_checkpoint()) arrive here.
+    const std::string hints = fmt::format("phos-ft-{}", ::getpid());
+    hints_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path + 1, hints.data(), hints.size());
+    if (hints_ < 0 || ::bind(hints_, reinterpret_cast<sockaddr*>(&addr),
+                             static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + hints.size())) != 0) {
+      say(fmt::format("no socket for the SDK's hints: {}", std::strerror(errno)));
+    } else {
+      options_.jobEnvironment.emplace_back("PHOS_FT_HINTS", "@" + hints);
+    }
     pid_ = ::fork();
     if (pid_ < 0) {
       say(fmt::format("fork: {}", std::strerror(errno)));
@@ -69,7 +85,7 @@ class Supervisor {
     daemonPid_ = daemonPid();
     double interval = options_.intervalSeconds > 0 ? options_.intervalSeconds : options_.firstIntervalSeconds;
     for (;;) {
-      const auto next = Clock::now() + std::chrono::duration<double>(interval);
+      auto next = Clock::now() + std::chrono::duration<double>(interval);
       bool restored = false;
       while (!restored && Clock::now() < next) {
         // The job, and whatever else ends up our child (re-parented helpers).
@@ -81,13 +97,18 @@ class Supervisor {
           restored = true;  // a fresh interval
           break;
         }
+        if (std::optional<std::string> mode = hint(); mode && !restored) {
+          checkpoint(*mode, "asked by the job");
+          next = Clock::now() + std::chrono::duration<double>(nextInterval());
+          continue;
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       if (restored) {
         interval = nextInterval();
         continue;
       }
-      checkpoint();
+      checkpoint(options_.mode, "");
       interval = nextInterval();
     }
   }
@@ -129,14 +150,27 @@ class Supervisor {
     return model.isOk() ? *model : options_.firstIntervalSeconds;
   }
 
+  // A hint of the application SDK: "checkpoint MODE" (the mode, if it is one).
+  std::optional<std::string> hint() {
+    char text[64];
+    const ssize_t n = hints_ < 0 ? -1 : ::recv(hints_, text, sizeof text - 1, 0);
+    if (n <= 0) return std::nullopt;
+    const std::string message(text, static_cast<size_t>(n));
+    for (const char* mode : {"cow", "recopy", "stop"}) {
+      if (message == std::string("checkpoint ") + mode) return mode;
+    }
+    say(fmt::format("ignored a hint that is not \"checkpoint cow|recopy|stop\": {}", message));
+    return std::nullopt;
+  }
+
   // Checkpoint n goes to the first level; every promoteEvery-th is copied to
   // the next one too (a multi-level schedule nested by promotion).
-  void checkpoint() {
+  void checkpoint(const std::string& mode, const std::string& why) {
     const uint64_t n = ++checkpoints_;
     Level& first = levels_.front();
     const fs::path image = first.dir / fmt::format("checkpoint-{}", n);
     json request = {{"op", "checkpoint"}, {"pid", pid_}, {"image", image.string()}, {"leave_running", true},
-                    {"mode", options_.mode}};
+                    {"mode", mode}};
     auto stream = ipc::ControlStream::open(ipc::controlSocketPath(options_.runtimeDir), request.dump());
     if (!stream) return say(fmt::format("checkpoint {} of pid {}: {}", n, pid_, stream.status().message()));
     json answer;
@@ -169,8 +203,8 @@ class Supervisor {
         promoted = fmt::format(", copied to {}", second.name);
       }
     }
-    say(fmt::format("checkpoint {} of pid {} in {}{} (the job stalled {:.3f} s); next in {:.1f} s", n, pid_,
-                    first.name, promoted, stall, nextInterval()));
+    say(fmt::format("checkpoint {} of pid {} in {}{} ({}, {}the job stalled {:.3f} s); next in {:.1f} s", n, pid_,
+                    first.name, promoted, mode, why.empty() ? "" : why + "; ", stall, nextInterval()));
   }
 
   // The level's newest image is `image`; the one before goes.
@@ -252,7 +286,8 @@ class Supervisor {
     }
   }
 
-  const FaultToleranceOptions& options_;
+  FaultToleranceOptions options_;
+  int hints_ = -1;
   policy::OnlineIntervalEstimator estimator_;
   std::vector<Level> levels_;
   pid_t pid_ = -1;

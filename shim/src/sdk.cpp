@@ -2,16 +2,25 @@
 // phos_sdk_checkpoint: what the application SDK (sdk/include/phos/sdk.h,
 // sdk/python/phos_sdk.py) calls to checkpoint its own process.
 //
+// Under `phos run --ft` ($PHOS_FT_HINTS names its supervisor's socket) the
+// request is a hint to the supervisor, which checkpoints the job at once into
+// its storage levels with the mode asked for (the image name is not used).
+// Otherwise:
+//
 // The request runs as `phos checkpoint --pid SELF --leave-running`, started
 // outside this process's tree (CRIU dumps the tree; the checkpoint must not be
 // in it): a child forks the command and exits at once, so the command is
 // reparented. Its output (the JSON report, or its error) goes to IMAGE.log.
 #include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -37,6 +46,32 @@ std::string phosCommand() {
   return {};
 }
 
+// A hint to phos run --ft's supervisor: one datagram "checkpoint MODE" to the
+// abstract UNIX socket $PHOS_FT_HINTS names ("@NAME"). False if it is not set.
+bool hintSupervisor(const std::string& mode, int& result) {
+  const char* name = std::getenv("PHOS_FT_HINTS");
+  if (name == nullptr || name[0] != '@' || std::strlen(name) < 2 || std::strlen(name) >= sizeof(sockaddr_un::sun_path)) {
+    return false;
+  }
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const size_t length = std::strlen(name);
+  std::memcpy(addr.sun_path + 1, name + 1, length - 1);  // abstract: a leading NUL
+  const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    result = -1;
+    return true;
+  }
+  const std::string text = "checkpoint " + mode;
+  const ssize_t sent = sendto(fd, text.data(), text.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&addr),
+                              static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + length));
+  const int e = errno;
+  close(fd);
+  errno = e;
+  result = sent == static_cast<ssize_t>(text.size()) ? 0 : -1;
+  return true;
+}
+
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) int phos_sdk_checkpoint(const char* image, const char* mode) {
@@ -45,6 +80,7 @@ extern "C" __attribute__((visibility("default"))) int phos_sdk_checkpoint(const 
     errno = EINVAL;
     return -1;
   }
+  if (int hinted = 0; hintSupervisor(m, hinted)) return hinted;
   std::error_code ec;
   const fs::path target = fs::absolute(image, ec);
   if (ec) {

@@ -37,7 +37,7 @@ def reference(programs, app_env):  # noqa: F811
 class Supervised:
     """`phos run --ft` of the job against the test's daemon, its output in files."""
 
-    def __init__(self, phos, phosd, programs, env, tmp_path, *extra):  # noqa: F811
+    def __init__(self, phos, phosd, programs, env, tmp_path, *extra, job_args=()):  # noqa: F811
         self.out, self.err = tmp_path / "job.out", tmp_path / "job.err"
         self.levels = tmp_path / "levels"
         self.levels.mkdir()
@@ -45,7 +45,7 @@ class Supervised:
         with open(self.out, "w") as out, open(self.err, "w") as err:
             self.proc = subprocess.Popen(
                 [str(phos), "run", "--runtime-dir", str(phosd.runtime_dir), "--ft", str(self.levels), *extra, "--",
-                 *job(programs), "--sleep-ms", "150"],
+                 *job(programs), "--sleep-ms", "150", *map(str, job_args)],
                 env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
 
     def lines(self):
@@ -118,6 +118,25 @@ def test_job_is_restored_after_its_daemon_is_killed(criu, phos, phosd, programs,
     assert f"pid {pid} exited with 1 after its daemon went away" in log, log
     assert f"pid {pid} runs again from checkpoint" in log, log
     replayed(run.lines(), reference)
+
+
+def test_the_jobs_own_checkpoint_request_is_a_hint_to_the_supervisor(criu, phos, phosd, programs, ft_env,  # noqa: F811
+                                                                     reference, tmp_path):
+    # No periodic checkpoint for 10 minutes: the job asks for one after step 3
+    # (the application SDK: mlp-train --checkpoint-at), with recopy.
+    run = Supervised(phos, phosd, programs, ft_env, tmp_path, "--ft-first-interval", "600",
+                     job_args=["--checkpoint-at", 3, "--checkpoint-image", tmp_path / "unused",
+                               "--checkpoint-mode", "recopy"])
+    run.wait_checkpoints(1)
+    assert "(recopy, asked by the job;" in run.log(), run.log()
+    pid = run.job_pid()
+    wait_for(lambda: len(run.lines()) >= 8, TIMEOUT, "line 8")
+    os.kill(pid, signal.SIGKILL)
+    assert run.finish() == 0, run.log()
+    assert f"pid {pid} runs again from checkpoint 1" in run.log(), run.log()
+    died, resumed = replayed(run.lines(), reference)
+    assert resumed == 4, f"restored at line {resumed}: the hint came after step 3"
+    assert not (tmp_path / "unused").exists()
 
 
 def test_job_killed_before_any_checkpoint_ends_with_its_signal(criu, phos, phosd, programs, ft_env,  # noqa: F811
