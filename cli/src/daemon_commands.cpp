@@ -394,7 +394,9 @@ void addRun(CLI::App& app, SubcommandRunner& runner) {
                   "measured stall and restore time) into host memory and DIR, and restore it from the newest good "
                   "image when it, or its daemon, dies (docs/fault-tolerance.md)")
       ->each([args](const std::string&) { args->faultTolerant = true; });
-  cmd->add_option("--ft-levels", args->ftLevels, "storage levels, least durable first: dram, disk (default dram,disk)");
+  cmd->add_option("--ft-levels", args->ftLevels,
+                  "storage levels, least durable first: dram (host memory), disk (the --ft DIR), dir:PATH (any "
+                  "directory, e.g. remote storage mounted here); default dram,disk");
   cmd->add_option("--ft-failures-per-gpu-hour", args->ft.failuresPerGpuHour,
                   "F of the model: expected failures of one GPU per hour (default 0.1)")
       ->check(CLI::PositiveNumber);
@@ -405,7 +407,7 @@ void addRun(CLI::App& app, SubcommandRunner& runner) {
                   "seconds before the first checkpoint, whose stall the model then uses (default 10)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--ft-promote-every", args->ft.promoteEvery,
-                  "every k-th checkpoint is copied to the next level (default 4)")
+                  "every k-th checkpoint of a level is copied to the next level (default 4)")
       ->check(CLI::Range(1, 1000000));
   cmd->add_option("--ft-mode", args->ft.mode, "the checkpoints' protocol: cow (default), recopy or stop")
       ->check(CLI::IsMember({"cow", "recopy", "stop"}));

@@ -124,8 +124,11 @@ class Supervisor {
           return makeError(Code::kInvalidArgument, "the disk level needs a directory (--ft DIR)");
         }
         level.dir = fs::absolute(options_.directory) / fmt::format("phos-ft-{}", ::getpid());
+      } else if (name.starts_with("dir:") && name.size() > 4) {
+        // Any directory: remote storage mounted here (NFS, a parallel file system).
+        level.dir = fs::absolute(name.substr(4)) / fmt::format("phos-ft-{}", ::getpid());
       } else {
-        return makeError(Code::kInvalidArgument, "unknown level \"{}\" (dram, disk)", name);
+        return makeError(Code::kInvalidArgument, "unknown level \"{}\" (dram, disk, dir:PATH)", name);
       }
       std::error_code ec;
       fs::create_directories(level.dir, ec);
@@ -187,21 +190,25 @@ class Supervisor {
     const double stall = report.value("gpu_stall_seconds", 0.0) + report.value("freeze_seconds", 0.0);
     (void)estimator_.recordStall(std::max(stall, 1e-3));
     keep(first, image, n);
+    // Level i gets every k^i-th checkpoint, copied while the job runs on.
     std::string promoted;
-    if (levels_.size() > 1 && n % static_cast<uint64_t>(options_.promoteEvery) == 0) {
-      Level& second = levels_[1];
-      const fs::path copy = second.dir / image.filename();
-      const fs::path partial = second.dir / ("." + image.filename().string() + ".partial");
+    uint64_t every = 1;
+    for (size_t i = 1; i < levels_.size(); ++i) {
+      every *= static_cast<uint64_t>(options_.promoteEvery);
+      if (n % every != 0) break;
+      Level& next = levels_[i];
+      const fs::path copy = next.dir / image.filename();
+      const fs::path partial = next.dir / ("." + image.filename().string() + ".partial");
       std::error_code ec;
       fs::copy(image, partial, fs::copy_options::recursive, ec);
       if (!ec) fs::rename(partial, copy, ec);
       if (ec) {
         fs::remove_all(partial, ec);
-        say(fmt::format("could not copy checkpoint {} to {}: {}", n, second.name, ec.message()));
-      } else {
-        keep(second, copy, n);
-        promoted = fmt::format(", copied to {}", second.name);
+        say(fmt::format("could not copy checkpoint {} to {}: {}", n, next.name, ec.message()));
+        break;
       }
+      keep(next, copy, n);
+      promoted += fmt::format(", copied to {}", next.name);
     }
     say(fmt::format("checkpoint {} of pid {} in {}{} ({}, {}the job stalled {:.3f} s); next in {:.1f} s", n, pid_,
                     first.name, promoted, mode, why.empty() ? "" : why + "; ", stall, nextInterval()));

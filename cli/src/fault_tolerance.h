@@ -10,11 +10,11 @@ namespace phos::cli {
 
 struct FaultToleranceOptions {
   std::string directory;                             // --ft DIR: the disk level
-  std::vector<std::string> levels{"dram", "disk"};  // least durable first
+  std::vector<std::string> levels{"dram", "disk"};  // least durable first: dram, disk, dir:PATH
   double failuresPerGpuHour = 0.1;                   // F of the model (configured; O and R are measured)
   double intervalSeconds = 0;                        // fixed interval; 0: the model's
   double firstIntervalSeconds = 10;                  // until a checkpoint's stall was measured
-  int promoteEvery = 4;                              // every k-th checkpoint is copied to the next level
+  int promoteEvery = 4;                              // every k-th checkpoint of a level is copied to the next
   int maxRestores = 10;
   std::string mode = "cow";                          // the checkpoints' protocol
   std::string runtimeDir;                            // the daemon's

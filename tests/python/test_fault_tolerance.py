@@ -8,6 +8,7 @@ the restored run repeats the steps since that checkpoint, bit for bit.
 """
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 
@@ -105,6 +106,28 @@ def test_killed_job_is_restored_and_finishes_as_the_uninterrupted_run(criu, phos
     # newest; the host-memory level goes with the job.
     assert list(run.levels.glob(f"phos-ft-{run.proc.pid}/checkpoint-*")), "no checkpoint reached the disk level"
     assert not pathlib.Path(f"/dev/shm/phos-ft-{run.proc.pid}").exists(), "the host-memory level was not removed"
+
+
+def test_host_memory_lost_restores_from_the_next_level(criu, phos, phosd, programs, ft_env, reference,  # noqa: F811
+                                                       tmp_path):
+    # dram, the test's directory, and a third one standing for remote storage;
+    # every second checkpoint goes one level up.
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    run = Supervised(phos, phosd, programs, ft_env, tmp_path, "--ft-interval", "1", "--ft-promote-every", "2",
+                     "--ft-levels", f"dram,disk,dir:{remote}")
+    wait_for(lambda: "copied to disk, copied to dir:" in run.log(), TIMEOUT, "a checkpoint reaching the third level")
+    pid = run.job_pid()
+    # The machine's memory is lost with the job: only the disk and remote levels remain.
+    dram = pathlib.Path(f"/dev/shm/phos-ft-{run.proc.pid}")
+    os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(dram)
+    assert run.finish() == 0, run.log()
+    log = run.log()
+    # The newest image left is the disk level's (every second checkpoint).
+    assert f"pid {pid} runs again from checkpoint" in log and "(disk)," in log, log
+    replayed(run.lines(), reference)
+    assert list(remote.glob(f"phos-ft-{run.proc.pid}/checkpoint-*"))
 
 
 def test_job_is_restored_after_its_daemon_is_killed(criu, phos, phosd, programs, ft_env, reference,  # noqa: F811
