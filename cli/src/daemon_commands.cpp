@@ -407,8 +407,14 @@ void addRun(CLI::App& app, SubcommandRunner& runner) {
                   "seconds before the first checkpoint, whose stall the model then uses (default 10)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--ft-promote-every", args->ft.promoteEvery,
-                  "every k-th checkpoint of a level is copied to the next level (default 4)")
+                  "every k-th checkpoint of a level is copied to the next level (default: the multi-level model's "
+                  "factor for the levels' measured costs, 4 until they are measured)")
       ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--ft-level-failures-per-hour", args->ft.levelFailuresPerHour,
+                  "failures per hour that only the 2nd, 3rd... level survives (a host, a node's disk); default: a "
+                  "quarter of the level below's")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--ft-mode", args->ft.mode, "the checkpoints' protocol: cow (default), recopy or stop")
       ->check(CLI::IsMember({"cow", "recopy", "stop"}));
 #endif

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "phos/common/ipc/control.h"
@@ -136,6 +137,22 @@ class Supervisor {
       levels_.push_back(level);
     }
     if (levels_.empty()) return makeError(Code::kInvalidArgument, "no storage level");
+    if (levels_.size() > 1) {
+      // Failures the first level recovers from (the job's GPU or process) at
+      // F; each further level's class (the host, the node's disk, ...) is
+      // configured, or a quarter of the one below.
+      std::vector<policy::OnlineLevelEstimator::LevelConfig> config;
+      double rate = options_.failuresPerGpuHour;
+      for (size_t i = 0; i < levels_.size(); ++i) {
+        if (i > 0) {
+          rate = i - 1 < options_.levelFailuresPerHour.size() ? options_.levelFailuresPerHour[i - 1] : rate / 4;
+        }
+        config.push_back({levels_[i].name, rate});
+      }
+      auto model = policy::OnlineLevelEstimator::create(config);
+      if (!model.isOk()) return model.status();
+      levelModel_ = std::move(*model);
+    }
     return Status::ok();
   }
 
@@ -147,11 +164,29 @@ class Supervisor {
     return json::parse(*pong, nullptr, false).value("daemon_pid", 0);
   }
 
+  // With several levels, paper 004's model for their measured costs (once
+  // every level has been written to), else the PhOS paper's single level.
+  std::optional<policy::MultiLevelPlan> plan() const {
+    if (!levelModel_) return std::nullopt;
+    auto planned = levelModel_->plan();
+    if (!planned.isOk()) return std::nullopt;
+    return *planned;
+  }
+
   double nextInterval() const {
     if (options_.intervalSeconds > 0) return options_.intervalSeconds;
+    if (auto p = plan()) return p->schedule.intervalSeconds.front();
     auto model = estimator_.intervalSeconds();
     return model.isOk() ? *model : options_.firstIntervalSeconds;
   }
+
+  // How many checkpoints of level i-1 make one of level i.
+  uint64_t promoteEvery(size_t i) const {
+    if (options_.promoteEvery > 0) return static_cast<uint64_t>(options_.promoteEvery);
+    if (auto p = plan(); p && i < p->schedule.every.size()) return static_cast<uint64_t>(p->schedule.every[i]);
+    return kDefaultPromoteEvery;
+  }
+  static constexpr uint64_t kDefaultPromoteEvery = 4;
 
   // A hint of the application SDK: "checkpoint MODE" (the mode, if it is one).
   std::optional<std::string> hint() {
@@ -189,18 +224,24 @@ class Supervisor {
     const json report = answer.value("report", json::object());
     const double stall = report.value("gpu_stall_seconds", 0.0) + report.value("freeze_seconds", 0.0);
     (void)estimator_.recordStall(std::max(stall, 1e-3));
+    if (levelModel_) (void)levelModel_->recordCheckpoint(first.name, std::max(stall, 1e-3));
     keep(first, image, n);
     // Level i gets every k^i-th checkpoint, copied while the job runs on.
     std::string promoted;
     uint64_t every = 1;
     for (size_t i = 1; i < levels_.size(); ++i) {
-      every *= static_cast<uint64_t>(options_.promoteEvery);
+      every *= promoteEvery(i);
       if (n % every != 0) break;
       Level& next = levels_[i];
       const fs::path copy = next.dir / image.filename();
       const fs::path partial = next.dir / ("." + image.filename().string() + ".partial");
       std::error_code ec;
+      const auto copyStart = Clock::now();
       fs::copy(image, partial, fs::copy_options::recursive, ec);
+      // Its cost in the model: the copy's time (the job runs meanwhile, so this
+      // overstates it, and keeps the level from being scheduled faster than
+      // it can be written).
+      if (levelModel_ && !ec) (void)levelModel_->recordCheckpoint(next.name, std::max(secondsSince(copyStart), 1e-3));
       if (!ec) fs::rename(partial, copy, ec);
       if (ec) {
         fs::remove_all(partial, ec);
@@ -210,8 +251,10 @@ class Supervisor {
       keep(next, copy, n);
       promoted += fmt::format(", copied to {}", next.name);
     }
-    say(fmt::format("checkpoint {} of pid {} in {}{} ({}, {}the job stalled {:.3f} s); next in {:.1f} s", n, pid_,
-                    first.name, promoted, mode, why.empty() ? "" : why + "; ", stall, nextInterval()));
+    std::string model;
+    if (auto p = plan()) model = fmt::format(" (multi-level model: every {})", fmt::join(p->schedule.every, "/"));
+    say(fmt::format("checkpoint {} of pid {} in {}{} ({}, {}the job stalled {:.3f} s); next in {:.1f} s{}", n, pid_,
+                    first.name, promoted, mode, why.empty() ? "" : why + "; ", stall, nextInterval(), model));
   }
 
   // The level's newest image is `image`; the one before goes.
@@ -251,6 +294,7 @@ class Supervisor {
         ++restores_;
         const double seconds = secondsSince(failedAt);
         (void)estimator_.recordRestore(seconds);
+        if (levelModel_) (void)levelModel_->recordRestore(level->name, seconds);
         say(fmt::format("pid {} runs again from checkpoint {} ({}), {:.2f} s after it died", pid_,
                         level->newestNumber, level->name, seconds));
         daemonPid_ = daemonPid();
@@ -296,6 +340,7 @@ class Supervisor {
   FaultToleranceOptions options_;
   int hints_ = -1;
   policy::OnlineIntervalEstimator estimator_;
+  std::optional<policy::OnlineLevelEstimator> levelModel_;
   std::vector<Level> levels_;
   pid_t pid_ = -1;
   pid_t daemonPid_ = 0;

@@ -14,7 +14,8 @@ struct FaultToleranceOptions {
   double failuresPerGpuHour = 0.1;                   // F of the model (configured; O and R are measured)
   double intervalSeconds = 0;                        // fixed interval; 0: the model's
   double firstIntervalSeconds = 10;                  // until a checkpoint's stall was measured
-  int promoteEvery = 4;                              // every k-th checkpoint of a level is copied to the next
+  int promoteEvery = 0;                              // every k-th of a level is copied to the next; 0: the model's
+  std::vector<double> levelFailuresPerHour;          // failure rates of the classes of levels 2.. (default: F/4 each)
   int maxRestores = 10;
   std::string mode = "cow";                          // the checkpoints' protocol
   std::string runtimeDir;                            // the daemon's

@@ -93,7 +93,7 @@ def ft_env(app_env, phos, phosd):  # noqa: F811
 
 def test_killed_job_is_restored_and_finishes_as_the_uninterrupted_run(criu, phos, phosd, programs, ft_env,  # noqa: F811
                                                                       reference, tmp_path):
-    run = Supervised(phos, phosd, programs, ft_env, tmp_path, "--ft-interval", "1", "--ft-promote-every", "2")
+    run = Supervised(phos, phosd, programs, ft_env, tmp_path, "--ft-interval", "1")
     run.wait_checkpoints(3)
     pid = run.job_pid()
     os.kill(pid, signal.SIGKILL)
@@ -102,8 +102,12 @@ def test_killed_job_is_restored_and_finishes_as_the_uninterrupted_run(criu, phos
     assert f"pid {pid} was killed by signal 9" in log and f"pid {pid} runs again from checkpoint" in log, log
     died, resumed = replayed(run.lines(), reference)
     assert died > resumed > 0
-    # Every second checkpoint was copied to the disk level, which keeps its
-    # newest; the host-memory level goes with the job.
+    # Checkpoint 4 was copied to the disk level (until both levels' costs are
+    # measured, every 4th is), which keeps its newest; from then on the
+    # multi-level model sets how many make one on disk. The host-memory level
+    # goes with the job.
+    assert "checkpoint 4 of pid" in log and "copied to disk" in log, log
+    assert "(multi-level model: every 1/" in log, log
     assert list(run.levels.glob(f"phos-ft-{run.proc.pid}/checkpoint-*")), "no checkpoint reached the disk level"
     assert not pathlib.Path(f"/dev/shm/phos-ft-{run.proc.pid}").exists(), "the host-memory level was not removed"
 
