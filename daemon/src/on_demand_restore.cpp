@@ -16,7 +16,7 @@ using Clock = std::chrono::steady_clock;
 
 OnDemandRestore::OnDemandRestore(const DriverTable& driver, std::shared_ptr<const image::ImageReader> reader,
                                  std::vector<PendingBuffer> buffers)
-    : driver_(driver), reader_(std::move(reader)) {
+    : driver_(driver), reader_(std::move(reader)), streams_(driver) {
   for (const PendingBuffer& b : buffers) {
     const image::BlobInfo& info = reader_->manifest().blobs[b.blob];
     if (info.size == 0) continue;
@@ -31,27 +31,10 @@ OnDemandRestore::OnDemandRestore(const DriverTable& driver, std::shared_ptr<cons
   cursor_ = entries_.begin();
 }
 
-OnDemandRestore::~OnDemandRestore() {
-  CUcontext saved = nullptr;
-  PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
-  for (auto& [context, stream] : streams_) {
-    PHOS_DRIVER(driver_, CtxSetCurrent)(context);
-    PHOS_DRIVER(driver_, StreamDestroy_v2)(stream);
-  }
-  PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
-}
+OnDemandRestore::~OnDemandRestore() = default;
 
 Status OnDemandRestore::prepare() {
-  for (const auto& [address, e] : entries_) {
-    CUcontext context = e.buffer.context;
-    if (streams_.count(context) != 0) continue;
-    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(driver_, CtxSetCurrent)(context), "making a context current"));
-    // Non-blocking: the application's legacy-stream work neither waits for
-    // the loads nor makes them wait.
-    CUstream stream = nullptr;
-    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(driver_, StreamCreate)(&stream, CU_STREAM_NON_BLOCKING), "a load stream"));
-    streams_[context] = stream;
-  }
+  for (const auto& [address, e] : entries_) RETURN_IF_ERROR(streams_.add(e.buffer.context, "a load stream"));
   if (!entries_.empty()) {
     // Two buffers: one chunk is read and decompressed while the other is copied.
     for (auto& buffer : staging_) {
@@ -61,11 +44,6 @@ Status OnDemandRestore::prepare() {
   }
   PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
   return Status::ok();
-}
-
-CUstream OnDemandRestore::streamOf(CUcontext context) const {
-  auto it = streams_.find(context);
-  return it == streams_.end() ? nullptr : it->second;
 }
 
 AccessGate OnDemandRestore::gate() {
@@ -166,7 +144,7 @@ Status OnDemandRestore::run(const std::function<void(uint64_t)>& advanced, const
   int k = 0;
   // Waits for the copy of `e` and publishes it.
   auto finish = [&](Entry* e) -> Status {
-    Status done = driverStatus(PHOS_DRIVER(driver_, StreamSynchronize)(streamOf(e->buffer.context)),
+    Status done = driverStatus(PHOS_DRIVER(driver_, StreamSynchronize)(streams_.of(e->buffer.context)),
                                fmt::format("loading device memory at {:#x}", e->buffer.address));
     if (!done.isOk()) return done;
     {
@@ -217,7 +195,7 @@ Status OnDemandRestore::run(const std::function<void(uint64_t)>& advanced, const
       if (!status.isOk()) break;
     }
     status = driverStatus(PHOS_DRIVER(driver_, MemcpyHtoDAsync_v2)(next->buffer.address, staging_[k]->data(),
-                                                                   next->buffer.bytes, streamOf(current)),
+                                                                   next->buffer.bytes, streams_.of(current)),
                           fmt::format("loading device memory at {:#x}", next->buffer.address));
     if (!status.isOk()) break;
     inFlight = next;
@@ -226,7 +204,7 @@ Status OnDemandRestore::run(const std::function<void(uint64_t)>& advanced, const
   if (inFlight != nullptr) {
     // Not published: the loop ended with an error. The copy must be done
     // before its staging buffer goes.
-    PHOS_DRIVER(driver_, StreamSynchronize)(streamOf(inFlight->buffer.context));
+    PHOS_DRIVER(driver_, StreamSynchronize)(streams_.of(inFlight->buffer.context));
   }
   PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
   {

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <vector>
 
+#include "context_streams.h"
 #include "driver_table.h"
 #include "launch_validator.h"
 #include "phos/common/status.h"
@@ -83,7 +84,6 @@ class OnDemandRestore {
 
   void before(const CallAccess& access);
   Entry* pickLocked();
-  CUstream streamOf(CUcontext context) const;
 
   const DriverTable& driver_;
   std::shared_ptr<const image::ImageReader> reader_;
@@ -95,7 +95,7 @@ class OnDemandRestore {
   std::map<CUdeviceptr, Entry>::iterator cursor_;
   uint64_t remaining_ = 0;                // chunks not loaded (nor skipped)
   bool released_ = false;                 // failed or cancelled: the gate lets everything through
-  std::map<CUcontext, CUstream> streams_;
+  ContextStreams streams_;
   TransferTracker* transfers_ = nullptr;
   std::unique_ptr<StagingBuffer> staging_[2];
   OnDemandStats stats_;

@@ -20,7 +20,12 @@ using Clock = std::chrono::steady_clock;
 
 SoftCopyOnWrite::SoftCopyOnWrite(const DriverTable& driver, image::ImageWriter& writer,
                                  std::vector<SavedBuffer> buffers, uint64_t reserveBytes, size_t chunkBytes)
-    : driver_(driver), writer_(writer), reserveBytes_(reserveBytes), chunkBytes_(chunkBytes) {
+    : driver_(driver),
+      writer_(writer),
+      reserveBytes_(reserveBytes),
+      chunkBytes_(chunkBytes),
+      gateStreams_(driver),
+      copyStreams_(driver) {
   for (const SavedBuffer& b : buffers) {
     for (uint64_t at = 0, chunk = 0; at < b.bytes; at += chunkBytes_, ++chunk) {
       SavedBuffer part{b.blob, b.address + at, std::min<uint64_t>(chunkBytes_, b.bytes - at), b.context};
@@ -37,35 +42,16 @@ SoftCopyOnWrite::~SoftCopyOnWrite() {
     PHOS_DRIVER(driver_, CtxSetCurrent)(e.buffer.context);
     PHOS_DRIVER(driver_, MemFree_v2)(e.shadow);
   }
-  for (auto* streams : {&gateStreams_, &copyStreams_}) {
-    for (auto& [context, stream] : *streams) {
-      PHOS_DRIVER(driver_, CtxSetCurrent)(context);
-      PHOS_DRIVER(driver_, StreamDestroy_v2)(stream);
-    }
-  }
   PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
 }
 
 Status SoftCopyOnWrite::prepare() {
   for (const auto& [address, e] : entries_) {
-    CUcontext context = e.buffer.context;
-    if (copyStreams_.count(context) != 0) continue;
-    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(driver_, CtxSetCurrent)(context), "making a context current"));
-    // Non-blocking: neither waits for the application's legacy-stream work
-    // nor makes it wait.
-    CUstream copy = nullptr, gate = nullptr;
-    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(driver_, StreamCreate)(&copy, CU_STREAM_NON_BLOCKING), "a copy stream"));
-    copyStreams_[context] = copy;
-    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(driver_, StreamCreate)(&gate, CU_STREAM_NON_BLOCKING), "a gate stream"));
-    gateStreams_[context] = gate;
+    RETURN_IF_ERROR(copyStreams_.add(e.buffer.context, "a copy stream"));
+    RETURN_IF_ERROR(gateStreams_.add(e.buffer.context, "a gate stream"));
   }
   PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
   return Status::ok();
-}
-
-CUstream SoftCopyOnWrite::streamOf(CUcontext context) const {
-  auto it = gateStreams_.find(context);
-  return it == gateStreams_.end() ? nullptr : it->second;
 }
 
 AccessGate SoftCopyOnWrite::gate() {
@@ -148,7 +134,7 @@ void SoftCopyOnWrite::protect(std::unique_lock<std::mutex>& lock, Entry& e) {
     CUcontext saved = nullptr;
     PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
     CUdeviceptr shadow = 0;
-    CUstream stream = streamOf(e.buffer.context);
+    CUstream stream = gateStreams_.of(e.buffer.context);
     CUresult r = PHOS_DRIVER(driver_, CtxSetCurrent)(e.buffer.context);
     if (r == CUDA_SUCCESS) r = PHOS_DRIVER(driver_, MemAlloc_v2)(&shadow, e.buffer.bytes);
     if (r == CUDA_SUCCESS) {
@@ -236,7 +222,7 @@ Status SoftCopyOnWrite::run(const std::function<void(uint64_t)>& advanced) {
     if (!fromShadow) e->state = State::kSaving;
     lock.unlock();
 
-    CUstream stream = copyStreams_.at(e->buffer.context);
+    CUstream stream = copyStreams_.of(e->buffer.context);
     const uint64_t bytes = e->buffer.bytes;
     CUresult r = PHOS_DRIVER(driver_, CtxSetCurrent)(e->buffer.context);
     if (r == CUDA_SUCCESS) r = PHOS_DRIVER(driver_, MemcpyDtoHAsync_v2)(staging.data(), source, bytes, stream);

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <vector>
 
+#include "context_streams.h"
 #include "driver_table.h"
 #include "launch_validator.h"
 #include "transfer_tracker.h"
@@ -80,7 +81,6 @@ class SoftCopyOnWrite {
 
   void beforeWrite(uint64_t begin, uint64_t end);
   void protect(std::unique_lock<std::mutex>& lock, Entry& e);
-  CUstream streamOf(CUcontext context) const;
 
   const DriverTable& driver_;
   image::ImageWriter& writer_;
@@ -92,7 +92,7 @@ class SoftCopyOnWrite {
   Entry* next_ = nullptr;                 // saved next: a writer waits for it
   uint64_t reserveUsed_ = 0;
   bool failed_ = false;
-  std::map<CUcontext, CUstream> gateStreams_, copyStreams_;
+  ContextStreams gateStreams_, copyStreams_;
   TransferTracker* transfers_ = nullptr;
   SoftCowStats stats_;
 };

@@ -11,7 +11,7 @@ namespace phos::daemon {
 
 SoftRecopy::SoftRecopy(const DriverTable& driver, const std::vector<SavedBuffer>& buffers, std::byte* staging,
                        uint64_t capacity, size_t chunkBytes)
-    : driver_(driver), staging_(staging), capacity_(capacity) {
+    : driver_(driver), staging_(staging), capacity_(capacity), streams_(driver) {
   std::vector<SavedBuffer> sorted = buffers;
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
   for (const SavedBuffer& b : sorted) {
@@ -25,31 +25,14 @@ SoftRecopy::SoftRecopy(const DriverTable& driver, const std::vector<SavedBuffer>
   dirty_ = entries_.size();
 }
 
-SoftRecopy::~SoftRecopy() {
-  CUcontext saved = nullptr;
-  PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
-  for (auto& [context, stream] : streams_) {
-    PHOS_DRIVER(driver_, CtxSetCurrent)(context);
-    PHOS_DRIVER(driver_, StreamDestroy_v2)(stream);
-  }
-  PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
-}
+SoftRecopy::~SoftRecopy() = default;
 
 Status SoftRecopy::prepare() {
   if (slotBytes_ > capacity_) {
     return makeError(Code::kResourceExhausted, "soft recopy needs {} bytes of host memory, {} were reserved",
                      slotBytes_, capacity_);
   }
-  for (const Entry& e : entries_) {
-    CUcontext context = e.chunk.context;
-    if (streams_.count(context) != 0) continue;
-    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(driver_, CtxSetCurrent)(context), "making a context current"));
-    CUstream stream = nullptr;
-    // Non-blocking: neither waits for the application's legacy-stream work
-    // nor makes it wait.
-    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(driver_, StreamCreate)(&stream, CU_STREAM_NON_BLOCKING), "a copy stream"));
-    streams_[context] = stream;
-  }
+  for (const Entry& e : entries_) RETURN_IF_ERROR(streams_.add(e.chunk.context, "a copy stream"));
   PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
   return Status::ok();
 }
@@ -149,7 +132,7 @@ Status SoftRecopy::copy(const std::vector<uint64_t>& taken, const std::function<
   auto drain = [&]() -> Status {
     Status synced = Status::ok();
     // (Not a stream of a context destroyed meanwhile: that freed every chunk.)
-    for (const auto& [context, stream] : streams_) {
+    for (const auto& [context, stream] : streams_.all()) {
       if (synced.isOk() && !inFlight.empty()) {
         synced = driverStatus(PHOS_DRIVER(driver_, StreamSynchronize)(stream), "waiting for a recopy");
       }
@@ -186,7 +169,7 @@ Status SoftRecopy::copy(const std::vector<uint64_t>& taken, const std::function<
       if (!status.isOk()) break;
     }
     status = driverStatus(PHOS_DRIVER(driver_, MemcpyDtoHAsync_v2)(staging_ + e.offset, e.chunk.address, e.chunk.bytes,
-                                                                   streams_.at(current)),
+                                                                   streams_.of(current)),
                           fmt::format("copying device memory at {:#x}", e.chunk.address));
     if (!status.isOk()) break;
     if (inFlight.size() >= kBatch) {

@@ -24,6 +24,7 @@
 #include <optional>
 #include <vector>
 
+#include "context_streams.h"
 #include "driver_table.h"
 #include "launch_validator.h"
 #include "phos/common/status.h"
@@ -109,7 +110,7 @@ class SoftRecopy {
   std::vector<Entry> entries_;              // by address
   std::map<CUdeviceptr, size_t> byAddress_;  // chunk address -> index in entries_
   uint64_t dirty_ = 0;
-  std::map<CUcontext, CUstream> streams_;
+  ContextStreams streams_;
   TransferTracker* transfers_ = nullptr;
   SoftRecopyStats stats_;
 };

@@ -34,7 +34,6 @@ class StagingBuffer {
     return Status::ok();
   }
   std::byte* data() const { return data_; }
-  size_t bytes() const { return bytes_; }
 
  private:
   const DriverTable& driver_;
