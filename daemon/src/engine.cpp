@@ -796,7 +796,8 @@ class Engine {
       RETURN_IF_ERROR(drained);
       RETURN_IF_ERROR(recopier->copy(taken, [&](uint64_t n) { phase.advance(n); }));
       // A migration streams each round to the target while the job runs.
-      for (uint64_t index : outgoing != nullptr ? taken : std::vector<uint64_t>{}) {
+      if (outgoing == nullptr) continue;
+      for (uint64_t index : taken) {
         const SoftRecopy::Chunk c = recopier->chunk(index);
         if (c.gone) continue;
         RETURN_IF_ERROR(outgoing->precopyChunk(c.address, {staged->data() + c.offset, c.bytes}));
