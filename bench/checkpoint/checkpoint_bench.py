@@ -292,6 +292,19 @@ def fmt(value, spec, missing="-"):
     return missing if value is None else format(value, spec)
 
 
+def write_results(results, out, failure, all_good):
+    """Writes `results` (with "ok") to `out` and says whether the figures stand; the exit code."""
+    results["ok"] = failure is None
+    with open(out, "w") as f:
+        json.dump(results, f, indent=2)
+        f.write("\n")
+    if failure:
+        print(f"\n*** WRONG RESULT: {failure}\n*** the figures above are not valid", file=sys.stderr)
+        return 1
+    print(all_good)
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--phos", required=True)
@@ -369,15 +382,8 @@ def main():
               f"{fmt(c['ratio_to_write_baseline'], '>6.2f')} {c['end_to_end_ratio_to_write_fsync']:>8.2f} "
               f"{fmt(r['restore_s'], '>7.2f')}s "
               f"{r['until_next_step_s']:>7.2f}s")
-    results["ok"] = failure is None
-    with open(a.out, "w") as f:
-        json.dump(results, f, indent=2)
-        f.write("\n")
-    if failure:
-        print(f"\n*** WRONG RESULT: {failure}\n*** the figures above are not valid", file=sys.stderr)
-        return 1
-    print("every restored and left-running run printed the uninterrupted run's lines and checksum")
-    return 0
+    return write_results(results, a.out, failure,
+                         "every restored and left-running run printed the uninterrupted run's lines and checksum")
 
 
 if __name__ == "__main__":

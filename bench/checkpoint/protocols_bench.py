@@ -37,7 +37,8 @@ import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from checkpoint_bench import Failure, Job, fail_run, modelled_pcie_bytes_per_s, parse_sizes, step_gaps  # noqa: E402
+from checkpoint_bench import (Failure, Job, fail_run, modelled_pcie_bytes_per_s, parse_sizes, step_gaps,  # noqa: E402
+                              write_results)
 
 PROTOCOLS = ["stop", "cow", "recopy"]
 RESTORES = ["eager", "concurrent"]
@@ -208,15 +209,8 @@ def main():
             print(f"{row['state_mib']:>4} MiB {row['state_tensors']:>6} {kind:>11} "
                   f"{fmt(r['median_until_next_step_s'], '>12.3f')}s "
                   f"{fmt(r.get('ratio_to_eager'), '>7.2f')}")
-    results["ok"] = failure is None
-    with open(a.out, "w") as f:
-        json.dump(results, f, indent=2)
-        f.write("\n")
-    if failure:
-        print(f"\n*** WRONG RESULT: {failure}\n*** the figures above are not valid", file=sys.stderr)
-        return 1
-    print("every checkpointed and restored run printed the uninterrupted run's lines")
-    return 0
+    return write_results(results, a.out, failure,
+                         "every checkpointed and restored run printed the uninterrupted run's lines")
 
 
 if __name__ == "__main__":
