@@ -211,8 +211,15 @@ def test_killing_the_target_daemon_during_the_transfer_leaves_the_job_running(ho
                                "--to", ADDRESS["h2"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=hosts)
     try:
-        # The target proved the key: device memory streams to it now.
-        wait_for(lambda: "connected" in daemon_log("h2")[seen:], 30, "the migration reaching h2")
+        # The migration reached h2 (its page server's directory appears as the
+        # source connects, before device memory streams).
+        def reached():
+            if source.poll() is not None:
+                pytest.fail(f"phos migrate ended early ({source.returncode}): {source.communicate()}\n"
+                            f"h2: {daemon_log('h2')[seen:][-3000:]}")
+            return "pages-" in on("h2", "ls", "/run/phos/migrations", timeout=10).stdout
+        wait_for(reached, 30, "the migration reaching h2")
+        assert "connected" in daemon_log("h2")[seen:], daemon_log("h2")[seen:][-3000:]
         daemon = int(on("h2", "pgrep", "-o", "-f", "phos daemon").stdout.split()[0])
         on("h2", "kill", "-KILL", daemon)
         out, err = source.communicate(timeout=TIMEOUT)
@@ -258,7 +265,11 @@ def test_peer_without_the_key_is_refused(hosts, phos, programs, tmp_path):
     r = on("h1", str(phos), "migrate", "--pid", job.pid, "--to", ADDRESS["h2"], "--key", wrong, env=hosts)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "refused this daemon's key" in r.stderr and "runs on here" in r.stderr, r.stderr
-    wait_for(lambda: "did not prove that it holds the key" in daemon_log("h2")[seen:], 10, "h2 logging the refusal")
+    try:
+        wait_for(lambda: "did not prove that it holds the key" in daemon_log("h2")[seen:], 30, "h2 logging the refusal")
+    except BaseException:
+        print(f"h2's log since the attempt:\n{daemon_log('h2')[seen:][-3000:]}")
+        raise
     assert job.pid in sessions_on("h1", phos) and job.pid not in sessions_on("h2", phos)
     assert job.wait_end(len(ref)) == ref
 
