@@ -18,6 +18,13 @@ std::string_view schedulerName(Scheduler scheduler) {
   return "unknown";
 }
 
+Result<Scheduler> parseScheduler(std::string_view name) {
+  for (Scheduler s : kAllSchedulers) {
+    if (schedulerName(s) == name) return s;
+  }
+  return makeError(Code::kInvalidArgument, "no offload scheduler \"{}\": baseline, greedy, flow or exact", name);
+}
+
 Result<Outcome> runScheduler(const Problem& problem, Scheduler scheduler) {
   using Clock = std::chrono::steady_clock;
   Outcome out;

@@ -22,6 +22,8 @@ inline constexpr std::array<Scheduler, 4> kAllSchedulers = {
     Scheduler::kBaseline, Scheduler::kGreedy, Scheduler::kFlow, Scheduler::kExact};
 
 std::string_view schedulerName(Scheduler scheduler);
+// The scheduler of that name; kInvalidArgument naming the four otherwise.
+Result<Scheduler> parseScheduler(std::string_view name);
 
 Plan baselinePlan(const Problem& problem);
 Plan greedyPlan(const Problem& problem);
