@@ -14,6 +14,12 @@
 // checksum, so a wrongly restored byte anywhere in it changes that line. The
 // step lines do not depend on it; with N = 0 the output is that of the plain run.
 //
+// --devices N spreads the state over N devices: the MLP trains on device 0, and
+// each device d > 0 holds its own state (--state-mib takes one value per device),
+// whose windows a kernel on device d updates each step from the loss and weights
+// that device 0 copies to it over the peer link (cuMemcpyPeer). With one device
+// the output is that of the plain run.
+//
 // --checkpoint-at STEP --checkpoint-image DIR asks PhOS, through the application
 // SDK (sdk/include/phos/sdk.h), for an asynchronous checkpoint right after that
 // step's line: one line of code, and the job runs on.
@@ -113,19 +119,24 @@ int main(int argc, char** argv) {
   CLI::App app{"Train a small MLP on synthetic data with the CUDA Driver API (deterministic)"};
   int iterations = 30;
   int sleepMs = 0;
-  int stateMib = 0;
+  int devices = 1;
+  std::vector<int> stateMibs{0};
   int stateTensors = 1;
   int dirtyMib = 1;
+  bool dirtySpread = false;
   int checkpointAt = -1;
   std::string checkpointImage, checkpointMode = "cow";
   std::string ptxPath = defaultPtxPath().string();
   app.add_option("--iterations", iterations, "training steps")->check(CLI::Range(1, 1000000));
   app.add_option("--sleep-ms", sleepMs, "pause after each step (to checkpoint mid-run)")
       ->check(CLI::Range(0, 60000));
-  app.add_option("--state-mib", stateMib,
+  app.add_option("--devices", devices, "devices used: the MLP trains on device 0, each holds state (default 1)")
+      ->check(CLI::Range(1, 16));
+  app.add_option("--state-mib", stateMibs,
                  "extra device memory in MiB standing in for optimizer state: filled on the "
                  "device, a 1 MiB window of it updated every step, all of it in the final "
-                 "checksum (default 0: none)")
+                 "checksum (default 0: none); with --devices, one value per device (or one for all)")
+      ->delimiter(',')
       ->check(CLI::Range(0, 65536));
   app.add_option("--state-tensors", stateTensors,
                  "split the state into this many allocations, as a framework's many tensors (the output "
@@ -135,6 +146,9 @@ int main(int argc, char** argv) {
                  "MiB of the state written per step: that many consecutive 1 MiB windows (default 1; a "
                  "migration's or checkpoint's write rate)")
       ->check(CLI::Range(1, 65536));
+  app.add_flag("--dirty-spread", dirtySpread,
+               "spread a step's --dirty-mib windows evenly over the state instead of consecutive ones, so that "
+               "every step writes all over it, as a full optimizer step does");
   app.add_option("--ptx", ptxPath, "the kernels' PTX (default: next to this program)");
   app.add_option("--checkpoint-at", checkpointAt,
                  "under PhOS: ask for a checkpoint of this process after this step (application SDK)")
@@ -143,9 +157,16 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-mode", checkpointMode, "its protocol: cow (default), recopy or stop")
       ->check(CLI::IsMember({"cow", "recopy", "stop"}));
   CLI11_PARSE(app, argc, argv);
-  if (stateMib > 0 && stateTensors > stateMib) {
-    std::fprintf(stderr, "mlp-train: --state-tensors %d is more than --state-mib %d\n", stateTensors, stateMib);
+  if (stateMibs.size() == 1) stateMibs.resize(static_cast<size_t>(devices), stateMibs.front());
+  if (stateMibs.size() != static_cast<size_t>(devices)) {
+    std::fprintf(stderr, "mlp-train: --state-mib has %zu values for %d devices\n", stateMibs.size(), devices);
     return 2;
+  }
+  for (int mib : stateMibs) {
+    if (mib > 0 && stateTensors > mib) {
+      std::fprintf(stderr, "mlp-train: --state-tensors %d is more than --state-mib %d\n", stateTensors, mib);
+      return 2;
+    }
   }
   if (checkpointAt >= 0 && checkpointImage.empty()) {
     std::fprintf(stderr, "mlp-train: --checkpoint-at needs --checkpoint-image\n");
@@ -164,11 +185,19 @@ int main(int argc, char** argv) {
   constexpr float kLearningRate = 0.1f;
 
   CHECK(cuInit(0));
-  CUdevice device;
-  CHECK(cuDeviceGet(&device, 0));
-  CUcontext context;
-  CHECK(cuDevicePrimaryCtxRetain(&context, device));
-  CHECK(cuCtxSetCurrent(context));
+  int deviceCount = 0;
+  CHECK(cuDeviceGetCount(&deviceCount));
+  if (devices > deviceCount) {
+    std::fprintf(stderr, "mlp-train: --devices %d, but the driver has %d device(s)\n", devices, deviceCount);
+    return 2;
+  }
+  std::vector<CUdevice> deviceIds(static_cast<size_t>(devices));
+  std::vector<CUcontext> contexts(static_cast<size_t>(devices));
+  for (int d = 0; d < devices; ++d) {
+    CHECK(cuDeviceGet(&deviceIds[d], d));
+    CHECK(cuDevicePrimaryCtxRetain(&contexts[d], deviceIds[d]));
+  }
+  CHECK(cuCtxSetCurrent(contexts[0]));
   CUmodule module;
   CHECK(cuModuleLoadData(&module, ptx.str().c_str()));
   auto function = [&](const char* name) {
@@ -180,7 +209,6 @@ int main(int argc, char** argv) {
              mean = function("mean_256"), weightGrad = function("weight_grad"),
              biasGrad = function("bias_grad"), hiddenGrad = function("hidden_grad"),
              sgd = function("sgd_step");
-  CUfunction stateUpdate = stateMib > 0 ? function("state_update") : nullptr;
 
   // Synthetic data: each class is a random centre; samples are centre + noise.
   Lcg rng{42};
@@ -203,23 +231,50 @@ int main(int argc, char** argv) {
                dLoss = alloc(4), dGW2 = alloc(dW2.bytes), dGB2 = alloc(dB2.bytes),
                dDh = alloc(kRows * kHidden * 4), dGW1 = alloc(dW1.bytes), dGB1 = alloc(dB1.bytes);
 
-  // The state: stateMib MiB in stateTensors allocations (the first ones one
-  // MiB larger when it does not divide), MiB m of it at stateAt(m).
-  std::vector<DeviceBuffer> state;
-  std::vector<size_t> firstMib;
-  for (int t = 0, first = 0; stateMib > 0 && t < stateTensors; ++t) {
-    const int mib = stateMib / stateTensors + (t < stateMib % stateTensors ? 1 : 0);
-    state.push_back(alloc(static_cast<size_t>(mib) * kMiB));
-    firstMib.push_back(static_cast<size_t>(first));
-    first += mib;
-  }
-  auto stateAt = [&](size_t m) -> CUdeviceptr {
-    size_t t = static_cast<size_t>(std::upper_bound(firstMib.begin(), firstMib.end(), m) - firstMib.begin()) - 1;
-    return state[t].ptr + (m - firstMib[t]) * kMiB;
+  // The state of each device: its MiB in stateTensors allocations (the first
+  // ones one MiB larger when it does not divide), MiB m of it at at(m). A
+  // device other than 0 has the kernels loaded in its own context, and its
+  // own copies of the loss and first-layer weights that the updates read.
+  struct Shard {
+    size_t mib = 0;
+    std::vector<DeviceBuffer> tensors;
+    std::vector<size_t> firstMib;
+    CUmodule module = nullptr;
+    CUfunction update = nullptr;
+    DeviceBuffer loss, w1;
+    CUdeviceptr at(size_t m) const {
+      size_t t = static_cast<size_t>(std::upper_bound(firstMib.begin(), firstMib.end(), m) - firstMib.begin()) - 1;
+      return tensors[t].ptr + (m - firstMib[t]) * kMiB;
+    }
   };
-  for (size_t m = 0; m < static_cast<size_t>(stateMib); ++m) {
-    CHECK(cuMemsetD32(stateAt(m), statePattern(m), kMiB / 4));
+  std::vector<Shard> shards(static_cast<size_t>(devices));
+  for (int d = 0; d < devices; ++d) {
+    Shard& shard = shards[d];
+    shard.mib = static_cast<size_t>(stateMibs[d]);
+    if (shard.mib == 0) continue;
+    CHECK(cuCtxSetCurrent(contexts[d]));
+    for (int t = 0, first = 0; t < stateTensors; ++t) {
+      const int mib = stateMibs[d] / stateTensors + (t < stateMibs[d] % stateTensors ? 1 : 0);
+      shard.tensors.push_back(alloc(static_cast<size_t>(mib) * kMiB));
+      shard.firstMib.push_back(static_cast<size_t>(first));
+      first += mib;
+    }
+    // Device d's MiB m starts as MiB m + d * 65536 of one long pattern.
+    for (size_t m = 0; m < shard.mib; ++m) {
+      CHECK(cuMemsetD32(shard.at(m), statePattern(m + static_cast<size_t>(d) * 65536), kMiB / 4));
+    }
+    if (d == 0) {
+      shard.module = module;
+      shard.loss = dLoss;
+      shard.w1 = dW1;
+    } else {
+      CHECK(cuModuleLoadData(&shard.module, ptx.str().c_str()));
+      shard.loss = alloc(dLoss.bytes);
+      shard.w1 = alloc(dW1.bytes);
+    }
+    CHECK(cuModuleGetFunction(&shard.update, shard.module, "state_update"));
   }
+  CHECK(cuCtxSetCurrent(contexts[0]));
   int windowWords = static_cast<int>(kMiB / 4);
 
   int rows = kRows, in = kIn, hidden = kHidden, classes = kClasses, one = 1, zero = 0;
@@ -248,15 +303,33 @@ int main(int argc, char** argv) {
     launch(sgd, 1, 1, 256, 1, {&dB1.ptr, &dGB1.ptr, &lr, &nB1});
     launch(sgd, blocks(nW2, 256), 1, 256, 1, {&dW2.ptr, &dGW2.ptr, &lr, &nW2});
     launch(sgd, 1, 1, 256, 1, {&dB2.ptr, &dGB2.ptr, &lr, &nB2});
-    for (int w = 0; stateMib > 0 && w < dirtyMib; ++w) {
-      CUdeviceptr window = stateAt((static_cast<size_t>(step) * dirtyMib + w) % stateMib);
-      unsigned stepBits = static_cast<unsigned>(step);
-      launch(stateUpdate, blocks(windowWords / 4, 256), 1, 256, 1,
-             {&window, &dLoss.ptr, &dW1.ptr, &nW1, &windowWords, &stepBits});
-    }
+    // Device d's windows of the step; its kernels read device d's copies of
+    // the loss and weights.
+    auto updateState = [&](int d) {
+      const Shard& shard = shards[d];
+      for (int w = 0; shard.mib > 0 && w < dirtyMib; ++w) {
+        const size_t stride = dirtySpread ? std::max<size_t>(1, shard.mib / static_cast<size_t>(dirtyMib)) : 1;
+        const size_t first = dirtySpread ? static_cast<size_t>(step) : static_cast<size_t>(step) * dirtyMib;
+        CUdeviceptr window = shard.at((first + static_cast<size_t>(w) * stride) % shard.mib);
+        CUdeviceptr lossPtr = shard.loss.ptr, w1Ptr = shard.w1.ptr;
+        unsigned stepBits = static_cast<unsigned>(step) + (static_cast<unsigned>(d) << 16);
+        launch(shard.update, blocks(windowWords / 4, 256), 1, 256, 1,
+               {&window, &lossPtr, &w1Ptr, &nW1, &windowWords, &stepBits});
+      }
+    };
+    updateState(0);
 
     float loss = 0;
     CHECK(cuMemcpyDtoH(&loss, dLoss.ptr, sizeof loss));  // synchronizes the step
+    for (int d = 1; d < devices; ++d) {
+      if (shards[d].mib == 0) continue;
+      CHECK(cuCtxSetCurrent(contexts[d]));
+      CHECK(cuMemcpyPeer(shards[d].loss.ptr, contexts[d], dLoss.ptr, contexts[0], dLoss.bytes));
+      CHECK(cuMemcpyPeer(shards[d].w1.ptr, contexts[d], dW1.ptr, contexts[0], dW1.bytes));
+      updateState(d);
+      CHECK(cuCtxSynchronize());
+    }
+    CHECK(cuCtxSetCurrent(contexts[0]));
     std::printf("step %d loss %.6f (%s)\n", step, static_cast<double>(loss), floatBits(loss).c_str());
     std::fflush(stdout);
     if (step == checkpointAt && phos_checkpoint(checkpointImage.c_str(), checkpointMode.c_str()) != 0) {
@@ -273,19 +346,26 @@ int main(int argc, char** argv) {
     CHECK(cuMemcpyDtoH(host.data(), b->ptr, b->bytes));
     XXH3_64bits_update(hash, host.data(), host.size());
   }
-  // The state after the weights, read in slices: it may be larger than host memory can spare.
-  std::vector<unsigned char> slice(std::min(static_cast<size_t>(stateMib) * kMiB, 64 * kMiB));
-  for (const DeviceBuffer& tensor : state) {
-    for (size_t done = 0; done < tensor.bytes; done += slice.size()) {
-      size_t n = std::min(slice.size(), tensor.bytes - done);
-      CHECK(cuMemcpyDtoH(slice.data(), tensor.ptr + done, n));
-      XXH3_64bits_update(hash, slice.data(), n);
+  // The state after the weights, device by device, read in slices: it may be
+  // larger than host memory can spare.
+  std::vector<unsigned char> slice(std::min(
+      static_cast<size_t>(*std::max_element(stateMibs.begin(), stateMibs.end())) * kMiB, 64 * kMiB));
+  for (int d = 0; d < devices; ++d) {
+    CHECK(cuCtxSetCurrent(contexts[d]));
+    for (const DeviceBuffer& tensor : shards[d].tensors) {
+      for (size_t done = 0; done < tensor.bytes; done += slice.size()) {
+        size_t n = std::min(slice.size(), tensor.bytes - done);
+        CHECK(cuMemcpyDtoH(slice.data(), tensor.ptr + done, n));
+        XXH3_64bits_update(hash, slice.data(), n);
+      }
     }
+    if (d > 0 && shards[d].module != nullptr) CHECK(cuModuleUnload(shards[d].module));
   }
   std::printf("weights checksum %016llx\n",
               static_cast<unsigned long long>(XXH3_64bits_digest(hash)));
   XXH3_freeState(hash);
+  CHECK(cuCtxSetCurrent(contexts[0]));
   CHECK(cuModuleUnload(module));
-  CHECK(cuDevicePrimaryCtxRelease(device));
+  for (int d = 0; d < devices; ++d) CHECK(cuDevicePrimaryCtxRelease(deviceIds[d]));
   return 0;
 }
