@@ -76,6 +76,7 @@ struct CheckpointArgs {
   std::string compress = "none";
   std::string mode = "cow";
   uint64_t cowReserveMib = 0;  // 0: phosd's default
+  std::string peerOffload = "exact";
   std::string runtimeDir;
   bool leaveRunning = false;
   bool json = false;
@@ -145,6 +146,7 @@ int runCheckpoint(const CheckpointArgs& args) {
                   {"compress", args.compress},
                   {"mode", args.mode}};
   if (args.cowReserveMib > 0) request["cow_reserve_bytes"] = args.cowReserveMib << 20;
+  request["peer_offload"] = args.peerOffload;
   std::string socket = ipc::controlSocketPath(runtimeDirOf(args.runtimeDir));
   // A session busy with another checkpoint, or loading its memory after a
   // concurrent restore, takes this one when it is done.
@@ -548,8 +550,14 @@ void addCheckpoint(CLI::App& app, SubcommandRunner& runner) {
                   "checkpoint ends; what migration uses); stop: the job's GPU calls wait until it is copied")
       ->check(CLI::IsMember({"cow", "recopy", "stop"}));
   cmd->add_option("--cow-reserve-mib", args->cowReserveMib,
-                  "device memory for copy-on-write shadows (default: half of the free device memory)")
+                  "device memory for copy-on-write shadows, per device (default: half of each device's free "
+                  "memory)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
+  cmd->add_option("--peer-offload", args->peerOffload,
+                  "with several devices, how the copy-on-write shadows that do not fit in a device's reserve are "
+                  "placed on its peers (docs/offload.md): exact (default), flow, greedy, or baseline (none: "
+                  "writers wait for the copy to the image)")
+      ->check(CLI::IsMember({"exact", "flow", "greedy", "baseline"}));
   cmd->add_option("--runtime-dir", args->runtimeDir,
                   "where phosd's control socket lives (default: $PHOS_RUNTIME_DIR, /run/phos "
                   "for root)");

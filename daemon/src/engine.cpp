@@ -42,6 +42,7 @@
 #include "phos/daemon/checkpoint.h"
 #include "phos/ptx/parser.h"
 #include "on_demand_restore.h"
+#include "peer_offload.h"
 #include "session.h"
 #include "soft_cow.h"
 #include "soft_recopy.h"
@@ -477,7 +478,16 @@ class Engine {
     Status written = Status::ok();
     // Soft copy-on-write: the buffers of t1, saved after the dump.
     std::vector<SavedBuffer> deferred;
-    uint64_t cowReserve = request.value("cow_reserve_bytes", uint64_t{0});
+    const uint64_t cowReserve = request.value("cow_reserve_bytes", uint64_t{0});  // per device; 0: the default
+    offload::Scheduler peerOffload = offload::Scheduler::kExact;
+    if (request.contains("peer_offload")) {
+      auto named = request["peer_offload"].is_string()
+                       ? offload::parseScheduler(request["peer_offload"].get<std::string>())
+                       : Result<offload::Scheduler>(makeError(Code::kInvalidArgument, "peer_offload must be a string"));
+      if (!named.isOk()) return failure(named.status());
+      peerOffload = *named;
+    }
+    LinkBandwidths links;
     image::ImageWriter* imageWriter = nullptr;
     json cowReport;
     // Soft recopy: the host copy of the buffers, kept fresh while the job runs.
@@ -499,6 +509,13 @@ class Engine {
       if (const uint64_t expected = s.info().deviceBytes + (1u << 20); !cow && expected <= stagingBudget()) {
         if (auto reserved = StagedWrite::reserve(s.driver_, expected); reserved.isOk()) staged = std::move(*reserved);
       }
+      // Several devices: their links, measured (once per worker) while the
+      // application still runs.
+      if (cow) {
+        if (auto devices = sessionDevices(s); devices.size() > 1) {
+          links = measureLinks(s.driver_, devices, image::kDefaultChunkBytes);
+        }
+      }
       RETURN_IF_ERROR(s.pause(kPauseTimeout));
       paused = true;
       pausedAt = Clock::now();
@@ -506,7 +523,6 @@ class Engine {
       std::lock_guard lock(s.mutex_);
       RETURN_IF_ERROR(captureDevice(s, writer, state, gpuBytes, staged, copySeconds, progress,
                                     cow ? &deferred : nullptr));
-      if (cow && cowReserve == 0) cowReserve = defaultShadowReserve(s, deferred);
       if (const char* dir = std::getenv("PHOS_TEST_REFERENCE_SNAPSHOT"); cow && dir != nullptr && *dir != '\0') {
         RETURN_IF_ERROR(writeReferenceSnapshot(s, deferred, dir));
       }
@@ -532,7 +548,8 @@ class Engine {
     };
     options.hooks.afterDump = [&](bool dumped) {
       if (cow && dumped && paused) {
-        written = saveConcurrently(s, *imageWriter, std::move(deferred), cowReserve, progress, cowReport, resumedAt);
+        written = saveConcurrently(s, *imageWriter, std::move(deferred), cowReserve, peerOffload, links, progress,
+                                   cowReport, resumedAt);
         paused = false;
         copySeconds = cowReport.value("copy_seconds", 0.0);
         return;
@@ -705,7 +722,7 @@ class Engine {
       if (a.module != nullptr) continue;
       auto ctx = s.contexts_.find(a.context);
       if (ctx == s.contexts_.end() || ctx->second.real == nullptr) continue;
-      buffers.push_back({0, address, a.bytes, ctx->second.real});
+      buffers.push_back({0, address, a.bytes, ctx->second.real, ctx->second.device});
     }
     return buffers;
   }
@@ -832,29 +849,65 @@ class Engine {
     return Status::ok();
   }
 
-  // Half of the free device memory for shadows (at least one chunk where
-  // there is room for one).
-  static uint64_t defaultShadowReserve(Session& s, const std::vector<SavedBuffer>& buffers) {
-    size_t free = 0, total = 0;
-    if (!buffers.empty() && PHOS_DRIVER(s.driver_, CtxSetCurrent)(buffers.front().context) == CUDA_SUCCESS) {
-      PHOS_DRIVER(s.driver_, MemGetInfo_v2)(&free, &total);
+  // One context of the session per device it uses, by device.
+  static std::vector<std::pair<int, CUcontext>> sessionDevices(Session& s) {
+    std::lock_guard lock(s.mutex_);
+    std::map<int, CUcontext> found;
+    for (const auto& [vid, ctx] : s.contexts_) {
+      if (ctx.real != nullptr) found.try_emplace(ctx.device, ctx.real);
+    }
+    return {found.begin(), found.end()};
+  }
+
+  // Every device of the session with its buffers to save and its shadow
+  // reserve: `reserve` bytes, or half of the device's free memory (at least
+  // one chunk where there is room for one). The session is paused.
+  static std::vector<DeviceSpace> shadowSpaces(Session& s, const std::vector<SavedBuffer>& buffers, uint64_t reserve) {
+    std::vector<DeviceSpace> spaces;
+    for (const auto& [device, context] : sessionDevices(s)) {
+      DeviceSpace space{device, context, 0, reserve};
+      for (const SavedBuffer& b : buffers) {
+        if (b.device == device) space.checkpointBytes += b.bytes;
+      }
+      if (reserve == 0) {
+        size_t free = 0, total = 0;
+        if (PHOS_DRIVER(s.driver_, CtxSetCurrent)(context) == CUDA_SUCCESS) {
+          PHOS_DRIVER(s.driver_, MemGetInfo_v2)(&free, &total);
+        }
+        space.reserveBytes = std::max<uint64_t>(free / 2, std::min<uint64_t>(image::kDefaultChunkBytes, free));
+      }
+      spaces.push_back(space);
     }
     PHOS_DRIVER(s.driver_, CtxSetCurrent)(nullptr);
-    return std::max<uint64_t>(free / 2, std::min<uint64_t>(image::kDefaultChunkBytes, free));
+    return spaces;
   }
 
   // Soft copy-on-write after the dump: the session serves again with the
   // copy-on-write gate and its launches run as validator twins while every
   // buffer of t1 is saved; then the twins' reports are read. A launch that
   // wrote outside its speculated buffers fails it (report["misspeculations"]):
-  // the image cannot be trusted.
+  // the image cannot be trusted. With several devices, shadows that do not fit
+  // in a device's reserve go to peers as `peerOffload` plans over `links`.
   static Status saveConcurrently(Session& s, image::ImageWriter& writer, std::vector<SavedBuffer> buffers,
-                                 uint64_t reserve, const ProgressFn& progress, json& report,
+                                 uint64_t reserve, offload::Scheduler peerOffload, const LinkBandwidths& links,
+                                 const ProgressFn& progress, json& report,
                                  std::chrono::steady_clock::time_point& resumedAt) {
     uint64_t total = 0;
     for (const SavedBuffer& b : buffers) total += b.bytes;
-    auto protocol =
-        std::make_shared<SoftCopyOnWrite>(s.driver_, writer, std::move(buffers), reserve, image::kDefaultChunkBytes);
+    const std::vector<DeviceSpace> spaces = shadowSpaces(s, buffers, reserve);
+    PeerShadowPlan plan;
+    if (spaces.size() > 1) {
+      auto planned = planPeerShadows(spaces, links, peerOffload, image::kDefaultChunkBytes);
+      if (planned.isOk()) {
+        plan = std::move(*planned);
+      } else {
+        // Without a plan the checkpoint is still right: no peer shadows.
+        log::get("daemon")->warn("session {}: no peer offload: {}", s.id(), planned.status().message());
+        plan.report = {{"error", planned.status().message()}};
+      }
+    }
+    auto protocol = std::make_shared<SoftCopyOnWrite>(s.driver_, writer, std::move(buffers), spaces, plan.quota,
+                                                      image::kDefaultChunkBytes);
     const ValidationMode before = s.validator_.mode();
     Status status = protocol->prepare();
     if (status.isOk()) {
@@ -889,11 +942,16 @@ class Engine {
                          paused.message());
     }
     const SoftCowStats stats = protocol->stats();
+    uint64_t reserveBytes = 0;
+    for (const DeviceSpace& space : spaces) reserveBytes += space.reserveBytes;
     report = {{"shadowed_chunks", stats.shadowedChunks}, {"shadowed_bytes", stats.shadowedBytes},
-              {"reserve_bytes", reserve},                   {"peak_reserve_bytes", stats.peakReserveBytes},
+              {"reserve_bytes", reserveBytes},              {"peak_reserve_bytes", stats.peakReserveBytes},
+              {"peer_shadowed_chunks", stats.peerShadowedChunks},
+              {"peer_shadowed_bytes", stats.peerShadowedBytes},
               {"waited_calls", stats.waitedCalls},          {"waited_seconds", stats.waitedSeconds},
               {"anything_calls", stats.anythingCalls},      {"copy_seconds", stats.copySeconds},
               {"yielded_seconds", stats.yieldedSeconds},    {"misspeculations", found.size()}};
+    if (!plan.report.is_null()) report["peer_offload"] = plan.report;
     if (status.isOk() && !found.empty()) {
       return makeError(Code::kFailedPrecondition, "{} access(es) outside the speculated buffers while copying (first: kernel {} "
                        "at {})", found.size(), found.front().kernel, hex(found.front().address));
@@ -1117,7 +1175,7 @@ class Engine {
       for (const Copy& c : copies) {
         CUcontext ctx = contextOnDevice(c.device);
         if (ctx == nullptr) return makeError(Code::kInternal, "device {} memory without a context of the session", c.device);
-        deferred->push_back({c.blob, c.address, c.bytes, ctx});
+        deferred->push_back({c.blob, c.address, c.bytes, ctx, c.device});
       }
       PHOS_DRIVER(d, CtxSetCurrent)(nullptr);
       gpuBytes += total;

@@ -19,18 +19,22 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 SoftCopyOnWrite::SoftCopyOnWrite(const DriverTable& driver, image::ImageWriter& writer,
-                                 std::vector<SavedBuffer> buffers, uint64_t reserveBytes, size_t chunkBytes)
+                                 std::vector<SavedBuffer> buffers, const std::vector<DeviceSpace>& devices,
+                                 std::map<std::pair<int, int>, uint64_t> peerQuota, size_t chunkBytes)
     : driver_(driver),
       writer_(writer),
-      reserveBytes_(reserveBytes),
       chunkBytes_(chunkBytes),
+      quotaLeft_(std::move(peerQuota)),
       gateStreams_(driver),
       copyStreams_(driver) {
+  for (const DeviceSpace& d : devices) spaces_[d.device] = Space{d.context, d.reserveBytes, 0};
   for (const SavedBuffer& b : buffers) {
     for (uint64_t at = 0, chunk = 0; at < b.bytes; at += chunkBytes_, ++chunk) {
-      SavedBuffer part{b.blob, b.address + at, std::min<uint64_t>(chunkBytes_, b.bytes - at), b.context};
+      SavedBuffer part{b.blob, b.address + at, std::min<uint64_t>(chunkBytes_, b.bytes - at), b.context, b.device};
       entries_.emplace(part.address, Entry{part, chunk});
     }
+    // A device nobody described has no reserve: its writers wait.
+    spaces_.try_emplace(b.device, Space{b.context, 0, 0});
   }
 }
 
@@ -39,13 +43,17 @@ SoftCopyOnWrite::~SoftCopyOnWrite() {
   PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
   for (auto& [address, e] : entries_) {
     if (e.shadow == 0) continue;
-    PHOS_DRIVER(driver_, CtxSetCurrent)(e.buffer.context);
+    PHOS_DRIVER(driver_, CtxSetCurrent)(e.shadowContext);
     PHOS_DRIVER(driver_, MemFree_v2)(e.shadow);
   }
   PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
 }
 
 Status SoftCopyOnWrite::prepare() {
+  for (const auto& [device, space] : spaces_) {
+    RETURN_IF_ERROR(copyStreams_.add(space.context, "a copy stream"));
+    RETURN_IF_ERROR(gateStreams_.add(space.context, "a gate stream"));
+  }
   for (const auto& [address, e] : entries_) {
     RETURN_IF_ERROR(copyStreams_.add(e.buffer.context, "a copy stream"));
     RETURN_IF_ERROR(gateStreams_.add(e.buffer.context, "a gate stream"));
@@ -107,6 +115,36 @@ void SoftCopyOnWrite::beforeWrite(uint64_t begin, uint64_t end) {
   for (Entry* e : touched) protect(lock, *e);
 }
 
+int SoftCopyOnWrite::shadowPlace(const Entry& e) {
+  const int own = e.buffer.device;
+  auto fits = [&](int device) {
+    const Space& space = spaces_.at(device);
+    return space.usedBytes + e.buffer.bytes <= space.reserveBytes;
+  };
+  if (fits(own)) return own;
+  int best = -1;
+  uint64_t mostLeft = 0;
+  for (const auto& [pair, left] : quotaLeft_) {
+    if (pair.first != own || left < e.buffer.bytes || left <= mostLeft || spaces_.count(pair.second) == 0 ||
+        !fits(pair.second)) {
+      continue;
+    }
+    best = pair.second;
+    mostLeft = left;
+  }
+  return best;
+}
+
+// Under the mutex: the shadow of `e` was saved (or never filled); its room goes back.
+void SoftCopyOnWrite::releaseShadow(Entry& e) {
+  Space& space = spaces_.at(e.shadowDevice);
+  space.usedBytes -= e.buffer.bytes;
+  reserveUsed_ -= e.buffer.bytes;
+  if (e.shadowDevice != e.buffer.device) quotaLeft_[{e.buffer.device, e.shadowDevice}] += e.buffer.bytes;
+  e.shadowDevice = -1;
+  e.shadowContext = nullptr;
+}
+
 // Returns once `e` is shadowed or saved (or the protocol failed).
 void SoftCopyOnWrite::protect(std::unique_lock<std::mutex>& lock, Entry& e) {
   Clock::time_point waitStart{};
@@ -118,7 +156,8 @@ void SoftCopyOnWrite::protect(std::unique_lock<std::mutex>& lock, Entry& e) {
   };
   while (!failed_) {
     if (e.state == State::kShadowed || e.state == State::kSaved) break;
-    if (e.state == State::kSaving || e.state == State::kShadowing || reserveUsed_ + e.buffer.bytes > reserveBytes_) {
+    const int place = e.state == State::kPending ? shadowPlace(e) : -1;
+    if (place < 0) {
       // Being saved (or shadowed) right now, or no room for a shadow: the
       // saving loop takes this buffer next and frees shadows as it goes.
       if (e.state == State::kPending) next_ = &e;
@@ -126,22 +165,37 @@ void SoftCopyOnWrite::protect(std::unique_lock<std::mutex>& lock, Entry& e) {
       changed_.wait(lock);
       continue;
     }
-    // Pending, and the reserve has room: shadow it on the device.
+    // Pending, and a reserve has room: shadow it on that device.
     e.state = State::kShadowing;
+    e.shadowDevice = place;
+    Space& space = spaces_.at(place);
+    const bool peer = place != e.buffer.device;
+    if (peer) quotaLeft_[{e.buffer.device, place}] -= e.buffer.bytes;
+    space.usedBytes += e.buffer.bytes;
     reserveUsed_ += e.buffer.bytes;
     stats_.peakReserveBytes = std::max(stats_.peakReserveBytes, reserveUsed_);
+    // On its own device in the buffer's own context, on a peer in the session's context there.
+    const CUcontext shadowContext = peer ? space.context : e.buffer.context;
+    e.shadowContext = shadowContext;
     lock.unlock();
     CUcontext saved = nullptr;
     PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
     CUdeviceptr shadow = 0;
     CUstream stream = gateStreams_.of(e.buffer.context);
-    CUresult r = PHOS_DRIVER(driver_, CtxSetCurrent)(e.buffer.context);
+    CUresult r = PHOS_DRIVER(driver_, CtxSetCurrent)(shadowContext);
     if (r == CUDA_SUCCESS) r = PHOS_DRIVER(driver_, MemAlloc_v2)(&shadow, e.buffer.bytes);
+    if (r == CUDA_SUCCESS) r = PHOS_DRIVER(driver_, CtxSetCurrent)(e.buffer.context);
     if (r == CUDA_SUCCESS) {
       // Ordered after nothing the application queued: every call that wrote
       // this buffer since t1 passed this gate, so the device holds t1's bytes.
-      r = PHOS_DRIVER(driver_, MemcpyDtoDAsync_v2)(shadow, e.buffer.address, e.buffer.bytes, stream);
+      r = peer ? PHOS_DRIVER(driver_, MemcpyPeerAsync)(shadow, shadowContext, e.buffer.address, e.buffer.context,
+                                                      e.buffer.bytes, stream)
+               : PHOS_DRIVER(driver_, MemcpyDtoDAsync_v2)(shadow, e.buffer.address, e.buffer.bytes, stream);
       if (r == CUDA_SUCCESS) r = PHOS_DRIVER(driver_, StreamSynchronize)(stream);
+    }
+    if (r != CUDA_SUCCESS && shadow != 0) {
+      PHOS_DRIVER(driver_, CtxSetCurrent)(shadowContext);
+      PHOS_DRIVER(driver_, MemFree_v2)(shadow);
     }
     PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
     lock.lock();
@@ -150,14 +204,17 @@ void SoftCopyOnWrite::protect(std::unique_lock<std::mutex>& lock, Entry& e) {
       e.state = State::kShadowed;
       ++stats_.shadowedChunks;
       stats_.shadowedBytes += e.buffer.bytes;
+      if (peer) {
+        ++stats_.peerShadowedChunks;
+        stats_.peerShadowedBytes += e.buffer.bytes;
+      }
       changed_.notify_all();  // the saving loop may wait for this chunk
     } else {
       // No device memory for it after all: give the room back and wait for
       // the saving loop, which takes it next.
-      log::get("daemon")->debug("copy-on-write: no shadow for {:#x} ({} bytes): CUresult {}", e.buffer.address,
-                                e.buffer.bytes, static_cast<int>(r));
-      if (shadow != 0) PHOS_DRIVER(driver_, MemFree_v2)(shadow);
-      reserveUsed_ -= e.buffer.bytes;
+      log::get("daemon")->debug("copy-on-write: no shadow for {:#x} ({} bytes) on device {}: CUresult {}",
+                                e.buffer.address, e.buffer.bytes, place, static_cast<int>(r));
+      releaseShadow(e);
       e.state = State::kPending;
       next_ = &e;
       changed_.notify_all();
@@ -222,9 +279,11 @@ Status SoftCopyOnWrite::run(const std::function<void(uint64_t)>& advanced) {
     if (!fromShadow) e->state = State::kSaving;
     lock.unlock();
 
-    CUstream stream = copyStreams_.of(e->buffer.context);
+    // A shadow is read in its own device's context (a peer's, perhaps).
+    const CUcontext context = fromShadow ? e->shadowContext : e->buffer.context;
+    CUstream stream = copyStreams_.of(context);
     const uint64_t bytes = e->buffer.bytes;
-    CUresult r = PHOS_DRIVER(driver_, CtxSetCurrent)(e->buffer.context);
+    CUresult r = PHOS_DRIVER(driver_, CtxSetCurrent)(context);
     if (r == CUDA_SUCCESS) r = PHOS_DRIVER(driver_, MemcpyDtoHAsync_v2)(staging.data(), source, bytes, stream);
     if (r == CUDA_SUCCESS) r = PHOS_DRIVER(driver_, StreamSynchronize)(stream);
     if (r != CUDA_SUCCESS) {
@@ -238,9 +297,9 @@ Status SoftCopyOnWrite::run(const std::function<void(uint64_t)>& advanced) {
     lock.lock();
     e->state = State::kSaved;
     if (e->shadow != 0) {
-      PHOS_DRIVER(driver_, MemFree_v2)(e->shadow);
+      PHOS_DRIVER(driver_, MemFree_v2)(e->shadow);  // its context is current
       e->shadow = 0;
-      reserveUsed_ -= bytes;
+      releaseShadow(*e);
     }
     changed_.notify_all();
   }

@@ -10,6 +10,10 @@
 // reserve) and the chunk is saved from the shadow. A writer waits when its chunk
 // is being saved at that moment, and when the reserve is exhausted (the chunk
 // is then saved next).
+//
+// Each device has a reserve of its own. With several devices, a plan
+// (peer_offload.h) may let a device whose reserve is full shadow a number of
+// chunks on peers, over the peer link; they are saved from there.
 #pragma once
 
 #include <cuda.h>
@@ -23,6 +27,7 @@
 #include "context_streams.h"
 #include "driver_table.h"
 #include "launch_validator.h"
+#include "peer_offload.h"
 #include "transfer_tracker.h"
 #include "phos/image/writer.h"
 #include "phos/common/status.h"
@@ -35,12 +40,15 @@ struct SavedBuffer {
   CUdeviceptr address = 0;
   uint64_t bytes = 0;
   CUcontext context = nullptr;  // a context of its device
+  int device = 0;
 };
 
 struct SoftCowStats {
   uint64_t shadowedChunks = 0;  // chunks copied into a shadow before a write
   uint64_t shadowedBytes = 0;
-  uint64_t peakReserveBytes = 0;  // most shadow bytes held at once
+  uint64_t peakReserveBytes = 0;  // most shadow bytes held at once (all devices)
+  uint64_t peerShadowedChunks = 0;  // of shadowedChunks, those placed on a peer device
+  uint64_t peerShadowedBytes = 0;
   uint64_t waitedCalls = 0;       // calls the gate made wait (buffer being saved, reserve exhausted)
   double waitedSeconds = 0;       // how long those calls waited in total
   uint64_t anythingCalls = 0;     // calls that may write anything (a launch without twin, an unload)
@@ -50,9 +58,13 @@ struct SoftCowStats {
 
 class SoftCopyOnWrite {
  public:
-  // `reserveBytes`: device memory the shadows may hold at once (all devices).
+  // `devices`: every device of the session, with a context and the device
+  // memory shadows may hold there at once; `peerQuota`: bytes of device
+  // `first`'s chunks that may be shadowed on device `second` at once, when
+  // `first`'s own reserve is full (PeerShadowPlan::quota; empty: none).
   SoftCopyOnWrite(const DriverTable& driver, image::ImageWriter& writer, std::vector<SavedBuffer> buffers,
-                  uint64_t reserveBytes, size_t chunkBytes);
+                  const std::vector<DeviceSpace>& devices, std::map<std::pair<int, int>, uint64_t> peerQuota,
+                  size_t chunkBytes);
   ~SoftCopyOnWrite();
   SoftCopyOnWrite(const SoftCopyOnWrite&) = delete;
   SoftCopyOnWrite& operator=(const SoftCopyOnWrite&) = delete;
@@ -77,20 +89,32 @@ class SoftCopyOnWrite {
     uint64_t chunk = 0;  // its index in the blob
     State state = State::kPending;
     CUdeviceptr shadow = 0;
+    int shadowDevice = -1;             // where the shadow lives: the buffer's device or a peer
+    CUcontext shadowContext = nullptr;  // the context it was allocated in
+  };
+  struct Space {
+    CUcontext context = nullptr;
+    uint64_t reserveBytes = 0;
+    uint64_t usedBytes = 0;
   };
 
   void beforeWrite(uint64_t begin, uint64_t end);
   void protect(std::unique_lock<std::mutex>& lock, Entry& e);
+  // The device to shadow `e` on: its own if its reserve has room, else a peer
+  // the plan allows with room (the one with most quota left); -1 if none.
+  int shadowPlace(const Entry& e);
+  void releaseShadow(Entry& e);
 
   const DriverTable& driver_;
   image::ImageWriter& writer_;
-  const uint64_t reserveBytes_;
   const size_t chunkBytes_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::map<CUdeviceptr, Entry> entries_;  // chunks by address; buffers do not overlap
   Entry* next_ = nullptr;                 // saved next: a writer waits for it
-  uint64_t reserveUsed_ = 0;
+  std::map<int, Space> spaces_;                         // by device
+  std::map<std::pair<int, int>, uint64_t> quotaLeft_;  // (from, to): bytes of peer shadows it may still place
+  uint64_t reserveUsed_ = 0;                           // all devices
   bool failed_ = false;
   ContextStreams gateStreams_, copyStreams_;
   TransferTracker* transfers_ = nullptr;

@@ -354,6 +354,17 @@ def test_checkpoint_is_answered_by_the_sessions_worker(daemon):
     assert sessions[0]["worker_pid"] == attached["worker_pid"]
 
 
+def test_checkpoint_with_an_unknown_peer_offload_scheduler_is_refused(daemon, tmp_path):
+    assert daemon.request({"op": "attach", "pid": os.getpid()})["ok"] is True
+    for value, says in (("fastest", 'no offload scheduler "fastest"'), (3, "peer_offload must be a string")):
+        answer = long_request(daemon, {"op": "checkpoint", "pid": os.getpid(), "image": str(tmp_path / "image"),
+                                       "mode": "cow", "leave_running": True, "peer_offload": value})
+        assert answer["ok"] is False and answer["code"] == "invalid-argument", answer
+        assert says in answer["error"], answer
+    assert not (tmp_path / "image").exists()
+    assert [s["pid"] for s in daemon.request({"op": "ps"})["sessions"]] == [os.getpid()]
+
+
 def test_checkpoint_from_another_user_is_refused(daemon):
     assert daemon.request({"op": "attach", "pid": os.getpid()})["ok"] is True
     answer = as_nobody(daemon, {"op": "checkpoint", "pid": os.getpid(), "image": "/tmp/phos-nobody-image"})
