@@ -11,6 +11,8 @@
 #include <limits>
 #include <random>
 
+#include <cuda_fp8.h>
+
 #include "engine_harness.h"
 #include "status_matchers.h"
 
@@ -695,6 +697,127 @@ TEST_P(Kernels, HalfAndBFloat16) {
     EXPECT_EQ(o[3], canonH(static_cast<_Float16>(static_cast<double>(x) * static_cast<double>(y)))) << t;
     EXPECT_EQ(o[4], toBf16Rn(a[t])) << t;
     EXPECT_EQ(o[5], canonH(static_cast<_Float16>(static_cast<float>(x) * 3.0f))) << t;
+  }
+}
+
+// ---------------------------------------------------------------- fp8
+
+// cuda_fp8.h's host emulation is the reference; a NaN is compared as a NaN.
+bool e4m3IsNan(unsigned b) { return (b & 0x7fu) == 0x7fu; }
+bool e5m2IsNan(unsigned b) { return (b & 0x7fu) > 0x7cu; }
+
+void expectFp8Pair(unsigned got, unsigned want, bool e4, const std::string& what) {
+  for (int k = 0; k < 2; ++k) {
+    const unsigned g = (got >> (8 * k)) & 0xffu, w = (want >> (8 * k)) & 0xffu;
+    if (e4 ? e4m3IsNan(w) : e5m2IsNan(w)) {
+      EXPECT_TRUE(e4 ? e4m3IsNan(g) : e5m2IsNan(g)) << what << " byte " << k << ": " << std::hex << g;
+    } else {
+      EXPECT_EQ(g, w) << what << " byte " << k;
+    }
+  }
+}
+
+// .relu: negative values become 0, a NaN the canonical NaN.
+unsigned reluFp8(float x, __nv_fp8_interpretation_t kind) {
+  if (std::isnan(x)) return 0x7fu;
+  return __nv_cvt_float_to_fp8(x < 0 ? 0.0f : x, __NV_SATFINITE, kind);
+}
+
+TEST_P(Kernels, Fp8FromF32MatchesCudaFp8) {
+  load("fp8");
+  // Every value of both formats, the midpoints between neighbours (ties) and
+  // the floats next to them, the saturation edges, specials, and random
+  // magnitudes over the whole range.
+  std::vector<float> values = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 448.0f, 449.0f, 463.99f, 464.0f,
+                               465.0f, 480.0f, 1e9f, 57344.0f, 61440.0f, 61441.0f, 65536.0f, 3.4e38f,
+                               std::ldexp(1.0f, -9), std::ldexp(1.0f, -10), std::ldexp(1.0001f, -10),
+                               std::ldexp(1.0f, -16), std::ldexp(1.0f, -17), std::ldexp(1.5f, -17), 1e-30f};
+  for (bool e4 : {true, false}) {
+    std::vector<float> all;
+    for (unsigned b = 0; b < 256; ++b) {
+      __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(b), e4 ? __NV_E4M3 : __NV_E5M2);
+      const float v = static_cast<float>(std::bit_cast<_Float16>(h.x));
+      if (!std::isnan(v) && !std::isinf(v)) all.push_back(v);
+    }
+    std::sort(all.begin(), all.end());
+    for (size_t i = 0; i + 1 < all.size(); ++i) {
+      const float mid = (all[i] + all[i + 1]) / 2;  // exact: a few significant bits
+      values.insert(values.end(), {all[i], mid, std::nextafter(mid, -INFINITY), std::nextafter(mid, INFINITY)});
+    }
+  }
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> exponent(-20, 17);
+  for (int i = 0; i < 4096; ++i) values.push_back((rng() & 1 ? -1.0f : 1.0f) * std::exp2(exponent(rng)));
+  const int n = static_cast<int>(values.size());
+  std::vector<float> a(values), b(n);
+  for (int i = 0; i < n; ++i) b[i] = values[(static_cast<size_t>(i) * 7 + 3) % values.size()];
+  float* da = module_.memory().alloc(a);
+  float* db = module_.memory().alloc(b);
+  auto* out = module_.memory().alloc<unsigned short>(static_cast<size_t>(n) * 4);
+  ASSERT_THAT(module_.launch("f32_to_fp8x2", {static_cast<uint32_t>((n + 255) / 256)}, {256},
+                             Params().add(da).add(db).add(out).add(n)),
+              IsOk());
+  for (int i = 0; i < n; ++i) {
+    const float2 f = make_float2(b[i], a[i]);
+    const std::string what = "cvt of " + std::to_string(a[i]) + ", " + std::to_string(b[i]);
+    expectFp8Pair(out[i], __nv_cvt_float2_to_fp8x2(f, __NV_SATFINITE, __NV_E4M3), true, "e4m3x2 " + what);
+    expectFp8Pair(out[i + n], __nv_cvt_float2_to_fp8x2(f, __NV_SATFINITE, __NV_E5M2), false, "e5m2x2 " + what);
+    EXPECT_EQ(out[i + 2 * n], (reluFp8(a[i], __NV_E4M3) << 8) | reluFp8(b[i], __NV_E4M3)) << "relu e4m3x2 " << what;
+    EXPECT_EQ(out[i + 3 * n], (reluFp8(a[i], __NV_E5M2) << 8) | reluFp8(b[i], __NV_E5M2)) << "relu e5m2x2 " << what;
+    if (HasFailure()) break;
+  }
+}
+
+TEST_P(Kernels, Fp8FromF16x2MatchesCudaFp8) {
+  load("fp8");
+  const int n = 1 << 16;  // every f16 in the upper half, paired with another in the lower
+  std::vector<unsigned> h(n);
+  for (int i = 0; i < n; ++i) h[i] = (static_cast<unsigned>(i) << 16) | ((static_cast<unsigned>(i) * 13 + 5) & 0xffffu);
+  unsigned* dh = module_.memory().alloc(h);
+  auto* out = module_.memory().alloc<unsigned short>(static_cast<size_t>(n) * 3);
+  ASSERT_THAT(module_.launch("f16x2_to_fp8x2", {n / 256}, {256}, Params().add(dh).add(out).add(n)), IsOk());
+  for (int i = 0; i < n; ++i) {
+    __half2_raw v;
+    v.x = static_cast<unsigned short>(h[i]);
+    v.y = static_cast<unsigned short>(h[i] >> 16);
+    const std::string what = "cvt of f16x2 " + std::to_string(h[i]);
+    expectFp8Pair(out[i], __nv_cvt_halfraw2_to_fp8x2(v, __NV_SATFINITE, __NV_E4M3), true, "e4m3x2 " + what);
+    expectFp8Pair(out[i + n], __nv_cvt_halfraw2_to_fp8x2(v, __NV_SATFINITE, __NV_E5M2), false, "e5m2x2 " + what);
+    auto relu = [](unsigned short bits) {
+      return reluFp8(static_cast<float>(std::bit_cast<_Float16>(bits)), __NV_E4M3);
+    };
+    EXPECT_EQ(out[i + 2 * n], (relu(v.y) << 8) | relu(v.x)) << "relu e4m3x2 " << what;
+    if (HasFailure()) break;
+  }
+}
+
+TEST_P(Kernels, F16x2FromFp8MatchesCudaFp8) {
+  load("fp8");
+  const int n = 1 << 16;  // every pair
+  std::vector<unsigned short> v(n);
+  for (int i = 0; i < n; ++i) v[i] = static_cast<unsigned short>(i);
+  unsigned short* dv = module_.memory().alloc(v);
+  auto* out = module_.memory().alloc<unsigned>(static_cast<size_t>(n) * 4);
+  ASSERT_THAT(module_.launch("fp8x2_to_f16x2", {n / 256}, {256}, Params().add(dv).add(out).add(n)), IsOk());
+  auto pack = [](__half2_raw r) { return r.x | (static_cast<unsigned>(r.y) << 16); };
+  auto relu = [](unsigned pair) {
+    unsigned d = 0;
+    for (int k = 0; k < 2; ++k) {
+      unsigned h = (pair >> (16 * k)) & 0xffffu;
+      if ((h & 0x7fffu) > 0x7c00u) h = 0x7fffu;
+      else if (h & 0x8000u) h = 0;
+      d |= h << (16 * k);
+    }
+    return d;
+  };
+  for (int i = 0; i < n; ++i) {
+    const unsigned e4 = pack(__nv_cvt_fp8x2_to_halfraw2(v[i], __NV_E4M3));
+    const unsigned e5 = pack(__nv_cvt_fp8x2_to_halfraw2(v[i], __NV_E5M2));
+    EXPECT_EQ(out[i], e4) << "f16x2 of e4m3x2 " << i;
+    EXPECT_EQ(out[i + n], e5) << "f16x2 of e5m2x2 " << i;
+    EXPECT_EQ(out[i + 2 * n], relu(e4)) << "relu f16x2 of e4m3x2 " << i;
+    EXPECT_EQ(out[i + 3 * n], relu(e5)) << "relu f16x2 of e5m2x2 " << i;
+    if (HasFailure()) break;
   }
 }
 

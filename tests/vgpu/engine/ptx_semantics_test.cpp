@@ -64,6 +64,31 @@ class PtxSemantics : public ::testing::Test {
 
 uint32_t f2u(float f) { return std::bit_cast<uint32_t>(f); }
 
+// cvt forms the engine does not execute are refused when the module loads,
+// naming the form, instead of producing wrong values.
+TEST_F(PtxSemantics, UnsupportedCvtFormsAreRefusedAtLoad) {
+  for (const std::string& inst : {std::string("cvt.rna.tf32.f32 %r1, %f1;"),
+                                  std::string("cvt.rn.satfinite.e2m1x2.f32 %h1, %f1, %f2;"),
+                                  std::string("cvt.rs.satfinite.bf16x2.f32 %r1, %f1, %f2, %r2;")}) {
+    Status st = module_.load(kernel(inst));
+    EXPECT_THAT(st, StatusIs(Code::kNotSupported, HasSubstr("cvt"))) << inst;
+    EXPECT_THAT(st.message(), HasSubstr("is not supported")) << inst;
+  }
+}
+
+// Two-operand fp8 forms load (an f16x2 destination from one fp8 pair).
+TEST_F(PtxSemantics, Fp8PairToF16x2HasTwoOperands) {
+  auto out = run(R"(
+  mov.b16 %h1, 0x3c38;
+  cvt.rn.f16x2.e4m3x2 %r1, %h1;   st.global.u32 [%rd1], %r1;
+  cvt.rn.f16x2.e5m2x2 %r1, %h1;   st.global.u32 [%rd1+4], %r1;
+)", {}, 2);
+  ASSERT_EQ(out.size(), 2u);
+  // e4m3 0x3c = 1.5 (f16 0x3e00), 0x38 = 1.0 (0x3c00); e5m2 0x3c = 1.0, 0x38 = 0.5.
+  EXPECT_EQ(out[0], 0x3e003c00u);
+  EXPECT_EQ(out[1], 0x3c003800u);
+}
+
 TEST_F(PtxSemantics, PrmtModes) {
   // a = 0x33221100 (bytes 0..3), b = 0x77665544 (bytes 4..7); c selects.
   auto out = run(R"(

@@ -174,4 +174,48 @@ inline uint16_t doubleToBF16(double x, ptx::Rounding r, bool satfinite = false) 
   return static_cast<uint16_t>(encodeSmallFloat(x, 7, 8, r, satfinite));
 }
 
+// fp8 (PTX .e4m3 and .e5m2, in .e4m3x2/.e5m2x2 pairs). E5M2 is IEEE-like
+// (bias 15, infinities, NaNs); E4M3 (bias 7) has no infinities: its largest
+// finite value is 448 (0x7e) and S.1111.111 is NaN. Conversions to them round
+// to nearest even and saturate to the largest finite value (PTX requires
+// .rn.satfinite); a NaN keeps its sign as in cuda_fp8.hpp's emulation.
+inline constexpr uint8_t kE4M3NaN = 0x7f;
+inline constexpr uint8_t kE5M2NaN = 0x7f;
+inline uint8_t doubleToE5M2(double x) {
+  if (std::isnan(x)) return static_cast<uint8_t>((std::signbit(x) ? 0x80 : 0) | kE5M2NaN);
+  return static_cast<uint8_t>(encodeSmallFloat(x, 2, 5, ptx::Rounding::kRn, true));
+}
+inline uint8_t doubleToE4M3(double x) {
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  if (std::isnan(x)) return sign | kE4M3NaN;
+  const double a = std::fabs(x);
+  // Above 448 everything rounds to 448 or beyond it, which saturates to 448.
+  if (a >= 448.0) return sign | 0x7e;
+  if (a == 0.0) return sign;
+  constexpr int kMantBits = 3, kMinNormal = -6;
+  const int e = std::max(std::ilogb(a), kMinNormal);
+  const double quantum = std::ldexp(1.0, e - kMantBits);
+  const double m = a / quantum;  // exact: scaling by a power of two
+  const double f = std::floor(m), diff = m - f;
+  const double value = (diff > 0.5 || (diff == 0.5 && std::fmod(f, 2.0) != 0) ? f + 1 : f) * quantum;
+  if (value == 0.0) return sign;
+  const int ve = std::ilogb(value);
+  if (ve < kMinNormal) return sign | static_cast<uint8_t>(value / std::ldexp(1.0, kMinNormal - kMantBits));
+  const auto frac = static_cast<uint32_t>(value / std::ldexp(1.0, ve - kMantBits)) - (1u << kMantBits);
+  return sign | static_cast<uint8_t>((static_cast<uint32_t>(ve + 7) << kMantBits) | frac);
+}
+// Every fp8 value is exact in f16; NaN becomes f16's canonical NaN.
+inline uint16_t e5m2ToF16(uint8_t b) {
+  const uint16_t h = static_cast<uint16_t>(b << 8);
+  return (h & 0x7fffu) > 0x7c00u ? kCanonicalNanF16 : h;
+}
+inline double e4m3ToDouble(uint8_t b) {
+  if ((b & 0x7fu) == kE4M3NaN) return std::nan("");
+  const uint32_t exp = (b >> 3) & 0xfu, frac = b & 0x7u;
+  const double v = exp == 0 ? std::ldexp(static_cast<double>(frac), -9)
+                            : std::ldexp(static_cast<double>(frac | 8u), static_cast<int>(exp) - 10);
+  return (b & 0x80u) ? -v : v;
+}
+inline uint16_t e4m3ToF16(uint8_t b) { return doubleToF16(e4m3ToDouble(b), ptx::Rounding::kRn); }
+
 }  // namespace phos::vgpu::engine::detail

@@ -1475,7 +1475,61 @@ class BlockRunner {
     }
   }
 
+  // cvt to or from a pair of fp8 values in 16 bits (.e4m3x2, .e5m2x2): as for
+  // f16x2, the value of a (or of a's upper half) is the upper byte (half).
+  Step executeCvtFp8(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
+    const bool relu = in.m.has(Flag::kRelu);
+    if (in.type == Type::kF16x2) {  // cvt.rn{.relu}.f16x2.f8x2type d, a
+      const bool e4 = in.type2 == Type::kE4M3x2;
+      for (uint32_t m = exec; m; m &= m - 1) {
+        const int lane = std::countr_zero(m);
+        const uint64_t a = read(w, f, in.ops[1], lane);
+        uint32_t d = 0;
+        for (int k = 0; k < 2; ++k) {
+          const auto b = static_cast<uint8_t>(a >> (8 * k));
+          uint16_t h = e4 ? e4m3ToF16(b) : e5m2ToF16(b);
+          if (relu && (h & 0x7fffu) > 0x7c00u) h = kCanonicalNanF16;
+          if (relu && (h & 0x8000u) && (h & 0x7fffu) <= 0x7c00u) h = 0;
+          d |= static_cast<uint32_t>(h) << (16 * k);
+        }
+        writeReg(f, in.ops[0], lane, d);
+      }
+      return Step::kContinue;
+    }
+    // cvt.rn.satfinite{.relu}.f8x2type.f32 d, a, b and .f8x2type.f16x2 d, a
+    const bool e4 = in.type == Type::kE4M3x2;
+    for (uint32_t m = exec; m; m &= m - 1) {
+      const int lane = std::countr_zero(m);
+      double x[2];  // upper, lower
+      if (in.type2 == Type::kF16x2) {
+        const uint64_t a = read(w, f, in.ops[1], lane);
+        x[0] = f16ToDouble(static_cast<uint16_t>(a >> 16));
+        x[1] = f16ToDouble(static_cast<uint16_t>(a));
+      } else {
+        x[0] = asF32(read(w, f, in.ops[1], lane));
+        x[1] = asF32(read(w, f, in.ops[2], lane));
+      }
+      uint32_t d = 0;
+      for (int k = 0; k < 2; ++k) {
+        uint8_t b;
+        if (relu && std::isnan(x[k])) {
+          b = e4 ? kE4M3NaN : kE5M2NaN;  // canonical: .relu drops the sign
+        } else {
+          const double v = relu && x[k] < 0 ? 0.0 : x[k];
+          b = e4 ? doubleToE4M3(v) : doubleToE5M2(v);
+        }
+        d = (d << 8) | b;
+      }
+      writeReg(f, in.ops[0], lane, d);
+    }
+    return Step::kContinue;
+  }
+
   Step executeCvt(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
+    if (in.type == Type::kE4M3x2 || in.type == Type::kE5M2x2 || in.type2 == Type::kE4M3x2 ||
+        in.type2 == Type::kE5M2x2) {
+      return executeCvtFp8(w, f, in, exec);
+    }
     if (in.type == Type::kF16x2 || in.type == Type::kBF16x2) {
       // cvt.rn.f16x2.f32 d, a, b: a goes to the upper half, b to the lower.
       bool bf = in.type == Type::kBF16x2;

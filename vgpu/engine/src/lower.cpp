@@ -74,8 +74,13 @@ size_t minOperands(ptx::Opcode op, const ptx::Modifiers& m) {
     case Opcode::kCos: case Opcode::kLg2: case Opcode::kEx2: case Opcode::kTanh:
     case Opcode::kLd: case Opcode::kLdu: case Opcode::kSt: case Opcode::kElect:
       return 2;
-    case Opcode::kCvt:
-      return m.type() == ptx::Type::kF16x2 || m.type() == ptx::Type::kBF16x2 ? 3 : 2;
+    case Opcode::kCvt: {
+      // Two f32 sources packed into one register: d, a, b.
+      const ptx::Type d = m.type();
+      const bool packed = d == ptx::Type::kF16x2 || d == ptx::Type::kBF16x2 || d == ptx::Type::kE4M3x2 ||
+                          d == ptx::Type::kE5M2x2;
+      return packed && m.lastType() == ptx::Type::kF32 ? 3 : 2;
+    }
     case Opcode::kAdd: case Opcode::kSub: case Opcode::kMul: case Opcode::kDiv:
     case Opcode::kRem: case Opcode::kMin: case Opcode::kMax: case Opcode::kAnd:
     case Opcode::kOr: case Opcode::kXor: case Opcode::kShl: case Opcode::kShr:
@@ -96,6 +101,29 @@ size_t minOperands(ptx::Opcode op, const ptx::Modifiers& m) {
     default:
       return 0;
   }
+}
+
+// The cvt forms the interpreter executes: between scalar integer and float
+// types; two f32 into f16x2/bf16x2; f32 pairs or f16x2 into fp8 pairs and fp8
+// pairs into f16x2. Not: tf32, fp6/fp4/ue8m0, stochastic rounding (.rs).
+bool cvtSupported(const ptx::Modifiers& m) {
+  using ptx::Type;
+  auto scalar = [](Type t) {
+    switch (t) {
+      case Type::kU8: case Type::kU16: case Type::kU32: case Type::kU64:
+      case Type::kS8: case Type::kS16: case Type::kS32: case Type::kS64:
+      case Type::kB8: case Type::kB16: case Type::kB32: case Type::kB64:
+      case Type::kF16: case Type::kBF16: case Type::kF32: case Type::kF64:
+        return true;
+      default:
+        return false;
+    }
+  };
+  auto fp8x2 = [](Type t) { return t == Type::kE4M3x2 || t == Type::kE5M2x2; };
+  const Type d = m.type(), a = m.lastType();
+  if (m.rounding == ptx::Rounding::kRs) return false;
+  return (scalar(d) && scalar(a)) || ((d == Type::kF16x2 || d == Type::kBF16x2) && a == Type::kF32) ||
+         (fp8x2(d) && (a == Type::kF32 || a == Type::kF16x2)) || (d == Type::kF16x2 && fp8x2(a));
 }
 
 class FunctionLowering {
@@ -370,6 +398,11 @@ class FunctionLowering {
     for (const ptx::Operand& o : in.operands) {
       ASSIGN_OR_RETURN(Opnd lo, lowerOperand(o, in));
       inst.ops.push_back(std::move(lo));
+    }
+    if (in.opcode == ptx::Opcode::kCvt && !cvtSupported(in.m)) {
+      return makeError(Code::kNotSupported, "line {}: cvt{}.{}.{} is not supported", in.line,
+                       in.m.rounding == ptx::Rounding::kRs ? ".rs" : "", ptx::name(in.m.type()),
+                       ptx::name(in.m.lastType()));
     }
     if (inst.ops.size() < minOperands(in.opcode, in.m)) {
       return makeError(Code::kInvalidArgument, "line {}: {} needs at least {} operands",
