@@ -480,6 +480,20 @@ TEST_P(Kernels, MisalignedAddressFaults) {
               StatusIs(Code::kFailedPrecondition, StartsWith("CUDA_ERROR_MISALIGNED_ADDRESS")));
 }
 
+TEST_P(Kernels, AsyncCopyStagingThroughShared) {
+  load("memory");
+  const int n = 1000;  // not a multiple of the 128-float tile: the tail is zero-filled
+  auto x = randomFloats(n, 17);
+  float* in = module_.memory().alloc(x);
+  float* out = module_.memory().alloc<float>(n);
+  ASSERT_THAT(module_.launch("async_tiles", {3}, {128}, Params().add(in).add(out).add(n)), IsOk());
+  for (int i = 0; i < n; ++i) {
+    const int tile = i / 128 * 128, next = tile + (i + 1) % 128;
+    const float neighbour = next < n ? x[next] : 0.0f;
+    ASSERT_EQ(f2u(out[i]), f2u(x[i] + neighbour)) << i;
+  }
+}
+
 TEST_P(Kernels, SharedOutOfRangeFaults) {
   load("memory");
   int* out = module_.memory().alloc<int>(64);

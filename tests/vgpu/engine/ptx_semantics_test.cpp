@@ -89,6 +89,84 @@ TEST_F(PtxSemantics, Fp8PairToF16x2HasTwoOperands) {
   EXPECT_EQ(out[1], 0x3c003800u);
 }
 
+// cp.async copies global into shared memory: whole (4, 8 or 16 bytes), the
+// first src-size bytes then zeros, or only zeros when ignore-src holds.
+TEST_F(PtxSemantics, AsyncCopyIntoShared) {
+  const std::string prelude = ".shared .align 16 .b8 buf[64];\n";
+  auto out = run(R"(
+  .reg .pred %q<2>;
+  mov.u32 %r1, buf;
+  st.shared.v4.u32 [%r1+16], {-1, -1, -1, -1};
+  st.shared.v4.u32 [%r1+32], {-1, -1, -1, -1};
+  st.shared.v4.u32 [%r1+48], {-1, -1, -1, -1};
+  setp.eq.u32 %q0, %r0, 0;
+  setp.ne.u32 %q1, %r0, 0;
+  cp.async.ca.shared.global [%r1], [%rd2], 16;
+  cp.async.ca.shared.global [%r1+16], [%rd2+16], 8;
+  mov.u32 %r2, 5;
+  cp.async.cg.shared.global [%r1+32], [%rd2], 16, %r2;
+  cp.async.ca.shared.global [%r1+48], [%rd2], 8, %q0;
+  cp.async.ca.shared.global [%r1+56], [%rd2+8], 4, %q1;
+  cp.async.commit_group;
+  cp.async.wait_group 0;
+  cp.async.wait_all;
+  ld.shared.v4.u32 {%r4, %r5, %r6, %r7}, [%r1];      st.global.v4.u32 [%rd1], {%r4, %r5, %r6, %r7};
+  ld.shared.v4.u32 {%r4, %r5, %r6, %r7}, [%r1+16];   st.global.v4.u32 [%rd1+16], {%r4, %r5, %r6, %r7};
+  ld.shared.v4.u32 {%r4, %r5, %r6, %r7}, [%r1+32];   st.global.v4.u32 [%rd1+32], {%r4, %r5, %r6, %r7};
+  ld.shared.v4.u32 {%r4, %r5, %r6, %r7}, [%r1+48];   st.global.v4.u32 [%rd1+48], {%r4, %r5, %r6, %r7};
+)", {0x03020100u, 0x07060504u, 0x0b0a0908u, 0x0f0e0d0cu, 0x13121110u, 0x17161514u}, 16, 1, prelude);
+  ASSERT_EQ(out.size(), 16u);
+  const std::vector<uint32_t> expected = {
+      0x03020100u, 0x07060504u, 0x0b0a0908u, 0x0f0e0d0cu,  // 16 bytes
+      0x13121110u, 0x17161514u, 0xffffffffu, 0xffffffffu,  // 8 bytes; the rest untouched
+      0x03020100u, 0x00000004u, 0u,          0u,           // src-size 5 of 16: zero-filled
+      0u,          0u,          0x0b0a0908u, 0xffffffffu,  // ignore-src true: zeros; false: copied
+  };
+  EXPECT_EQ(out, expected);
+}
+
+TEST_F(PtxSemantics, AsyncCopyFaults) {
+  const std::string prelude = ".shared .align 16 .b8 buf[64];\n";
+  ASSERT_THAT(module_.load(kernel("mov.u32 %r1, buf;\n  cp.async.ca.shared.global [%r1], [%rd2+4], 8;", prelude)),
+              IsOk());
+  uint32_t* in = module_.memory().alloc<uint32_t>(16);
+  uint32_t* out = module_.memory().alloc<uint32_t>(16);
+  EXPECT_THAT(module_.launch("k", {1}, {1}, Params().add(out).add(in)),
+              StatusIs(Code::kFailedPrecondition, HasSubstr("MISALIGNED")));
+  ASSERT_THAT(module_.load(kernel("mov.u32 %r1, buf;\n  cp.async.ca.shared.global [%r1+64], [%rd2], 8;", prelude)),
+              IsOk());
+  EXPECT_THAT(module_.launch("k", {1}, {1}, Params().add(out).add(in)),
+              StatusIs(Code::kFailedPrecondition, HasSubstr("ILLEGAL_ADDRESS")));
+  ASSERT_THAT(module_.load(kernel("mov.u32 %r1, buf;\n  cp.async.ca.shared.global [%r1], [%rd2+64], 16;", prelude)),
+              IsOk());
+  EXPECT_THAT(module_.launch("k", {1}, {1}, Params().add(out).add(in)),
+              StatusIs(Code::kFailedPrecondition, HasSubstr("ILLEGAL_ADDRESS")));
+  // Bulk copies (sm_90) are refused when the module loads, named.
+  Status bulk = module_.load(kernel(
+      "mov.u32 %r1, buf;\n  cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd2], 16, [%r1];",
+      prelude));
+  EXPECT_THAT(bulk, StatusIs(Code::kNotSupported, HasSubstr("cp.async.bulk")));
+}
+
+// fns: the PTX ISA's examples, and the edges of its pseudo-code.
+TEST_F(PtxSemantics, FindNthSetBit) {
+  auto out = run(R"(
+  fns.b32 %r1, 0xaaaaaaaa, 3, 1;    st.global.u32 [%rd1], %r1;
+  fns.b32 %r1, 0xaaaaaaaa, 3, -1;   st.global.u32 [%rd1+4], %r1;
+  fns.b32 %r1, 0xaaaaaaaa, 2, 1;    st.global.u32 [%rd1+8], %r1;
+  fns.b32 %r1, 0xaaaaaaaa, 2, -1;   st.global.u32 [%rd1+12], %r1;
+  fns.b32 %r1, 0xaaaaaaaa, 2, 0;    st.global.u32 [%rd1+16], %r1;
+  fns.b32 %r1, 0xaaaaaaaa, 3, 0;    st.global.u32 [%rd1+20], %r1;
+  fns.b32 %r1, 0xaaaaaaaa, 0, 3;    st.global.u32 [%rd1+24], %r1;
+  fns.b32 %r1, 0xaaaaaaaa, 31, -16; st.global.u32 [%rd1+28], %r1;
+  fns.b32 %r1, 0xaaaaaaaa, 31, -17; st.global.u32 [%rd1+32], %r1;
+  fns.b32 %r1, 0x80000001, 0, 2;    st.global.u32 [%rd1+36], %r1;
+  fns.b32 %r1, 0, 5, 1;             st.global.u32 [%rd1+40], %r1;
+)", {}, 11);
+  const std::vector<uint32_t> expected = {3, 3, 3, 1, 0xffffffffu, 3, 5, 1, 0xffffffffu, 31, 0xffffffffu};
+  EXPECT_EQ(out, expected);
+}
+
 TEST_F(PtxSemantics, PrmtModes) {
   // a = 0x33221100 (bytes 0..3), b = 0x77665544 (bytes 4..7); c selects.
   auto out = run(R"(

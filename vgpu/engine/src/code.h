@@ -86,6 +86,7 @@ struct Inst {
   enum class Builtin : uint8_t { kNone, kVprintf, kAssertFail, kMalloc, kFree } builtin =
       Builtin::kNone;
   const ptx::Instruction* source = nullptr;  // for fault messages
+  bool ignoreSrc = false;  // cp.async: the fourth operand is ignore-src (a predicate), not src-size
 };
 
 struct Function {

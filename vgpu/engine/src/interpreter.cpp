@@ -626,6 +626,7 @@ class BlockRunner {
     switch (in.op) {
       case Opcode::kLd: case Opcode::kLdu: return executeLoad(w, f, in, exec);
       case Opcode::kSt: return executeStore(w, f, in, exec);
+      case Opcode::kCp: return executeAsyncCopy(w, f, in, exec);
       case Opcode::kAtom: case Opcode::kRed: return executeAtomic(w, f, in, exec);
       case Opcode::kShfl: return executeShfl(w, f, in, exec);
       case Opcode::kVote: return executeVote(w, f, in, exec);
@@ -1040,6 +1041,40 @@ class BlockRunner {
         uint64_t x = read(w, f, src, lane);
         storeBytes(p + i * elem, x, elem);
       }
+    }
+    return Step::kContinue;
+  }
+
+  // cp.async.{ca,cg}.shared.global [dst], [src], cp-size{, src-size | ignore-src}.
+  // The copy is done at once: one of the orders an asynchronous copy allows,
+  // since its bytes are promised only after cp.async.wait_group/wait_all (and
+  // to other threads after a barrier), so commit_group and the waits have
+  // nothing left to wait for. Bytes past src-size, all of them when ignore-src
+  // holds, are written as zeros; only src-size bytes are read.
+  Step executeAsyncCopy(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
+    if (in.m.has(Flag::kCommitGroup) || in.m.has(Flag::kWaitGroup) || in.m.has(Flag::kWaitAll)) {
+      return Step::kContinue;
+    }
+    const Opnd& dst = in.ops[0];
+    const Opnd& src = in.ops[1];
+    const auto size = static_cast<uint32_t>(in.ops[2].imm);
+    for (uint32_t m = exec; m; m &= m - 1) {
+      const int lane = std::countr_zero(m);
+      uint32_t srcBytes = size;
+      if (in.ops.size() > 3) {
+        const uint64_t v = read(w, f, in.ops[3], lane);
+        srcBytes = in.ignoreSrc ? ((v & 1) ? 0 : size) : static_cast<uint32_t>(std::min<uint64_t>(v & 0xffffffffu, size));
+      }
+      uint8_t bytes[16] = {};
+      if (srcBytes > 0) {
+        const uint8_t* s = resolve(w, f, in, in.m.space2, src.base, effectiveAddress(w, f, src, lane), srcBytes, size,
+                                   lane, false);
+        if (!s) return Step::kStop;
+        std::memcpy(bytes, s, srcBytes);
+      }
+      uint8_t* d = resolve(w, f, in, in.m.space, dst.base, effectiveAddress(w, f, dst, lane), size, size, lane, true);
+      if (!d) return Step::kStop;
+      std::memcpy(d, bytes, size);
     }
     return Step::kContinue;
   }
@@ -1900,6 +1935,28 @@ class BlockRunner {
         }
         uint64_t maskv = len >= 32 ? 0xffffffffull : ((uint64_t{1} << len) - 1);
         r = pos >= 32 ? 0 : truncBytes(maskv << pos, 4);
+        break;
+      }
+      case Opcode::kFns: {
+        // The offset-th set bit of the mask from bit `base` up (offset > 0) or
+        // down (offset < 0); offset 0: `base` itself if set. Not found (or a
+        // base beyond 31, which the ISA leaves undefined): 0xffffffff.
+        const uint32_t mask = static_cast<uint32_t>(a), base = static_cast<uint32_t>(b);
+        const auto offset = static_cast<int32_t>(c);
+        r = 0xffffffffu;
+        if (base > 31) break;
+        if (offset == 0) {
+          if ((mask >> base) & 1u) r = base;
+          break;
+        }
+        int64_t count = offset > 0 ? int64_t{offset} - 1 : -int64_t{offset} - 1;
+        for (int pos = static_cast<int>(base); pos >= 0 && pos < 32; pos += offset > 0 ? 1 : -1) {
+          if (((mask >> pos) & 1u) == 0) continue;
+          if (count-- == 0) {
+            r = static_cast<uint64_t>(pos);
+            break;
+          }
+        }
         break;
       }
       case Opcode::kSzext: {

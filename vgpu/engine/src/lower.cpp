@@ -27,6 +27,7 @@ struct Sym {
   enum class Kind { kReg, kKernelParam, kFrameParam, kLocal, kShared, kDynShared, kGlobal };
   Kind kind = Kind::kReg;
   uint64_t value = 0;
+  bool predicate = false;  // a .pred register
 };
 
 struct SpecialName {
@@ -92,7 +93,7 @@ size_t minOperands(ptx::Opcode op, const ptx::Modifiers& m) {
     case Opcode::kAtom: return m.atomOp == ptx::AtomOp::kCas ? 4 : 3;
     case Opcode::kMad: case Opcode::kMadc: case Opcode::kMad24: case Opcode::kFma:
     case Opcode::kSelp: case Opcode::kSlct: case Opcode::kBfe: case Opcode::kPrmt:
-    case Opcode::kShf: case Opcode::kSad: case Opcode::kDp4a: case Opcode::kDp2a:
+    case Opcode::kShf: case Opcode::kSad: case Opcode::kDp4a: case Opcode::kDp2a: case Opcode::kFns:
       return 4;
     case Opcode::kShfl:
       return 4;
@@ -199,10 +200,10 @@ class FunctionLowering {
         }
         if (d.rangeCount) {
           for (uint32_t i = 0; i < d.rangeCount; ++i) {
-            scope[d.name + std::to_string(i)] = {Sym::Kind::kReg, nextReg_++};
+            scope[d.name + std::to_string(i)] = {Sym::Kind::kReg, nextReg_++, d.type == ptx::Type::kPred};
           }
         } else {
-          scope[d.name] = {Sym::Kind::kReg, nextReg_++};
+          scope[d.name] = {Sym::Kind::kReg, nextReg_++, d.type == ptx::Type::kPred};
         }
         return Status::ok();
       case StateSpace::kLocal:
@@ -356,6 +357,41 @@ class FunctionLowering {
     return r;
   }
 
+  // cp.async: the copy of 4, 8 or 16 bytes from global into shared memory
+  // (sm_80), and cp.async.commit_group / wait_group / wait_all. Bulk and tensor
+  // copies, cp.reduce and the mbarrier forms are refused.
+  Status lowerAsyncCopy(const ptx::Instruction& in, Inst& inst) {
+    std::string spelled = "cp";
+    bool other = false;
+    for (const ptx::Mod& mod : in.mods) {
+      const std::string name = ptx::modName(mod);
+      spelled += "." + name;
+      other = other || name == "reduce" || name == "tensor" || name == "mbarrier" || name == "bulk";
+    }
+    if (!in.m.has(ptx::Flag::kAsync) || other) {
+      return makeError(Code::kNotSupported, "line {}: {} is not supported", in.line, spelled);
+    }
+    if (in.m.has(ptx::Flag::kCommitGroup) || in.m.has(ptx::Flag::kWaitGroup) || in.m.has(ptx::Flag::kWaitAll)) {
+      return Status::ok();
+    }
+    const bool toShared = in.m.space == StateSpace::kShared || in.m.space == StateSpace::kSharedCta ||
+                          in.m.space == StateSpace::kSharedCluster;
+    if (!toShared || in.m.space2 != StateSpace::kGlobal) {
+      return makeError(Code::kNotSupported, "line {}: {} is not supported (only .shared.global)", in.line, spelled);
+    }
+    const auto& ops = in.operands;
+    if (ops.size() < 3 || ops[0].kind != OperandKind::kAddress || ops[1].kind != OperandKind::kAddress ||
+        ops[2].kind != OperandKind::kImmInt || (ops[2].value != 4 && ops[2].value != 8 && ops[2].value != 16)) {
+      return makeError(Code::kInvalidArgument, "line {}: {} needs [dst], [src] and a cp-size of 4, 8 or 16", in.line,
+                       spelled);
+    }
+    if (ops.size() >= 4 && ops[3].kind == OperandKind::kRegister) {
+      const Sym* s = lookup(ops[3].name);
+      inst.ignoreSrc = s != nullptr && s->predicate;
+    }
+    return Status::ok();
+  }
+
   Status lowerInstruction(const ptx::Instruction& in) {
     Inst inst;
     inst.op = in.opcode;
@@ -399,6 +435,7 @@ class FunctionLowering {
       ASSIGN_OR_RETURN(Opnd lo, lowerOperand(o, in));
       inst.ops.push_back(std::move(lo));
     }
+    if (in.opcode == ptx::Opcode::kCp) RETURN_IF_ERROR(lowerAsyncCopy(in, inst));
     if (in.opcode == ptx::Opcode::kCvt && !cvtSupported(in.m)) {
       return makeError(Code::kNotSupported, "line {}: cvt{}.{}.{} is not supported", in.line,
                        in.m.rounding == ptx::Rounding::kRs ? ".rs" : "", ptx::name(in.m.type()),

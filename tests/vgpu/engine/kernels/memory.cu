@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Atomics under contention, barriers with counts, and faulting kernels.
+// Atomics under contention, barriers with counts, faulting kernels, and cp.async.
 #include <cassert>
+#include <cuda_pipeline.h>
 
 extern "C" __global__ void atomics(int* counter, unsigned* maxv, unsigned* inc, float* fsum,
                                    double* dsum, unsigned long long* ull, int* exch,
@@ -83,3 +84,30 @@ extern "C" __global__ void assertKernel(const int* p) {
 }
 
 extern "C" __global__ void nullRead(const int* p, int* out) { out[0] = p[threadIdx.x]; }
+
+// Staging through shared memory with cp.async (sm_80, cuda_pipeline.h): each
+// block copies tiles of 128 floats, two in flight, the tail's missing elements
+// zero-filled without reading them; out[i] = tile[i] + tile[i + 1 mod 128].
+extern "C" __global__ void async_tiles(const float* in, float* out, int n) {
+  __shared__ float stage[2][128];
+  const int t = threadIdx.x;
+  auto fetch = [&](int base, int k) {
+    const bool inside = base + t < n;
+    __pipeline_memcpy_async(&stage[k][t], inside ? &in[base + t] : in, sizeof(float), inside ? 0 : sizeof(float));
+    __pipeline_commit();
+  };
+  const int stride = gridDim.x * 128;
+  int base = blockIdx.x * 128, k = 0;
+  if (base < n) fetch(base, 0);
+  for (; base < n; base += stride, k ^= 1) {
+    if (base + stride < n) {
+      fetch(base + stride, k ^ 1);
+      __pipeline_wait_prior(1);
+    } else {
+      __pipeline_wait_prior(0);
+    }
+    __syncthreads();
+    if (base + t < n) out[base + t] = stage[k][t] + stage[k][(t + 1) & 127];
+    __syncthreads();
+  }
+}
