@@ -835,6 +835,184 @@ TEST_P(Kernels, F16x2FromFp8MatchesCudaFp8) {
   }
 }
 
+// ---------------------------------------------------------------- wmma
+
+// D = alpha * (A x B) + C, 32 x 32 x 64, through wmma (kernels/wmma.cu): A
+// row-major, B column-major. The reference adds the products in k order from 0,
+// each exact in f32, with one rounding per addition, chunk by chunk (an f16
+// accumulator is rounded to f16 after each wmma.mma); the epilogue as the PTX
+// has it (fma.rn for f32 and f64; mul.f16 then add.f16, each rounded).
+struct WmmaCase {
+  static constexpr int M = 32, N = 32, K = 64;
+  std::vector<double> a = std::vector<double>(M * K), b = std::vector<double>(K * N),  // b[j * K + k]
+                      c = std::vector<double>(M * N);
+  explicit WmmaCase(uint32_t seed, double scale) {
+    std::mt19937 rng(seed);
+    auto small = [&] { return static_cast<double>(static_cast<int>(rng() % 17) - 8) * scale; };
+    for (double& x : a) x = small();
+    for (double& x : b) x = small();
+    for (double& x : c) x = small();
+  }
+  template <typename T, typename Convert>
+  std::vector<T> as(const std::vector<double>& v, Convert convert) const {
+    std::vector<T> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = convert(v[i]);
+    return out;
+  }
+  // acc over k in chunks of `chunk`, `round` applied after each chunk.
+  template <typename Acc, typename Round>
+  Acc dot(int i, int j, int chunk, Round round, const std::vector<double>& av, const std::vector<double>& bv) const {
+    Acc acc = 0;
+    for (int k0 = 0; k0 < K; k0 += chunk) {
+      for (int k = k0; k < k0 + chunk; ++k) acc += static_cast<Acc>(av[i * K + k]) * static_cast<Acc>(bv[j * K + k]);
+      acc = round(acc);
+    }
+    return acc;
+  }
+};
+
+TEST_P(Kernels, WmmaF16WithF32Accumulator) {
+  load("wmma");
+  for (const char* kernel : {"gemm_f16_f32", "gemm_m32n8_f16", "gemm_m8n32_f16"}) {
+    const WmmaCase t(3, 0.25);
+    auto half = [](double x) { return h2u(static_cast<_Float16>(x)); };
+    auto* da = module_.memory().alloc(t.as<uint16_t>(t.a, half));
+    auto* db = module_.memory().alloc(t.as<uint16_t>(t.b, half));
+    auto* dc = module_.memory().alloc(t.as<float>(t.c, [](double x) { return static_cast<float>(x); }));
+    auto* dd = module_.memory().alloc<float>(WmmaCase::M * WmmaCase::N);
+    const std::string name = kernel;
+    const Dim3 grid = name == "gemm_m32n8_f16" ? Dim3{4, 1} : name == "gemm_m8n32_f16" ? Dim3{1, 4} : Dim3{2, 2};
+    const float alpha = 1.5f;
+    ASSERT_THAT(module_.launch(kernel, grid, {32},
+                               Params().add(da).add(db).add(dc).add(dd).add(WmmaCase::M).add(WmmaCase::N)
+                                   .add(WmmaCase::K).add(alpha)),
+                IsOk()) << kernel;
+    for (int i = 0; i < WmmaCase::M; ++i) {
+      for (int j = 0; j < WmmaCase::N; ++j) {
+        const float acc = t.dot<float>(i, j, 16, [](float x) { return x; }, t.a, t.b);
+        ASSERT_EQ(f2u(dd[i * WmmaCase::N + j]), f2u(std::fma(alpha, acc, static_cast<float>(t.c[i * WmmaCase::N + j]))))
+            << kernel << " d[" << i << "][" << j << "]";
+      }
+    }
+  }
+}
+
+TEST_P(Kernels, WmmaF16WithF16Accumulator) {
+  load("wmma");
+  const WmmaCase t(4, 0.125);
+  auto half = [](double x) { return h2u(static_cast<_Float16>(x)); };
+  auto* da = module_.memory().alloc(t.as<uint16_t>(t.a, half));
+  auto* db = module_.memory().alloc(t.as<uint16_t>(t.b, half));
+  auto* dc = module_.memory().alloc(t.as<uint16_t>(t.c, half));
+  auto* dd = module_.memory().alloc<uint16_t>(WmmaCase::M * WmmaCase::N);
+  const _Float16 alpha = static_cast<_Float16>(0.75);
+  ASSERT_THAT(module_.launch("gemm_f16_f16", {2, 2}, {32},
+                             Params().add(da).add(db).add(dc).add(dd).add(WmmaCase::M).add(WmmaCase::N)
+                                 .add(WmmaCase::K).add(h2u(alpha))),
+              IsOk());
+  for (int i = 0; i < WmmaCase::M; ++i) {
+    for (int j = 0; j < WmmaCase::N; ++j) {
+      const float acc =
+          t.dot<float>(i, j, 16, [](float x) { return static_cast<float>(static_cast<_Float16>(x)); }, t.a, t.b);
+      const _Float16 scaled = static_cast<_Float16>(static_cast<float>(alpha) * acc);
+      const _Float16 want = static_cast<_Float16>(static_cast<float>(scaled) + static_cast<float>(t.c[i * WmmaCase::N + j]));
+      ASSERT_EQ(dd[i * WmmaCase::N + j], h2u(want)) << "d[" << i << "][" << j << "]";
+    }
+  }
+}
+
+TEST_P(Kernels, WmmaBf16Tf32Int8AndF64) {
+  load("wmma");
+  const int M = WmmaCase::M, N = WmmaCase::N, K = WmmaCase::K;
+  {  // bf16 inputs, f32 accumulator
+    const WmmaCase t(5, 0.5);
+    auto bf = [](double x) { return toBf16Rn(static_cast<float>(x)); };
+    auto* da = module_.memory().alloc(t.as<uint16_t>(t.a, bf));
+    auto* db = module_.memory().alloc(t.as<uint16_t>(t.b, bf));
+    auto* dc = module_.memory().alloc(t.as<float>(t.c, [](double x) { return static_cast<float>(x); }));
+    auto* dd = module_.memory().alloc<float>(M * N);
+    ASSERT_THAT(module_.launch("gemm_bf16", {2, 2}, {32}, Params().add(da).add(db).add(dc).add(dd).add(M).add(N).add(K)
+                                                              .add(2.0f)),
+                IsOk());
+    for (int i = 0; i < M * N; ++i) {
+      const float acc = t.dot<float>(i / N, i % N, 16, [](float x) { return x; }, t.a, t.b);
+      ASSERT_EQ(f2u(dd[i]), f2u(std::fma(2.0f, acc, static_cast<float>(t.c[i])))) << "bf16 " << i;
+    }
+  }
+  {  // tf32: f32 inputs with every fraction bit, rounded by cvt.rna.tf32.f32 in the kernel
+    const WmmaCase t(6, 1.0);
+    std::vector<float> a = randomFloats(M * K, 61, -2, 2), b = randomFloats(K * N, 62, -2, 2);
+    auto tf32 = [](float x) {
+      uint32_t u = f2u(x);
+      u = (u + 0x1000u) & 0xffffe000u;  // rna; no NaN or overflow in these inputs
+      return static_cast<double>(std::bit_cast<float>(u));
+    };
+    std::vector<double> ar(a.size()), br(b.size());
+    for (size_t i = 0; i < a.size(); ++i) ar[i] = tf32(a[i]);
+    for (size_t i = 0; i < b.size(); ++i) br[i] = tf32(b[i]);
+    auto* da = module_.memory().alloc(a);
+    auto* db = module_.memory().alloc(b);
+    auto* dc = module_.memory().alloc(t.as<float>(t.c, [](double x) { return static_cast<float>(x); }));
+    auto* dd = module_.memory().alloc<float>(M * N);
+    ASSERT_THAT(module_.launch("gemm_tf32", {2, 2}, {32}, Params().add(da).add(db).add(dc).add(dd).add(M).add(N).add(K)
+                                                              .add(1.0f)),
+                IsOk());
+    for (int i = 0; i < M * N; ++i) {
+      const float acc = t.dot<float>(i / N, i % N, 8, [](float x) { return x; }, ar, br);
+      ASSERT_EQ(f2u(dd[i]), f2u(std::fma(1.0f, acc, static_cast<float>(t.c[i])))) << "tf32 " << i;
+    }
+  }
+  {  // s8 inputs, s32 accumulator
+    const WmmaCase t(7, 1.0);
+    std::vector<double> a(M * K), b(K * N);
+    std::mt19937 rng(71);
+    for (double& x : a) x = static_cast<double>(static_cast<int>(rng() % 256) - 128);
+    for (double& x : b) x = static_cast<double>(static_cast<int>(rng() % 256) - 128);
+    auto s8 = [](double x) { return static_cast<int8_t>(x); };
+    auto* da = module_.memory().alloc(t.as<int8_t>(a, s8));
+    auto* db = module_.memory().alloc(t.as<int8_t>(b, s8));
+    auto* dc = module_.memory().alloc(t.as<int32_t>(t.c, [](double x) { return static_cast<int32_t>(x); }));
+    auto* dd = module_.memory().alloc<int32_t>(M * N);
+    ASSERT_THAT(module_.launch("gemm_s8", {2, 2}, {32}, Params().add(da).add(db).add(dc).add(dd).add(M).add(N).add(K)
+                                                            .add(3)),
+                IsOk());
+    for (int i = 0; i < M * N; ++i) {
+      const int64_t acc = t.dot<int64_t>(i / N, i % N, 16, [](int64_t x) { return x; }, a, b);
+      ASSERT_EQ(dd[i], static_cast<int32_t>(3 * acc + static_cast<int64_t>(t.c[i]))) << "s8 " << i;
+    }
+  }
+  {  // f64, m8n8k4
+    const WmmaCase t(8, 1.0);
+    std::vector<double> a(M * K), b(K * N);
+    std::mt19937_64 rng(81);
+    std::uniform_real_distribution<double> u(-1, 1);
+    for (double& x : a) x = u(rng);
+    for (double& x : b) x = u(rng);
+    auto* da = module_.memory().alloc(a);
+    auto* db = module_.memory().alloc(b);
+    auto* dc = module_.memory().alloc(t.c);
+    auto* dd = module_.memory().alloc<double>(M * N);
+    ASSERT_THAT(module_.launch("gemm_f64", {4, 4}, {32}, Params().add(da).add(db).add(dc).add(dd).add(M).add(N).add(K)
+                                                             .add(0.5)),
+                IsOk());
+    for (int i = 0; i < M * N; ++i) {
+      double acc = 0;
+      for (int k = 0; k < K; ++k) acc = std::fma(a[(i / N) * K + k], b[(i % N) * K + k], acc);
+      ASSERT_EQ(d2u(dd[i]), d2u(std::fma(0.5, acc, t.c[i]))) << "f64 " << i;
+    }
+  }
+}
+
+TEST_P(Kernels, WmmaNeedsTheWholeWarp) {
+  load("wmma");
+  const WmmaCase t(9, 1.0);
+  auto* da = module_.memory().alloc(t.as<uint16_t>(t.a, [](double x) { return h2u(static_cast<_Float16>(x)); }));
+  auto* dc = module_.memory().alloc<float>(WmmaCase::M * WmmaCase::N);
+  EXPECT_THAT(module_.launch("gemm_f16_f32", {1, 1}, {16},
+                             Params().add(da).add(da).add(dc).add(dc).add(16).add(16).add(16).add(1.0f)),
+              StatusIs(Code::kFailedPrecondition, HasSubstr("part of a warp")));
+}
+
 TEST_P(Kernels, ApproximateFunctionsWithinPtxBounds) {
   load("math");
   std::vector<float> a = randomFloats(64, 41, -3.14159f, 3.14159f);

@@ -67,13 +67,39 @@ uint32_t f2u(float f) { return std::bit_cast<uint32_t>(f); }
 // cvt forms the engine does not execute are refused when the module loads,
 // naming the form, instead of producing wrong values.
 TEST_F(PtxSemantics, UnsupportedCvtFormsAreRefusedAtLoad) {
-  for (const std::string& inst : {std::string("cvt.rna.tf32.f32 %r1, %f1;"),
+  for (const std::string& inst : {std::string("cvt.rm.tf32.f32 %r1, %f1;"),
                                   std::string("cvt.rn.satfinite.e2m1x2.f32 %h1, %f1, %f2;"),
                                   std::string("cvt.rs.satfinite.bf16x2.f32 %r1, %f1, %f2, %r2;")}) {
     Status st = module_.load(kernel(inst));
     EXPECT_THAT(st, StatusIs(Code::kNotSupported, HasSubstr("cvt"))) << inst;
     EXPECT_THAT(st.message(), HasSubstr("is not supported")) << inst;
   }
+}
+
+// tf32: 10 fraction bits, rounded to nearest with ties away (rna) or to even
+// (rn), or truncated (rz); .satfinite keeps the largest finite value.
+TEST_F(PtxSemantics, Tf32Conversions) {
+  auto out = run(R"(
+  ld.global.f32 %f1, [%rd2];
+  ld.global.f32 %f2, [%rd2+4];
+  ld.global.f32 %f3, [%rd2+8];
+  ld.global.f32 %f4, [%rd2+12];
+  cvt.rna.tf32.f32 %r1, %f1;  st.global.u32 [%rd1], %r1;
+  cvt.rn.tf32.f32 %r1, %f1;   st.global.u32 [%rd1+4], %r1;
+  cvt.rz.tf32.f32 %r1, %f2;   st.global.u32 [%rd1+8], %r1;
+  cvt.rna.tf32.f32 %r1, %f2;  st.global.u32 [%rd1+12], %r1;
+  cvt.rna.tf32.f32 %r1, %f3;  st.global.u32 [%rd1+16], %r1;
+  cvt.rna.satfinite.tf32.f32 %r1, %f3;  st.global.u32 [%rd1+20], %r1;
+  cvt.rna.tf32.f32 %r1, %f4;  st.global.u32 [%rd1+24], %r1;
+  cvt.rn.tf32.f32 %r1, %f4;   st.global.u32 [%rd1+28], %r1;
+)", {0x3f801000u,   // a tie above 1.0 (even): rna up, rn stays
+     0xbf801fffu,   // negative, just below the next tf32: rz truncates, rna rounds up in magnitude
+     0x7f7ff000u,   // the largest float's tie: rna overflows to infinity, .satfinite keeps 0x7f7fe000
+     0x3f803000u},  // a tie above an odd tf32: both round up
+    8);
+  const std::vector<uint32_t> expected = {0x3f802000u, 0x3f800000u, 0xbf800000u, 0xbf802000u,
+                                          0x7f800000u, 0x7f7fe000u, 0x3f804000u, 0x3f804000u};
+  EXPECT_EQ(out, expected);
 }
 
 // Two-operand fp8 forms load (an f16x2 destination from one fp8 pair).

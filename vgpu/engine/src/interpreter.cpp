@@ -627,6 +627,7 @@ class BlockRunner {
       case Opcode::kLd: case Opcode::kLdu: return executeLoad(w, f, in, exec);
       case Opcode::kSt: return executeStore(w, f, in, exec);
       case Opcode::kCp: return executeAsyncCopy(w, f, in, exec);
+      case Opcode::kWmma: return executeWmma(w, f, in, mask, exec);
       case Opcode::kAtom: case Opcode::kRed: return executeAtomic(w, f, in, exec);
       case Opcode::kShfl: return executeShfl(w, f, in, exec);
       case Opcode::kVote: return executeVote(w, f, in, exec);
@@ -1075,6 +1076,194 @@ class BlockRunner {
       uint8_t* d = resolve(w, f, in, in.m.space, dst.base, effectiveAddress(w, f, dst, lane), size, size, lane, true);
       if (!d) return Step::kStop;
       std::memcpy(d, bytes, size);
+    }
+    return Step::kContinue;
+  }
+
+  // ---------------------------------------------------------------- wmma
+  // Warp matrix operations: wmma.load.{a,b,c}, wmma.store.d, wmma.mma. The ISA
+  // leaves how a fragment's elements are spread over the warp unspecified, and
+  // programs may only load, store, multiply, fill and operate element-wise on
+  // fragments. vgpu's distribution: element e of the fragment's matrix in
+  // row-major order (whatever the layout in memory) is slot e % N of lane e / N,
+  // with N = elements / 32; registers hold slots in order, packed types low
+  // part first; slots past N (where a GPU keeps copies) read as zero. mma
+  // gathers the warp's fragments and computes d = c + sum over k of a * b in k
+  // order: f16, bf16 and tf32 products are exact in f32 and each addition
+  // rounds once in f32 (a GPU's tensor cores may round differently in the last
+  // bits); f64 by fused multiply-adds; integers exactly (.satfinite clamps).
+  struct WmmaMatrix {
+    uint32_t rows = 0, cols = 0;
+    Type type = Type::kNone;
+    unsigned bits = 0;     // of an element in a register
+    unsigned perReg = 1;   // elements per register
+    unsigned memBytes = 0; // of an element in memory
+    uint32_t perLane() const { return rows * cols / kWarpSize; }
+  };
+
+  static bool wmmaElement(Type t, WmmaMatrix& x) {
+    x.type = t;
+    switch (t) {
+      case Type::kF16: case Type::kBF16: x.bits = 16; x.perReg = 2; x.memBytes = 2; return true;
+      case Type::kS8: case Type::kU8: x.bits = 8; x.perReg = 4; x.memBytes = 1; return true;
+      case Type::kTF32: case Type::kF32: case Type::kS32: x.bits = 32; x.perReg = 1; x.memBytes = 4; return true;
+      case Type::kF64: x.bits = 64; x.perReg = 1; x.memBytes = 8; return true;
+      default: return false;
+    }
+  }
+
+  // The shape and the matrix `which` ('a', 'b', 'c' or 'd') of element type t.
+  static bool wmmaMatrix(const Inst& in, char which, Type t, WmmaMatrix& x) {
+    uint32_t m = 0, n = 0, k = 0;
+    if (in.m.has(Flag::kM16n16k16)) m = 16, n = 16, k = 16;
+    else if (in.m.has(Flag::kM32n8k16)) m = 32, n = 8, k = 16;
+    else if (in.m.has(Flag::kM8n32k16)) m = 8, n = 32, k = 16;
+    else if (in.m.has(Flag::kM16n16k8)) m = 16, n = 16, k = 8;
+    else if (in.m.has(Flag::kM8n8k4)) m = 8, n = 8, k = 4;
+    else return false;
+    x.rows = which == 'a' ? m : which == 'b' ? k : m;
+    x.cols = which == 'a' ? k : n;
+    return wmmaElement(t, x);
+  }
+
+  static double wmmaValue(const WmmaMatrix& x, uint64_t v) {
+    switch (x.type) {
+      case Type::kF16: return f16ToDouble(static_cast<uint16_t>(v));
+      case Type::kBF16: return bf16ToDouble(static_cast<uint16_t>(v));
+      case Type::kTF32: return asF32(v & 0xffffe000u);  // the tensor cores read 10 fraction bits
+      case Type::kF32: return asF32(v);
+      case Type::kF64: return asF64(v);
+      case Type::kS8: return static_cast<int8_t>(v);
+      case Type::kU8: return static_cast<uint8_t>(v);
+      case Type::kS32: return static_cast<int32_t>(v);
+      default: return 0;
+    }
+  }
+
+  // The registers of `vec` for `lane`, and its slot `s`.
+  uint64_t wmmaSlot(const Warp& w, const Frame& f, const Opnd& vec, const WmmaMatrix& x, int lane, uint32_t s) const {
+    const uint64_t reg = read(w, f, vec.elems[s / x.perReg], lane);
+    return x.bits == 64 ? reg : (reg >> ((s % x.perReg) * x.bits)) & ((uint64_t{1} << x.bits) - 1);
+  }
+  static void wmmaStoreSlots(Frame& f, const Opnd& vec, const WmmaMatrix& x, int lane, const std::vector<uint64_t>& slots) {
+    for (size_t r = 0; r < vec.elems.size(); ++r) {
+      uint64_t v = 0;
+      for (unsigned p = 0; p < x.perReg; ++p) {
+        const size_t s = r * x.perReg + p;
+        const uint64_t part = s < slots.size() ? slots[s] : 0;
+        v |= x.bits == 64 ? part : part << (p * x.bits);
+      }
+      writeReg(f, vec.elems[r], lane, v);
+    }
+  }
+
+  Step executeWmma(Warp& w, Frame& f, const Inst& in, uint32_t mask, uint32_t exec) {
+    auto unsupported = [&](const std::string& why) {
+      return raise(KernelFault::kIllegalInstruction, w, in, std::countr_zero(exec | 1u),
+                   fmt::format("unsupported wmma: {}", why));
+    };
+    if (exec == 0) return Step::kContinue;
+    // .sync.aligned: the whole warp executes it together.
+    if (exec != mask || std::popcount(exec) != static_cast<int>(kWarpSize)) {
+      return raise(KernelFault::kIllegalInstruction, w, in, std::countr_zero(exec),
+                   "wmma executed by part of a warp (it needs all 32 threads, converged)");
+    }
+    const bool load = in.m.has(Flag::kLoad), store = in.m.has(Flag::kStore);
+    if (load || store) {
+      const char which = in.m.has(Flag::kA) ? 'a' : in.m.has(Flag::kB) ? 'b' : in.m.has(Flag::kC) ? 'c' : 'd';
+      WmmaMatrix x;
+      if (!wmmaMatrix(in, which, in.type, x)) return unsupported(fmt::format("shape or type {}", ptx::name(in.type)));
+      const Opnd& vec = load ? in.ops[0] : in.ops[1];
+      const Opnd& addr = load ? in.ops[1] : in.ops[0];
+      if (vec.kind != OpndKind::kVec || vec.elems.size() * x.perReg < x.perLane()) {
+        return unsupported(fmt::format("a fragment of {} elements per thread needs {} registers", x.perLane(),
+                                       (x.perLane() + x.perReg - 1) / x.perReg));
+      }
+      const bool rowMajor = in.m.has(Flag::kRow);
+      const uint32_t n = x.perLane();
+      for (uint32_t m = exec; m; m &= m - 1) {
+        const int lane = std::countr_zero(m);
+        const uint64_t base = effectiveAddress(w, f, addr, lane);
+        const uint64_t ldm = in.ops.size() > 2 ? read(w, f, in.ops[2], lane) & 0xffffffffu : (rowMajor ? x.cols : x.rows);
+        std::vector<uint64_t> slots(vec.elems.size() * x.perReg, 0);
+        for (uint32_t s = 0; s < n; ++s) {
+          const uint32_t e = static_cast<uint32_t>(lane) * n + s, r = e / x.cols, c = e % x.cols;
+          const uint64_t at = base + (rowMajor ? r * ldm + c : c * ldm + r) * x.memBytes;
+          uint8_t* p = resolve(w, f, in, in.m.space, addr.base, at, x.memBytes, x.memBytes, lane, store);
+          if (!p) return Step::kStop;
+          if (load) slots[s] = loadBytes(p, x.memBytes);
+          else storeBytes(p, wmmaSlot(w, f, vec, x, lane, s), x.memBytes);
+        }
+        if (load) wmmaStoreSlots(f, vec, x, lane, slots);
+      }
+      return Step::kContinue;
+    }
+    // wmma.mma.sync.aligned.alayout.blayout.shape.dtype.ctype d, a, b, c (f16), or
+    // .shape.dtype.atype.btype.ctype (bf16, tf32, integers, f64).
+    const auto& types = in.m.types;
+    const unsigned count = in.m.typeCount;
+    if (count != 2 && count != 4) return unsupported("types");
+    const Type dtype = types[0], ctype = types[count - 1];
+    const Type atype = count == 4 ? types[1] : Type::kF16, btype = count == 4 ? types[2] : Type::kF16;
+    WmmaMatrix A, B, C, D;
+    if (!wmmaMatrix(in, 'a', atype, A) || !wmmaMatrix(in, 'b', btype, B) || !wmmaMatrix(in, 'c', ctype, C) ||
+        !wmmaMatrix(in, 'd', dtype, D)) {
+      return unsupported("shape or types");
+    }
+    const Opnd* frags[4] = {&in.ops[0], &in.ops[1], &in.ops[2], &in.ops[3]};
+    const WmmaMatrix* shapes[4] = {&D, &A, &B, &C};
+    for (int i = 0; i < 4; ++i) {
+      if (frags[i]->kind != OpndKind::kVec || frags[i]->elems.size() * shapes[i]->perReg < shapes[i]->perLane()) {
+        return unsupported("fragment sizes");
+      }
+    }
+    const bool integer = atype == Type::kS8 || atype == Type::kU8;
+    const bool f64 = atype == Type::kF64;
+    if (integer != (ctype == Type::kS32) || f64 != (ctype == Type::kF64)) return unsupported("accumulator type");
+    auto gather = [&](const Opnd& vec, const WmmaMatrix& x) {
+      std::vector<double> v(static_cast<size_t>(x.rows) * x.cols);
+      const uint32_t n = x.perLane();
+      for (int lane = 0; lane < static_cast<int>(kWarpSize); ++lane) {
+        for (uint32_t s = 0; s < n; ++s) v[static_cast<size_t>(lane) * n + s] = wmmaValue(x, wmmaSlot(w, f, vec, x, lane, s));
+      }
+      return v;
+    };
+    const std::vector<double> a = gather(in.ops[1], A), b = gather(in.ops[2], B), c = gather(in.ops[3], C);
+    const uint32_t M = A.rows, K = A.cols, N = B.cols;
+    const bool satfinite = in.m.has(Flag::kSatfinite);
+    std::vector<uint64_t> d(static_cast<size_t>(M) * N);
+    for (uint32_t i = 0; i < M; ++i) {
+      for (uint32_t j = 0; j < N; ++j) {
+        const double cij = c[static_cast<size_t>(i) * N + j];
+        uint64_t bits = 0;
+        if (integer) {
+          int64_t acc = static_cast<int64_t>(cij);
+          for (uint32_t k = 0; k < K; ++k) {
+            acc += static_cast<int64_t>(a[static_cast<size_t>(i) * K + k]) * static_cast<int64_t>(b[static_cast<size_t>(k) * N + j]);
+          }
+          if (satfinite) acc = std::clamp<int64_t>(acc, INT32_MIN, INT32_MAX);
+          bits = static_cast<uint32_t>(static_cast<int32_t>(static_cast<uint32_t>(acc)));
+        } else if (f64) {
+          double acc = cij;
+          for (uint32_t k = 0; k < K; ++k) acc = std::fma(a[static_cast<size_t>(i) * K + k], b[static_cast<size_t>(k) * N + j], acc);
+          bits = std::bit_cast<uint64_t>(acc);
+        } else {
+          float acc = static_cast<float>(cij);
+          for (uint32_t k = 0; k < K; ++k) {
+            const float product = static_cast<float>(a[static_cast<size_t>(i) * K + k]) *
+                                  static_cast<float>(b[static_cast<size_t>(k) * N + j]);  // exact
+            acc += product;
+          }
+          bits = dtype == Type::kF16 ? doubleToF16(acc, ptx::Rounding::kRn) : bitsOf(acc);
+        }
+        d[static_cast<size_t>(i) * N + j] = bits;
+      }
+    }
+    const uint32_t n = D.perLane();
+    for (int lane = 0; lane < static_cast<int>(kWarpSize); ++lane) {
+      std::vector<uint64_t> slots(n);
+      for (uint32_t s = 0; s < n; ++s) slots[s] = d[static_cast<size_t>(lane) * n + s];
+      wmmaStoreSlots(f, in.ops[0], D, lane, slots);
     }
     return Step::kContinue;
   }
@@ -1560,7 +1749,36 @@ class BlockRunner {
     return Step::kContinue;
   }
 
+  // cvt.{rna,rn,rz}{.satfinite}{.relu}.tf32.f32: an f32 with 10 fraction bits
+  // (the low 13 bits zero), in a .b32 register.
+  Step executeCvtTf32(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
+    const ptx::Rounding r = in.m.rounding;
+    const bool satfinite = in.m.has(Flag::kSatfinite), relu = in.m.has(Flag::kRelu);
+    for (uint32_t m = exec; m; m &= m - 1) {
+      const int lane = std::countr_zero(m);
+      uint32_t bits = static_cast<uint32_t>(read(w, f, in.ops[1], lane));
+      uint32_t out;
+      if ((bits & 0x7fffffffu) > 0x7f800000u) {
+        out = kCanonicalNanF32;
+      } else {
+        if (relu && (bits & 0x80000000u)) bits = 0;
+        const uint32_t sign = bits & 0x80000000u, magnitude = bits & 0x7fffffffu;
+        uint32_t rounded = magnitude;
+        if (magnitude < 0x7f800000u) {
+          if (r == ptx::Rounding::kRna) rounded = magnitude + 0x1000u;                       // ties away
+          else if (r != ptx::Rounding::kRz) rounded = magnitude + 0xfffu + ((magnitude >> 13) & 1u);  // ties to even
+        }
+        rounded &= 0xffffe000u;
+        if (satfinite && rounded >= 0x7f800000u) rounded = 0x7f7fe000u;
+        out = sign | rounded;
+      }
+      writeReg(f, in.ops[0], lane, out);
+    }
+    return Step::kContinue;
+  }
+
   Step executeCvt(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
+    if (in.type == Type::kTF32) return executeCvtTf32(w, f, in, exec);
     if (in.type == Type::kE4M3x2 || in.type == Type::kE5M2x2 || in.type2 == Type::kE4M3x2 ||
         in.type2 == Type::kE5M2x2) {
       return executeCvtFp8(w, f, in, exec);

@@ -106,7 +106,7 @@ size_t minOperands(ptx::Opcode op, const ptx::Modifiers& m) {
 
 // The cvt forms the interpreter executes: between scalar integer and float
 // types; two f32 into f16x2/bf16x2; f32 pairs or f16x2 into fp8 pairs and fp8
-// pairs into f16x2. Not: tf32, fp6/fp4/ue8m0, stochastic rounding (.rs).
+// pairs into f16x2; f32 into tf32. Not: fp6/fp4/ue8m0, stochastic rounding (.rs).
 bool cvtSupported(const ptx::Modifiers& m) {
   using ptx::Type;
   auto scalar = [](Type t) {
@@ -124,7 +124,9 @@ bool cvtSupported(const ptx::Modifiers& m) {
   const Type d = m.type(), a = m.lastType();
   if (m.rounding == ptx::Rounding::kRs) return false;
   return (scalar(d) && scalar(a)) || ((d == Type::kF16x2 || d == Type::kBF16x2) && a == Type::kF32) ||
-         (fp8x2(d) && (a == Type::kF32 || a == Type::kF16x2)) || (d == Type::kF16x2 && fp8x2(a));
+         (fp8x2(d) && (a == Type::kF32 || a == Type::kF16x2)) || (d == Type::kF16x2 && fp8x2(a)) ||
+         (d == Type::kTF32 && a == Type::kF32 &&
+          (m.rounding == ptx::Rounding::kRna || m.rounding == ptx::Rounding::kRn || m.rounding == ptx::Rounding::kRz));
 }
 
 class FunctionLowering {
