@@ -64,7 +64,7 @@ TEST(SpeculationAccuracy, EveryModuleAndKernelRuns) {
   EXPECT_GE(r.outcomes.size(), 2u * 30u) << "the corpus was not found";
   for (const auto& p : r.problems) ADD_FAILURE() << p;
   for (const auto& o : r.outcomes) {
-    // wmma (warp_tensor.cu) is beyond vgpu: said, not failed.
+    // A launch vgpu cannot execute (none in the corpus today) is said, not failed.
     if (o.unsupported) {
       std::printf("not run on vgpu: %s: %s\n", where(o).c_str(), o.error.c_str());
       continue;
