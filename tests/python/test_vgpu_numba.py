@@ -168,6 +168,26 @@ def test_vgpu_nvjitlink_keeps_ptx_and_says_what_it_refuses(build_dir):
     assert "is not PTX" in err[1], err
     _, err = link(["-arch=sm_80"], [])
     assert "nothing was added" in err[1], err
+    import tempfile
+    with tempfile.NamedTemporaryFile(suffix=".ptx") as f:
+        f.write(PTX)
+        f.flush()
+        h = nj.create(1, ["-arch=sm_80"])
+        nj.add_file(h, nj.InputType.PTX, f.name)
+        nj.complete(h)
+        out = bytearray(nj.get_linked_ptx_size(h))
+        nj.get_linked_ptx(h, out)
+        assert out.rstrip(b"\\x00") == PTX.rstrip(b"\\x00"), out
+        nj.destroy(h)
+    h = nj.create(1, ["-arch=sm_80"])
+    try:
+        nj.add_file(h, nj.InputType.PTX, "/nonexistent.ptx")
+        raise AssertionError("a missing file was accepted")
+    except nj.nvJitLinkError:
+        log = bytearray(nj.get_error_log_size(h))
+        nj.get_error_log(h, log)
+        assert "cannot read /nonexistent.ptx" in log.decode(), log
+    nj.destroy(h)
     for options, code in ((["-O3"], "MISSING_ARCH"), (["-arch=sm_80", "-bogus"], "UNRECOGNIZED_OPTION"),
                           (["-arch=sm_20"], "UNRECOGNIZED_ARCH")):
         try:

@@ -98,6 +98,9 @@ bool isPtx(const char* data, size_t size) {
   return std::string_view(data, strnlen(data, size)).find(".version") != std::string_view::npos;
 }
 
+// The first bytes of NVVM's LTO-IR ("\xedCN\x7f"), as numba-cuda's are.
+constexpr uint32_t kLtoIrMagic = 0x7f4e43ed;
+
 uint32_t magic(const void* data, size_t size) {
   uint32_t m = 0;
   if (size >= sizeof m) std::memcpy(&m, data, sizeof m);
@@ -110,6 +113,8 @@ nvJitLinkResult addInput(nvJitLink& h, nvJitLinkInputType type, const void* data
   if (type == NVJITLINK_INPUT_ANY) {
     if (magic(data, size) == phos::vgpu::kFatbinMagic || magic(data, size) == phos::vgpu::kFatbinWrapperMagic) {
       type = NVJITLINK_INPUT_FATBIN;
+    } else if (magic(data, size) == kLtoIrMagic) {
+      type = NVJITLINK_INPUT_LTOIR;
     } else if (isPtx(text, size)) {
       type = NVJITLINK_INPUT_PTX;
     }
@@ -292,8 +297,8 @@ PHOS_NVJITLINK_API nvJitLinkResult __nvJitLinkAddFile_13_0(nvJitLinkHandle handl
   if (fileName == nullptr) return fail(handle, NVJITLINK_ERROR_NULL_INPUT, "no file name");
   std::ifstream file(fileName, std::ios::binary);
   if (!file) return fail(handle, NVJITLINK_ERROR_INVALID_INPUT, std::string("cannot read ") + fileName);
-  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  bytes.push_back('\0');
+  const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (bytes.empty()) return fail(handle, NVJITLINK_ERROR_INVALID_INPUT, std::string(fileName) + " is empty");
   return addInput(*handle, inputType, bytes.data(), bytes.size(), fileName);
 }
 
