@@ -1003,6 +1003,60 @@ TEST_P(Kernels, WmmaBf16Tf32Int8AndF64) {
   }
 }
 
+// mma.sync with ldmatrix (kernels/mma.cu): the fragments' documented layouts,
+// loaded with ldmatrix (B n-major, and k-major through .trans) or by their
+// element positions, give D = A x B (+ C); sums in k order as for wmma.
+TEST_P(Kernels, MmaSyncWithLdmatrix) {
+  load("mma");
+  const int K = 48;
+  std::mt19937 rng(12);
+  std::vector<double> a(16 * K), bt(8 * K);
+  for (double& x : a) x = static_cast<double>(static_cast<int>(rng() % 17) - 8) * 0.25;
+  for (double& x : bt) x = static_cast<double>(static_cast<int>(rng() % 17) - 8) * 0.25;
+  for (const char* kernel : {"mma_f16", "mma_bf16"}) {
+    const bool bf = std::string(kernel) == "mma_bf16";
+    auto conv = [&](const std::vector<double>& v) {
+      std::vector<uint16_t> out(v.size());
+      for (size_t i = 0; i < v.size(); ++i) {
+        out[i] = bf ? toBf16Rn(static_cast<float>(v[i])) : h2u(static_cast<_Float16>(v[i]));
+      }
+      return out;
+    };
+    auto* da = module_.memory().alloc(conv(a));
+    auto* db = module_.memory().alloc(conv(bt));
+    for (int trans : {0, 1}) {
+      auto* dd = module_.memory().alloc<float>(16 * 8);
+      ASSERT_THAT(module_.launch(kernel, {1}, {32}, Params().add(da).add(db).add(dd).add(K).add(trans)), IsOk())
+          << kernel;
+      for (int i = 0; i < 16; ++i) {
+        for (int j = 0; j < 8; ++j) {
+          float acc = 0;
+          for (int k = 0; k < K; ++k) acc += static_cast<float>(a[i * K + k]) * static_cast<float>(bt[j * K + k]);
+          ASSERT_EQ(f2u(dd[i * 8 + j]), f2u(acc)) << kernel << (trans ? " .trans" : "") << " d[" << i << "][" << j << "]";
+        }
+      }
+    }
+  }
+  // m16n8k8 with an f16 accumulator.
+  std::vector<uint16_t> a8(16 * 8), b8(8 * 8), c8(16 * 8);
+  std::vector<double> av(a8.size()), bv(b8.size()), cv(c8.size());
+  for (size_t i = 0; i < a8.size(); ++i) a8[i] = h2u(static_cast<_Float16>(av[i] = (static_cast<int>(rng() % 9) - 4) * 0.5));
+  for (size_t i = 0; i < b8.size(); ++i) b8[i] = h2u(static_cast<_Float16>(bv[i] = (static_cast<int>(rng() % 9) - 4) * 0.5));
+  for (size_t i = 0; i < c8.size(); ++i) c8[i] = h2u(static_cast<_Float16>(cv[i] = (static_cast<int>(rng() % 9) - 4) * 0.125));
+  auto* da = module_.memory().alloc(a8);
+  auto* db = module_.memory().alloc(b8);
+  auto* dc = module_.memory().alloc(c8);
+  auto* dd = module_.memory().alloc<uint16_t>(16 * 8);
+  ASSERT_THAT(module_.launch("mma_m16n8k8_f16", {1}, {32}, Params().add(da).add(db).add(dc).add(dd)), IsOk());
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 8; ++j) {
+      float acc = static_cast<float>(cv[i * 8 + j]);
+      for (int k = 0; k < 8; ++k) acc += static_cast<float>(av[i * 8 + k]) * static_cast<float>(bv[j * 8 + k]);
+      ASSERT_EQ(dd[i * 8 + j], h2u(static_cast<_Float16>(acc))) << "m16n8k8 d[" << i << "][" << j << "]";
+    }
+  }
+}
+
 TEST_P(Kernels, WmmaNeedsTheWholeWarp) {
   load("wmma");
   const WmmaCase t(9, 1.0);

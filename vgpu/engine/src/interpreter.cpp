@@ -628,6 +628,8 @@ class BlockRunner {
       case Opcode::kSt: return executeStore(w, f, in, exec);
       case Opcode::kCp: return executeAsyncCopy(w, f, in, exec);
       case Opcode::kWmma: return executeWmma(w, f, in, mask, exec);
+      case Opcode::kLdmatrix: return executeLdmatrix(w, f, in, mask, exec);
+      case Opcode::kMma: return executeMmaSync(w, f, in, mask, exec);
       case Opcode::kAtom: case Opcode::kRed: return executeAtomic(w, f, in, exec);
       case Opcode::kShfl: return executeShfl(w, f, in, exec);
       case Opcode::kVote: return executeVote(w, f, in, exec);
@@ -1264,6 +1266,128 @@ class BlockRunner {
       std::vector<uint64_t> slots(n);
       for (uint32_t s = 0; s < n; ++s) slots[s] = d[static_cast<size_t>(lane) * n + s];
       wmmaStoreSlots(f, in.ops[0], D, lane, slots);
+    }
+    return Step::kContinue;
+  }
+
+  // ---------------------------------------------------------------- mma.sync, ldmatrix
+  // Unlike wmma's, these fragments have the layouts the PTX ISA documents
+  // ("Matrix fragments for mma.m16n8k16 / m16n8k8", "ldmatrix"): with
+  // g = laneid / 4 and t = laneid % 4, an 8 x 8 matrix of b16 gives each
+  // thread the pair (row g, columns 2t and 2t + 1), low half first.
+  bool wholeWarp(Warp& w, const Inst& in, uint32_t mask, uint32_t exec, Step& step) {
+    if (exec == mask && std::popcount(exec) == static_cast<int>(kWarpSize)) return true;
+    step = raise(KernelFault::kIllegalInstruction, w, in, std::countr_zero(exec | 1u),
+                 fmt::format("{} executed by part of a warp (it needs all 32 threads, converged)", ptx::name(in.op)));
+    return false;
+  }
+  static const Opnd& vecElem(const Opnd& o, size_t i) { return o.kind == OpndKind::kVec ? o.elems[i] : o; }
+  static size_t vecSize(const Opnd& o) { return o.kind == OpndKind::kVec ? o.elems.size() : 1; }
+
+  // ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}{.shared}.b16 d, [a]: thread
+  // 8j + r gives the address of row r (16 bytes) of matrix j; .trans hands out
+  // the transposed matrices.
+  Step executeLdmatrix(Warp& w, Frame& f, const Inst& in, uint32_t mask, uint32_t exec) {
+    if (exec == 0) return Step::kContinue;
+    Step step = Step::kContinue;
+    if (!wholeWarp(w, in, mask, exec, step)) return step;
+    const unsigned count = in.m.has(Flag::kX4) ? 4 : in.m.has(Flag::kX2) ? 2 : 1;
+    if (!in.m.has(Flag::kM8n8) || tsize(in.type) != 2 || vecSize(in.ops[0]) != count) {
+      return raise(KernelFault::kIllegalInstruction, w, in, 0, "unsupported ldmatrix form (only .m8n8 .b16)");
+    }
+    const bool trans = in.m.has(Flag::kTrans);
+    const Opnd& a = in.ops[1];
+    uint16_t rows[4][8][8];
+    for (unsigned j = 0; j < count; ++j) {
+      for (int r = 0; r < 8; ++r) {
+        const int lane = static_cast<int>(8 * j) + r;
+        const uint8_t* p = resolve(w, f, in, in.m.space, a.base, effectiveAddress(w, f, a, lane), 16, 16, lane, false);
+        if (!p) return Step::kStop;
+        for (int c = 0; c < 8; ++c) rows[j][r][c] = static_cast<uint16_t>(loadBytes(p + 2 * c, 2));
+      }
+    }
+    for (int lane = 0; lane < static_cast<int>(kWarpSize); ++lane) {
+      const int g = lane / 4, c = 2 * (lane % 4);
+      for (unsigned j = 0; j < count; ++j) {
+        const uint32_t lo = trans ? rows[j][c][g] : rows[j][g][c];
+        const uint32_t hi = trans ? rows[j][c + 1][g] : rows[j][g][c + 1];
+        writeReg(f, vecElem(in.ops[0], j), lane, lo | (hi << 16));
+      }
+    }
+    return Step::kContinue;
+  }
+
+  // mma.sync.aligned.{m16n8k16,m16n8k8}.row.col.{f32,f16}.{f16,bf16}.{f16,bf16}.{f32,f16}
+  // d, a, b, c: products exact in f32, summed in k order from c, each addition
+  // rounded once (the order a GPU uses is not specified).
+  Step executeMmaSync(Warp& w, Frame& f, const Inst& in, uint32_t mask, uint32_t exec) {
+    if (exec == 0) return Step::kContinue;
+    Step step = Step::kContinue;
+    if (!wholeWarp(w, in, mask, exec, step)) return step;
+    const auto& types = in.m.types;
+    const bool k16 = in.m.has(Flag::kM16n8k16), k8 = in.m.has(Flag::kM16n8k8);
+    const Type dtype = types[0], atype = types[1], btype = types[2], ctype = types[3];
+    const bool halfInputs = (atype == Type::kF16 || atype == Type::kBF16) && btype == atype;
+    const bool accOk = (dtype == Type::kF32 || dtype == Type::kF16) && (ctype == Type::kF32 || ctype == Type::kF16) &&
+                       (atype == Type::kF16 || (dtype == Type::kF32 && ctype == Type::kF32));
+    const uint32_t K = k16 ? 16 : 8;
+    const size_t aRegs = K / 4, bRegs = K / 8, cRegs = ctype == Type::kF32 ? 4 : 2, dRegs = dtype == Type::kF32 ? 4 : 2;
+    if (in.m.typeCount != 4 || !(k16 || k8) || !halfInputs || !accOk || !in.m.has(Flag::kRow) ||
+        !in.m.has(Flag::kCol) || vecSize(in.ops[0]) != dRegs || vecSize(in.ops[1]) != aRegs ||
+        vecSize(in.ops[2]) != bRegs || vecSize(in.ops[3]) != cRegs) {
+      return raise(KernelFault::kIllegalInstruction, w, in, 0,
+                   "unsupported mma form (vgpu runs .m16n8k16 and .m16n8k8 .row.col with f16/bf16 inputs)");
+    }
+    auto half = [&](Type t, uint32_t bits) {
+      return t == Type::kBF16 ? static_cast<float>(bf16ToDouble(static_cast<uint16_t>(bits)))
+                              : static_cast<float>(f16ToDouble(static_cast<uint16_t>(bits)));
+    };
+    float A[16][16], B[16][8], C[16][8];
+    for (int lane = 0; lane < static_cast<int>(kWarpSize); ++lane) {
+      const int g = lane / 4, t = lane % 4;
+      for (size_t r = 0; r < aRegs; ++r) {  // a_r: row g (+8 for odd r), columns 2t, 2t+1 (+8 from r = 2)
+        const uint32_t v = static_cast<uint32_t>(read(w, f, vecElem(in.ops[1], r), lane));
+        const int row = g + 8 * static_cast<int>(r % 2), col = 2 * t + 8 * static_cast<int>(r / 2);
+        A[row][col] = half(atype, v & 0xffffu);
+        A[row][col + 1] = half(atype, v >> 16);
+      }
+      for (size_t r = 0; r < bRegs; ++r) {  // b_r: rows 2t, 2t+1 (+8 for r = 1), column g
+        const uint32_t v = static_cast<uint32_t>(read(w, f, vecElem(in.ops[2], r), lane));
+        const int row = 2 * t + 8 * static_cast<int>(r);
+        B[row][g] = half(btype, v & 0xffffu);
+        B[row + 1][g] = half(btype, v >> 16);
+      }
+      for (size_t r = 0; r < cRegs; ++r) {
+        const uint64_t v = read(w, f, vecElem(in.ops[3], r), lane);
+        if (ctype == Type::kF32) {  // c_r: row g (+8 from r = 2), column 2t + r % 2
+          C[g + 8 * static_cast<int>(r / 2)][2 * t + static_cast<int>(r % 2)] = asF32(v);
+        } else {  // an f16x2 per row: row g (+8 for r = 1), columns 2t, 2t+1
+          C[g + 8 * static_cast<int>(r)][2 * t] = half(Type::kF16, static_cast<uint32_t>(v) & 0xffffu);
+          C[g + 8 * static_cast<int>(r)][2 * t + 1] = half(Type::kF16, static_cast<uint32_t>(v >> 16) & 0xffffu);
+        }
+      }
+    }
+    float D[16][8];
+    for (int i = 0; i < 16; ++i) {
+      for (int j = 0; j < 8; ++j) {
+        float acc = C[i][j];
+        for (uint32_t k = 0; k < K; ++k) acc += A[i][k] * B[k][j];  // each product exact in f32
+        D[i][j] = acc;
+      }
+    }
+    for (int lane = 0; lane < static_cast<int>(kWarpSize); ++lane) {
+      const int g = lane / 4, t = lane % 4;
+      for (size_t r = 0; r < dRegs; ++r) {
+        uint64_t v;
+        if (dtype == Type::kF32) {
+          v = bitsOf(D[g + 8 * static_cast<int>(r / 2)][2 * t + static_cast<int>(r % 2)]);
+        } else {
+          const int row = g + 8 * static_cast<int>(r);
+          v = doubleToF16(D[row][2 * t], ptx::Rounding::kRn) |
+              (static_cast<uint64_t>(doubleToF16(D[row][2 * t + 1], ptx::Rounding::kRn)) << 16);
+        }
+        writeReg(f, vecElem(in.ops[0], r), lane, v);
+      }
     }
     return Step::kContinue;
   }
