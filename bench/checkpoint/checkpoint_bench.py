@@ -292,6 +292,22 @@ def fmt(value, spec, missing="-"):
     return missing if value is None else format(value, spec)
 
 
+def can_checkpoint(phos, name):
+    """Whether CRIU can run here (root, and phos doctor finds it usable); says why not on stderr."""
+    if os.geteuid() != 0:
+        print(f"{name}: skipped: CRIU needs root", file=sys.stderr)
+        return False
+    doctor = subprocess.run([phos, "doctor", "--json"], capture_output=True, text=True)
+    try:
+        checks = json.loads(doctor.stdout).get("checks", [])
+        if any(c.get("name") == "criu" and c.get("ok") for c in checks):
+            return True
+    except json.JSONDecodeError:
+        pass
+    print(f"{name}: skipped: phos doctor finds no usable CRIU:\n{doctor.stdout}{doctor.stderr}", file=sys.stderr)
+    return False
+
+
 def write_results(results, out, failure, all_good):
     """Writes `results` (with "ok") to `out` and says whether the figures stand; the exit code."""
     results["ok"] = failure is None
@@ -325,18 +341,7 @@ def main():
     if a.at + 4 >= a.iterations:
         p.error("--at must leave at least 4 steps after the checkpoint")
 
-    if os.geteuid() != 0:
-        print("checkpoint_bench: skipped: CRIU needs root", file=sys.stderr)
-        return 77
-    doctor = subprocess.run([a.phos, "doctor", "--json"], capture_output=True, text=True)
-    try:
-        checks = json.loads(doctor.stdout).get("checks", [])
-        criu_ok = any(c.get("name") == "criu" and c.get("ok") for c in checks)
-    except json.JSONDecodeError:
-        criu_ok = False
-    if not criu_ok:
-        print(f"checkpoint_bench: skipped: phos doctor finds no usable CRIU:\n{doctor.stdout}{doctor.stderr}",
-              file=sys.stderr)
+    if not can_checkpoint(a.phos, "checkpoint_bench"):
         return 77
 
     runtime_dir = pathlib.Path(tempfile.mkdtemp(prefix="phos-bench-ckpt-", dir="/tmp"))

@@ -38,7 +38,7 @@ import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from checkpoint_bench import Failure, Job, fail_run, step_gaps, write_results  # noqa: E402
+from checkpoint_bench import Failure, Job, can_checkpoint, fail_run, step_gaps, write_results  # noqa: E402
 from protocols_bench import stall_around  # noqa: E402
 
 SCHEDULERS = ["baseline", "greedy", "exact"]
@@ -92,15 +92,7 @@ def main():
     p.add_argument("--scale", type=float, default=float(os.environ.get("PHOS_VGPU_BANDWIDTH_SCALE", "100")))
     p.add_argument("--timeout", type=float, default=600)
     a = p.parse_args()
-    if os.geteuid() != 0:
-        print("peer_offload_bench: skipped: CRIU needs root", file=sys.stderr)
-        return 77
-    doctor = subprocess.run([a.phos, "doctor", "--json"], capture_output=True, text=True)
-    try:
-        if not any(c.get("name") == "criu" and c.get("ok") for c in json.loads(doctor.stdout).get("checks", [])):
-            raise ValueError
-    except ValueError:
-        print(f"peer_offload_bench: skipped: phos doctor finds no usable CRIU:\n{doctor.stdout}", file=sys.stderr)
+    if not can_checkpoint(a.phos, "peer_offload_bench"):
         return 77
 
     devices = len(a.state_mib.split(","))

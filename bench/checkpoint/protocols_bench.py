@@ -37,8 +37,8 @@ import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from checkpoint_bench import (Failure, Job, fail_run, modelled_pcie_bytes_per_s, parse_sizes, step_gaps,  # noqa: E402
-                              write_results)
+from checkpoint_bench import (Failure, Job, can_checkpoint, fail_run, modelled_pcie_bytes_per_s, parse_sizes,  # noqa: E402
+                              step_gaps, write_results)
 
 PROTOCOLS = ["stop", "cow", "recopy"]
 RESTORES = ["eager", "concurrent"]
@@ -155,15 +155,7 @@ def main():
     p.add_argument("--at", type=int, default=6)
     p.add_argument("--timeout", type=float, default=600)
     a = p.parse_args()
-    if os.geteuid() != 0:
-        print("protocols_bench: skipped: CRIU needs root", file=sys.stderr)
-        return 77
-    doctor = subprocess.run([a.phos, "doctor", "--json"], capture_output=True, text=True)
-    try:
-        if not any(c.get("name") == "criu" and c.get("ok") for c in json.loads(doctor.stdout).get("checks", [])):
-            raise ValueError
-    except ValueError:
-        print(f"protocols_bench: skipped: phos doctor finds no usable CRIU:\n{doctor.stdout}", file=sys.stderr)
+    if not can_checkpoint(a.phos, "protocols_bench"):
         return 77
 
     runtime_dir = pathlib.Path(tempfile.mkdtemp(prefix="phos-bench-proto-", dir="/tmp"))

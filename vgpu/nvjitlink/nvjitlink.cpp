@@ -20,11 +20,11 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <algorithm>
 #include <iterator>
 #include <mutex>
 #include <set>
@@ -45,7 +45,7 @@ struct nvJitLink {
     std::string name;
   };
   std::vector<Input> lto;  // LTO-IR, linked by NVIDIA's nvJitLink
-  std::string linked;  // the PTX and its NUL, after Complete
+  std::string linked;      // the PTX and its NUL, after Complete
   std::string errorLog, infoLog;
 };
 
