@@ -76,7 +76,7 @@ struct CheckpointArgs {
   std::string compress = "none";
   std::string mode = "cow";
   uint64_t cowReserveMib = 0;  // 0: phosd's default
-  std::string peerOffload = "exact";
+  std::string peerOffload;      // empty: phosd's default (exact)
   std::string runtimeDir;
   bool leaveRunning = false;
   bool json = false;
@@ -146,7 +146,7 @@ int runCheckpoint(const CheckpointArgs& args) {
                   {"compress", args.compress},
                   {"mode", args.mode}};
   if (args.cowReserveMib > 0) request["cow_reserve_bytes"] = args.cowReserveMib << 20;
-  request["peer_offload"] = args.peerOffload;
+  if (!args.peerOffload.empty()) request["peer_offload"] = args.peerOffload;
   std::string socket = ipc::controlSocketPath(runtimeDirOf(args.runtimeDir));
   // A session busy with another checkpoint, or loading its memory after a
   // concurrent restore, takes this one when it is done.

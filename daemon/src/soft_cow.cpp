@@ -283,11 +283,19 @@ Status SoftCopyOnWrite::run(const std::function<void(uint64_t)>& advanced) {
     const CUcontext context = fromShadow ? e->shadowContext : e->buffer.context;
     CUstream stream = copyStreams_.of(context);
     const uint64_t bytes = e->buffer.bytes;
+    const char* step = "cuCtxSetCurrent";
     CUresult r = PHOS_DRIVER(driver_, CtxSetCurrent)(context);
-    if (r == CUDA_SUCCESS) r = PHOS_DRIVER(driver_, MemcpyDtoHAsync_v2)(staging.data(), source, bytes, stream);
-    if (r == CUDA_SUCCESS) r = PHOS_DRIVER(driver_, StreamSynchronize)(stream);
+    if (r == CUDA_SUCCESS) {
+      step = "cuMemcpyDtoHAsync";
+      r = PHOS_DRIVER(driver_, MemcpyDtoHAsync_v2)(staging.data(), source, bytes, stream);
+    }
+    if (r == CUDA_SUCCESS) {
+      step = "cuStreamSynchronize";
+      r = PHOS_DRIVER(driver_, StreamSynchronize)(stream);
+    }
     if (r != CUDA_SUCCESS) {
-      status = driverStatus(r, fmt::format("saving device memory at {:#x}", e->buffer.address));
+      status = driverStatus(r, fmt::format("saving device memory at {:#x}{} ({})", e->buffer.address,
+                                           fromShadow ? fmt::format(" from its shadow at {:#x}", source) : "", step));
     } else {
       status = writer_.writeChunk(e->buffer.blob, e->chunk, {staging.data(), bytes});
     }

@@ -180,6 +180,25 @@ def test_cow_image_is_the_state_at_the_quiesce_point(criu, phos, slow_copies, tm
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
+def test_checkpoints_in_a_row_of_one_session(criu, phos, phosd, tmp_path):
+    """Each copy-on-write checkpoint registers a staging buffer with the driver
+    and must unregister it: a registration left behind covered the next one's
+    memory, and every other checkpoint failed with CUresult 1."""
+    client = Client(phos, phosd, tmp_path)
+    try:
+        client.wait_iterations(2)
+        for n in range(4):
+            report = checkpoint(phos, phosd, client.proc.pid, tmp_path / f"image{n}")
+            assert report["protocol"] == "soft-copy-on-write", report
+        client.wait_iterations(client.iterations() + 1)
+    finally:
+        client.stop()
+    for n in range(4):
+        verify = subprocess.run([str(phos), "verify", str(tmp_path / f"image{n}")], capture_output=True, text=True,
+                                timeout=TIMEOUT)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
 def test_a_write_outside_the_speculated_buffers_falls_back_to_stop_the_world(criu, phos, slow_copies, tmp_path):
     phosd, _ = slow_copies
     client = Client(phos, phosd, tmp_path, spill_every=1)
