@@ -64,15 +64,22 @@ class PtxSemantics : public ::testing::Test {
 
 uint32_t f2u(float f) { return std::bit_cast<uint32_t>(f); }
 
-// cvt forms the engine does not execute are refused when the module loads,
-// naming the form, instead of producing wrong values.
-TEST_F(PtxSemantics, UnsupportedCvtFormsAreRefusedAtLoad) {
-  for (const std::string& inst : {std::string("cvt.rm.tf32.f32 %r1, %f1;"),
-                                  std::string("cvt.rn.satfinite.e2m1x2.f32 %h1, %f1, %f2;"),
-                                  std::string("cvt.rs.satfinite.bf16x2.f32 %r1, %f1, %f2, %r2;")}) {
-    Status st = module_.load(kernel(inst));
-    EXPECT_THAT(st, StatusIs(Code::kNotSupported, HasSubstr("cvt"))) << inst;
-    EXPECT_THAT(st.message(), HasSubstr("is not supported")) << inst;
+// cvt forms the engine does not execute fault when executed, naming the
+// form, instead of producing wrong values; the module loads (its other
+// kernels may run), and a thread that skips the instruction is unaffected.
+TEST_F(PtxSemantics, UnsupportedCvtFormsFaultWhenExecuted) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"cvt.rm.tf32.f32 %r1, %f1;", "cvt.rm.tf32.f32"},
+      {"cvt.rn.satfinite.e2m1x2.f32 %h1, %f1, %f2;", "cvt.rn.satfinite.e2m1x2.f32"},
+      {"cvt.rs.satfinite.bf16x2.f32 %r1, %f1, %f2, %r2;", "cvt.rs.satfinite.bf16x2.f32"}};
+  for (const auto& [inst, name] : cases) {
+    ASSERT_THAT(module_.load(kernel("setp.ne.u32 %p1, %r0, 0;\n  @%p1 " + inst)), IsOk()) << inst;
+    uint32_t* in = module_.memory().alloc<uint32_t>(4);
+    uint32_t* out = module_.memory().alloc<uint32_t>(4);
+    EXPECT_THAT(module_.launch("k", {1}, {1}, Params().add(out).add(in)), IsOk()) << inst;  // thread 0 skips it
+    EXPECT_THAT(module_.launch("k", {1}, {2}, Params().add(out).add(in)),
+                StatusIs(Code::kFailedPrecondition, HasSubstr(name + " is not supported by vgpu")))
+        << inst;
   }
 }
 
@@ -167,11 +174,15 @@ TEST_F(PtxSemantics, AsyncCopyFaults) {
               IsOk());
   EXPECT_THAT(module_.launch("k", {1}, {1}, Params().add(out).add(in)),
               StatusIs(Code::kFailedPrecondition, HasSubstr("ILLEGAL_ADDRESS")));
-  // Bulk copies (sm_90) are refused when the module loads, named.
-  Status bulk = module_.load(kernel(
-      "mov.u32 %r1, buf;\n  cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd2], 16, [%r1];",
-      prelude));
-  EXPECT_THAT(bulk, StatusIs(Code::kNotSupported, HasSubstr("cp.async.bulk")));
+  // Bulk copies (sm_90) fault when executed, named.
+  ASSERT_THAT(module_.load(kernel(
+                  "mov.u32 %r1, buf;\n  cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd2], "
+                  "16, [%r1];",
+                  prelude)),
+              IsOk());
+  EXPECT_THAT(module_.launch("k", {1}, {1}, Params().add(out).add(in)),
+              StatusIs(Code::kFailedPrecondition,
+                       HasSubstr("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes is not supported")));
 }
 
 // fns: the PTX ISA's examples, and the edges of its pseudo-code.

@@ -87,6 +87,9 @@ struct Inst {
       Builtin::kNone;
   const ptx::Instruction* source = nullptr;  // for fault messages
   bool ignoreSrc = false;  // cp.async: the fourth operand is ignore-src (a predicate), not src-size
+  // A cvt or cp form the interpreter cannot execute, as written: executing it
+  // faults with this name (the module still loads: its other code may run).
+  std::string unsupported;
 };
 
 struct Function {
