@@ -87,10 +87,17 @@ struct Inst {
       Builtin::kNone;
   const ptx::Instruction* source = nullptr;  // for fault messages
   bool ignoreSrc = false;  // cp.async: the fourth operand is ignore-src (a predicate), not src-size
-  // A cvt or cp form the interpreter cannot execute, as written: executing it
-  // faults with this name (the module still loads: its other code may run).
-  std::string unsupported;
+  // A cvt or cp form the interpreter cannot execute: executing it faults,
+  // naming the form (the module still loads: its other code may run).
+  bool unsupported = false;
 };
+
+// An instruction's opcode and modifiers as written ("cvt.rn.satfinite.e2m1x2.f32").
+inline std::string spelledForm(const ptx::Instruction& in) {
+  std::string text(ptx::name(in.opcode));
+  for (const ptx::Mod& mod : in.mods) text += "." + ptx::modName(mod);
+  return text;
+}
 
 struct Function {
   std::string name;

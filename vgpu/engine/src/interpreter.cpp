@@ -1055,7 +1055,7 @@ class BlockRunner {
   // nothing left to wait for. Bytes past src-size, all of them when ignore-src
   // holds, are written as zeros; only src-size bytes are read.
   Step executeAsyncCopy(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
-    if (!in.unsupported.empty()) return exec ? unsupportedForm(w, in, exec) : Step::kContinue;
+    if (in.unsupported) return exec ? unsupportedForm(w, in, exec) : Step::kContinue;
     if (in.m.has(Flag::kCommitGroup) || in.m.has(Flag::kWaitGroup) || in.m.has(Flag::kWaitAll)) {
       return Step::kContinue;
     }
@@ -1904,11 +1904,11 @@ class BlockRunner {
 
   Step unsupportedForm(Warp& w, const Inst& in, uint32_t exec) {
     return raise(KernelFault::kIllegalInstruction, w, in, std::countr_zero(exec),
-                 fmt::format("{} is not supported by vgpu", in.unsupported));
+                 fmt::format("{} is not supported by vgpu", spelledForm(*in.source)));
   }
 
   Step executeCvt(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
-    if (!in.unsupported.empty()) return exec ? unsupportedForm(w, in, exec) : Step::kContinue;
+    if (in.unsupported) return exec ? unsupportedForm(w, in, exec) : Step::kContinue;
     if (in.type == Type::kTF32) return executeCvtTf32(w, f, in, exec);
     if (in.type == Type::kE4M3x2 || in.type == Type::kE5M2x2 || in.type2 == Type::kE4M3x2 ||
         in.type2 == Type::kE5M2x2) {

@@ -129,13 +129,6 @@ bool cvtSupported(const ptx::Modifiers& m) {
           (m.rounding == ptx::Rounding::kRna || m.rounding == ptx::Rounding::kRn || m.rounding == ptx::Rounding::kRz));
 }
 
-// The opcode and its modifiers as written ("cvt.rn.satfinite.e2m1x2.f32").
-std::string spelled(const ptx::Instruction& in) {
-  std::string text(ptx::name(in.opcode));
-  for (const ptx::Mod& mod : in.mods) text += "." + ptx::modName(mod);
-  return text;
-}
-
 class FunctionLowering {
  public:
   FunctionLowering(const ptx::Function& fn, Function& out,
@@ -376,7 +369,7 @@ class FunctionLowering {
       other = other || name == "reduce" || name == "tensor" || name == "mbarrier" || name == "bulk";
     }
     if (!in.m.has(ptx::Flag::kAsync) || other) {
-      inst.unsupported = spelled(in);
+      inst.unsupported = true;
       return Status::ok();
     }
     if (in.m.has(ptx::Flag::kCommitGroup) || in.m.has(ptx::Flag::kWaitGroup) || in.m.has(ptx::Flag::kWaitAll)) {
@@ -385,14 +378,14 @@ class FunctionLowering {
     const bool toShared = in.m.space == StateSpace::kShared || in.m.space == StateSpace::kSharedCta ||
                           in.m.space == StateSpace::kSharedCluster;
     if (!toShared || in.m.space2 != StateSpace::kGlobal) {
-      inst.unsupported = spelled(in);
+      inst.unsupported = true;
       return Status::ok();
     }
     const auto& ops = in.operands;
     if (ops.size() < 3 || ops[0].kind != OperandKind::kAddress || ops[1].kind != OperandKind::kAddress ||
         ops[2].kind != OperandKind::kImmInt || (ops[2].value != 4 && ops[2].value != 8 && ops[2].value != 16)) {
       return makeError(Code::kInvalidArgument, "line {}: {} needs [dst], [src] and a cp-size of 4, 8 or 16", in.line,
-                       spelled(in));
+                       spelledForm(in));
     }
     if (ops.size() >= 4 && ops[3].kind == OperandKind::kRegister) {
       const Sym* s = lookup(ops[3].name);
@@ -445,7 +438,7 @@ class FunctionLowering {
       inst.ops.push_back(std::move(lo));
     }
     if (in.opcode == ptx::Opcode::kCp) RETURN_IF_ERROR(lowerAsyncCopy(in, inst));
-    if (in.opcode == ptx::Opcode::kCvt && !cvtSupported(in.m)) inst.unsupported = spelled(in);
+    if (in.opcode == ptx::Opcode::kCvt && !cvtSupported(in.m)) inst.unsupported = true;
     if (inst.ops.size() < minOperands(in.opcode, in.m)) {
       return makeError(Code::kInvalidArgument, "line {}: {} needs at least {} operands",
                        in.line, ptx::name(in.opcode), minOperands(in.opcode, in.m));
