@@ -46,6 +46,7 @@
 #include "session.h"
 #include "soft_cow.h"
 #include "soft_recopy.h"
+#include "staging_buffer.h"
 
 namespace phos::daemon {
 
@@ -139,16 +140,13 @@ bool isPtx(const std::vector<char>& image) {
 class ChunkCopier {
  public:
   ChunkCopier(const DriverTable& driver, size_t chunkBytes) : driver_(driver), chunkBytes_(chunkBytes) {}
-  ~ChunkCopier() { release(); }
 
   // Needs a context current (the buffers are registered portable).
   Status prepare() {
     for (int k = 0; k < 2; ++k) {
-      void* p = nullptr;
-      if (posix_memalign(&p, 4096, chunkBytes_) != 0) return makeError(Code::kResourceExhausted, "no staging memory");
-      buffers_[k] = static_cast<std::byte*>(p);
-      registered_[k] = PHOS_DRIVER(driver_, MemHostRegister_v2)(p, chunkBytes_, CU_MEMHOSTREGISTER_PORTABLE) ==
-                       CUDA_SUCCESS;
+      staging_[k] = std::make_unique<StagingBuffer>(driver_, chunkBytes_);
+      RETURN_IF_ERROR(staging_[k]->allocate());
+      buffers_[k] = staging_[k]->data();
     }
     return Status::ok();
   }
@@ -197,20 +195,12 @@ class ChunkCopier {
     return driverStatus(PHOS_DRIVER(driver_, CtxSynchronize)(), "waiting for a device copy");
   }
 
-  void release() {
-    for (int k = 0; k < 2; ++k) {
-      if (buffers_[k] == nullptr) continue;
-      if (registered_[k]) PHOS_DRIVER(driver_, MemHostUnregister)(buffers_[k]);
-      std::free(buffers_[k]);
-      buffers_[k] = nullptr;
-    }
-  }
 
  private:
   const DriverTable& driver_;
   size_t chunkBytes_;
-  std::byte* buffers_[2] = {};
-  bool registered_[2] = {};
+  std::unique_ptr<StagingBuffer> staging_[2];
+  std::byte* buffers_[2] = {};  // their memory
 };
 
 // Reports progress of one phase at most every 50 ms (and at its end).
@@ -265,19 +255,11 @@ class StagedWrite {
   // Registers the memory with the driver (in the current context), so that
   // copies into it run at the copy engine's rate; unregistered, they still work.
   void registerMemory() {
-    if (registered_) return;
-    PHOS_DRIVER(driver_, CtxGetCurrent)(&context_);
-    registered_ = PHOS_DRIVER(driver_, MemHostRegister_v2)(data_, bytes_, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS;
+    if (!registration_.registered()) registration_.add(data_, bytes_);
   }
   ~StagedWrite() {
     join();
-    if (registered_) {
-      CUcontext previous = nullptr;
-      PHOS_DRIVER(driver_, CtxGetCurrent)(&previous);
-      PHOS_DRIVER(driver_, CtxSetCurrent)(context_);
-      PHOS_DRIVER(driver_, MemHostUnregister)(data_);
-      PHOS_DRIVER(driver_, CtxSetCurrent)(previous);
-    }
+    registration_.release();
     if (data_ != nullptr) munmap(data_, bytes_);
   }
   std::byte* data() const { return data_; }
@@ -338,10 +320,9 @@ class StagedWrite {
   }
 
   const DriverTable& driver_;
-  CUcontext context_ = nullptr;
+  HostRegistration registration_{driver_};
   std::byte* data_ = nullptr;
   uint64_t bytes_ = 0;
-  bool registered_ = false;
   std::vector<Item> items_;
   std::vector<std::pair<const Item*, uint64_t>> chunks_;
   uint64_t total_ = 0;

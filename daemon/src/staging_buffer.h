@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // StagingBuffer: page-aligned host memory registered with the driver, through
-// which the concurrent protocols move chunks between the device and the image.
+// which the engine moves chunks between the device and the image; and the
+// registration itself (HostRegistration).
 #pragma once
 
 #include <cuda.h>
@@ -13,45 +14,66 @@
 
 namespace phos::daemon {
 
+// A registration of host memory with the driver, portable (any context may
+// copy through it), undone in the context that made it: cuMemHostUnregister
+// needs a current context, and the owner may have made none (or another one)
+// current by then. A registration left behind would cover whatever memory
+// later reuses these addresses.
+class HostRegistration {
+ public:
+  explicit HostRegistration(const DriverTable& driver) : driver_(driver) {}
+  ~HostRegistration() { release(); }
+  HostRegistration(const HostRegistration&) = delete;
+  HostRegistration& operator=(const HostRegistration&) = delete;
+
+  // Registers [p, p + bytes) in the current context. Unregistered (the driver
+  // refused) the memory still works, at pageable speed.
+  void add(void* p, size_t bytes) {
+    release();
+    PHOS_DRIVER(driver_, CtxGetCurrent)(&context_);
+    if (PHOS_DRIVER(driver_, MemHostRegister_v2)(p, bytes, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS) memory_ = p;
+  }
+  bool registered() const { return memory_ != nullptr; }
+  void release() {
+    if (memory_ == nullptr) return;
+    CUcontext saved = nullptr;
+    PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
+    PHOS_DRIVER(driver_, CtxSetCurrent)(context_);
+    PHOS_DRIVER(driver_, MemHostUnregister)(memory_);
+    PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
+    memory_ = nullptr;
+  }
+
+ private:
+  const DriverTable& driver_;
+  void* memory_ = nullptr;
+  CUcontext context_ = nullptr;  // current when it was registered
+};
+
 class StagingBuffer {
  public:
-  StagingBuffer(const DriverTable& driver, size_t bytes) : driver_(driver), bytes_(bytes) {}
+  StagingBuffer(const DriverTable& driver, size_t bytes) : registration_(driver), bytes_(bytes) {}
   ~StagingBuffer() {
-    if (data_ == nullptr) return;
-    if (registered_) {
-      // cuMemHostUnregister needs a current context: the one that registered
-      // it (the caller may have made none current by now). A registration
-      // left behind would cover whatever memory reuses these addresses.
-      CUcontext saved = nullptr;
-      PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
-      PHOS_DRIVER(driver_, CtxSetCurrent)(context_);
-      PHOS_DRIVER(driver_, MemHostUnregister)(data_);
-      PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
-    }
+    registration_.release();
     std::free(data_);
   }
   StagingBuffer(const StagingBuffer&) = delete;
   StagingBuffer& operator=(const StagingBuffer&) = delete;
 
-  // Registered portable, in the current context: any context may copy
-  // through it. Unregistered (the driver refused) it still works, at pageable
-  // speed.
+  // Registered in the current context (HostRegistration).
   Status allocate() {
     void* p = nullptr;
     if (posix_memalign(&p, 4096, bytes_) != 0) return makeError(Code::kResourceExhausted, "no staging memory");
     data_ = static_cast<std::byte*>(p);
-    PHOS_DRIVER(driver_, CtxGetCurrent)(&context_);
-    registered_ = PHOS_DRIVER(driver_, MemHostRegister_v2)(p, bytes_, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS;
+    registration_.add(p, bytes_);
     return Status::ok();
   }
   std::byte* data() const { return data_; }
 
  private:
-  const DriverTable& driver_;
+  HostRegistration registration_;
   size_t bytes_;
   std::byte* data_ = nullptr;
-  CUcontext context_ = nullptr;  // current when it was registered
-  bool registered_ = false;
 };
 
 }  // namespace phos::daemon
