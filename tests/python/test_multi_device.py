@@ -84,8 +84,11 @@ def test_multi_device_cow_checkpoint_restores_bit_exactly(criu, phos, slow_phosd
         assert not lent and cow["peer_shadowed_chunks"] == 0, cow
     else:
         # Device 0 may shadow on its peers, and did: the job writes 8 MiB of
-        # its state per step while its 120 MiB are saved.
-        assert lent and all(t["from"] == 0 for t in lent), plan
+        # its state per step while its 120 MiB are saved. Device 1 is short
+        # too (60 MiB against a reserve of about 48), so only device 2 lends;
+        # whether device 1's few chunks go there or wait depends on the link
+        # rates measured.
+        assert any(t["from"] == 0 for t in lent) and all(t["to"] == 2 for t in lent), plan
         assert cow["peer_shadowed_chunks"] > 0 and cow["peer_shadowed_bytes"] > 0, cow
     after, _, _ = restore(phos, slow_phosd, image, env)
     after_checkpoint(ref, after, asked, len(ref) - 1)
