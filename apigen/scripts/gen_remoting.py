@@ -1,26 +1,37 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-# Generates the call serializers of the shim (client) and phosd (server) from apigen's model of cuda.h.
-"""Usage: gen_remoting.py CUDA_API_JSON REMOTING_JSON {client|server|report} OUTPUT [--handles HEADER]
+# Generates the whole shim-daemon wire from apigen's model of cuda.h and apigen/remoting.json.
+"""Usage: gen_remoting.py CUDA_API_JSON REMOTING_JSON OUTDIR
 
 CUDA_API_JSON is apigen's model of cuda.h (the one source of truth for the API
-surface); REMOTING_JSON (apigen/remoting.json) names the entry points that are
-handwritten ("custom") or not remoted yet ("excluded"). Every other entry point
-whose parameters all have a generic encoding gets a generated serializer:
+surface). REMOTING_JSON (apigen/remoting.json) says, per public entry point
+name, what is special about it; docs/remoting.md explains the annotations.
+Every variant of a name (_v2, _ptds, _ptsz, an older ABI revision with the same
+signature) is generated from that one annotation.
 
-  client  shim side: one function per entry point with the cuda.h signature that
-          encodes the call into a ring slot, waits for the reply and decodes the
-          outputs; installGenerated() puts them in the dispatch table.
-  server  daemon side: one function per entry point that decodes the call,
-          translates virtual handles, checks device pointers against the
-          session, calls the driver and encodes the reply.
-  report  a text list: generated / posted / custom / excluded / no generic encoding (why).
+Writes into OUTDIR:
+  wire_messages.h    per remoted symbol, its request and reply messages and
+                     their encoding (put/get): the one definition of the wire
+  remote_client.cpp  the shim: per symbol, a function with the cuda.h
+                     signature that fills the request, sends it and applies
+                     the reply; installGenerated() fills the dispatch table
+                     with them and with the shim's local answers
+  client_hooks.h     what the shim writes by hand: local answers, prologues,
+                     epilogues and "post this call?" predicates
+  remote_server.cpp  phosd: per symbol, decode, translate handles, check
+                     pointers, call the driver or the handwritten hook, reply
+  server_hooks.h     the hooks phosd writes by hand
+  handle_types.h     the handle types the session's handle table tags ids with
+  remoting_report.txt  every entry point and how it is served
 
---handles also writes the enum of handle types the session's handle table tags ids with.
-
-The encoding of each parameter is documented in common/include/phos/common/ipc/wire.h.
+Any inconsistency stops the build: an annotation naming an unknown entry
+point, parameter or encoding; an entry point that is neither remoted, local
+nor excluded; a remoted one matched by an excluded prefix; an encoding that
+needs a hook on an entry without one. A hook the annotation promises and no
+code defines fails at link time.
 """
 import json
+import os
 import sys
 
 SCALARS = {
@@ -31,6 +42,20 @@ SCALARS = {
 PLAIN_STRUCTS = {
     'struct CUuuid_st', 'struct CUdevprop_st', 'struct CUmemLocation_st',
 }
+# Encodings whose meaning only a handwritten server hook can give.
+HOOK_ONLY = {'address', 'image', 'file_image', 'out_array', 'out_handle_array', 'out_bytes',
+             'out_bytes_array', 'kernel_params', 'launch_config', 'descriptor', 'skip'}
+# Encodings that take an argument: the parameter holding a count, or a type.
+WITH_ARGUMENT = {'array', 'out_array', 'out_handle_array', 'out_string', 'out_bytes_array', 'in_as'}
+ENCODINGS = {'value', 'deviceptr', 'handle', 'stream', 'function', 'string', 'in', 'in_as', 'out', 'inout',
+             'out_handle', 'out_cstring'} | HOOK_ONLY | WITH_ARGUMENT
+EXTRA_TYPES = {'u32': 'uint32_t', 'u64': 'uint64_t', 'string': 'ipc::Text'}
+# Largest string buffer phosd lends the driver for an out_string parameter.
+MAX_OUT_STRING = 4096
+
+
+class Error(Exception):
+    pass
 
 
 def handle_struct(canonical):
@@ -41,91 +66,435 @@ def handle_struct(canonical):
     return None
 
 
-def pointee(canonical):
-    t = canonical.strip()
-    assert t.endswith('*')
+def pointee(written):
+    t = written.strip()
+    assert t.endswith('*'), written
     return t[:-1].strip()
 
 
-def encoding(entry, param):
-    """(rule, detail) for a parameter, or (None, why) when it has no generic encoding."""
-    kind, canonical, direction = param['kind'], param['canonicalType'], param['direction']
-    written = param['type'].strip()
-    if kind == 'value':
-        if written in ('CUdeviceptr_v1',):
-            return None, f"{param['name']}: 32-bit device pointer (legacy ABI)"
-        if written == 'CUdeviceptr':
-            return 'deviceptr', None
-        if canonical.startswith('struct ') or canonical.startswith('union '):
-            if canonical not in PLAIN_STRUCTS:
-                return None, f"{param['name']}: struct {canonical} passed by value"
-        return 'value', None
-    if kind == 'handle':
-        return 'handle', handle_struct(canonical)
-    if kind in ('callback', 'address'):
-        return None, f"{param['name']}: {kind}"
-    target = pointee(canonical)
-    base = target.replace('const ', '').strip()
-    if direction == 'in':
-        if target == 'const char':
-            return 'string', None
-        if base in PLAIN_STRUCTS:
-            return 'in', None
-        return None, f"{param['name']}: in pointer to {target} (single value or array?)"
-    if base == 'char' or base.startswith('void'):
-        return None, f"{param['name']}: {direction} pointer to {target}"
-    h = handle_struct(base)
-    if h is not None and direction == 'out':
-        return 'out_handle', h
-    if base in SCALARS or base.startswith('enum ') or base in PLAIN_STRUCTS:
-        return ('out' if direction == 'out' else 'inout'), None
-    return None, f"{param['name']}: {direction} pointer to {target}"
-
-
-def classify(model, policy):
-    custom, excluded = policy['custom'], policy['excluded']
-    out = []
-    seen = set()
-    for e in model['entryPoints']:
-        name, sym = e['publicName'], e['symbol']
-        if not sym.startswith('cu') or sym in seen:
-            continue
-        seen.add(sym)
-        if name in custom:
-            out.append((e, 'custom', custom[name], None))
-            continue
-        # The longest prefix: "cuLaunchHostFunc" is not the pre-CUDA-4 "cuLaunch".
-        prefix = max((p for p in excluded if name.startswith(p)), key=len, default=None)
-        if prefix is not None:
-            out.append((e, 'excluded', excluded[prefix], None))
-            continue
-        if e['origin'] == 'legacy':
-            out.append((e, 'excluded', 'an older ABI revision', None))
-            continue
-        rules, why = [], []
-        for p in e['params']:
-            rule, detail = encoding(e, p)
-            if rule is None:
-                why.append(detail)
-            rules.append((p, rule, detail))
-        if why:
-            out.append((e, 'none', '; '.join(why), None))
-        else:
-            out.append((e, 'posted' if name in policy.get('posted', {}) else 'generated', '', rules))
-    return out
+def bare(t):
+    return t.replace('const ', '').strip()
 
 
 def enumerator(symbol):
     return 'k' + symbol[0].upper() + symbol[1:]
 
 
-def decl(param, name):
-    """A C declaration of a local holding the parameter's type."""
-    return f"{param['type']} {name}"
+class Param:
+    def __init__(self, p):
+        self.name = p['name']
+        self.type = p['type'].strip()
+        self.canonical = p['canonicalType']
+        self.kind = p['kind']
+        self.direction = p['direction']
+        self.enc = None      # encoding name
+        self.arg = None      # its argument (a count parameter or a type)
+        self.handle = None   # the handle struct for handle encodings
+
+    def default_encoding(self):
+        """(encoding, None) or (None, why there is no generic one)."""
+        kind, canonical, direction = self.kind, self.canonical, self.direction
+        if kind == 'value':
+            if self.type == 'CUdeviceptr_v1':
+                return None, f'{self.name}: 32-bit device pointer (legacy ABI)'
+            if self.type == 'CUdeviceptr':
+                return 'deviceptr', None
+            if (canonical.startswith('struct ') or canonical.startswith('union ')) and canonical not in PLAIN_STRUCTS:
+                return None, f'{self.name}: struct {canonical} passed by value'
+            return 'value', None
+        if kind == 'handle':
+            h = handle_struct(canonical)
+            if h == 'CUstream_st':
+                return 'stream', None
+            if h == 'CUfunc_st':
+                return 'function', None
+            return 'handle', None
+        if kind in ('callback', 'address'):
+            return None, f'{self.name}: {kind}'
+        target = pointee(canonical)
+        base = bare(target)
+        if direction == 'in':
+            if target == 'const char':
+                return 'string', None
+            if base in PLAIN_STRUCTS:
+                return 'in', None
+            return None, f'{self.name}: in pointer to {target} (single value or array?)'
+        if base == 'char' or base.startswith('void'):
+            return None, f'{self.name}: {direction} pointer to {target}'
+        if handle_struct(base) is not None and direction == 'out':
+            return 'out_handle', None
+        if base in SCALARS or base.startswith('enum ') or base in PLAIN_STRUCTS:
+            return ('out' if direction == 'out' else 'inout'), None
+        return None, f'{self.name}: {direction} pointer to {target}'
 
 
-HEADER = ('// Generated by apigen/scripts/gen_remoting.py from {json} and apigen/remoting.json; do not edit.\n')
+class Entry:
+    """One exported symbol and how it is served."""
 
+    def __init__(self, e):
+        self.symbol = e['symbol']
+        self.public = e['publicName']
+        self.origin = e['origin']
+        self.params = [Param(p) for p in e['params']]
+        self.signature = tuple(p['canonicalType'] for p in e['params'])
+        self.status = None    # generated | posted | local | excluded
+        self.why = ''
+        self.annotation = {}
+        self.hook = False
+        self.prologue = False
+        self.epilogue = False
+        self.posted = 'never'
+        self.extras = []      # [(name, type)] outputs beyond the parameters
+
+    def param(self, name):
+        return next((p for p in self.params if p.name == name), None)
+
+    @property
+    def per_thread(self):
+        return self.origin == 'per-thread'
+
+    def outputs(self):
+        return [p for p in self.params if p.enc in OUTPUT_ENCODINGS] or self.extras
+
+
+OUTPUT_ENCODINGS = {'out', 'inout', 'out_handle', 'out_array', 'out_handle_array', 'out_string', 'out_cstring',
+                    'out_bytes', 'out_bytes_array'}
+
+
+def parse_encoding(text):
+    enc, _, arg = text.partition(':')
+    return enc.strip(), (arg.strip() or None)
+
+
+def classify(model, policy, where):
+    """Entry objects for every cu* symbol, each with its status and encodings."""
+    local, remoted, excluded = policy.get('local', {}), policy.get('remoted', {}), policy.get('excluded', {})
+    entries, seen = [], set()
+    for e in model['entryPoints']:
+        if not e['symbol'].startswith('cu') or e['symbol'] in seen:
+            continue
+        seen.add(e['symbol'])
+        entries.append(Entry(e))
+    by_name = {}
+    for e in entries:
+        by_name.setdefault(e.public, []).append(e)
+
+    # Every name the policy mentions exists; no name is in two sections.
+    for section in (local, remoted):
+        for name in section:
+            if name.startswith('_'):
+                continue
+            if name not in by_name:
+                raise Error(f'{where}: {name} is not an entry point of cuda.h')
+    for name in set(local) & set(remoted):
+        raise Error(f'{where}: {name} is both local and remoted')
+    def matches(key, name):
+        # "cuGraph*" is a family of names; "cuLaunch" is that one name.
+        return name.startswith(key[:-1]) if key.endswith('*') else name == key
+
+    for key in excluded:
+        if not any(matches(key, n) for n in by_name):
+            raise Error(f'{where}: excluded {key} matches no entry point')
+
+    def excluded_by(name):
+        # The most specific key: "cuMemPoolExport*" before "cuMemPool*".
+        return max((k for k in excluded if matches(k, name)), key=len, default=None)
+
+    for name, variants in by_name.items():
+        current = {v.signature for v in variants if v.origin != 'legacy'}
+        prefix = excluded_by(name)
+        if name in local or name in remoted:
+            if prefix is not None:
+                raise Error(f'{where}: {name} is {"local" if name in local else "remoted"} '
+                            f'and excluded (by {prefix})')
+        annotation = remoted.get(name, {})
+        for v in variants:
+            if prefix is not None:
+                v.status, v.why = 'excluded', excluded[prefix]
+            elif name in local:
+                v.status, v.why = 'local', local[name]
+            elif (v.origin == 'legacy' and v.signature not in current and isinstance(annotation, dict) and
+                  annotation.get('server') == 'hook' and v.symbol not in annotation.get('revisions', [])):
+                # An older ABI revision of a hooked entry point needs a hook
+                # of its own: served only when the annotation lists it.
+                v.status, v.why = 'excluded', 'an older ABI revision'
+        if name in local or prefix is not None:
+            continue
+        if not isinstance(annotation, dict):
+            raise Error(f'{where}: remoted.{name} must be an object')
+        check_annotation(name, annotation, variants, where)
+        for v in variants:
+            if v.status is not None:
+                continue
+            apply_annotation(v, annotation, current, where)
+    return entries
+
+
+ANNOTATION_KEYS = {'why', 'server', 'client', 'posted', 'params', 'reply', 'revisions'}
+
+
+def check_annotation(name, a, variants, where):
+    unknown = set(a) - ANNOTATION_KEYS
+    if unknown:
+        raise Error(f'{where}: remoted.{name}: unknown key(s) {", ".join(sorted(unknown))}')
+    if a and 'why' not in a:
+        raise Error(f'{where}: remoted.{name}: say why it is special ("why")')
+    if a.get('server', 'driver') not in ('driver', 'hook'):
+        raise Error(f'{where}: remoted.{name}: server must be "hook"')
+    for c in a.get('client', []):
+        if c not in ('prologue', 'epilogue'):
+            raise Error(f'{where}: remoted.{name}: client hooks are "prologue" and "epilogue", not "{c}"')
+    if a.get('posted', 'never') not in ('never', 'always', 'hook'):
+        raise Error(f'{where}: remoted.{name}: posted must be "always" or "hook"')
+    for pname, text in a.get('params', {}).items():
+        enc, arg = parse_encoding(text)
+        if enc not in ENCODINGS:
+            raise Error(f'{where}: remoted.{name}.params.{pname}: unknown encoding "{enc}"')
+        if not any(v.param(pname) for v in variants):
+            raise Error(f'{where}: remoted.{name}.params: {pname} is not a parameter of {name}')
+        if (enc in WITH_ARGUMENT) != (arg is not None):
+            raise Error(f'{where}: remoted.{name}.params.{pname}: "{enc}" '
+                        + ('needs an argument ("enc:count")' if arg is None else 'takes no argument'))
+        if enc in HOOK_ONLY and a.get('server') != 'hook':
+            raise Error(f'{where}: remoted.{name}.params.{pname}: "{enc}" needs "server": "hook"')
+    for symbol in a.get('revisions', []):
+        if not any(v.symbol == symbol and v.origin == 'legacy' for v in variants):
+            raise Error(f'{where}: remoted.{name}.revisions: {symbol} is not an older revision of {name}')
+    for ename, etype in a.get('reply', {}).items():
+        if etype not in EXTRA_TYPES:
+            raise Error(f'{where}: remoted.{name}.reply.{ename}: type must be one of {", ".join(EXTRA_TYPES)}')
+    if a.get('reply') and (a.get('server') != 'hook' or 'epilogue' not in a.get('client', [])):
+        raise Error(f'{where}: remoted.{name}: reply extras need a server hook and a client epilogue')
+
+
+def apply_annotation(v, a, current, where):
+    v.annotation = a
+    v.hook = a.get('server') == 'hook'
+    v.prologue = 'prologue' in a.get('client', [])
+    v.epilogue = 'epilogue' in a.get('client', [])
+    v.posted = a.get('posted', 'never')
+    v.extras = list(a.get('reply', {}).items())
+    overrides = a.get('params', {})
+    # The launch's `extra` travels with its kernel parameters.
+    if any(parse_encoding(t)[0] == 'kernel_params' for t in overrides.values()) and v.param('extra') is not None:
+        overrides = dict(overrides, extra='skip')
+    missing = []
+    for p in v.params:
+        if p.name in overrides:
+            p.enc, p.arg = parse_encoding(overrides[p.name])
+        else:
+            p.enc, why = p.default_encoding()
+            if p.enc is None:
+                missing.append(why)
+        if p.enc in ('handle', 'out_handle', 'out_handle_array'):
+            target = p.canonical if p.enc == 'handle' else pointee(p.canonical)
+            p.handle = handle_struct(target)
+            if p.handle is None:
+                raise Error(f'{where}: {v.symbol}.{p.name}: "{p.enc}" on a parameter that is not a handle')
+        if p.arg is not None and p.enc != 'in_as' and v.param(p.arg) is None:
+            raise Error(f'{where}: {v.symbol}.{p.name}: count parameter {p.arg} does not exist')
+    if missing and v.origin == 'legacy' and v.signature not in current:
+        v.status, v.why = 'excluded', 'an older ABI revision (' + '; '.join(missing) + ')'
+        return
+    if missing:
+        raise Error(f'{where}: {v.symbol} has no encoding for ' + '; '.join(missing) +
+                    ': annotate its parameters in "remoted", or exclude it with a reason')
+    if any(p.enc == 'kernel_params' for p in v.params) and v.param('f') is None:
+        raise Error(f'{where}: {v.symbol}: kernel_params needs the launch\'s function parameter "f"')
+    if v.posted != 'never' and (v.outputs() or v.epilogue):
+        raise Error(f'{where}: {v.symbol}: a posted call has no reply, so no outputs and no epilogue')
+    v.status = 'posted' if v.posted == 'always' else 'generated'
+
+
+# ---- code for each encoding ------------------------------------------------------
+
+
+def request_fields(p):
+    t = bare(pointee(p.type)) if p.type.endswith('*') else p.type
+    return {
+        'value': [(p.type, p.name)], 'deviceptr': [('CUdeviceptr', p.name)],
+        'handle': [('uint64_t', p.name)], 'stream': [('uint64_t', p.name)], 'function': [('uint64_t', p.name)],
+        'string': [('ipc::Text', p.name)], 'in': [(f'ipc::Optional<{t}>', p.name)],
+        'in_as': [(f'ipc::Optional<{p.arg}>', p.name)],
+        'out': [('bool', p.name)], 'inout': [(f'ipc::Optional<{t}>', p.name)], 'out_handle': [('bool', p.name)],
+        'address': [('uint64_t', p.name)], 'image': [('ipc::ImageRef', p.name)],
+        'file_image': [('ipc::ImageRef', p.name)], 'array': [('ipc::Blob', p.name)],
+        'out_array': [('bool', p.name)], 'out_handle_array': [('bool', p.name)], 'out_string': [('bool', p.name)],
+        'out_cstring': [('bool', p.name)], 'out_bytes': [('bool', p.name)],
+        'out_bytes_array': [('ipc::Blob', p.name)], 'kernel_params': [('ipc::KernelArgs', p.name)],
+        'launch_config': [('ipc::LaunchConfig', p.name)], 'descriptor': [(f'ipc::Optional<{t}>', p.name)],
+        'skip': [],
+    }[p.enc]
+
+
+def reply_fields(p):
+    t = bare(pointee(p.type)) if p.type.endswith('*') else None
+    return {
+        'out': [(f'ipc::Optional<{t}>', p.name)], 'inout': [(f'ipc::Optional<{t}>', p.name)],
+        'out_handle': [('ipc::Optional<uint64_t>', p.name)], 'out_array': [('ipc::Blob', p.name)],
+        'out_handle_array': [('ipc::Blob', p.name)], 'out_string': [('ipc::Text', p.name)],
+        'out_cstring': [('ipc::Text', p.name)], 'out_bytes': [('ipc::Blob', p.name)],
+        'out_bytes_array': [('ipc::BlobList', p.name)],
+    }.get(p.enc, [])
+
+
+def client_fill(p, e):
+    n = p.name
+    t = bare(pointee(p.type)) if p.type.endswith('*') else p.type
+    enc = p.enc
+    if enc in ('value', 'deviceptr'):
+        return [f'req.{n} = {n};']
+    if enc in ('handle', 'stream', 'function'):
+        return [f'req.{n} = ClientCall::handleId({n});']
+    if enc == 'string':
+        return [f'req.{n} = ipc::Text::of({n});']
+    if enc in ('in', 'inout', 'descriptor'):
+        return [f'req.{n} = ipc::Optional<{t}>::of({n});']
+    if enc == 'in_as':
+        return [f'req.{n} = ipc::Optional<{p.arg}>::of(static_cast<const {p.arg}*>({n}));']
+    if enc in ('out', 'out_handle', 'out_array', 'out_handle_array', 'out_string', 'out_cstring', 'out_bytes'):
+        return [f'req.{n} = {n} != nullptr;']
+    if enc == 'address':
+        return [f'req.{n} = reinterpret_cast<uintptr_t>({n});']
+    if enc == 'image':
+        return [f'if (CUresult r = imageRef({n}, &req.{n}); r != CUDA_SUCCESS) return r;']
+    if enc == 'file_image':
+        return [f'ImageFile file_{n};',
+                f'if (CUresult r = readImageFile({n}, &file_{n}, &req.{n}); r != CUDA_SUCCESS) return r;']
+    if enc == 'array':
+        return [f'req.{n} = ipc::Blob::of({n}, sizeof({t}) * ({p.arg} > 0 ? static_cast<size_t>({p.arg}) : 0));']
+    if enc == 'out_bytes_array':
+        return [f'std::vector<uint8_t> wanted_{n};', f'wantedFlags({n}, {p.arg}, &wanted_{n});',
+                f'req.{n} = ipc::Blob::of(wanted_{n}.data(), wanted_{n}.size());']
+    if enc == 'kernel_params':
+        extra = 'extra' if e.param('extra') is not None else 'nullptr'
+        return [f'KernelArgBuffer args_{n};',
+                f'if (CUresult r = kernelArgs(f, {n}, {extra}, &args_{n}, &req.{n}); r != CUDA_SUCCESS) return r;']
+    if enc == 'launch_config':
+        return [f'if (CUresult r = launchConfig({n}, &req.{n}); r != CUDA_SUCCESS) return r;']
+    if enc == 'skip':
+        return []
+    raise AssertionError(enc)
+
+
+def client_apply(p):
+    """Writes an output back into the application's memory (the call succeeded)."""
+    n = p.name
+    t = bare(pointee(p.type)) if p.type.endswith('*') else None
+    enc = p.enc
+    if enc in ('out', 'inout'):
+        return [f'if (rep.{n}.present && {n} != nullptr) *{n} = rep.{n}.value;']
+    if enc == 'out_handle':
+        return [f'if (rep.{n}.present && {n} != nullptr) *{n} = reinterpret_cast<{t}>(rep.{n}.value);']
+    if enc == 'out_array':
+        return [f'copyArray(rep.{n}, {n}, {p.arg});']
+    if enc == 'out_handle_array':
+        return [f'copyHandles(rep.{n}, {n}, {p.arg});']
+    if enc == 'out_string':
+        return [f'copyString(rep.{n}, {n}, {p.arg});']
+    if enc == 'out_cstring':
+        return [f'if ({n} != nullptr) *{n} = rep.{n}.null ? nullptr : intern(rep.{n}.view());']
+    if enc == 'out_bytes':
+        return [f'if ({n} != nullptr) std::memcpy({n}, rep.{n}.bytes.data(), rep.{n}.size());']
+    if enc == 'out_bytes_array':
+        return [f'copyValues(rep.{n}, {n}, {p.arg});']
+    return []
+
+
+def hook_type(p):
+    """The C++ type a server hook receives for the parameter (None: not passed)."""
+    t = bare(pointee(p.type)) if p.type.endswith('*') else p.type
+    return {
+        'value': p.type, 'deviceptr': 'CUdeviceptr', 'handle': f'Handle<{p.type}>', 'stream': 'Handle<CUstream>',
+        'function': 'Handle<CUfunction>', 'string': 'const char*', 'in': f'const {t}*',
+        'in_as': f'const {p.arg}*', 'out': f'{t}*', 'inout': f'{t}*', 'out_handle': 'uint64_t*',
+        'address': 'uint64_t', 'image': 'const ipc::ImageRef&', 'file_image': 'const ipc::ImageRef&',
+        'array': f'std::span<const {t}>', 'out_array': f'std::vector<{t}>*',
+        'out_handle_array': 'std::vector<uint64_t>*', 'out_string': 'char*', 'out_cstring': 'const char**',
+        'out_bytes': 'AttributeValue*', 'out_bytes_array': 'std::span<AttributeValue>',
+        'kernel_params': 'const ipc::KernelArgs&', 'launch_config': 'const ipc::LaunchConfig&',
+        'descriptor': f'const {t}*', 'skip': None,
+    }[p.enc]
+
+
+def server_prepare(p, e):
+    """(lines, argument expression) that decode and check a parameter in phosd."""
+    n = p.name
+    t = bare(pointee(p.type)) if p.type.endswith('*') else p.type
+    enc, hook = p.enc, e.hook
+    if enc == 'value':
+        return [], f'req.{n}'
+    if enc == 'deviceptr':
+        return ([] if hook else [f'if (!call.checkDevicePointer(req.{n})) return;']), f'req.{n}'
+    if enc in ('handle', 'stream', 'function'):
+        ctype = {'stream': 'CUstream', 'function': 'CUfunction'}.get(enc, p.type)
+        resolve = {'handle': f'call.resolve(HandleType::k{p.handle}, req.{n}, &{n}.real)',
+                   'stream': f'call.resolveStream(req.{n}, {str(e.per_thread).lower()}, &{n}.real)',
+                   'function': f'call.resolveFunction(req.{n}, &{n}.real)'}[enc]
+        return [f'Handle<{ctype}> {n}{{req.{n}, {{}}}};', f'if (!{resolve}) return;'], (n if hook else f'{n}.real')
+    if enc == 'string':
+        return [f'const std::string text_{n} = req.{n}.str();'], f'req.{n}.null ? nullptr : text_{n}.c_str()'
+    if enc in ('in', 'in_as'):
+        return [], f'req.{n}.get()'
+    if enc == 'out':
+        return [f'{t} {n}{{}};'], f'req.{n} ? &{n} : nullptr'
+    if enc == 'inout':
+        return [f'{t} {n} = req.{n}.value;'], f'req.{n}.present ? &{n} : nullptr'
+    if enc == 'out_handle':
+        return ([f'uint64_t {n} = 0;'] if hook else [f'{t} {n}{{}};']), f'req.{n} ? &{n} : nullptr'
+    if enc in ('address', 'image', 'file_image', 'launch_config', 'kernel_params'):
+        return [], f'req.{n}'
+    if enc == 'descriptor':
+        return [], f'req.{n}.get()'
+    if enc == 'skip':
+        return [], None
+    if enc == 'array':
+        count = f'(req.{p.arg} > 0 ? static_cast<size_t>(req.{p.arg}) : 0)'
+        return [f'std::vector<{t}> {n};',
+                f'if (!req.{n}.copyTo(&{n}, {count})) return call.fail(CUDA_ERROR_INVALID_VALUE);'], \
+            (f'std::span<const {t}>({n})' if hook else f'{n}.empty() ? nullptr : {n}.data()')
+    if enc in ('out_array', 'out_handle_array'):
+        et = 'uint64_t' if enc == 'out_handle_array' else t
+        return [f'std::vector<{et}> {n};'], f'req.{n} ? &{n} : nullptr'
+    if enc == 'out_string':
+        return [f'char {n}[{MAX_OUT_STRING}] = {{}};'], f'req.{n} ? {n} : nullptr'
+    if enc == 'out_cstring':
+        return [f'const char* {n} = nullptr;'], f'req.{n} ? &{n} : nullptr'
+    if enc == 'out_bytes':
+        return [f'AttributeValue {n};'], f'req.{n} ? &{n} : nullptr'
+    if enc == 'out_bytes_array':
+        return [f'std::vector<AttributeValue> {n};',
+                f'if (!wantedValues(req.{n}, req.{p.arg}, &{n})) return call.fail(CUDA_ERROR_INVALID_VALUE);'], \
+            f'std::span<AttributeValue>({n})'
+    raise AssertionError(enc)
+
+
+def server_reply(p, e):
+    n = p.name
+    enc = p.enc
+    if enc in ('out', 'inout'):
+        present = f'req.{n}' if enc == 'out' else f'req.{n}.present'
+        return [f'rep.{n} = {{{present}, {n}}};']
+    if enc == 'out_handle':
+        if e.hook:
+            return [f'rep.{n} = {{req.{n}, {n}}};']
+        return [f'rep.{n} = {{req.{n}, call.exportHandle(HandleType::k{p.handle}, result, {n})}};']
+    if enc in ('out_array', 'out_handle_array'):
+        return [f'rep.{n} = outArray({n}, req.{p.arg}, result);']
+    if enc == 'out_string':
+        return [f'rep.{n} = outString({n}, req.{n}, result);']
+    if enc == 'out_cstring':
+        return [f'rep.{n} = ipc::Text::of(result == CUDA_SUCCESS ? {n} : nullptr);']
+    if enc == 'out_bytes':
+        return [f'rep.{n} = {n}.blob(result);']
+    if enc == 'out_bytes_array':
+        return [f'rep.{n} = valueList({n}, result);']
+    return []
+
+
+# ---- emitters --------------------------------------------------------------------
+
+HEADER = '// Generated by apigen/scripts/gen_remoting.py from cuda_api.json and apigen/remoting.json; do not edit.\n'
 PRELUDE = '''// cuda.h as the driver itself is built, so every exported symbol (and the
 // _ptds/_ptsz variants) is declared under its own name.
 #ifndef __CUDA_API_VERSION_INTERNAL
@@ -135,216 +504,280 @@ PRELUDE = '''// cuda.h as the driver itself is built, so every exported symbol (
 '''
 
 
-def emit_client(classified, json_path):
-    o = [HEADER.format(json=json_path)]
-    o.append('// The shim side of every generically remoted entry point (see wire.h).\n')
-    o.append(PRELUDE)
-    o.append('#include "client_call.h"\n\n')
-    o.append('namespace phos::shim::generated {\nnamespace {\n\n')
-    o.append('using cuda_api::EntryPointId;\n\n')
+def served(entries):
+    return [e for e in entries if e.status in ('generated', 'posted')]
+
+
+def params_decl(e):
+    return ', '.join(f'{p.type} {p.name}' for p in e.params)
+
+
+def emit_messages(entries):
+    o = [HEADER, '// The request and reply of every remoted symbol: field types and their encoding\n'
+         '// are in phos/common/ipc/wire_codec.h. Shared by libphos.so, phosd and the tests.\n',
+         '#pragma once\n\n', PRELUDE, '\n#include <cstdint>\n\n#include "phos/common/ipc/wire_codec.h"\n\n',
+         'namespace phos::wire {\n\n']
+    for e in served(entries):
+        for kind, fields in (('Request', [f for p in e.params for f in request_fields(p)]),
+                             ('Reply', [f for p in e.params for f in reply_fields(p)] +
+                              [(EXTRA_TYPES[t], n) for n, t in e.extras])):
+            if kind == 'Reply' and e.status == 'posted':
+                continue
+            name = f'{e.symbol}_{kind}'
+            o.append(f'struct {name} {{\n')
+            for t, n in fields:
+                o.append(f'  {t} {n}{{}};\n')
+            o.append('};\n')
+            o.append(f'inline void put(ipc::Encoder& e, const {name}& m) {{\n')
+            for _, n in fields:
+                o.append(f'  ipc::put(e, m.{n});\n')
+            if not fields:
+                o.append('  (void)e;\n  (void)m;\n')
+            o.append('}\n')
+            o.append(f'inline void get(ipc::Decoder& d, {name}& m) {{\n')
+            for _, n in fields:
+                o.append(f'  ipc::get(d, m.{n});\n')
+            if not fields:
+                o.append('  (void)d;\n  (void)m;\n')
+            o.append('}\n')
+        o.append('\n')
+    o.append('}  // namespace phos::wire\n')
+    return ''.join(o)
+
+
+def distinct(decls):
+    seen, out = set(), []
+    for d in decls:
+        if d not in seen:
+            seen.add(d)
+            out.append(d)
+    return out
+
+
+def emit_client_hooks(entries):
+    local = distinct(f'CUresult {e.public}({params_decl(e)});' for e in entries if e.status == 'local')
+    pro = distinct(f'std::optional<CUresult> {e.public}({params_decl(e)});' for e in served(entries) if e.prologue)
+    post = distinct(f'bool {e.public}({params_decl(e)});' for e in served(entries) if e.posted == 'hook')
+    epi = []
+    for e in served(entries):
+        if not e.epilogue:
+            continue
+        extra = ''.join(f'{"std::string_view" if t == "string" else EXTRA_TYPES[t]} {n}, ' for n, t in e.extras)
+        epi.append(f'CUresult {e.public}(CUresult result, {extra}{params_decl(e)});')
+    o = [HEADER, '// What libphos.so writes by hand around the generated calls (remote_client.cpp):\n'
+         '// local answers, prologues (nullopt: go on with the call), epilogues (after\n'
+         '// the reply; return the call\'s result) and whether to post a call.\n', '#pragma once\n\n', PRELUDE,
+         '\n#include <optional>\n#include <string_view>\n\nnamespace phos::shim {\n']
+    for ns, decls in (('local', local), ('prologue', pro), ('epilogue', distinct(epi)), ('posted', post)):
+        o.append(f'namespace {ns} {{\n')
+        o.extend(d + '\n' for d in decls)
+        o.append(f'}}  // namespace {ns}\n')
+    o.append('}  // namespace phos::shim\n')
+    return ''.join(o)
+
+
+def emit_client(entries):
+    o = [HEADER, '// The shim side of every remoted entry point.\n', PRELUDE,
+         '\n#include <cstring>\n#include <vector>\n\n#include "client_call.h"\n#include "phos/cuda_api/client_hooks.h"\n'
+         '#include "phos/cuda_api/wire_messages.h"\n#include "wire_support.h"\n\n',
+         'namespace phos::shim::generated {\nnamespace {\n\nusing cuda_api::EntryPointId;\n\n']
     installs = []
-    for e, status, _, rules in classified:
-        if status not in ('generated', 'posted'):
-            continue
-        sym = e['symbol']
-        params = ', '.join(f"{p['type']} {p['name']}" for p in e['params'])
-        o.append(f'CUresult {sym}_remote({params}) {{\n')
-        o.append(f'  ClientCall call(EntryPointId::{enumerator(sym)});\n')
-        posted = status == 'posted'
-        if rules:
-            o.append('  ipc::Encoder& args = call.args();\n')
-        for p, rule, _ in rules:
-            n = p['name']
-            if rule in ('value', 'deviceptr'):
-                o.append(f'  args.value({n});\n')
-            elif rule == 'handle':
-                o.append(f'  args.u64(ClientCall::handleId({n}));\n')
-            elif rule == 'string':
-                o.append(f'  args.string({n});\n')
-            elif rule in ('in', 'inout'):
-                o.append(f'  args.inPointer({n});\n')
-            elif rule in ('out', 'out_handle'):
-                o.append(f'  args.outPointer({n});\n')
-        if posted:
-            o.append('  return call.post();\n}\n')
-            o.append(f'static_assert(std::is_same_v<decltype(&{sym}_remote), decltype(&::{sym})>);\n\n')
-            installs.append(sym)
-            continue
-        o.append('  ReplyReader reply = call.run();\n')
-        o.append('  if (!reply.ok()) return reply.result();\n')
-        for p, rule, _ in rules:
-            n = p['name']
-            if rule in ('out', 'inout'):
-                o.append(f'  reply.out({n});\n')
-            elif rule == 'out_handle':
-                o.append(f'  reply.outHandle({n});\n')
-        o.append('  return reply.finish();\n}\n')
-        o.append(f'static_assert(std::is_same_v<decltype(&{sym}_remote), decltype(&::{sym})>);\n\n')
-        installs.append(sym)
+    for e in served(entries):
+        s = e.symbol
+        o.append(f'CUresult {s}_remote({params_decl(e)}) {{\n')
+        body = []
+        if e.prologue:
+            body.append(f'if (auto r = prologue::{e.public}({", ".join(p.name for p in e.params)})) return *r;')
+        body.append(f'wire::{s}_Request req;')
+        for p in e.params:
+            body.extend(client_fill(p, e))
+        body.append(f'ClientCall call(EntryPointId::{enumerator(s)});')
+        body.append('wire::put(call.args(), req);')
+        if e.posted == 'always':
+            body.append('return call.post();')
+        else:
+            if e.posted == 'hook':
+                body.append(f'if (posted::{e.public}({", ".join(p.name for p in e.params)})) return call.post();')
+            body.append('ReplyReader reply = call.run();')
+            body.append('if (!reply.ok()) return reply.result();')
+            body.append(f'wire::{s}_Reply rep;')
+            body.append('wire::get(reply.decoder(), rep);')
+            body.append('CUresult result = reply.finish();')
+            applies = [line for p in e.params for line in client_apply(p)]
+            if applies:
+                body.append('if (result == CUDA_SUCCESS) {')
+                body.extend('  ' + line for line in applies)
+                body.append('}')
+            if e.epilogue:
+                extras = ''.join(f'rep.{n}{".view()" if t == "string" else ""}, ' for n, t in e.extras)
+                args = ', '.join(p.name for p in e.params)
+                body.append(f'return epilogue::{e.public}(result, {extras}{args});')
+            else:
+                body.append('return result;')
+        o.extend(f'  {line}\n' for line in body)
+        o.append('}\n')
+        o.append(f'static_assert(std::is_same_v<decltype(&{s}_remote), decltype(&::{s})>);\n\n')
+        installs.append((s, f'&{s}_remote'))
+    for e in entries:
+        if e.status == 'local':
+            installs.append((e.symbol, f'static_cast<decltype(&::{e.symbol})>(&local::{e.public})'))
     o.append('}  // namespace\n\n')
     o.append('void installGenerated(cuda_api::Dispatch& table) {\n')
-    for sym in installs:
-        o.append(f'  table.install(EntryPointId::{enumerator(sym)}, cuda_api::toSlot(&{sym}_remote));\n')
+    for s, fn in installs:
+        o.append(f'  table.install(EntryPointId::{enumerator(s)}, cuda_api::toSlot({fn}));\n')
     o.append('}\n\n')
     o.append(f'int generatedCount() {{ return {len(installs)}; }}\n\n')
     o.append('}  // namespace phos::shim::generated\n')
     return ''.join(o)
 
 
-def emit_server(classified, json_path):
-    o = [HEADER.format(json=json_path)]
-    o.append('// The daemon side of every generically remoted entry point (see wire.h).\n')
-    o.append(PRELUDE)
-    o.append('#include "server_call.h"\n\n')
-    o.append('namespace phos::daemon::generated {\nnamespace {\n\n')
-    o.append('using cuda_api::EntryPointId;\n\n')
-    entries = []
-    for e, status, _, rules in classified:
-        if status not in ('generated', 'posted'):
-            continue
-        sym = e['symbol']
-        per_thread = 'true' if e['origin'] == 'per-thread' else 'false'
-        o.append(f'void {sym}_serve(ServerCall& call) {{\n')
-        if rules:
-            o.append('  ipc::Decoder& args = call.args();\n')
-        call_args = []
-        for i, (p, rule, detail) in enumerate(rules):
-            v = f'a{i}'
-            if rule == 'value':
-                o.append(f"  auto {v} = args.value<{p['type']}>();\n")
-                call_args.append(v)
-            elif rule == 'deviceptr':
-                o.append(f"  auto {v} = args.value<CUdeviceptr>();\n")
-                call_args.append(v)
-            elif rule == 'handle':
-                o.append(f"  {p['type']} {v}{{}};\n")
-                o.append(f"  const uint64_t {v}Id = args.u64();\n")
-                call_args.append(v)
-            elif rule == 'string':
-                o.append(f'  bool {v}Null = false;\n')
-                o.append(f'  const std::string {v}Text = ServerCall::text(args.blob(&{v}Null));\n')
-                call_args.append(f'{v}Null ? nullptr : {v}Text.c_str()')
-            elif rule in ('in', 'inout'):
-                t = pointee(p['type']).replace('const ', '').strip()
-                o.append(f'  const bool {v}Present = args.present();\n')
-                o.append(f'  {t} {v}{{}};\n')
-                o.append(f'  if ({v}Present) {v} = args.value<{t}>();\n')
-                call_args.append(f'{v}Present ? &{v} : nullptr')
-            elif rule in ('out', 'out_handle'):
-                t = pointee(p['type']).strip()
-                o.append(f'  const bool {v}Present = args.present();\n')
-                o.append(f'  {t} {v}{{}};\n')
-                call_args.append(f'{v}Present ? &{v} : nullptr')
-        o.append('  if (!call.argumentsComplete()) return;\n')
-        # A driver older than cuda.h lacks newer entry points: never a call through NULL.
-        o.append(f'  if (!call.driverTable().has(EntryPointId::{enumerator(sym)})) {{\n')
-        o.append('    call.fail(CUDA_ERROR_NOT_SUPPORTED);\n')
-        o.append('    return;\n')
-        o.append('  }\n')
-        for i, (p, rule, detail) in enumerate(rules):
-            v = f'a{i}'
-            if rule == 'handle':
-                if detail == 'CUstream_st':
-                    o.append(f'  if (!call.resolveStream({v}Id, {per_thread}, &{v})) return;\n')
-                else:
-                    o.append(f'  if (!call.resolve(HandleType::k{detail}, {v}Id, &{v})) return;\n')
-            elif rule == 'deviceptr':
-                o.append(f'  if (!call.checkDevicePointer({v})) return;\n')
-        o.append(f'  const CUresult result = call.driver<decltype(&::{sym})>(EntryPointId::{enumerator(sym)})(\n')
-        o.append('      ' + ',\n      '.join(call_args) + ');\n' if call_args else '      );\n')
-        has_outputs = any(rule in ('out', 'inout', 'out_handle') for _, rule, _ in rules)
-        o.append('  ipc::Encoder& reply = call.reply(result);\n' if has_outputs else '  call.reply(result);\n')
-        for i, (p, rule, detail) in enumerate(rules):
-            v = f'a{i}'
-            if rule in ('out', 'inout'):
-                o.append(f'  reply.u8({v}Present);\n')
-                o.append(f'  if ({v}Present) reply.value({v});\n')
-            elif rule == 'out_handle':
-                o.append(f'  reply.u8({v}Present);\n')
-                o.append(f'  if ({v}Present) reply.u64(call.exportHandle(HandleType::k{detail}, result, {v}));\n')
-        o.append('  call.send();\n}\n\n')
-        entries.append(sym)
+def hook_decl(e):
+    args = ['ServerCall& call'] + [f'{hook_type(p)} {p.name}' for p in e.params if hook_type(p) is not None]
+    args += [f'{"std::string" if t == "string" else EXTRA_TYPES[t]}* {n}' for n, t in e.extras]
+    return f'CUresult {e.public}({", ".join(args)});'
+
+
+def emit_server_hooks(entries):
+    o = [HEADER, '// The server functions phosd writes by hand (daemon/src/remoting/), one per remoted\n'
+         '// name whose annotation says "server": "hook", overloaded where variants\n'
+         '// differ. Each gets the decoded arguments (handles resolved, outputs as\n'
+         '// pointers to what the reply carries) and returns the call\'s result.\n',
+         '#pragma once\n\n', PRELUDE,
+         '\n#include <cstdint>\n#include <span>\n#include <string>\n#include <vector>\n\n'
+         '#include "phos/cuda_api/wire_messages.h"\n#include "server_call.h"\n\n',
+         'namespace phos::daemon::hooks {\n']
+    o.extend(d + '\n' for d in distinct(hook_decl(e) for e in served(entries) if e.hook))
+    o.append('}  // namespace phos::daemon::hooks\n')
+    return ''.join(o)
+
+
+def emit_server(entries):
+    o = [HEADER, '// The daemon side of every remoted entry point.\n', PRELUDE,
+         '\n#include <string>\n#include <vector>\n\n#include "phos/cuda_api/server_hooks.h"\n'
+         '#include "phos/cuda_api/wire_messages.h"\n#include "server_call.h"\n\n',
+         'namespace phos::daemon::generated {\nnamespace {\n\nusing cuda_api::EntryPointId;\n\n']
+    names = []
+    for e in served(entries):
+        s = e.symbol
+        o.append(f'void {s}_serve(ServerCall& call) {{\n')
+        body = [f'wire::{s}_Request req;', 'wire::get(call.args(), req);', 'if (!call.argumentsComplete()) return;']
+        if not e.hook:
+            # A driver older than cuda.h lacks newer entry points: never a call through NULL.
+            body.append(f'if (!call.driverTable().has(EntryPointId::{enumerator(s)})) '
+                        'return call.fail(CUDA_ERROR_NOT_SUPPORTED);')
+        args = []
+        overrides = {}
+        for p in e.params:
+            if p.enc == 'out_string':
+                # The driver is told the size of phosd's buffer, never more.
+                overrides[p.arg] = f'req.{p.arg} < {MAX_OUT_STRING} ? req.{p.arg} : {MAX_OUT_STRING}'
+        for p in e.params:
+            lines, expr = server_prepare(p, e)
+            body.extend(lines)
+            if expr is None:
+                continue
+            args.append(overrides.get(p.name, expr) if not e.hook else expr)
+        for n, t in e.extras:
+            body.append(f'{"std::string" if t == "string" else EXTRA_TYPES[t]} {n}{{}};')
+            args.append(f'&{n}')
+        if e.hook:
+            body.append(f'const CUresult result = hooks::{e.public}({", ".join(["call"] + args)});')
+            body.append('if (call.answered()) return;')
+        else:
+            body.append(f'const CUresult result = call.driver<decltype(&::{s})>(EntryPointId::{enumerator(s)})(')
+            body.append('    ' + ', '.join(args) + ');')
+        replies = [line for p in e.params for line in server_reply(p, e)]
+        replies += [f'rep.{n} = {"ipc::Text::of(" + n + ")" if t == "string" else n};' for n, t in e.extras]
+        if e.status == 'posted' or not replies:
+            body.append('call.reply(result);')
+        else:
+            body.append(f'wire::{s}_Reply rep;')
+            body.extend(replies)
+            body.append('wire::put(call.reply(result), rep);')
+        body.append('call.send();')
+        o.extend(f'  {line}\n' for line in body)
+        o.append('}\n\n')
+        names.append(s)
     o.append('}  // namespace\n\n')
     o.append('void installGenerated(ServerTable& table) {\n')
-    for sym in entries:
-        o.append(f'  table[static_cast<size_t>(EntryPointId::{enumerator(sym)})] = &{sym}_serve;\n')
+    for s in names:
+        o.append(f'  table[static_cast<size_t>(EntryPointId::{enumerator(s)})] = &{s}_serve;\n')
     o.append('}\n\n')
-    o.append(f'int generatedCount() {{ return {len(entries)}; }}\n\n')
+    o.append(f'int generatedCount() {{ return {len(names)}; }}\n\n')
     o.append('}  // namespace phos::daemon::generated\n')
     return ''.join(o)
 
 
-def handle_types(classified):
-    types = set()
-    for e, status, _, rules in classified:
-        if status in ('generated', 'posted'):
-            for p, rule, detail in rules:
-                if rule in ('handle', 'out_handle') and detail != 'CUstream_st':
-                    types.add(detail)
-    return sorted(types)
-
-
-def emit_handle_types(classified, json_path):
-    o = [HEADER.format(json=json_path)]
-    o.append('// The handle types the generated serializers translate; the session keeps\n')
-    o.append('// one table of virtual ids tagged with these.\n#pragma once\n\n#include <cstdint>\n\n')
-    o.append('namespace phos::daemon {\n\nenum class HandleType : uint16_t {\n  kNone = 0,\n')
+def emit_handle_types(entries):
+    types = {p.handle for e in served(entries) for p in e.params if p.handle is not None}
     # Types the handwritten code needs as well, even if no generated call uses them.
-    types = sorted(set(handle_types(classified)) | {'CUctx_st', 'CUmod_st', 'CUfunc_st', 'CUstream_st',
-                                                    'CUevent_st', 'CUlib_st', 'CUkern_st'})
-    for t in types:
-        o.append(f'  k{t},\n')
+    types |= {'CUctx_st', 'CUmod_st', 'CUfunc_st', 'CUstream_st', 'CUevent_st', 'CUlib_st', 'CUkern_st'}
+    types = sorted(types)
+    o = [HEADER, '// The handle types the session\'s handle table tags ids with.\n#pragma once\n\n#include <cstdint>\n\n',
+         'namespace phos::daemon {\n\nenum class HandleType : uint16_t {\n  kNone = 0,\n']
+    o.extend(f'  k{t},\n' for t in types)
     o.append('};\n\nconst char* handleTypeName(HandleType type);\n\n}  // namespace phos::daemon\n')
-    o.append('\n#ifdef PHOS_HANDLE_TYPE_NAMES\nnamespace phos::daemon {\nconst char* handleTypeName(HandleType type) {\n  switch (type) {\n')
-    o.append('    case HandleType::kNone: return "none";\n')
-    for t in types:
-        o.append(f'    case HandleType::k{t}: return "{t}";\n')
+    o.append('\n#ifdef PHOS_HANDLE_TYPE_NAMES\nnamespace phos::daemon {\nconst char* handleTypeName(HandleType type) {\n'
+             '  switch (type) {\n    case HandleType::kNone: return "none";\n')
+    o.extend(f'    case HandleType::k{t}: return "{t}";\n' for t in types)
     o.append('  }\n  return "?";\n}\n}  // namespace phos::daemon\n#endif\n')
     return ''.join(o)
 
 
-def emit_report(classified):
+def emit_report(entries):
     o = []
-    for status in ('generated', 'posted', 'custom', 'excluded', 'none'):
-        rows = [(e['symbol'], why) for e, s, why, _ in classified if s == status]
-        o.append(f'# {status}: {len(rows)}\n')
-        for sym, why in rows:
-            o.append(f'{sym}\t{why}\n' if why else f'{sym}\n')
+    groups = [
+        ('generated', lambda e: e.status == 'generated' and not e.hook and not e.prologue and not e.epilogue),
+        ('generated with handwritten parts', lambda e: e.status == 'generated' and (e.hook or e.prologue or e.epilogue)),
+        ('posted', lambda e: e.status == 'posted'),
+        ('local', lambda e: e.status == 'local'),
+        ('excluded', lambda e: e.status == 'excluded'),
+    ]
+    for title, test in groups:
+        rows = [e for e in entries if test(e)]
+        o.append(f'# {title}: {len(rows)}\n')
+        for e in rows:
+            parts = []
+            if e.hook:
+                parts.append('server hook')
+            if e.prologue:
+                parts.append('prologue')
+            if e.epilogue:
+                parts.append('epilogue')
+            if e.posted == 'hook':
+                parts.append('posted when the shim says so')
+            why = e.why or e.annotation.get('why', '')
+            text = '; '.join(parts + ([why] if why else []))
+            o.append(f'{e.symbol}\t{text}\n' if text else f'{e.symbol}\n')
     return ''.join(o)
 
 
 def main() -> int:
-    argv = sys.argv[1:]
-    handles_out = None
-    if '--handles' in argv:
-        i = argv.index('--handles')
-        handles_out = argv[i + 1]
-        del argv[i:i + 2]
-    if len(argv) != 4 or argv[2] not in ('client', 'server', 'report'):
+    if len(sys.argv) != 4:
         sys.exit(__doc__)
-    api_json, remoting_json, what, output = argv
+    api_json, remoting_json, outdir = sys.argv[1:]
     with open(api_json, encoding='utf-8') as f:
         model = json.load(f)
-    with open(remoting_json, encoding='utf-8') as f:
-        policy = json.load(f)
-    symbols = {e['publicName'] for e in model['entryPoints']}
-    for section in ('custom', 'posted', 'excluded'):
-        for name in policy.get(section, {}):
-            if section in ('custom', 'posted') and name not in symbols:
-                sys.exit(f'{remoting_json}: custom entry point {name} is not in cuda.h')
-            if section == 'excluded' and not any(s.startswith(name) for s in symbols):
-                sys.exit(f'{remoting_json}: excluded prefix {name} matches no entry point')
-    classified = classify(model, policy)
-    text = {
-        'client': lambda: emit_client(classified, api_json),
-        'server': lambda: emit_server(classified, api_json),
-        'report': lambda: emit_report(classified),
-    }[what]()
-    with open(output, 'w', encoding='utf-8') as f:
-        f.write(text)
-    if handles_out is not None:
-        with open(handles_out, 'w', encoding='utf-8') as f:
-            f.write(emit_handle_types(classified, api_json))
+    try:
+        with open(remoting_json, encoding='utf-8') as f:
+            policy = json.load(f)
+        entries = classify(model, policy, remoting_json)
+    except json.JSONDecodeError as e:
+        sys.exit(f'{remoting_json}: not valid JSON: {e}')
+    except Error as e:
+        sys.exit(f'gen_remoting.py: {e}')
+    outputs = {
+        'wire_messages.h': emit_messages(entries),
+        'client_hooks.h': emit_client_hooks(entries),
+        'remote_client.cpp': emit_client(entries),
+        'server_hooks.h': emit_server_hooks(entries),
+        'remote_server.cpp': emit_server(entries),
+        'handle_types.h': emit_handle_types(entries),
+        'remoting_report.txt': emit_report(entries),
+    }
+    for name, text in outputs.items():
+        with open(os.path.join(outdir, name), 'w', encoding='utf-8') as f:
+            f.write(text)
     return 0
 
 

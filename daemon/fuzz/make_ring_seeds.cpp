@@ -16,6 +16,8 @@
 
 using phos::cuda_api::EntryPointId;
 using namespace phos::daemon::fuzz;
+namespace ipc = phos::ipc;
+namespace wire = phos::wire;
 
 namespace {
 
@@ -32,18 +34,18 @@ std::vector<std::pair<std::string, RequestBuilder>> seeds() {
   add("init", EntryPointId::kCuInit, 0).u32(0);
   add("driver_version", EntryPointId::kCuDriverGetVersion, 0).u8(1);
   add("device_attribute", EntryPointId::kCuDeviceGetAttribute, 0).u8(1).u32(CU_DEVICE_ATTRIBUTE_WARP_SIZE).i32(0);
-  add("device_name", EntryPointId::kCuDeviceGetName, 0).i32(64).i32(0);
-  add("ctx_create", EntryPointId::kCuCtxCreate_v2, 0).u32(0).i32(0);
+  add("device_name", EntryPointId::kCuDeviceGetName, 0).message(wire::cuDeviceGetName_Request{true, 64, 0});
+  add("ctx_create", EntryPointId::kCuCtxCreate_v2, 0).message(wire::cuCtxCreate_v2_Request{true, 0, 0});
   add("ctx_destroy", EntryPointId::kCuCtxDestroy_v2).u64(ctx);
   add("ctx_destroy_victim", EntryPointId::kCuCtxDestroy_v2).u64(token(kVictimContext));
-  add("primary_retain", EntryPointId::kCuDevicePrimaryCtxRetain, 0).i32(0);
+  add("primary_retain", EntryPointId::kCuDevicePrimaryCtxRetain, 0).message(wire::cuDevicePrimaryCtxRetain_Request{true, 0});
   add("primary_release", EntryPointId::kCuDevicePrimaryCtxRelease_v2, 0).i32(0);
-  add("primary_state", EntryPointId::kCuDevicePrimaryCtxGetState, 0).i32(0);
+  add("primary_state", EntryPointId::kCuDevicePrimaryCtxGetState, 0).message(wire::cuDevicePrimaryCtxGetState_Request{0, true, true});
   add("ctx_synchronize", EntryPointId::kCuCtxSynchronize);
   add("ctx_get_device", EntryPointId::kCuCtxGetDevice).u8(1);
   add("victim_context_current", EntryPointId::kCuCtxSynchronize, token(kVictimContext));
-  add("mem_alloc", EntryPointId::kCuMemAlloc_v2).u64(4096);
-  add("mem_alloc_pitch", EntryPointId::kCuMemAllocPitch_v2).u64(256).u64(16).u32(4);
+  add("mem_alloc", EntryPointId::kCuMemAlloc_v2).message(wire::cuMemAlloc_v2_Request{true, 4096});
+  add("mem_alloc_pitch", EntryPointId::kCuMemAllocPitch_v2).message(wire::cuMemAllocPitch_v2_Request{true, true, 256, 16, 4});
   add("mem_free", EntryPointId::kCuMemFree_v2).u64(dptr);
   add("mem_free_victim", EntryPointId::kCuMemFree_v2).u64(token(kVictimPointer));
   add("mem_get_info", EntryPointId::kCuMemGetInfo_v2).u8(1).u8(1);
@@ -58,19 +60,19 @@ std::vector<std::pair<std::string, RequestBuilder>> seeds() {
   add("dtod_from_victim", EntryPointId::kCuMemcpyDtoD_v2).u64(dptr).u64(token(kVictimPointer)).u64(64);
   add("memcpy_host_to_host", EntryPointId::kCuMemcpy).u64(kAppScratch).u64(kAppScratch + 4096).u64(4096);
   add("memcpy_pinned", EntryPointId::kCuMemcpyAsync).u64(pinned).u64(dptr).u64(128).u64(stream);
-  add("memset8", EntryPointId::kCuMemsetD8_v2).u64(dptr).u32(7).u64(4096);
+  add("memset8", EntryPointId::kCuMemsetD8_v2).message(wire::cuMemsetD8_v2_Request{dptr, 7, 4096});
   add("memset32_async", EntryPointId::kCuMemsetD32Async).u64(dptr).u32(7).u64(1024).u64(stream);
-  add("memset_victim", EntryPointId::kCuMemsetD16_v2).u64(token(kVictimPointer)).u32(0).u64(8);
+  add("memset_victim", EntryPointId::kCuMemsetD16_v2).message(wire::cuMemsetD16_v2_Request{token(kVictimPointer), 0, 8});
   add("host_alloc", EntryPointId::kCuMemHostAlloc).u64(8192).u32(0);
   add("free_host", EntryPointId::kCuMemFreeHost).u64(pinned);
-  add("host_device_pointer", EntryPointId::kCuMemHostGetDevicePointer_v2).u64(pinned).u32(0);
-  add("host_flags", EntryPointId::kCuMemHostGetFlags).u64(pinned);
-  add("module_load", EntryPointId::kCuModuleLoadData).u64(kAppPtx).u64(kModulePtx.size());
-  add("library_load", EntryPointId::kCuLibraryLoadData).u64(kAppPtx).u64(kModulePtx.size());
+  add("host_device_pointer", EntryPointId::kCuMemHostGetDevicePointer_v2).message(wire::cuMemHostGetDevicePointer_v2_Request{true, pinned, 0});
+  add("host_flags", EntryPointId::kCuMemHostGetFlags).message(wire::cuMemHostGetFlags_Request{true, pinned});
+  add("module_load", EntryPointId::kCuModuleLoadData).message(wire::cuModuleLoadData_Request{true, {kAppPtx, kModulePtx.size()}});
+  add("library_load", EntryPointId::kCuLibraryLoadData).message(wire::cuLibraryLoadData_Request{true, {kAppPtx, kModulePtx.size()}, 0, 0});
   add("module_unload", EntryPointId::kCuModuleUnload).u64(token(kModule));
   add("module_get_function", EntryPointId::kCuModuleGetFunction).u8(1).u64(token(kModule)).text("fill");
   add("module_get_global", EntryPointId::kCuModuleGetGlobal_v2).u8(1).u8(1).u64(token(kModule)).text("counter");
-  add("func_get_name", EntryPointId::kCuFuncGetName).u64(token(kFunction));
+  add("func_get_name", EntryPointId::kCuFuncGetName).u8(1).u64(token(kFunction));
   add("func_attribute", EntryPointId::kCuFuncGetAttribute)
       .u8(1)
       .u32(CU_FUNC_ATTRIBUTE_NUM_REGS)
@@ -100,10 +102,8 @@ std::vector<std::pair<std::string, RequestBuilder>> seeds() {
       .u64(0)
       .u32(0xfffffffeu).blob(&packed, sizeof(packed));
   add("launch_ex", EntryPointId::kCuLaunchKernelEx)
+      .message(ipc::LaunchConfig{1, 1, 1, 32, 1, 1, 0, stream, {}})
       .u64(token(kFunction))
-      .u32(1).u32(1).u32(1).u32(32).u32(1).u32(1).u32(0)
-      .u64(stream)
-      .u32(0).blob(nullptr, 0)
       .u32(2).blob(&out, 8).blob(&n, 4);
   add("launch_cooperative", EntryPointId::kCuLaunchCooperativeKernel)
       .u64(token(kFunction))

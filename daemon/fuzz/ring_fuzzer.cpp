@@ -113,12 +113,12 @@ std::unique_ptr<Session> newSession() {
 
 // The same objects in every session, created through the decoders themselves.
 void prologue(Session& s, uint64_t* tokens) {
-  const uint64_t ctx = must(serve(s, RequestBuilder(EntryPointId::kCuDevicePrimaryCtxRetain, 0).i32(0)), "retain");
+  const uint64_t ctx = must(serve(s, RequestBuilder(EntryPointId::kCuDevicePrimaryCtxRetain, 0).message(wire::cuDevicePrimaryCtxRetain_Request{true, 0}), true), "retain");
   tokens[kContext] = ctx;
   tokens[kDevicePointer] =
-      must(serve(s, RequestBuilder(EntryPointId::kCuMemAlloc_v2, ctx).u64(kDeviceBytes)), "cuMemAlloc");
+      must(serve(s, RequestBuilder(EntryPointId::kCuMemAlloc_v2, ctx).message(wire::cuMemAlloc_v2_Request{true, kDeviceBytes}), true), "cuMemAlloc");
   const uint64_t module = must(
-      serve(s, RequestBuilder(EntryPointId::kCuModuleLoadData, ctx).u64(kAppPtx).u64(kModulePtx.size())),
+      serve(s, RequestBuilder(EntryPointId::kCuModuleLoadData, ctx).message(wire::cuModuleLoadData_Request{true, {kAppPtx, kModulePtx.size()}}), true),
       "cuModuleLoadData");
   tokens[kModule] = module;
   tokens[kFunction] =
@@ -144,20 +144,17 @@ void initialize() {
   world->driver = *driver;
   world->pool = std::make_unique<ContextPool>(*world->driver, 1);
   generated::installGenerated(world->servers);
-  installCustom(world->servers);
   world->reply.resize(ipc::CallRing::payloadCapacity(ipc::RingGeometry{}));
 
   // Another client's memory, filled with a pattern that must survive every input.
   world->victim = newSession();
   Session& v = *world->victim;
   world->victimContext =
-      must(serve(v, RequestBuilder(EntryPointId::kCuDevicePrimaryCtxRetain, 0).i32(0)), "victim retain");
+      must(serve(v, RequestBuilder(EntryPointId::kCuDevicePrimaryCtxRetain, 0).message(wire::cuDevicePrimaryCtxRetain_Request{true, 0}), true), "victim retain");
   world->victimPointer = must(
-      serve(v, RequestBuilder(EntryPointId::kCuMemAlloc_v2, world->victimContext).u64(kVictimBytes)), "victim alloc");
+      serve(v, RequestBuilder(EntryPointId::kCuMemAlloc_v2, world->victimContext).message(wire::cuMemAlloc_v2_Request{true, kVictimBytes}), true), "victim alloc");
   const uint64_t r = serve(v, RequestBuilder(EntryPointId::kCuMemsetD8_v2, world->victimContext)
-                                  .u64(world->victimPointer)
-                                  .u32(kVictimFill)
-                                  .u64(kVictimBytes))
+                                  .message(wire::cuMemsetD8_v2_Request{world->victimPointer, kVictimFill, kVictimBytes}))
                          .result;
   if (r != CUDA_SUCCESS) die("victim memset failed");
   world->victimReal = v.contexts().at(world->victimContext).real;

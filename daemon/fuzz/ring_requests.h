@@ -13,6 +13,7 @@
 
 #include "phos/common/ipc/wire.h"
 #include "phos/cuda_api/entry_points.h"
+#include "phos/cuda_api/wire_messages.h"
 
 namespace phos::daemon::fuzz {
 
@@ -92,6 +93,14 @@ class RequestBuilder {
     return raw(data, n);
   }
   RequestBuilder& text(std::string_view s) { return blob(s.data(), s.size()); }
+  // A whole request message of the generated wire (phos/cuda_api/wire_messages.h).
+  template <typename Message>
+  RequestBuilder& message(const Message& m) {
+    std::vector<std::byte> buffer(kMaxMessage);
+    ipc::Encoder e(buffer);
+    put(e, m);
+    return raw(buffer.data(), e.size());
+  }
   RequestBuilder& raw(const void* data, size_t n) {
     const size_t at = bytes_.size();
     bytes_.resize(at + n);
@@ -102,6 +111,7 @@ class RequestBuilder {
   std::span<const std::byte> span() const { return bytes_; }
 
  private:
+  static constexpr size_t kMaxMessage = 64 * 1024;
   std::vector<std::byte> bytes_;
 };
 

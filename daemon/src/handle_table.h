@@ -14,7 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "handle_types.h"  // generated: enum class HandleType
+#include "phos/cuda_api/handle_types.h"  // generated: enum class HandleType
 
 namespace phos::daemon {
 

@@ -4,10 +4,11 @@
 
 #include "phos/common/log.h"
 #include "phos/cuda_api/api_table.h"
+#include "handle_table.h"
 #include "session.h"
 
 #define PHOS_HANDLE_TYPE_NAMES
-#include "handle_types.h"
+#include "phos/cuda_api/handle_types.h"
 
 namespace phos::daemon {
 namespace {
@@ -73,6 +74,25 @@ bool ServerCall::resolveStream(uint64_t id, bool perThreadVariant, CUstream* out
     return true;
   }
   return resolve(HandleType::kCUstream_st, id, out);
+}
+
+bool ServerCall::resolveFunction(uint64_t id, CUfunction* out) {
+  if (HandleTable::typeOf(id) == HandleType::kCUkern_st) {
+    CUkernel k{};
+    if (!resolve(HandleType::kCUkern_st, id, &k)) return false;
+    CUresult r = PHOS_DRIVER(driver_, KernelGetFunction)(out, k);
+    if (r != CUDA_SUCCESS) {
+      fail(r);
+      return false;
+    }
+    return true;
+  }
+  return resolve(HandleType::kCUfunc_st, id, out);
+}
+
+bool ServerCall::perThreadEntry() const {
+  return static_cast<size_t>(entry()) < cuda_api::kEntryPointCount &&
+         cuda_api::entryPoint(entry()).origin == cuda_api::EntryPointOrigin::kPerThread;
 }
 
 bool ServerCall::checkDevicePointer(CUdeviceptr p) {

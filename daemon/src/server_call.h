@@ -5,14 +5,18 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <array>
+#include <cstring>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "driver_table.h"
-#include "handle_types.h"
 #include "phos/common/ipc/wire.h"
+#include "phos/common/ipc/wire_codec.h"
 #include "phos/cuda_api/dispatch.h"
+#include "phos/cuda_api/handle_types.h"
 
 namespace phos::daemon {
 
@@ -21,6 +25,23 @@ class ServerCall;
 
 using ServerFn = void (*)(ServerCall&);
 using ServerTable = std::array<ServerFn, cuda_api::kEntryPointCount>;
+
+// A handle argument as a server hook receives it: the virtual id the
+// application holds and the driver object it stands for (null for id 0).
+template <typename T>
+struct Handle {
+  uint64_t id = 0;
+  T real{};
+};
+
+// A value whose size depends on what is asked (a pointer attribute): at most
+// 64 bytes, sized by the server hook.
+struct AttributeValue {
+  alignas(16) std::array<std::byte, 64> bytes{};
+  size_t size = 0;
+  bool wanted = true;  // the application asked for it (a null slot in a batch is not)
+  ipc::Blob blob(CUresult result) const { return ipc::Blob::of(bytes.data(), result == CUDA_SUCCESS ? size : 0); }
+};
 
 class ServerCall {
  public:
@@ -52,6 +73,11 @@ class ServerCall {
   // per-thread default stream of the calling application thread is a stream
   // of the session's own (phosd serves many application threads from one).
   bool resolveStream(uint64_t id, bool perThreadVariant, CUstream* out);
+  // A function: a CUfunction id, or a CUkernel id ("a CUkernel can be passed
+  // wherever a CUfunction is expected"), resolved in the current context.
+  bool resolveFunction(uint64_t id, CUfunction* out);
+  // True for a _ptds/_ptsz entry point (its default stream is per thread).
+  bool perThreadEntry() const;
   // A device address the session may name: inside one of its allocations or
   // pinned host ranges, or 0. Otherwise CUDA_ERROR_INVALID_VALUE.
   bool checkDevicePointer(CUdeviceptr p);
@@ -91,12 +117,37 @@ class ServerCall {
   bool sent_ = false;
 };
 
+// ---- reply helpers of the generated server functions -------------------------
+// The first min(capacity, filled) elements of an out array, on success.
+template <typename T>
+ipc::Blob outArray(const std::vector<T>& items, size_t capacity, CUresult result) {
+  const size_t n = result == CUDA_SUCCESS ? std::min(items.size(), capacity) : 0;
+  return ipc::Blob::of(items.data(), n * sizeof(T));
+}
+// The NUL-terminated contents of a string buffer, on success.
+inline ipc::Text outString(const char* buffer, bool present, CUresult result) {
+  if (!present || result != CUDA_SUCCESS) return {};
+  return ipc::Text::of(std::string_view(buffer, strnlen(buffer, 4096)));
+}
+// One blob per value of a batch: empty for values not asked for or on failure.
+inline ipc::BlobList valueList(std::span<const AttributeValue> values, CUresult result) {
+  ipc::BlobList list;
+  list.items.reserve(values.size());
+  for (const AttributeValue& v : values) list.items.push_back(v.blob(v.wanted ? result : CUDA_ERROR_INVALID_VALUE));
+  return list;
+}
+// The values a batch asks for: one flag byte per value, `count` of them.
+inline bool wantedValues(const ipc::Blob& flags, size_t count, std::vector<AttributeValue>* values) {
+  if (flags.size() != count) return false;
+  values->assign(count, AttributeValue{});
+  for (size_t i = 0; i < count; ++i) (*values)[i].wanted = flags.bytes[i] != std::byte{0};
+  return true;
+}
+
 namespace generated {
+// Every remoted entry point (remote_server.cpp, generated from apigen/remoting.json).
 void installGenerated(ServerTable& table);
 int generatedCount();
 }  // namespace generated
-
-// The handwritten server functions (custom_calls.cpp) over the generated ones.
-void installCustom(ServerTable& table);
 
 }  // namespace phos::daemon

@@ -201,7 +201,6 @@ class Worker {
     driver_ = *driver;
     pool_ = std::make_unique<ContextPool>(*driver_, config_.contextsPerDevice);
     generated::installGenerated(servers_);
-    installCustom(servers_);
     lastPool_ = poolJson(*pool_);
     lastMisses_ = pool_->misses();
     if (Status s = detail::sendMessage(channel_, {{"event", "ready"},

@@ -72,11 +72,10 @@ class ClientCall {
 };
 
 namespace generated {
+// Every remoted and local entry point (remote_client.cpp, generated from
+// apigen/remoting.json).
 void installGenerated(cuda_api::Dispatch& table);
 int generatedCount();
 }  // namespace generated
-
-// The handwritten entry points (custom_calls.cpp), installed over the generated ones.
-void installCustom(cuda_api::Dispatch& table);
 
 }  // namespace phos::shim

@@ -109,10 +109,11 @@ void Connection::setParamSizes(uint64_t function, std::vector<uint32_t> sizes) {
   paramSizes_[function] = std::move(sizes);
 }
 
-const char* Connection::keepString(uint64_t key, std::string value) {
+const char* Connection::intern(std::string_view value) {
   std::unique_lock lock(mutex_);
-  auto [it, inserted] = strings_.try_emplace(key, std::move(value));
-  return it->second.c_str();
+  auto it = strings_.find(value);
+  if (it == strings_.end()) it = strings_.emplace(value).first;
+  return it->c_str();
 }
 
 void Connection::forgetAfterFork() {

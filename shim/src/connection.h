@@ -10,8 +10,10 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "phos/common/ipc/call_ring.h"
@@ -49,8 +51,9 @@ class Connection {
   std::optional<std::vector<uint32_t>> paramSizes(uint64_t function) const;
   void setParamSizes(uint64_t function, std::vector<uint32_t> sizes);
 
-  // Strings the application may keep pointers to (cuFuncGetName).
-  const char* keepString(uint64_t key, std::string value);
+  // A copy of `value` that lives as long as the process: strings the
+  // application may keep pointers to (cuFuncGetName).
+  const char* intern(std::string_view value);
 
   // After fork(): the child has no session (CUDA: "the child process cannot
   // use the CUDA context of its parent").
@@ -67,7 +70,7 @@ class Connection {
   std::vector<uint64_t> contexts_;
   std::map<uintptr_t, Pinned> pinned_;
   std::map<uint64_t, std::vector<uint32_t>> paramSizes_;
-  std::map<uint64_t, std::string> strings_;
+  std::set<std::string, std::less<>> strings_;
 };
 
 // The calling thread's context stack (virtual ids), as CUDA keeps it per thread.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // How calls reach the shim: its exported cu* trampolines (direct linking),
 // dlopen("libcuda.so.1") answered with the shim's own handle (so dlsym finds
-// the trampolines), and cuGetProcAddress (custom_calls.cpp). Also the
+// the trampolines), and cuGetProcAddress (local_calls.cpp). Also the
 // process-wide setup: dispatch table, logging, fork.
 #include <dlfcn.h>
 #include <pthread.h>
@@ -52,7 +52,6 @@ __attribute__((constructor)) void installShim() {
   setupLogging();
   auto& table = cuda_api::dispatch();
   generated::installGenerated(table);
-  installCustom(table);
   pthread_atfork(nullptr, nullptr, [] { Connection::instance().forgetAfterFork(); });
 }
 

@@ -42,6 +42,9 @@ using fuzz::RequestBuilder;
 constexpr uint64_t kHandleTypeShift = 48;
 uint64_t fakeHandle(HandleType type, uint64_t serial) { return (static_cast<uint64_t>(type) << kHandleTypeShift) | serial; }
 
+// cuModuleLoadData of `bytes` of the application's memory at `address`.
+wire::cuModuleLoadData_Request moduleLoad(uint64_t address, uint64_t bytes) { return {true, {address, bytes}}; }
+
 // A stand-in application: this test binary executed again, which maps the
 // module's PTX and scratch memory at fuzz::kAppBase and waits. A fresh
 // executable, not a fork: a forked child would hold copies of the driver's
@@ -119,7 +122,6 @@ struct Daemon {
     driver = *d;
     pool = std::make_unique<ContextPool>(*driver, 1);
     generated::installGenerated(servers);
-    installCustom(servers);
   }
 };
 
@@ -176,24 +178,24 @@ class Client {
 
   // The objects most tests need.
   void setUpContext() {
-    Reply r = call(RequestBuilder(EntryPointId::kCuDevicePrimaryCtxRetain, 0).i32(0));
+    Reply r = call(RequestBuilder(EntryPointId::kCuDevicePrimaryCtxRetain, 0).message(wire::cuDevicePrimaryCtxRetain_Request{true, 0}));
     ASSERT_EQ(r.result, CUDA_SUCCESS);
-    context = r.value();
-    r = call(RequestBuilder(EntryPointId::kCuMemAlloc_v2, context).u64(kBytes));
+    context = r.value(true);
+    r = call(RequestBuilder(EntryPointId::kCuMemAlloc_v2, context).message(wire::cuMemAlloc_v2_Request{true, kBytes}));
     ASSERT_EQ(r.result, CUDA_SUCCESS);
-    device = r.value();
+    device = r.value(true);
   }
   void loadModule() {
-    Reply r = call(RequestBuilder(EntryPointId::kCuModuleLoadData, context).u64(kAppPtx).u64(kModulePtx.size()));
+    Reply r = call(RequestBuilder(EntryPointId::kCuModuleLoadData, context).message(moduleLoad(kAppPtx, kModulePtx.size())));
     ASSERT_EQ(r.result, CUDA_SUCCESS);
-    module = r.value();
+    module = r.value(true);
     r = call(RequestBuilder(EntryPointId::kCuModuleGetFunction, context).u8(1).u64(module).text("fill"));
     ASSERT_EQ(r.result, CUDA_SUCCESS);
     function = r.value(true);
   }
   // A valid call that must still succeed after whatever was sent before.
   void expectStillServing() {
-    EXPECT_EQ(call(RequestBuilder(EntryPointId::kCuMemsetD8_v2, context).u64(device).u32(1).u64(kBytes)).result,
+    EXPECT_EQ(call(RequestBuilder(EntryPointId::kCuMemsetD8_v2, context).message(wire::cuMemsetD8_v2_Request{device, 1, kBytes})).result,
               CUDA_SUCCESS);
     Reply v = call(RequestBuilder(EntryPointId::kCuDriverGetVersion, context).u8(1));
     EXPECT_EQ(v.result, CUDA_SUCCESS);
@@ -276,11 +278,11 @@ TEST_F(RingDecoder, EntryWithoutServerIsNotSupported) {
 }
 
 TEST_F(RingDecoder, MissingArgumentIsInvalidValue) {
-  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemAlloc_v2).u32(4096)).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemAlloc_v2).u8(1).u32(4096)).result, CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST_F(RingDecoder, TrailingBytesAreInvalidValue) {
-  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemAlloc_v2).u64(4096).u8(0)).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemAlloc_v2).message(wire::cuMemAlloc_v2_Request{true, 4096}).u8(0)).result, CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST_F(RingDecoder, PresenceByteSevenIsInvalidValue) {
@@ -351,7 +353,7 @@ TEST_F(RingDecoder, FunctionIdZeroIsInvalidHandle) {
 // ---- device pointers and ranges ----------------------------------------------
 
 TEST_F(RingDecoder, DevicePointerOfNothingIsInvalidValue) {
-  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemsetD8_v2).u64(0xdead0000).u32(0).u64(16)).result,
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemsetD8_v2).message(wire::cuMemsetD8_v2_Request{0xdead0000, 0, 16})).result,
             CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemFree_v2).u64(0x1234)).result, CUDA_ERROR_INVALID_VALUE);
   // "CUDA_ERROR_NOT_FOUND" is what cuMemGetAddressRange documents for an
@@ -392,7 +394,7 @@ TEST_F(RingDecoder, MemcpyRangesOverflowing64BitsAreInvalidValue) {
 TEST_F(RingDecoder, MemsetCountOverflowingIsInvalidValue) {
   EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemsetD32_v2).u64(c().device).u32(0).u64((1ull << 62) + 1)).result,
             CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemsetD16_v2).u64(c().device).u32(0).u64(~0ull)).result,
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemsetD16_v2).message(wire::cuMemsetD16_v2_Request{c().device, 0, ~0ull})).result,
             CUDA_ERROR_INVALID_VALUE);
 }
 
@@ -422,39 +424,44 @@ TEST_F(RingDecoder, UnreadableApplicationMemoryIsInvalidValue) {
 // ---- modules -------------------------------------------------------------------
 
 TEST_F(RingDecoder, ModuleImageAtAddressZeroIsInvalidValue) {
-  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleLoadData).u64(0).u64(kModulePtx.size())).result,
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleLoadData).message(moduleLoad(0, kModulePtx.size()))).result,
             CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(c().call(c().req(EntryPointId::kCuLibraryLoadData).u64(0).u64(16)).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuLibraryLoadData).message(wire::cuLibraryLoadData_Request{true, {0, 16}, 0, 0})).result, CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST_F(RingDecoder, ModuleImageOfHugeSizeIsInvalidValue) {
-  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleLoadData).u64(kAppPtx).u64(1ull << 40)).result,
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleLoadData).message(moduleLoad(kAppPtx, 1ull << 40))).result,
             CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleLoadData).u64(kAppPtx).u64(~0ull)).result,
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleLoadData).message(moduleLoad(kAppPtx, ~0ull))).result,
             CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleLoadData).u64(kAppPtx).u64(0)).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleLoadData).message(moduleLoad(kAppPtx, 0))).result, CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST_F(RingDecoder, ModuleImageOutsideTheApplicationIsInvalidValue) {
-  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleLoadData).u64(0x10).u64(4096)).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleLoadData).message(moduleLoad(0x10, 4096))).result, CUDA_ERROR_INVALID_VALUE);
   // Past the end of the application's mapping.
-  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleLoadData).u64(fuzz::kAppBase).u64(fuzz::kAppBytes + 4096)).result,
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleLoadData).message(moduleLoad(fuzz::kAppBase, fuzz::kAppBytes + 4096))).result,
             CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST_F(RingDecoder, ModuleImageThatIsNotAModuleFails) {
   std::vector<uint8_t> junk(256, 0x7f);
   ASSERT_TRUE(app_->write(kAppScratch, junk));
-  Reply r = c().call(c().req(EntryPointId::kCuModuleLoadData).u64(kAppScratch).u64(junk.size()));
+  Reply r = c().call(c().req(EntryPointId::kCuModuleLoadData).message(moduleLoad(kAppScratch, junk.size())));
   EXPECT_NE(r.result, CUDA_SUCCESS);
-  EXPECT_EQ(r.value(), 0u);
 }
 
 // ---- launches ------------------------------------------------------------------
 
-RequestBuilder launchHeader(Client& c, EntryPointId id = EntryPointId::kCuLaunchKernel) {
-  RequestBuilder b = c.req(id);
+// Everything of a launch but its parameters, which a test writes as it likes.
+RequestBuilder launchHeader(Client& c) {
+  RequestBuilder b = c.req(EntryPointId::kCuLaunchKernel);
   b.u64(c.function).u32(1).u32(1).u32(1).u32(32).u32(1).u32(1).u32(0).u64(0);
+  return b;
+}
+RequestBuilder launchExHeader(Client& c) {
+  RequestBuilder b = c.req(EntryPointId::kCuLaunchKernelEx);
+  b.message(ipc::LaunchConfig{1, 1, 1, 32, 1, 1, 0, 0, {}}).u64(c.function);
   return b;
 }
 
@@ -494,11 +501,7 @@ TEST_F(RingDecoder, LaunchWithAShortParameterIsInvalidValue) {
   const uint64_t p = c().device;
   const uint32_t n = 1;
   EXPECT_EQ(c().call(launchHeader(c()).u32(2).blob(&p, 1).blob(&n, 4)).result, CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(c().call(launchHeader(c(), EntryPointId::kCuLaunchKernelEx)
-                         .u32(0).u32(0)
-                         .u32(2).blob(&p, 8).blob(&n, 0))
-                .result,
-            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(launchExHeader(c()).u32(2).blob(&p, 8).blob(&n, 0)).result, CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST_F(RingDecoder, LaunchWithAShortParameterBufferIsInvalidValue) {
@@ -507,28 +510,43 @@ TEST_F(RingDecoder, LaunchWithAShortParameterBufferIsInvalidValue) {
   EXPECT_EQ(c().call(launchHeader(c()).u32(0xfffffffeu).blob(&p, 8)).result, CUDA_ERROR_INVALID_VALUE);
 }
 
-TEST_F(RingDecoder, LaunchExWithAttributeCountNotMatchingIsInvalidValue) {
+// The attributes are whole CUlaunchAttribute records.
+TEST_F(RingDecoder, LaunchExWithAPartialAttributeIsInvalidValue) {
   ASSERT_NO_FATAL_FAILURE(c().loadModule());
   const uint64_t p = c().device;
   const uint32_t n = 1;
-  EXPECT_EQ(c().call(launchHeader(c(), EntryPointId::kCuLaunchKernelEx)
-                         .u32(0xffffffffu).u32(0)
-                         .u32(2).blob(&p, 8).blob(&n, 4))
-                .result,
-            CUDA_ERROR_INVALID_VALUE);
+  const std::vector<std::byte> partial(sizeof(CUlaunchAttribute) - 4);
+  ipc::LaunchConfig config{1, 1, 1, 32, 1, 1, 0, 0, ipc::Blob::of(partial.data(), partial.size())};
+  RequestBuilder b = c().req(EntryPointId::kCuLaunchKernelEx);
+  b.message(config).u64(c().function).u32(2).blob(&p, 8).blob(&n, 4);
+  EXPECT_EQ(c().call(b).result, CUDA_ERROR_INVALID_VALUE);
 }
 
 // ---- other handwritten decoders -------------------------------------------------
 
-TEST_F(RingDecoder, DeviceNameOfHostileLengthIsInvalidValue) {
-  EXPECT_EQ(c().call(c().req(EntryPointId::kCuDeviceGetName).i32(-1).i32(0)).result, CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(c().call(c().req(EntryPointId::kCuDeviceGetName).i32(1 << 30).i32(0)).result, CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(c().call(c().req(EntryPointId::kCuDeviceGetName).i32(64).i32(12345)).result, CUDA_ERROR_INVALID_DEVICE);
+// The length is the application's buffer: phosd lends the driver a buffer of
+// its own, never larger than it holds, and the name comes back whole.
+TEST_F(RingDecoder, DeviceNameOfHostileLength) {
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuDeviceGetName).message(wire::cuDeviceGetName_Request{true, -1, 0})).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuDeviceGetName).message(wire::cuDeviceGetName_Request{true, 0, 0})).result,
+            CUDA_ERROR_INVALID_VALUE);
+  Reply r = c().call(c().req(EntryPointId::kCuDeviceGetName).message(wire::cuDeviceGetName_Request{true, 1 << 30, 0}));
+  ASSERT_EQ(r.result, CUDA_SUCCESS);
+  ipc::Decoder d(r.bytes);
+  (void)d.value<ipc::ReplyHeader>();
+  wire::cuDeviceGetName_Reply name;
+  wire::get(d, name);
+  ASSERT_TRUE(d.ok() && d.atEnd());
+  EXPECT_FALSE(name.name.view().empty());
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuDeviceGetName).message(wire::cuDeviceGetName_Request{true, 64, 12345}))
+                .result,
+            CUDA_ERROR_INVALID_DEVICE);
 }
 
 TEST_F(RingDecoder, PrimaryContextOfNoDeviceIsInvalidDevice) {
-  EXPECT_EQ(c().call(c().req(EntryPointId::kCuDevicePrimaryCtxRetain).i32(-1)).result, CUDA_ERROR_INVALID_DEVICE);
-  EXPECT_EQ(c().call(c().req(EntryPointId::kCuCtxCreate_v2).u32(0).i32(1 << 20)).result, CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuDevicePrimaryCtxRetain).message(wire::cuDevicePrimaryCtxRetain_Request{true, -1})).result, CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuCtxCreate_v2).message(wire::cuCtxCreate_v2_Request{true, 0, 1 << 20})).result, CUDA_ERROR_INVALID_DEVICE);
 }
 
 TEST_F(RingDecoder, PinnedMemoryOfHostileSizeOrFlagsIsRefused) {
@@ -541,10 +559,7 @@ TEST_F(RingDecoder, PinnedMemoryOfHostileSizeOrFlagsIsRefused) {
 // A posted (no-reply) call that fails reports at the next synchronizing call.
 TEST_F(RingDecoder, PostedFailureIsReportedAtTheNextSynchronize) {
   ASSERT_NO_FATAL_FAILURE(c().post(RequestBuilder(EntryPointId::kCuMemsetD8Async, c().context, false)
-                                       .u64(0xdead0000)
-                                       .u32(0)
-                                       .u64(16)
-                                       .u64(0)));
+                                       .message(wire::cuMemsetD8Async_Request{0xdead0000, 0, 16, 0})));
   EXPECT_EQ(c().call(c().req(EntryPointId::kCuCtxSynchronize)).result, CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(c().call(c().req(EntryPointId::kCuCtxSynchronize)).result, CUDA_SUCCESS);
 }
@@ -650,10 +665,10 @@ class Isolation : public ::testing::Test {
     r = a_->call(a_->req(EntryPointId::kCuMemHostAlloc).u64(4096).u32(0));
     ASSERT_EQ(r.result, CUDA_SUCCESS);
     pinned_ = r.value();
-    r = a_->call(a_->req(EntryPointId::kCuCtxCreate_v2).u32(0).i32(0));
+    r = a_->call(a_->req(EntryPointId::kCuCtxCreate_v2).message(wire::cuCtxCreate_v2_Request{true, 0, 0}));
     ASSERT_EQ(r.result, CUDA_SUCCESS);
-    secondContext_ = r.value();
-    ASSERT_EQ(a_->call(a_->req(EntryPointId::kCuMemsetD8_v2).u64(a_->device).u32(0xa5).u64(Client::kBytes)).result,
+    secondContext_ = r.value(true);
+    ASSERT_EQ(a_->call(a_->req(EntryPointId::kCuMemsetD8_v2).message(wire::cuMemsetD8_v2_Request{a_->device, 0xa5, Client::kBytes})).result,
               CUDA_SUCCESS);
     ASSERT_NO_FATAL_FAILURE(b_->setUpContext());
   }
@@ -706,7 +721,7 @@ TEST_F(Isolation, CopiesNamingAnotherSessionsMemoryAreRefused) {
 
 TEST_F(Isolation, MemsetAndFreeOfAnotherSessionsMemoryAreRefused) {
   Client& b = *b_;
-  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemsetD8_v2).u64(a_->device).u32(0).u64(16)).result,
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemsetD8_v2).message(wire::cuMemsetD8_v2_Request{a_->device, 0, 16})).result,
             CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemsetD32Async).u64(a_->device).u32(0).u64(4).u64(0)).result,
             CUDA_ERROR_INVALID_VALUE);
@@ -729,10 +744,10 @@ TEST_F(Isolation, AnotherSessionsModuleGlobalIsRefused) {
 TEST_F(Isolation, AnotherSessionsPinnedMemoryIsRefused) {
   Client& b = *b_;
   EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemFreeHost).u64(pinned_)).result, CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemHostGetDevicePointer_v2).u64(pinned_).u32(0)).result,
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemHostGetDevicePointer_v2).message(wire::cuMemHostGetDevicePointer_v2_Request{true, pinned_, 0})).result,
             CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemHostGetFlags).u64(pinned_)).result, CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemsetD8_v2).u64(pinned_).u32(0).u64(16)).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemHostGetFlags).message(wire::cuMemHostGetFlags_Request{true, pinned_})).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemsetD8_v2).message(wire::cuMemsetD8_v2_Request{pinned_, 0, 16})).result, CUDA_ERROR_INVALID_VALUE);
   // The address is B's own (unmapped) host memory to B's requests.
   EXPECT_EQ(b.call(b.req(EntryPointId::kCuMemcpyHtoD_v2).u64(b.device).u64(pinned_).u64(16)).result,
             CUDA_ERROR_INVALID_VALUE);

@@ -1,0 +1,488 @@
+// SPDX-License-Identifier: Apache-2.0
+// Server hooks for copies and sets: every device side checked against the
+// session's memory, the application's pageable memory read and written with
+// process_vm_readv/writev through staging buffers, and each call's reads and
+// writes shown to the checkpoint protocols' gate.
+#include <cuda.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "phos/cuda_api/server_hooks.h"
+#include "session.h"
+
+namespace phos::daemon::hooks {
+namespace {
+
+// Copies between the application's pageable memory and device memory go
+// through the current context's two staging buffers, pipelined: while the
+// driver copies one chunk, phosd reads (or writes) the application's memory
+// of the next with process_vm_readv/writev. All chunks are enqueued on
+// `stream` in order and complete before the call returns (the buffers are
+// reused by the next call, and CUDA returns from copies of pageable memory
+// once the host side is done).
+class StagedCopy {
+ public:
+  StagedCopy(ServerCall& c, CopyStaging& staging, CUstream stream) : c_(c), st_(staging), stream_(stream) {}
+  ~StagedCopy() { (void)drain(); }
+
+  // Waits until buffer k is free again.
+  CUresult acquire(int k) {
+    if (!st_.pending[k]) return CUDA_SUCCESS;
+    st_.pending[k] = false;
+    return PHOS_DRIVER(c_.driverTable(), EventSynchronize)(st_.done[k]);
+  }
+  CUresult release(int k) {
+    CUresult r = PHOS_DRIVER(c_.driverTable(), EventRecord)(st_.done[k], stream_);
+    st_.pending[k] = r == CUDA_SUCCESS;
+    return r;
+  }
+  CUresult drain() {
+    CUresult first = CUDA_SUCCESS;
+    for (int k = 0; k < 2; ++k) {
+      CUresult r = acquire(k);
+      if (first == CUDA_SUCCESS) first = r;
+    }
+    return first;
+  }
+
+ private:
+  ServerCall& c_;
+  CopyStaging& st_;
+  CUstream stream_;
+};
+
+CUresult copyFromApplication(ServerCall& c, CUdeviceptr dst, uint64_t src, uint64_t bytes, CUstream stream) {
+  Session& s = c.session();
+  CopyStaging* st = s.staging();
+  if (st == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  StagedCopy copy(c, *st, stream);
+  int k = 0;
+  for (uint64_t done = 0; done < bytes; done += st->bytes, k ^= 1) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(bytes - done, st->bytes));
+    if (CUresult r = copy.acquire(k); r != CUDA_SUCCESS) return r;
+    if (!s.readApplication(src + done, st->buffers[k], n).isOk()) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = PHOS_DRIVER(c.driverTable(), MemcpyHtoDAsync_v2)(dst + done, st->buffers[k], n, stream);
+    if (r == CUDA_SUCCESS) r = copy.release(k);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return copy.drain();
+}
+
+CUresult copyToApplication(ServerCall& c, uint64_t dst, CUdeviceptr src, uint64_t bytes, CUstream stream) {
+  Session& s = c.session();
+  CopyStaging* st = s.staging();
+  if (st == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  StagedCopy copy(c, *st, stream);
+  const uint64_t chunks = (bytes + st->bytes - 1) / st->bytes;
+  auto enqueue = [&](uint64_t i) {
+    const uint64_t off = i * st->bytes;
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes - off, st->bytes));
+    CUresult r = PHOS_DRIVER(c.driverTable(), MemcpyDtoHAsync_v2)(st->buffers[i % 2], src + off, n, stream);
+    return r == CUDA_SUCCESS ? copy.release(static_cast<int>(i % 2)) : r;
+  };
+  if (chunks > 0) {
+    if (CUresult r = enqueue(0); r != CUDA_SUCCESS) return r;
+  }
+  for (uint64_t i = 0; i < chunks; ++i) {
+    // The next chunk copies while this one is written to the application.
+    if (i + 1 < chunks) {
+      if (CUresult r = enqueue(i + 1); r != CUDA_SUCCESS) return r;
+    }
+    if (CUresult r = copy.acquire(static_cast<int>(i % 2)); r != CUDA_SUCCESS) return r;
+    const uint64_t off = i * st->bytes;
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes - off, st->bytes));
+    if (!s.writeApplication(dst + off, st->buffers[i % 2], n).isOk()) return CUDA_ERROR_INVALID_VALUE;
+  }
+  return copy.drain();
+}
+
+// Host to host: CUDA copies it too. Through a staging buffer: `bytes` is the
+// client's number, and a buffer of that size could be any size.
+CUresult copyWithinApplication(ServerCall& c, uint64_t dst, uint64_t src, uint64_t bytes) {
+  Session& s = c.session();
+  CopyStaging* st = s.staging();
+  if (st == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  for (uint64_t done = 0; done < bytes;) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(bytes - done, st->bytes));
+    if (!s.readApplication(src + done, st->buffers[0], n).isOk() ||
+        !s.writeApplication(dst + done, st->buffers[0], n).isOk()) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    done += n;
+  }
+  return CUDA_SUCCESS;
+}
+
+// One of the application's transfers between its memory and the device,
+// from its issue to its return (TransferTracker: the protocols' copies give
+// way to it).
+class TransferScope {
+ public:
+  TransferScope(Session& session, bool async, CUstream stream)
+      : tracker_(session.transfers()), async_(async), stream_(stream) {
+    tracker_.begin();
+  }
+  ~TransferScope() { tracker_.end(async_, stream_); }
+  TransferScope(const TransferScope&) = delete;
+  TransferScope& operator=(const TransferScope&) = delete;
+
+ private:
+  TransferTracker& tracker_;
+  bool async_;
+  CUstream stream_;
+};
+
+// A copy's sides that are GPU state of the session: device memory and pinned
+// ranges (pageable application memory is CPU state). Exact byte ranges.
+void passCopyGate(Session& s, uint64_t dst, uint64_t src, uint64_t bytes) {
+  if (bytes == 0) return;
+  CallAccess access;
+  if (s.ownsRange(src, bytes)) access.reads.push_back({src, bytes});
+  if (s.ownsRange(dst, bytes)) access.writes.push_back({dst, bytes});
+  if (!access.reads.empty() || !access.writes.empty()) s.passGate(access);
+}
+
+// A synchronous call runs on the default stream of its variant (legacy, or
+// the calling thread's for _ptds) and waits for itself.
+CUresult defaultStream(ServerCall& c, CUstream* out) {
+  return c.resolveStream(0, c.perThreadEntry(), out) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult finish(ServerCall& c, CUresult r, bool async, CUstream s) {
+  if (r == CUDA_SUCCESS && !async) r = PHOS_DRIVER(c.driverTable(), StreamSynchronize)(s);
+  return r;
+}
+
+CUresult hostToDevice(ServerCall& c, CUdeviceptr dst, uint64_t src, size_t bytes, CUstream s, bool async) {
+  if (src == 0 && bytes != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!c.checkDeviceRange(dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
+  passCopyGate(c.session(), dst, src, bytes);
+  TransferScope transfer(c.session(), async, s);
+  if (c.session().ownsRange(src, bytes)) {
+    // Pinned memory: the same address in phosd.
+    return finish(c, PHOS_DRIVER(c.driverTable(), MemcpyHtoDAsync_v2)(dst, reinterpret_cast<void*>(src), bytes, s),
+                  async, s);
+  }
+  return copyFromApplication(c, dst, src, bytes, s);
+}
+
+CUresult deviceToHost(ServerCall& c, uint64_t dst, CUdeviceptr src, size_t bytes, CUstream s, bool async) {
+  if (dst == 0 && bytes != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!c.checkDeviceRange(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+  passCopyGate(c.session(), dst, src, bytes);
+  TransferScope transfer(c.session(), async, s);
+  if (c.session().ownsRange(dst, bytes)) {
+    return finish(c, PHOS_DRIVER(c.driverTable(), MemcpyDtoHAsync_v2)(reinterpret_cast<void*>(dst), src, bytes, s),
+                  async, s);
+  }
+  return copyToApplication(c, dst, src, bytes, s);
+}
+
+// Unified addressing: either side may be the application's pageable memory,
+// unless the entry point names both as device memory.
+CUresult unifiedCopy(ServerCall& c, CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s, bool async,
+                     bool deviceOnly) {
+  Session& session = c.session();
+  const bool dstOurs = session.ownsRange(dst, bytes);
+  const bool srcOurs = session.ownsRange(src, bytes);
+  if (bytes == 0) return CUDA_SUCCESS;
+  if (!deviceOnly || (dstOurs && srcOurs)) passCopyGate(session, dst, src, bytes);
+  // Between host memory (the application's, or pinned) and the device: one
+  // of its transfers.
+  std::optional<TransferScope> transfer;
+  if (session.findAllocation(dst) == nullptr || session.findAllocation(src) == nullptr) {
+    transfer.emplace(session, async, s);
+  }
+  if (dstOurs && srcOurs) return finish(c, PHOS_DRIVER(c.driverTable(), MemcpyAsync)(dst, src, bytes, s), async, s);
+  if (deviceOnly) return CUDA_ERROR_INVALID_VALUE;
+  if (dstOurs) return copyFromApplication(c, dst, src, bytes, s);
+  if (srcOurs) return copyToApplication(c, dst, src, bytes, s);
+  return copyWithinApplication(c, dst, src, bytes);
+}
+
+// "Memset functions are asynchronous with respect to the host" for device
+// memory: the synchronous variants only differ in their stream (the default
+// stream of the variant, legacy or the calling thread's).
+template <typename T>
+CUresult memset(ServerCall& c, CUdeviceptr dst, T value, size_t count, CUstream s) {
+  if (count > (~0ull) / sizeof(T)) return CUDA_ERROR_INVALID_VALUE;
+  if (!c.checkDeviceRange(dst, count * sizeof(T))) return CUDA_ERROR_INVALID_VALUE;
+  c.session().passGate({{}, {{dst, count * sizeof(T)}}});
+  if constexpr (sizeof(T) == 1) return PHOS_DRIVER(c.driverTable(), MemsetD8Async)(dst, value, count, s);
+  if constexpr (sizeof(T) == 2) return PHOS_DRIVER(c.driverTable(), MemsetD16Async)(dst, value, count, s);
+  if constexpr (sizeof(T) == 4) return PHOS_DRIVER(c.driverTable(), MemsetD32Async)(dst, value, count, s);
+}
+
+// Every row must lie in one allocation of the session: the last one ends
+// pitch * (height - 1) + width * element bytes after dst.
+template <typename T>
+CUresult memset2D(ServerCall& c, CUdeviceptr dst, size_t pitch, T value, size_t width, size_t height, CUstream s) {
+  const uint64_t kMax = ~0ull;
+  if (width > kMax / sizeof(T)) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t row = width * sizeof(T);
+  if (height > 1 && pitch != 0 && height - 1 > (kMax - row) / pitch) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t extent = height == 0 ? 0 : pitch * (height - 1) + row;
+  if (!c.checkDeviceRange(dst, extent)) return CUDA_ERROR_INVALID_VALUE;
+  // The rows and the gaps between them: the gaps are not written, but a
+  // protocol copies whole buffers anyway.
+  c.session().passGate({{}, {{dst, extent}}});
+  if constexpr (sizeof(T) == 1) {
+    return PHOS_DRIVER(c.driverTable(), MemsetD2D8Async)(dst, pitch, value, width, height, s);
+  }
+  if constexpr (sizeof(T) == 2) {
+    return PHOS_DRIVER(c.driverTable(), MemsetD2D16Async)(dst, pitch, value, width, height, s);
+  }
+  if constexpr (sizeof(T) == 4) {
+    return PHOS_DRIVER(c.driverTable(), MemsetD2D32Async)(dst, pitch, value, width, height, s);
+  }
+}
+
+// Both ranges in the session's allocations.
+CUresult peerCopy(ServerCall& c, CUdeviceptr dst, Handle<CUcontext> dstContext, CUdeviceptr src,
+                  Handle<CUcontext> srcContext, size_t bytes, CUstream s, bool async) {
+  if (dstContext.real == nullptr || srcContext.real == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!c.checkDeviceRange(dst, bytes) || !c.checkDeviceRange(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+  passCopyGate(c.session(), dst, src, bytes);
+  return finish(c, PHOS_DRIVER(c.driverTable(), MemcpyPeerAsync)(dst, dstContext.real, src, srcContext.real, bytes, s),
+                async, s);
+}
+
+// One side of a 2D or 3D copy: row (y, z) of the copy starts at
+// base + ((z0 + z) * height + y0 + y) * pitch + x0.
+struct RowSide {
+  CUmemorytype type = CU_MEMORYTYPE_DEVICE;
+  uint64_t base = 0;
+  uint64_t x = 0, y = 0, z = 0, pitch = 0, height = 0;
+  bool application = false;  // the application's pageable memory
+};
+
+uint64_t rowAddress(const RowSide& side, uint64_t y, uint64_t z) {
+  return side.base + ((side.z + z) * side.height + side.y + y) * side.pitch + side.x;
+}
+
+// Says where a side is: in the session's memory (device or pinned, used as
+// is) or the application's pageable memory (copied row by row). The whole
+// span of the side's rows must lie in one allocation when it is device
+// memory.
+CUresult placeSide(ServerCall& c, RowSide& side, uint64_t width, uint64_t rows, uint64_t depth) {
+  if (side.type == CU_MEMORYTYPE_ARRAY) return CUDA_ERROR_NOT_SUPPORTED;  // arrays are not remoted
+  if (side.type != CU_MEMORYTYPE_HOST && side.type != CU_MEMORYTYPE_DEVICE && side.type != CU_MEMORYTYPE_UNIFIED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (side.base == 0) return CUDA_ERROR_INVALID_VALUE;
+  // The client's numbers: bounded first, then the span computed wide, so that
+  // no row address can wrap around.
+  constexpr uint64_t kLimit = 1ull << 40;
+  for (uint64_t v : {side.x, side.y, side.z, side.pitch, side.height, width, rows, depth}) {
+    if (v >= kLimit) return CUDA_ERROR_INVALID_VALUE;
+  }
+  __extension__ using Wide = unsigned __int128;
+  const Wide first = (Wide{side.z} * side.height + side.y) * side.pitch + side.x;
+  const Wide last = (Wide{side.z + depth - 1} * side.height + side.y + rows - 1) * side.pitch + side.x + width;
+  if (Wide{side.base} + last > Wide{~0ull}) return CUDA_ERROR_INVALID_VALUE;
+  const auto start = static_cast<uint64_t>(side.base + first);
+  if (c.session().ownsRange(start, static_cast<uint64_t>(last - first))) return CUDA_SUCCESS;
+  if (side.type == CU_MEMORYTYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+  side.application = true;
+  return CUDA_SUCCESS;
+}
+
+// Validates as CUDA does, places both sides, and copies: device and pinned
+// memory with the driver's own 2D/3D copy (`direct`), anything involving the
+// application's pageable memory row by row through the staging buffers (the
+// host side is done when the call returns, as CUDA does for pageable memory).
+template <typename Direct>
+CUresult rowCopy(ServerCall& c, RowSide src, RowSide dst, uint64_t width, uint64_t rows, uint64_t depth, CUstream s,
+                 bool async, Direct direct) {
+  if ((rows > 1 || depth > 1) && (src.pitch < src.x + width || dst.pitch < dst.x + width)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (depth > 1 && (src.height < src.y + rows || dst.height < dst.y + rows)) return CUDA_ERROR_INVALID_VALUE;
+  if (width == 0 || rows == 0 || depth == 0) return CUDA_SUCCESS;
+  if (CUresult r = placeSide(c, src, width, rows, depth); r != CUDA_SUCCESS) return r;
+  if (CUresult r = placeSide(c, dst, width, rows, depth); r != CUDA_SUCCESS) return r;
+  // The span from the first row to the end of the last (placeSide bounded it).
+  auto span = [&](const RowSide& side) -> instrument::Buffer {
+    const uint64_t first = rowAddress(side, 0, 0);
+    return {first, rowAddress(side, rows - 1, depth - 1) + width - first};
+  };
+  CallAccess access;
+  if (!src.application) access.reads.push_back(span(src));
+  if (!dst.application) access.writes.push_back(span(dst));
+  if (!access.reads.empty() || !access.writes.empty()) c.session().passGate(access);
+  if (!src.application && !dst.application) return finish(c, direct(), async, s);
+  CUresult r = CUDA_SUCCESS;
+  for (uint64_t z = 0; z < depth && r == CUDA_SUCCESS; ++z) {
+    for (uint64_t y = 0; y < rows && r == CUDA_SUCCESS; ++y) {
+      const uint64_t from = rowAddress(src, y, z);
+      const uint64_t to = rowAddress(dst, y, z);
+      if (src.application && dst.application) {
+        r = copyWithinApplication(c, to, from, width);
+      } else if (src.application) {
+        r = copyFromApplication(c, to, from, width, s);
+      } else {
+        r = copyToApplication(c, to, from, width, s);
+      }
+    }
+  }
+  return r;
+}
+
+CUresult copy2D(ServerCall& c, const CUDA_MEMCPY2D& p, CUstream s, bool async) {
+  auto side = [&](CUmemorytype type, const void* host, CUdeviceptr device, size_t x, size_t y, size_t pitch) {
+    RowSide r;
+    r.type = type;
+    r.base = type == CU_MEMORYTYPE_HOST ? reinterpret_cast<uintptr_t>(host) : device;
+    r.x = x;
+    r.y = y;
+    r.height = y + p.Height;
+    // A single row needs no pitch.
+    r.pitch = p.Height <= 1 ? std::max<uint64_t>(pitch, x + p.WidthInBytes) : pitch;
+    return r;
+  };
+  RowSide src = side(p.srcMemoryType, p.srcHost, p.srcDevice, p.srcXInBytes, p.srcY, p.srcPitch);
+  RowSide dst = side(p.dstMemoryType, p.dstHost, p.dstDevice, p.dstXInBytes, p.dstY, p.dstPitch);
+  return rowCopy(c, src, dst, p.WidthInBytes, p.Height, 1, s, async,
+                 [&] { return PHOS_DRIVER(c.driverTable(), Memcpy2DAsync_v2)(&p, s); });
+}
+
+CUresult copy3D(ServerCall& c, const CUDA_MEMCPY3D& p, CUstream s, bool async) {
+  // "reserved0/reserved1: Must be NULL"; "srcLOD and dstLOD ... must be set to 0".
+  if (p.reserved0 != nullptr || p.reserved1 != nullptr || p.srcLOD != 0 || p.dstLOD != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto side = [&](CUmemorytype type, const void* host, CUdeviceptr device, size_t x, size_t y, size_t z, size_t pitch,
+                  size_t height) {
+    RowSide r;
+    r.type = type;
+    r.base = type == CU_MEMORYTYPE_HOST ? reinterpret_cast<uintptr_t>(host) : device;
+    r.x = x;
+    r.y = y;
+    r.z = z;
+    // "srcHeight ... may be 0 if Depth==1"; a single row needs no pitch.
+    r.height = p.Depth == 1 ? std::max<uint64_t>(height, y + p.Height) : height;
+    r.pitch = p.Height <= 1 && p.Depth <= 1 ? std::max<uint64_t>(pitch, x + p.WidthInBytes) : pitch;
+    return r;
+  };
+  RowSide src = side(p.srcMemoryType, p.srcHost, p.srcDevice, p.srcXInBytes, p.srcY, p.srcZ, p.srcPitch, p.srcHeight);
+  RowSide dst = side(p.dstMemoryType, p.dstHost, p.dstDevice, p.dstXInBytes, p.dstY, p.dstZ, p.dstPitch, p.dstHeight);
+  return rowCopy(c, src, dst, p.WidthInBytes, p.Height, p.Depth, s, async,
+                 [&] { return PHOS_DRIVER(c.driverTable(), Memcpy3DAsync_v2)(&p, s); });
+}
+
+}  // namespace
+
+// ---- 1D copies ---------------------------------------------------------------------
+CUresult cuMemcpyHtoD(ServerCall& c, CUdeviceptr dst, uint64_t src, size_t bytes) {
+  CUstream s{};
+  if (CUresult r = defaultStream(c, &s); r != CUDA_SUCCESS) return r;
+  return hostToDevice(c, dst, src, bytes, s, false);
+}
+
+CUresult cuMemcpyHtoDAsync(ServerCall& c, CUdeviceptr dst, uint64_t src, size_t bytes, Handle<CUstream> s) {
+  return hostToDevice(c, dst, src, bytes, s.real, true);
+}
+
+CUresult cuMemcpyDtoH(ServerCall& c, uint64_t dst, CUdeviceptr src, size_t bytes) {
+  CUstream s{};
+  if (CUresult r = defaultStream(c, &s); r != CUDA_SUCCESS) return r;
+  return deviceToHost(c, dst, src, bytes, s, false);
+}
+
+CUresult cuMemcpyDtoHAsync(ServerCall& c, uint64_t dst, CUdeviceptr src, size_t bytes, Handle<CUstream> s) {
+  return deviceToHost(c, dst, src, bytes, s.real, true);
+}
+
+CUresult cuMemcpy(ServerCall& c, CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  CUstream s{};
+  if (CUresult r = defaultStream(c, &s); r != CUDA_SUCCESS) return r;
+  return unifiedCopy(c, dst, src, bytes, s, false, false);
+}
+
+CUresult cuMemcpyAsync(ServerCall& c, CUdeviceptr dst, CUdeviceptr src, size_t bytes, Handle<CUstream> s) {
+  return unifiedCopy(c, dst, src, bytes, s.real, true, false);
+}
+
+CUresult cuMemcpyDtoD(ServerCall& c, CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  CUstream s{};
+  if (CUresult r = defaultStream(c, &s); r != CUDA_SUCCESS) return r;
+  return unifiedCopy(c, dst, src, bytes, s, false, true);
+}
+
+CUresult cuMemcpyDtoDAsync(ServerCall& c, CUdeviceptr dst, CUdeviceptr src, size_t bytes, Handle<CUstream> s) {
+  return unifiedCopy(c, dst, src, bytes, s.real, true, true);
+}
+
+CUresult cuMemcpyPeer(ServerCall& c, CUdeviceptr dst, Handle<CUcontext> dstContext, CUdeviceptr src,
+                      Handle<CUcontext> srcContext, size_t bytes) {
+  CUstream s{};
+  if (CUresult r = defaultStream(c, &s); r != CUDA_SUCCESS) return r;
+  return peerCopy(c, dst, dstContext, src, srcContext, bytes, s, false);
+}
+
+CUresult cuMemcpyPeerAsync(ServerCall& c, CUdeviceptr dst, Handle<CUcontext> dstContext, CUdeviceptr src,
+                           Handle<CUcontext> srcContext, size_t bytes, Handle<CUstream> s) {
+  return peerCopy(c, dst, dstContext, src, srcContext, bytes, s.real, true);
+}
+
+// ---- sets ---------------------------------------------------------------------------
+#define PHOS_MEMSET_HOOKS(Name, T)                                                                   \
+  CUresult Name(ServerCall& c, CUdeviceptr dst, T value, size_t count) {                              \
+    CUstream s{};                                                                                     \
+    if (CUresult r = defaultStream(c, &s); r != CUDA_SUCCESS) return r;                               \
+    return memset<T>(c, dst, value, count, s);                                                        \
+  }                                                                                                   \
+  CUresult Name##Async(ServerCall& c, CUdeviceptr dst, T value, size_t count, Handle<CUstream> s) {   \
+    return memset<T>(c, dst, value, count, s.real);                                                   \
+  }
+PHOS_MEMSET_HOOKS(cuMemsetD8, unsigned char)
+PHOS_MEMSET_HOOKS(cuMemsetD16, unsigned short)
+PHOS_MEMSET_HOOKS(cuMemsetD32, unsigned int)
+#undef PHOS_MEMSET_HOOKS
+
+#define PHOS_MEMSET2D_HOOKS(Name, T)                                                                              \
+  CUresult Name(ServerCall& c, CUdeviceptr dst, size_t pitch, T value, size_t width, size_t height) {             \
+    CUstream s{};                                                                                                 \
+    if (CUresult r = defaultStream(c, &s); r != CUDA_SUCCESS) return r;                                           \
+    return memset2D<T>(c, dst, pitch, value, width, height, s);                                                   \
+  }                                                                                                               \
+  CUresult Name##Async(ServerCall& c, CUdeviceptr dst, size_t pitch, T value, size_t width, size_t height,        \
+                       Handle<CUstream> s) {                                                                      \
+    return memset2D<T>(c, dst, pitch, value, width, height, s.real);                                              \
+  }
+PHOS_MEMSET2D_HOOKS(cuMemsetD2D8, unsigned char)
+PHOS_MEMSET2D_HOOKS(cuMemsetD2D16, unsigned short)
+PHOS_MEMSET2D_HOOKS(cuMemsetD2D32, unsigned int)
+#undef PHOS_MEMSET2D_HOOKS
+
+// ---- 2D and 3D copies ----------------------------------------------------------------
+// The application waits for the answer: a side in its pageable memory is done
+// when the call returns.
+CUresult cuMemcpy2D(ServerCall& c, const CUDA_MEMCPY2D* pCopy) {
+  if (pCopy == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUstream s{};
+  if (CUresult r = defaultStream(c, &s); r != CUDA_SUCCESS) return r;
+  return copy2D(c, *pCopy, s, false);
+}
+
+CUresult cuMemcpy2DUnaligned(ServerCall& c, const CUDA_MEMCPY2D* pCopy) { return cuMemcpy2D(c, pCopy); }
+
+CUresult cuMemcpy2DAsync(ServerCall& c, const CUDA_MEMCPY2D* pCopy, Handle<CUstream> s) {
+  if (pCopy == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return copy2D(c, *pCopy, s.real, true);
+}
+
+CUresult cuMemcpy3D(ServerCall& c, const CUDA_MEMCPY3D* pCopy) {
+  if (pCopy == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUstream s{};
+  if (CUresult r = defaultStream(c, &s); r != CUDA_SUCCESS) return r;
+  return copy3D(c, *pCopy, s, false);
+}
+
+CUresult cuMemcpy3DAsync(ServerCall& c, const CUDA_MEMCPY3D* pCopy, Handle<CUstream> s) {
+  if (pCopy == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return copy3D(c, *pCopy, s.real, true);
+}
+
+}  // namespace phos::daemon::hooks

@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: Apache-2.0
+// Server hooks for kernel launches: parameters checked against the kernel's
+// signature before the driver reads them, and, while a protocol or
+// `phos run --validate` needs it, the launch speculated and run as its
+// validator twin (docs/speculation.md).
+#include <cuda.h>
+
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "launch_validator.h"
+#include "phos/cuda_api/api_table.h"
+#include "phos/cuda_api/server_hooks.h"
+#include "session.h"
+
+namespace phos::daemon::hooks {
+namespace {
+
+using cuda_api::EntryPointId;
+
+// Kernel parameters as the driver takes them: pointers into the request (it
+// lives until the call is finished), or one `extra` buffer.
+struct KernelParams {
+  std::vector<void*> pointers;
+  std::vector<size_t> sizes;  // of each pointed-to parameter
+  std::vector<std::byte> buffer;
+  size_t bufferSize = 0;
+  void* extra[5] = {};
+  bool useExtra = false;
+
+  explicit KernelParams(const ipc::KernelArgs& args) {
+    if (args.useExtra) {
+      const auto& blob = args.decoded.front();
+      buffer.assign(blob.begin(), blob.end());
+      bufferSize = buffer.size();
+      extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
+      extra[1] = buffer.data();
+      extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
+      extra[3] = &bufferSize;
+      extra[4] = CU_LAUNCH_PARAM_END;
+      useExtra = true;
+      return;
+    }
+    pointers.reserve(args.decoded.size());
+    sizes.reserve(args.decoded.size());
+    for (const auto& blob : args.decoded) {
+      pointers.push_back(const_cast<std::byte*>(blob.data()));
+      sizes.push_back(blob.size());
+    }
+  }
+  void** kernelParams() { return useExtra ? nullptr : pointers.data(); }
+  void** extraArgs() { return useExtra ? extra : nullptr; }
+  std::span<const std::byte> extraBuffer() const {
+    return useExtra ? std::span<const std::byte>(buffer) : std::span<const std::byte>{};
+  }
+};
+
+// The driver reads kernelParams[i] for every parameter the kernel declares,
+// sizeof(parameter i) bytes each: a client that sends fewer parameters, or
+// shorter ones, would make it read past what phosd holds. The parameters must
+// be exactly the kernel's (as libphos.so sends them, from cuFuncGetParamInfo).
+// The `extra` buffer needs no check: the driver is given its true size.
+CUresult checkParams(ServerCall& c, CUfunction f, const KernelParams& params) {
+  if (params.useExtra) return CUDA_SUCCESS;
+  if (!c.driverTable().has(EntryPointId::kCuFuncGetParamInfo)) return CUDA_ERROR_NOT_SUPPORTED;
+  const auto paramInfo = PHOS_DRIVER(c.driverTable(), FuncGetParamInfo);
+  for (size_t i = 0; i <= params.sizes.size(); ++i) {
+    size_t offset = 0;
+    size_t size = 0;
+    // Past the last parameter the driver answers CUDA_ERROR_INVALID_VALUE.
+    CUresult r = paramInfo(f, i, &offset, &size);
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_VALUE) return r;
+    const bool declared = r == CUDA_SUCCESS;
+    const bool sent = i < params.sizes.size();
+    if (declared != sent || (sent && size != params.sizes[i])) return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+// Counts a served launch; the first launch of a function also records its
+// name, which `phos ps` lists.
+void noteLaunch(ServerCall& c, uint64_t fid, CUfunction f) {
+  Session& s = c.session();
+  const char* name = nullptr;
+  if (s.functionName(fid) == nullptr && c.driverTable().has(EntryPointId::kCuFuncGetName) &&
+      PHOS_DRIVER(c.driverTable(), FuncGetName)(&name, f) == CUDA_SUCCESS && name != nullptr) {
+    s.setFunctionName(fid, name);
+  }
+  s.noteLaunch(fid);
+}
+
+// Launches `f` through `launch`; while the session validates, its twin runs
+// instead, checked against the buffers speculation expects it to touch
+// (docs/speculation.md). Without a twin the original runs.
+CUresult validatedLaunch(ServerCall& c, CUfunction f, KernelParams& params, CUstream stream,
+                         const LaunchValidator::LaunchFn& launch) {
+  LaunchValidator& validator = c.session().validator();
+  Session& session = c.session();
+  const bool validating = validator.mode() != ValidationMode::kOff;
+  if (!validating && !session.hasAccessGate()) return launch(f, params.kernelParams(), params.extraArgs());
+  auto sets = validator.speculate(f, params.kernelParams(), params.extraBuffer(),
+                                  [&](uint64_t address) { return session.bufferAt(address); });
+  const CallAccess access{sets.reads, sets.writes, true, sets.incomplete, !validating || !validator.hasTwin(f)};
+  session.passGate(access);
+  // A call that may touch anything passes a protocol's gate only once every
+  // buffer is safe from it (copied, loaded): its twin would report what
+  // speculation cannot name, and nothing needs checking.
+  if (!validating) return launch(f, params.kernelParams(), params.extraArgs());
+  if (session.hasAccessGate() && access.mayWriteAnything()) {
+    validator.noteLaunch(false, sets.incomplete);
+    return launch(f, params.kernelParams(), params.extraArgs());
+  }
+  CUresult r = validator.launchTwin(f, params.kernelParams(), params.extraBuffer(), stream, sets, launch);
+  const bool twin = r != CUDA_ERROR_NOT_FOUND;
+  validator.noteLaunch(twin, sets.incomplete);
+  return twin ? r : launch(f, params.kernelParams(), params.extraArgs());
+}
+
+template <typename Launch>
+CUresult launchChecked(ServerCall& c, Handle<CUfunction> f, CUstream stream, const ipc::KernelArgs& args,
+                       Launch&& driverLaunch) {
+  if (f.real == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  KernelParams params(args);
+  if (CUresult r = checkParams(c, f.real, params); r != CUDA_SUCCESS) return r;
+  CUresult r = validatedLaunch(c, f.real, params, stream, driverLaunch);
+  if (r == CUDA_SUCCESS) noteLaunch(c, f.id, f.real);
+  return r;
+}
+
+}  // namespace
+
+CUresult cuLaunchKernel(ServerCall& c, Handle<CUfunction> f, unsigned int gx, unsigned int gy, unsigned int gz,
+                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared, Handle<CUstream> stream,
+                        const ipc::KernelArgs& kernelParams) {
+  return launchChecked(c, f, stream.real, kernelParams, [&](CUfunction fn, void** params, void** extra) {
+    return PHOS_DRIVER(c.driverTable(), LaunchKernel)(fn, gx, gy, gz, bx, by, bz, shared, stream.real, params, extra);
+  });
+}
+
+CUresult cuLaunchCooperativeKernel(ServerCall& c, Handle<CUfunction> f, unsigned int gx, unsigned int gy,
+                                   unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz,
+                                   unsigned int shared, Handle<CUstream> stream, const ipc::KernelArgs& kernelParams) {
+  return launchChecked(c, f, stream.real, kernelParams, [&](CUfunction fn, void** params, void**) {
+    return PHOS_DRIVER(c.driverTable(), LaunchCooperativeKernel)(fn, gx, gy, gz, bx, by, bz, shared, stream.real,
+                                                                 params);
+  });
+}
+
+CUresult cuLaunchKernelEx(ServerCall& c, const ipc::LaunchConfig& wire, Handle<CUfunction> f,
+                          const ipc::KernelArgs& kernelParams) {
+  std::vector<CUlaunchAttribute> attrs;
+  if (wire.attributes.size() % sizeof(CUlaunchAttribute) != 0 ||
+      !wire.attributes.copyTo(&attrs, wire.attributes.size() / sizeof(CUlaunchAttribute))) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (const auto& a : attrs) {
+    // Attributes naming events would carry the application's virtual event ids.
+    if (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT || a.id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) {
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
+  CUlaunchConfig config{};
+  config.gridDimX = wire.gridDimX;
+  config.gridDimY = wire.gridDimY;
+  config.gridDimZ = wire.gridDimZ;
+  config.blockDimX = wire.blockDimX;
+  config.blockDimY = wire.blockDimY;
+  config.blockDimZ = wire.blockDimZ;
+  config.sharedMemBytes = wire.sharedMemBytes;
+  if (!c.resolveStream(wire.stream, c.perThreadEntry(), &config.hStream)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!c.driverTable().has(EntryPointId::kCuLaunchKernelEx)) return CUDA_ERROR_NOT_SUPPORTED;
+  config.attrs = attrs.empty() ? nullptr : attrs.data();
+  config.numAttrs = static_cast<unsigned>(attrs.size());
+  return launchChecked(c, f, config.hStream, kernelParams, [&](CUfunction fn, void** params, void** extra) {
+    return PHOS_DRIVER(c.driverTable(), LaunchKernelEx)(&config, fn, params, extra);
+  });
+}
+
+}  // namespace phos::daemon::hooks

@@ -1,0 +1,236 @@
+// SPDX-License-Identifier: Apache-2.0
+// Server hooks for modules and libraries: images read from the application,
+// recorded for a restore, loaded with their validator twins; globals that
+// become session memory; enumerations that leave the twins out.
+#include <cuda.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "launch_validator.h"
+#include "phos/common/log.h"
+#include "phos/cuda_api/api_table.h"
+#include "phos/cuda_api/server_hooks.h"
+#include "phos/instrument/twin.h"
+#include "session.h"
+
+namespace phos::daemon::hooks {
+namespace {
+
+using cuda_api::EntryPointId;
+
+// The functions of a module (kernels of a library) the application may see:
+// all the driver lists but the validator twins phosd loaded with them
+// (docs/speculation.md), so that counts and enumerations are the module's own.
+template <typename Owner, typename Handle>
+CUresult applicationHandles(ServerCall& c, EntryPointId countId, EntryPointId enumerateId, EntryPointId nameId,
+                            Owner owner, std::vector<Handle>* visible) {
+  const DriverTable& d = c.driverTable();
+  if (!d.has(countId) || !d.has(enumerateId)) return CUDA_ERROR_NOT_SUPPORTED;
+  unsigned total = 0;
+  CUresult r = d.get<CUresult (*)(unsigned*, Owner)>(countId)(&total, owner);
+  if (r != CUDA_SUCCESS) return r;
+  std::vector<Handle> all(std::max(1u, total));
+  r = d.get<CUresult (*)(Handle*, unsigned, Owner)>(enumerateId)(all.data(), total, owner);
+  if (r != CUDA_SUCCESS) return r;
+  all.resize(total);
+  visible->clear();
+  const bool named = d.has(nameId);
+  for (Handle h : all) {
+    const char* name = nullptr;
+    if (named && d.get<CUresult (*)(const char**, Handle)>(nameId)(&name, h) == CUDA_SUCCESS && name != nullptr &&
+        instrument::isTwinName(name)) {
+      continue;
+    }
+    visible->push_back(h);
+  }
+  return CUDA_SUCCESS;
+}
+
+template <typename Owner, typename Handle>
+CUresult handleCount(ServerCall& c, EntryPointId countId, EntryPointId enumerateId, EntryPointId nameId,
+                     unsigned* count, Owner owner) {
+  const DriverTable& d = c.driverTable();
+  if (!d.has(countId)) return CUDA_ERROR_NOT_SUPPORTED;
+  if (count == nullptr) return d.get<CUresult (*)(unsigned*, Owner)>(countId)(nullptr, owner);
+  if (!d.has(enumerateId)) return d.get<CUresult (*)(unsigned*, Owner)>(countId)(count, owner);
+  std::vector<Handle> visible;
+  CUresult r = applicationHandles<Owner, Handle>(c, countId, enumerateId, nameId, owner, &visible);
+  *count = static_cast<unsigned>(visible.size());
+  return r;
+}
+
+template <typename Owner, typename Handle>
+CUresult enumerateHandles(ServerCall& c, EntryPointId countId, EntryPointId enumerateId, EntryPointId nameId,
+                          HandleType type, std::vector<uint64_t>* out, unsigned capacity, Owner owner) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<Handle> handles;
+  CUresult r = applicationHandles<Owner, Handle>(c, countId, enumerateId, nameId, owner, &handles);
+  if (r != CUDA_SUCCESS) return r;
+  handles.resize(std::min<size_t>(capacity, handles.size()));
+  for (Handle h : handles) out->push_back(c.exportHandle(type, r, h));
+  return CUDA_SUCCESS;
+}
+
+// The global's range becomes memory of the session (copies and memsets may
+// name it, as they may on CUDA) until its module or library is unloaded or
+// its context destroyed.
+template <typename Owner>
+CUresult getGlobal(ServerCall& c, EntryPointId id, CUdeviceptr* dptr, size_t* bytes, Handle<Owner> owner,
+                   const char* name) {
+  if (!c.driverTable().has(id)) return CUDA_ERROR_NOT_SUPPORTED;
+  CUdeviceptr address = 0;
+  size_t size = 0;
+  CUresult r = c.driverTable().get<CUresult (*)(CUdeviceptr*, size_t*, Owner, const char*)>(id)(&address, &size,
+                                                                                                owner.real, name);
+  if (r == CUDA_SUCCESS && size > 0) {
+    c.session().addAllocation({address, size, c.session().contextOf(owner.id), static_cast<void*>(owner.real)});
+  }
+  if (dptr != nullptr) *dptr = address;
+  if (bytes != nullptr) *bytes = size;
+  return r;
+}
+
+// The image stays in the application; phosd reads it (process_vm_readv).
+constexpr size_t kMaxImageBytes = 1ull << 30;
+
+CUresult readImage(ServerCall& c, const ipc::ImageRef& ref, std::vector<char>* image) {
+  if (ref.address == 0 || ref.bytes == 0 || ref.bytes > kMaxImageBytes) return CUDA_ERROR_INVALID_VALUE;
+  // One extra NUL: PTX text is NUL-terminated in the application.
+  image->assign(ref.bytes + 1, '\0');
+  if (Status s = c.session().readApplication(ref.address, image->data(), ref.bytes); !s.isOk()) {
+    log::get("daemon")->warn("session {}: module image: {}", c.session().id(), s.message());
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult loadModuleImage(ServerCall& c, uint64_t* module, const ipc::ImageRef& ref) {
+  if (module == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<char> image;
+  if (CUresult r = readImage(c, ref, &image); r != CUDA_SUCCESS) return r;
+  CUmodule m = nullptr;
+  std::shared_ptr<const PreparedModule> prepared;
+  CUresult r = loadModule(c.driverTable(), image, &m, &prepared);
+  if (r != CUDA_SUCCESS) return r;
+  c.session().noteModule(+1);
+  c.session().validator().noteModule(m, std::move(prepared));
+  *module = c.exportHandle(HandleType::kCUmod_st, r, m);
+  // Kept for a checkpoint: a restore loads the module again from its image.
+  c.session().recordModule(*module, {false, std::move(image), c.session().currentContext()});
+  return CUDA_SUCCESS;
+}
+
+CUresult loadLibraryImage(ServerCall& c, uint64_t* library, const ipc::ImageRef& ref) {
+  if (library == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!c.driverTable().has(EntryPointId::kCuLibraryLoadData)) return CUDA_ERROR_NOT_SUPPORTED;
+  std::vector<char> image;
+  if (CUresult r = readImage(c, ref, &image); r != CUDA_SUCCESS) return r;
+  CUlibrary lib = nullptr;
+  std::shared_ptr<const PreparedModule> prepared;
+  CUresult r = loadLibrary(c.driverTable(), image, &lib, &prepared);
+  if (r != CUDA_SUCCESS) return r;
+  c.session().noteModule(+1);
+  c.session().validator().noteLibrary(lib, std::move(prepared));
+  *library = c.exportHandle(HandleType::kCUlib_st, r, lib);
+  c.session().recordModule(*library, {true, std::move(image), 0});
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult cuModuleGetFunctionCount(ServerCall& c, unsigned int* count, Handle<CUmodule> mod) {
+  return handleCount<CUmodule, CUfunction>(c, EntryPointId::kCuModuleGetFunctionCount,
+                                           EntryPointId::kCuModuleEnumerateFunctions, EntryPointId::kCuFuncGetName,
+                                           count, mod.real);
+}
+
+CUresult cuLibraryGetKernelCount(ServerCall& c, unsigned int* count, Handle<CUlibrary> lib) {
+  return handleCount<CUlibrary, CUkernel>(c, EntryPointId::kCuLibraryGetKernelCount,
+                                          EntryPointId::kCuLibraryEnumerateKernels, EntryPointId::kCuKernelGetName,
+                                          count, lib.real);
+}
+
+CUresult cuModuleEnumerateFunctions(ServerCall& c, std::vector<uint64_t>* functions, unsigned int numFunctions,
+                                    Handle<CUmodule> mod) {
+  return enumerateHandles<CUmodule, CUfunction>(c, EntryPointId::kCuModuleGetFunctionCount,
+                                                EntryPointId::kCuModuleEnumerateFunctions,
+                                                EntryPointId::kCuFuncGetName, HandleType::kCUfunc_st, functions,
+                                                numFunctions, mod.real);
+}
+
+CUresult cuLibraryEnumerateKernels(ServerCall& c, std::vector<uint64_t>* kernels, unsigned int numKernels,
+                                   Handle<CUlibrary> lib) {
+  return enumerateHandles<CUlibrary, CUkernel>(c, EntryPointId::kCuLibraryGetKernelCount,
+                                               EntryPointId::kCuLibraryEnumerateKernels,
+                                               EntryPointId::kCuKernelGetName, HandleType::kCUkern_st, kernels,
+                                               numKernels, lib.real);
+}
+
+CUresult cuModuleGetGlobal(ServerCall& c, CUdeviceptr* dptr, size_t* bytes, Handle<CUmodule> hmod, const char* name) {
+  return getGlobal(c, EntryPointId::kCuModuleGetGlobal_v2, dptr, bytes, hmod, name);
+}
+
+CUresult cuLibraryGetGlobal(ServerCall& c, CUdeviceptr* dptr, size_t* bytes, Handle<CUlibrary> library,
+                            const char* name) {
+  return getGlobal(c, EntryPointId::kCuLibraryGetGlobal, dptr, bytes, library, name);
+}
+
+CUresult cuModuleUnload(ServerCall& c, Handle<CUmodule> hmod) {
+  c.session().passGate({.everything = true});  // its globals
+  CUresult r = PHOS_DRIVER(c.driverTable(), ModuleUnload)(hmod.real);
+  if (r == CUDA_SUCCESS) {
+    c.session().validator().forgetModule(hmod.real);
+    c.session().removeGlobalsOf(hmod.real);
+    c.session().forgetModule(hmod.id);
+  }
+  return r;
+}
+
+// Its globals, and those asked of its module, stop being session memory.
+CUresult cuLibraryUnload(ServerCall& c, Handle<CUlibrary> library) {
+  const DriverTable& d = c.driverTable();
+  if (!d.has(EntryPointId::kCuLibraryUnload)) return CUDA_ERROR_NOT_SUPPORTED;
+  CUmodule m{};
+  if (!d.has(EntryPointId::kCuLibraryGetModule) || PHOS_DRIVER(d, LibraryGetModule)(&m, library.real) != CUDA_SUCCESS) {
+    m = nullptr;
+  }
+  c.session().passGate({.everything = true});  // its globals
+  CUresult r = PHOS_DRIVER(d, LibraryUnload)(library.real);
+  if (r == CUDA_SUCCESS) {
+    c.session().validator().forgetLibrary(library.real);
+    c.session().removeGlobalsOf(library.real);
+    c.session().removeGlobalsOf(m);
+    c.session().forgetModule(library.id);
+  }
+  return r;
+}
+
+CUresult cuModuleLoad(ServerCall& c, uint64_t* module, const ipc::ImageRef& fname) {
+  return loadModuleImage(c, module, fname);
+}
+
+CUresult cuModuleLoadData(ServerCall& c, uint64_t* module, const ipc::ImageRef& image) {
+  return loadModuleImage(c, module, image);
+}
+
+// JIT options are the shim's to answer: phosd compiles without them.
+CUresult cuModuleLoadDataEx(ServerCall& c, uint64_t* module, const ipc::ImageRef& image, unsigned int) {
+  return loadModuleImage(c, module, image);
+}
+
+CUresult cuModuleLoadFatBinary(ServerCall& c, uint64_t* module, const ipc::ImageRef& fatCubin) {
+  return loadModuleImage(c, module, fatCubin);
+}
+
+CUresult cuLibraryLoadData(ServerCall& c, uint64_t* library, const ipc::ImageRef& code, unsigned int, unsigned int) {
+  return loadLibraryImage(c, library, code);
+}
+
+CUresult cuLibraryLoadFromFile(ServerCall& c, uint64_t* library, const ipc::ImageRef& fileName, unsigned int,
+                               unsigned int) {
+  return loadLibraryImage(c, library, fileName);
+}
+
+}  // namespace phos::daemon::hooks

@@ -1,0 +1,359 @@
+// SPDX-License-Identifier: Apache-2.0
+// What libphos.so does around the generated calls (apigen/remoting.json
+// "client"): checks CUDA reports at the call itself (prologues), what the
+// shim keeps of the session after a reply (context stacks, pinned mappings,
+// the host-call queue, JIT option answers: epilogues), and which calls need
+// not wait for phosd (posted).
+#include <cuda.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <thread>
+
+#include "client_call.h"
+#include "connection.h"
+#include "phos/common/ipc/host_calls.h"
+#include "phos/common/log.h"
+#include "phos/cuda_api/client_hooks.h"
+
+namespace phos::shim {
+namespace {
+
+Connection& conn() { return Connection::instance(); }
+bool initialized() { return conn().connected(); }
+
+bool validGeometry(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz) {
+  return gx != 0 && gy != 0 && gz != 0 && bx != 0 && by != 0 && bz != 0;
+}
+
+// A launch's errors CUDA reports at the call (the launch itself is posted):
+// no driver, no function, an empty grid or block.
+std::optional<CUresult> launchChecks(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                     unsigned bz) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (f == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (!validGeometry(gx, gy, gz, bx, by, bz)) return CUDA_ERROR_INVALID_VALUE;
+  return std::nullopt;
+}
+
+std::optional<CUresult> hostBuffer(const void* host, size_t bytes) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (host == nullptr && bytes != 0) return CUDA_ERROR_INVALID_VALUE;
+  return std::nullopt;
+}
+
+// JIT options: phosd compiles without them; outputs the application may read
+// (log buffers, wall time) are reported empty.
+void answerJitOptions(unsigned int count, const CUjit_option* options, void** values) {
+  if (options == nullptr || values == nullptr) return;
+  for (unsigned i = 0; i < count; ++i) {
+    switch (options[i]) {
+      case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES:
+      case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES:
+        values[i] = nullptr;
+        break;
+      case CU_JIT_INFO_LOG_BUFFER:
+      case CU_JIT_ERROR_LOG_BUFFER:
+        if (values[i] != nullptr) static_cast<char*>(values[i])[0] = '\0';
+        break;
+      case CU_JIT_WALL_TIME: {
+        float zero = 0;
+        std::memcpy(&values[i], &zero, sizeof(zero));
+        break;
+      }
+      default:
+        break;
+    }
+  }
+}
+
+// ---- pinned host memory ----------------------------------------------------------
+// phosd created a shared-memory file and mapped it; the shim maps it at the
+// same address, so the pointer means the same memory in both processes.
+CUresult mapPinned(CUresult result, uint64_t address, uint64_t mapped, std::string_view pathText, void** pp,
+                   size_t bytes) {
+  if (result != CUDA_SUCCESS) return result;
+  const std::string path(pathText);
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  void* p = MAP_FAILED;
+  if (fd >= 0) {
+    p = mmap(reinterpret_cast<void*>(address), mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd,
+             0);
+    close(fd);
+  }
+  if (p == MAP_FAILED || p != reinterpret_cast<void*>(address)) {
+    log::get("shim")->error("cannot map pinned memory {} at {:#x}: {}", path, address, std::strerror(errno));
+    if (p != MAP_FAILED) munmap(p, mapped);
+    (void)::cuMemFreeHost(reinterpret_cast<void*>(address));
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  conn().addPinned({address, bytes, mapped});
+  *pp = p;
+  return CUDA_SUCCESS;
+}
+
+std::optional<CUresult> pinnedChecks(void** pp, size_t bytes) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (pp == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  return std::nullopt;
+}
+
+// ---- host functions ---------------------------------------------------------------------
+// phosd's stream threads post the application's host functions to the
+// session's host-call queue; a thread of the shim runs each on a thread of
+// its own: CUDA runs the host functions of different streams independently,
+// so one that blocks must not hold up another stream's.
+void runHostCall(ipc::HostCallSlot* slot) {
+  if (slot->kind == ipc::kStreamCallback) {
+    auto fn = reinterpret_cast<CUstreamCallback>(slot->function);
+    fn(reinterpret_cast<CUstream>(slot->stream), static_cast<CUresult>(slot->status),
+       reinterpret_cast<void*>(slot->userData));
+  } else {
+    auto fn = reinterpret_cast<CUhostFn>(slot->function);
+    fn(reinterpret_cast<void*>(slot->userData));
+  }
+  slot->state.store(ipc::kHostCallDone, std::memory_order_release);
+  ipc::hostCallWake(&slot->state);
+}
+
+[[noreturn]] void dispatchHostCalls(ipc::HostCallQueue* queue) {
+  for (;;) {
+    const uint32_t bell = queue->doorbell.load();
+    for (auto& slot : queue->slots) {
+      uint32_t expected = ipc::kHostCallRequested;
+      if (slot.state.compare_exchange_strong(expected, ipc::kHostCallRunning)) {
+        try {
+          std::thread(runHostCall, &slot).detach();
+        } catch (const std::system_error&) {
+          runHostCall(&slot);  // no thread to spare: run it here, in order
+        }
+      }
+    }
+    ipc::hostCallWait(&queue->doorbell, bell, std::chrono::seconds(1));
+  }
+}
+
+// Maps the session's queue and starts its dispatcher, once per queue (a
+// forked child attached to a new session gets a new one).
+bool serveHostCallQueue(const std::string& path) {
+  static std::mutex mutex;
+  static std::string served;
+  std::lock_guard lock(mutex);
+  if (path == served) return true;
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    log::get("shim")->error("cannot open the host-call queue {}: {}", path, std::strerror(errno));
+    return false;
+  }
+  void* p = mmap(nullptr, sizeof(ipc::HostCallQueue), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    log::get("shim")->error("cannot map the host-call queue {}: {}", path, std::strerror(errno));
+    return false;
+  }
+  try {
+    std::thread(dispatchHostCalls, static_cast<ipc::HostCallQueue*>(p)).detach();
+  } catch (const std::system_error& e) {
+    log::get("shim")->error("cannot start the host-call thread: {}", e.what());
+    munmap(p, sizeof(ipc::HostCallQueue));
+    return false;
+  }
+  served = path;
+  return true;
+}
+
+CUresult hostCallQueue(CUresult result, std::string_view queue) {
+  if (result != CUDA_SUCCESS) return result;
+  // Enqueued already: a queue the shim cannot serve would block the stream forever.
+  return serveHostCallQueue(std::string(queue)) ? CUDA_SUCCESS : CUDA_ERROR_OPERATING_SYSTEM;
+}
+
+CUresult contextCreated(CUresult result, CUcontext* pctx) {
+  if (result != CUDA_SUCCESS) return result;
+  const uint64_t id = ClientCall::handleId(*pctx);
+  conn().addContext(id);
+  // "The context is created with a usage count of 1 ... and made current."
+  contextStack().push_back(id);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+// ---- prologues ------------------------------------------------------------------------
+namespace prologue {
+
+std::optional<CUresult> cuInit(unsigned int flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = conn().connect(); r != CUDA_SUCCESS) return r;
+  return std::nullopt;
+}
+
+std::optional<CUresult> cuDriverGetVersion(int* version) {
+  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // Works before cuInit, as in CUDA; "0 if no driver is installed".
+  if (conn().connect() != CUDA_SUCCESS) {
+    *version = 0;
+    return CUDA_SUCCESS;
+  }
+  return std::nullopt;
+}
+
+std::optional<CUresult> cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                                       unsigned int by, unsigned int bz, unsigned int, CUstream, void**, void**) {
+  return launchChecks(f, gx, gy, gz, bx, by, bz);
+}
+
+std::optional<CUresult> cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                                  unsigned int bx, unsigned int by, unsigned int bz, unsigned int,
+                                                  CUstream, void**) {
+  return launchChecks(f, gx, gy, gz, bx, by, bz);
+}
+
+std::optional<CUresult> cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void**, void**) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return launchChecks(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
+                      config->blockDimZ);
+}
+
+std::optional<CUresult> cuMemAllocHost(void** pp, size_t bytes) { return pinnedChecks(pp, bytes); }
+std::optional<CUresult> cuMemHostAlloc(void** pp, size_t bytes, unsigned int) { return pinnedChecks(pp, bytes); }
+
+std::optional<CUresult> cuMemcpyHtoD(CUdeviceptr, const void* src, size_t bytes) { return hostBuffer(src, bytes); }
+std::optional<CUresult> cuMemcpyHtoDAsync(CUdeviceptr, const void* src, size_t bytes, CUstream) {
+  return hostBuffer(src, bytes);
+}
+std::optional<CUresult> cuMemcpyDtoH(void* dst, CUdeviceptr, size_t bytes) { return hostBuffer(dst, bytes); }
+std::optional<CUresult> cuMemcpyDtoHAsync(void* dst, CUdeviceptr, size_t bytes, CUstream) {
+  return hostBuffer(dst, bytes);
+}
+
+std::optional<CUresult> cuModuleLoadDataEx(CUmodule*, const void*, unsigned int numOptions, CUjit_option* options,
+                                           void** optionValues) {
+  if (numOptions > 0 && (options == nullptr || optionValues == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  return std::nullopt;
+}
+
+std::optional<CUresult> cuLaunchHostFunc(CUstream, CUhostFn fn, void*) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return std::nullopt;
+}
+
+std::optional<CUresult> cuStreamAddCallback(CUstream, CUstreamCallback callback, void*, unsigned int flags) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  // "flags: Reserved for future use, must be 0".
+  if (callback == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  return std::nullopt;
+}
+
+// Posted: the application does not wait, so the flags are checked here,
+// where CUDA reports them.
+std::optional<CUresult> cuEventRecordWithFlags(CUevent, CUstream, unsigned int flags) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if ((flags & ~static_cast<unsigned>(CU_EVENT_RECORD_EXTERNAL)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  return std::nullopt;
+}
+
+std::optional<CUresult> cuStreamWaitEvent(CUstream, CUevent, unsigned int flags) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if ((flags & ~static_cast<unsigned>(CU_EVENT_WAIT_EXTERNAL)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  return std::nullopt;
+}
+
+}  // namespace prologue
+
+// ---- epilogues --------------------------------------------------------------------------
+namespace epilogue {
+
+CUresult cuCtxCreate(CUresult result, CUcontext* pctx, unsigned int, CUdevice) { return contextCreated(result, pctx); }
+CUresult cuCtxCreate(CUresult result, CUcontext* pctx, CUexecAffinityParam*, int, unsigned int, CUdevice) {
+  return contextCreated(result, pctx);
+}
+CUresult cuCtxCreate(CUresult result, CUcontext* pctx, CUctxCreateParams*, unsigned int, CUdevice) {
+  return contextCreated(result, pctx);
+}
+
+CUresult cuCtxDestroy(CUresult result, CUcontext ctx) {
+  if (result != CUDA_SUCCESS) return result;
+  const uint64_t id = ClientCall::handleId(ctx);
+  conn().removeContext(id);
+  auto& stack = contextStack();
+  stack.erase(std::remove(stack.begin(), stack.end(), id), stack.end());
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUresult result, CUcontext* pctx, CUdevice) {
+  if (result == CUDA_SUCCESS) conn().addContext(ClientCall::handleId(*pctx));
+  return result;
+}
+
+CUresult cuMemAllocHost(CUresult result, uint64_t address, uint64_t mapped, std::string_view path, void** pp,
+                        size_t bytes) {
+  return mapPinned(result, address, mapped, path, pp, bytes);
+}
+
+CUresult cuMemHostAlloc(CUresult result, uint64_t address, uint64_t mapped, std::string_view path, void** pp,
+                        size_t bytes, unsigned int) {
+  return mapPinned(result, address, mapped, path, pp, bytes);
+}
+
+CUresult cuMemFreeHost(CUresult result, void* p) {
+  if (result != CUDA_SUCCESS) return result;
+  if (auto range = conn().removePinned(reinterpret_cast<uintptr_t>(p))) munmap(p, range->mapped);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleLoadDataEx(CUresult result, CUmodule*, const void*, unsigned int numOptions, CUjit_option* options,
+                            void** optionValues) {
+  answerJitOptions(numOptions, options, optionValues);
+  return result;
+}
+
+CUresult cuLibraryLoadData(CUresult result, CUlibrary*, const void*, CUjit_option* jitOptions, void** jitOptionsValues,
+                           unsigned int numJitOptions, CUlibraryOption*, void**, unsigned int) {
+  answerJitOptions(numJitOptions, jitOptions, jitOptionsValues);
+  return result;
+}
+
+CUresult cuLibraryLoadFromFile(CUresult result, CUlibrary*, const char*, CUjit_option* jitOptions,
+                               void** jitOptionsValues, unsigned int numJitOptions, CUlibraryOption*, void**,
+                               unsigned int) {
+  answerJitOptions(numJitOptions, jitOptions, jitOptionsValues);
+  return result;
+}
+
+CUresult cuLaunchHostFunc(CUresult result, std::string_view queue, CUstream, CUhostFn, void*) {
+  return hostCallQueue(result, queue);
+}
+
+CUresult cuStreamAddCallback(CUresult result, std::string_view queue, CUstream, CUstreamCallback, void*,
+                             unsigned int) {
+  return hostCallQueue(result, queue);
+}
+
+}  // namespace epilogue
+
+// ---- posted -------------------------------------------------------------------------------
+// A copy is asynchronous for the application only when its host side is
+// pinned: "for transfers from pageable host memory to device memory, host
+// memory is copied to a staging buffer immediately"; the copy then returns.
+namespace posted {
+
+bool cuMemcpyHtoDAsync(CUdeviceptr, const void* src, size_t bytes, CUstream) {
+  return conn().isPinned(reinterpret_cast<uintptr_t>(src), bytes);
+}
+
+bool cuMemcpyDtoHAsync(void* dst, CUdeviceptr, size_t bytes, CUstream) {
+  return conn().isPinned(reinterpret_cast<uintptr_t>(dst), bytes);
+}
+
+}  // namespace posted
+}  // namespace phos::shim

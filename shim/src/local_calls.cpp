@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: Apache-2.0
+// What libphos.so answers without phosd (apigen/remoting.json "local"): error
+// strings, cuGetProcAddress with the shim's own entry points, NVIDIA's private
+// export tables, the per-thread context stacks, and the occupancy queries
+// whose callback runs in the application.
+#include <cuda.h>
+
+#include <algorithm>
+
+#include "client_call.h"
+#include "connection.h"
+#include "phos/cuda_api/api_table.h"
+#include "phos/cuda_api/client_hooks.h"
+#include "phos/cuda_api/proc_address.h"
+
+namespace phos::shim::local {
+namespace {
+
+Connection& conn() { return Connection::instance(); }
+bool initialized() { return conn().connected(); }
+
+struct ErrorText {
+  int value;
+  const char* name;
+  const char* text;
+};
+constexpr ErrorText kErrors[] = {
+#include "cu_error_table.inc"
+};
+
+const ErrorText* findError(CUresult r) {
+  for (const auto& e : kErrors) {
+    if (e.value == static_cast<int>(r)) return &e;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+CUresult cuGetErrorName(CUresult error, const char** str) {
+  if (str == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const ErrorText* e = findError(error);
+  *str = e != nullptr ? e->name : nullptr;
+  return e != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGetErrorString(CUresult error, const char** str) {
+  if (str == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const ErrorText* e = findError(error);
+  *str = e != nullptr ? e->text : nullptr;
+  return e != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGetExportTable(const void** table, const CUuuid* id) {
+  if (table == nullptr || id == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // NVIDIA's private tables: no driver but NVIDIA's has them.
+  *table = nullptr;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+// cuGetProcAddress: every pointer handed out is one of the shim's trampolines.
+namespace {
+
+CUresult procAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
+                     CUdriverProcAddressQueryResult* status) {
+  if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const cuuint64_t known = CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  if ((flags & ~known) != 0 || cudaVersion > cuda_api::headerCudaVersion()) return CUDA_ERROR_INVALID_VALUE;
+  auto found = cuda_api::lookupProcAddress(symbol, cudaVersion, flags);
+  if (status != nullptr) *status = static_cast<CUdriverProcAddressQueryResult>(found.status);
+  *pfn = found.found() ? reinterpret_cast<void*>(cuda_api::trampoline(found.entry)) : nullptr;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
+                          CUdriverProcAddressQueryResult* status) {
+  return procAddress(symbol, pfn, cudaVersion, flags, status);
+}
+
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
+  // The CUDA 11 ABI has no status output: a symbol it cannot hand out is
+  // CUDA_ERROR_NOT_FOUND.
+  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
+  CUresult r = procAddress(symbol, pfn, cudaVersion, flags, &status);
+  if (r != CUDA_SUCCESS) return r;
+  return status == CU_GET_PROC_ADDRESS_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+// ---- contexts ----------------------------------------------------------------
+// The stack of current contexts is the calling thread's and lives here; every
+// call carries its top to phosd.
+CUresult cuCtxGetCurrent(CUcontext* pctx) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = reinterpret_cast<CUcontext>(currentContext());
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  auto& stack = contextStack();
+  uint64_t id = ClientCall::handleId(ctx);
+  if (id == 0) {
+    // "equivalent to popping the top of the calling thread's stack"
+    if (!stack.empty()) stack.pop_back();
+    return CUDA_SUCCESS;
+  }
+  if (!conn().knownContext(id)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (stack.empty()) {
+    stack.push_back(id);
+  } else {
+    stack.back() = id;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPushCurrent(CUcontext ctx) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  uint64_t id = ClientCall::handleId(ctx);
+  if (id == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!conn().knownContext(id)) return CUDA_ERROR_INVALID_CONTEXT;
+  contextStack().push_back(id);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPopCurrent(CUcontext* pctx) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  auto& stack = contextStack();
+  if (stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pctx != nullptr) *pctx = reinterpret_cast<CUcontext>(stack.back());
+  stack.pop_back();
+  return CUDA_SUCCESS;
+}
+
+// ---- occupancy -----------------------------------------------------------------
+// cuOccupancyMaxPotentialBlockSize(WithFlags) take a host callback (dynamic
+// shared memory per block size), so they are answered here: the callback runs
+// in the application, each candidate block size is one remoted
+// cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags. The largest block size
+// of the highest occupancy wins, as in the driver.
+CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int* minGridSize, int* blockSize, CUfunction f,
+                                                   CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+                                                   size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (minGridSize == nullptr || blockSize == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (f == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  int maxThreads = 0, multiprocessors = 0, warp = 0;
+  CUdevice device = 0;
+  if (CUresult r = ::cuFuncGetAttribute(&maxThreads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f); r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (CUresult r = ::cuCtxGetDevice(&device); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ::cuDeviceGetAttribute(&multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (CUresult r = ::cuDeviceGetAttribute(&warp, CU_DEVICE_ATTRIBUTE_WARP_SIZE, device); r != CUDA_SUCCESS) return r;
+  warp = std::max(warp, 1);
+  int limit = blockSizeLimit > 0 ? std::min(maxThreads, blockSizeLimit) : maxThreads;
+  int bestSize = 0, bestThreads = 0, bestBlocks = 0;
+  for (int size = (limit / warp) * warp; size >= warp; size -= warp) {
+    size_t shared = blockSizeToDynamicSMemSize != nullptr ? blockSizeToDynamicSMemSize(size) : dynamicSMemSize;
+    int blocks = 0;
+    CUresult r = ::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, f, size, shared, flags);
+    if (r != CUDA_SUCCESS) return r;
+    if (blocks * size > bestThreads) {
+      bestThreads = blocks * size;
+      bestSize = size;
+      bestBlocks = blocks;
+    }
+  }
+  if (bestSize == 0) return CUDA_ERROR_INVALID_VALUE;
+  *blockSize = bestSize;
+  *minGridSize = bestBlocks * multiprocessors;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuOccupancyMaxPotentialBlockSize(int* minGridSize, int* blockSize, CUfunction f,
+                                          CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize,
+                                          int blockSizeLimit) {
+  return local::cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, blockSize, f, blockSizeToDynamicSMemSize,
+                                                          dynamicSMemSize, blockSizeLimit, CU_OCCUPANCY_DEFAULT);
+}
+
+}  // namespace phos::shim::local
