@@ -79,6 +79,15 @@ Result<LevelSpec> parseLevelSpec(std::string_view text) {
   return spec;
 }
 
+Sinks sinksFromEnvironment() {
+  Sinks sinks;
+  if (const char* f = std::getenv("PHOS_LOG_FILE"); f != nullptr && *f != '\0') sinks.file = f;
+  if (const char* e = std::getenv("PHOS_LOG_STDERR"); e != nullptr && std::string_view(e) == "1") {
+    sinks.toStderr = true;
+  }
+  return sinks;
+}
+
 void setup(const Sinks& sinks) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);

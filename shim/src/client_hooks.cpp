@@ -22,6 +22,7 @@
 #include "phos/common/ipc/host_calls.h"
 #include "phos/common/log.h"
 #include "phos/cuda_api/client_hooks.h"
+#include "phos/export_tables/export_tables.h"
 
 namespace phos::shim {
 namespace {
@@ -287,12 +288,33 @@ CUresult cuCtxDestroy(CUresult result, CUcontext ctx) {
   conn().removeContext(id);
   auto& stack = contextStack();
   stack.erase(std::remove(stack.begin(), stack.end(), id), stack.end());
+  export_tables::contextDestroyed(ctx);
   return CUDA_SUCCESS;
 }
 
-CUresult cuDevicePrimaryCtxRetain(CUresult result, CUcontext* pctx, CUdevice) {
-  if (result == CUDA_SUCCESS) conn().addContext(ClientCall::handleId(*pctx));
-  return result;
+CUresult cuDevicePrimaryCtxRetain(CUresult result, CUcontext* pctx, CUdevice dev) {
+  if (result != CUDA_SUCCESS) return result;
+  conn().addContext(ClientCall::handleId(*pctx));
+  conn().primaryRetained(dev, ClientCall::handleId(*pctx));
+  return CUDA_SUCCESS;
+}
+
+// phosd destroys a primary context when its last reference goes, or when it
+// is reset: the runtime's state kept for it goes too.
+CUresult cuDevicePrimaryCtxRelease(CUresult result, CUdevice dev) {
+  if (result != CUDA_SUCCESS) return result;
+  if (uint64_t gone = conn().primaryReleased(dev); gone != 0) {
+    export_tables::contextDestroyed(reinterpret_cast<CUcontext>(gone));
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxReset(CUresult result, CUdevice dev) {
+  if (result != CUDA_SUCCESS) return result;
+  if (uint64_t gone = conn().primaryReset(dev); gone != 0) {
+    export_tables::contextDestroyed(reinterpret_cast<CUcontext>(gone));
+  }
+  return CUDA_SUCCESS;
 }
 
 CUresult cuMemAllocHost(CUresult result, uint64_t address, uint64_t mapped, std::string_view path, void** pp,

@@ -97,6 +97,28 @@ bool Connection::isPinned(uintptr_t p, size_t bytes) const {
   return p - r.address < r.bytes && bytes <= r.bytes - (p - r.address);
 }
 
+void Connection::primaryRetained(int device, uint64_t context) {
+  std::unique_lock lock(mutex_);
+  PrimaryRef& p = primaries_[device];
+  p.context = context;
+  ++p.refs;
+}
+
+uint64_t Connection::primaryReleased(int device) {
+  std::unique_lock lock(mutex_);
+  PrimaryRef& p = primaries_[device];
+  if (p.refs == 0 || --p.refs != 0) return 0;
+  return p.context;
+}
+
+uint64_t Connection::primaryReset(int device) {
+  std::unique_lock lock(mutex_);
+  PrimaryRef& p = primaries_[device];
+  const uint64_t gone = p.refs != 0 ? p.context : 0;
+  p.refs = 0;
+  return gone;
+}
+
 std::optional<std::vector<uint32_t>> Connection::paramSizes(uint64_t function) const {
   std::shared_lock lock(mutex_);
   auto it = paramSizes_.find(function);
@@ -124,6 +146,7 @@ void Connection::forgetAfterFork() {
   ring_.reset();
   session_ = 0;
   contexts_.clear();
+  primaries_.clear();
   paramSizes_.clear();
 }
 

@@ -47,6 +47,12 @@ class Connection {
   // True when [p, p+bytes) lies inside one pinned range.
   bool isPinned(uintptr_t p, size_t bytes) const;
 
+  // A primary context as the application holds it: retained `refs` times.
+  // Returns the context whose last reference went (0 if none).
+  void primaryRetained(int device, uint64_t context);
+  uint64_t primaryReleased(int device);
+  uint64_t primaryReset(int device);
+
   // Parameter sizes of a function or kernel, cached (empty optional: unknown).
   std::optional<std::vector<uint32_t>> paramSizes(uint64_t function) const;
   void setParamSizes(uint64_t function, std::vector<uint32_t> sizes);
@@ -69,6 +75,11 @@ class Connection {
   mutable std::shared_mutex mutex_;
   std::vector<uint64_t> contexts_;
   std::map<uintptr_t, Pinned> pinned_;
+  struct PrimaryRef {
+    uint64_t context = 0;
+    unsigned refs = 0;
+  };
+  std::map<int, PrimaryRef> primaries_;
   std::map<uint64_t, std::vector<uint32_t>> paramSizes_;
   std::set<std::string, std::less<>> strings_;
 };

@@ -41,15 +41,8 @@ bool isDriverName(const char* filename) {
   return name == "libcuda.so" || name.starts_with("libcuda.so.");
 }
 
-void setupLogging() {
-  log::Sinks sinks;
-  if (const char* f = std::getenv("PHOS_LOG_FILE"); f != nullptr && *f != '\0') sinks.file = f;
-  if (const char* e = std::getenv("PHOS_LOG_STDERR"); e != nullptr && std::strcmp(e, "1") == 0) sinks.toStderr = true;
-  log::setup(sinks);
-}
-
 __attribute__((constructor)) void installShim() {
-  setupLogging();
+  log::setup(log::sinksFromEnvironment());
   auto& table = cuda_api::dispatch();
   generated::installGenerated(table);
   pthread_atfork(nullptr, nullptr, [] { Connection::instance().forgetAfterFork(); });

@@ -11,7 +11,9 @@
 #include "connection.h"
 #include "phos/cuda_api/api_table.h"
 #include "phos/cuda_api/client_hooks.h"
+#include "phos/common/log.h"
 #include "phos/cuda_api/proc_address.h"
+#include "phos/export_tables/export_tables.h"
 
 namespace phos::shim::local {
 namespace {
@@ -51,11 +53,15 @@ CUresult cuGetErrorString(CUresult error, const char** str) {
   return e != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+// NVIDIA's private tables, served here: the runtime's integrity check hashes
+// this process's pid and where the tables are, so only the application can
+// answer it (docs/cudart.md).
 CUresult cuGetExportTable(const void** table, const CUuuid* id) {
   if (table == nullptr || id == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  // NVIDIA's private tables: no driver but NVIDIA's has them.
-  *table = nullptr;
-  return CUDA_ERROR_NOT_SUPPORTED;
+  *table = export_tables::find(*id);
+  if (*table != nullptr) return CUDA_SUCCESS;
+  log::get("shim")->debug("cuGetExportTable: no table {}", export_tables::uuidText(*id));
+  return CUDA_ERROR_NOT_FOUND;
 }
 
 // cuGetProcAddress: every pointer handed out is one of the shim's trampolines.

@@ -7,12 +7,24 @@
 
 #include "client_call.h"
 #include "connection.h"
-#include "module_image.h"
+#include "phos/common/log.h"
+#include "phos/common/module_image.h"
 
 namespace phos::shim {
 namespace {
 
 Connection& conn() { return Connection::instance(); }
+
+// A module image's extent, or the CUresult a driver gives for such an image.
+CUresult imageExtent(const void* image, module_image::Extent* out) {
+  auto e = module_image::extent(image);
+  if (!e.isOk()) {
+    log::get("shim")->debug("module image: {}", e.status().message());
+    return e.status().code() == Code::kInvalidArgument ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_IMAGE;
+  }
+  *out = *e;
+  return CUDA_SUCCESS;
+}
 
 // CUDA reports an uninitialized driver before looking at the arguments.
 bool initialized() { return conn().connected(); }
@@ -49,10 +61,9 @@ CUresult paramSizes(CUfunction f, std::vector<uint32_t>* sizes) {
 
 CUresult imageRef(const void* image, ipc::ImageRef* out) {
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
-  if (image == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  ModuleImage m = moduleImage(image);
-  if (m.bytes == 0) return CUDA_ERROR_INVALID_IMAGE;
-  *out = {reinterpret_cast<uintptr_t>(m.data), m.bytes};
+  module_image::Extent e;
+  if (CUresult r = imageExtent(image, &e); r != CUDA_SUCCESS) return r;
+  *out = {reinterpret_cast<uintptr_t>(e.data), e.bytes};
   return CUDA_SUCCESS;
 }
 
@@ -63,9 +74,9 @@ CUresult readImageFile(const char* path, ImageFile* keep, ipc::ImageRef* out) {
   if (!in) return CUDA_ERROR_FILE_NOT_FOUND;
   keep->data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   keep->data.push_back('\0');  // PTX files are text without a terminator
-  ModuleImage m = moduleImage(keep->data.data());
-  if (m.bytes == 0) return CUDA_ERROR_INVALID_IMAGE;
-  *out = {reinterpret_cast<uintptr_t>(m.data), std::min(m.bytes, keep->data.size())};
+  module_image::Extent e;
+  if (CUresult r = imageExtent(keep->data.data(), &e); r != CUDA_SUCCESS) return r;
+  *out = {reinterpret_cast<uintptr_t>(e.data), std::min(e.bytes, keep->data.size())};
   return CUDA_SUCCESS;
 }
 

@@ -49,14 +49,27 @@ TEST(Errors, NamesAndStringsComeFromCudaH) {
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGetErrorName(CUDA_SUCCESS, nullptr));
 }
 
-TEST(ExportTable, NvidiaPrivateTablesAreNotSupported) {
+// NVIDIA's private tables the CUDA runtime needs are served
+// (tests/export_tables checks what they do); others are not found.
+TEST(ExportTable, RuntimeTablesAreServedAndOthersNotFound) {
   ASSERT_CU(cuInit(0));
   const void* table = reinterpret_cast<const void*>(0x1);
-  CUuuid nvidia{};
-  std::memset(nvidia.bytes, 0x6e, sizeof(nvidia.bytes));
-  EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED, cuGetExportTable(&table, &nvidia));
+  CUuuid unknown{};
+  std::memset(unknown.bytes, 0x6e, sizeof(unknown.bytes));
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_FOUND, cuGetExportTable(&table, &unknown));
   EXPECT_EQ(table, nullptr);
-  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGetExportTable(nullptr, &nvidia));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGetExportTable(nullptr, &unknown));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGetExportTable(&table, nullptr));
+  // CUDART_INTERFACE: 13 slots, slot 0 its size in bytes.
+  const CUuuid cudart = {{'\x6b', '\xd5', '\xfb', '\x6c', '\x5b', '\xf4', '\xe7', '\x4a', '\x89', '\x87',
+                          '\xd9', '\x39', '\x12', '\xfd', '\x9d', '\xf9'}};
+  ASSERT_CU(cuGetExportTable(&table, &cudart));
+  ASSERT_NE(table, nullptr);
+  EXPECT_EQ(reinterpret_cast<const uintptr_t*>(table)[0], 13 * sizeof(void*));
+}
+
+TEST(ExportTable, VgpuHasItsOwnTable) {
+  ASSERT_CU(cuInit(0));
   ASSERT_NE(exportTable(), nullptr);
   EXPECT_GE(exportTable()->size, sizeof(ExportTable));
 }

@@ -182,9 +182,13 @@ TEST_F(RealModuleTest, BadImagesAreRefused) {
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuModuleLoadData(&m, nullptr));
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuModuleLoadData(nullptr, ptx_.c_str()));
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_IMAGE, cuModuleLoadData(&m, "this is not a module at all"));
-  // A 64-bit ELF header without sections: machine code, not PTX.
+  // A 64-bit ELF header without sections: machine code, not PTX. It loads (as
+  // on a GPU of another architecture) and has nothing to run.
   unsigned char elf[64] = {0x7f, 'E', 'L', 'F', 2, 1, 1};
-  EXPECT_CU_ERR(CUDA_ERROR_NO_BINARY_FOR_GPU, cuModuleLoadData(&m, elf));
+  ASSERT_CU(cuModuleLoadData(&m, elf));
+  CUfunction none = nullptr;
+  EXPECT_CU_ERR(CUDA_ERROR_NO_BINARY_FOR_GPU, cuModuleGetFunction(&none, m, "saxpy"));
+  EXPECT_CU(cuModuleUnload(m));
   EXPECT_CU_ERR(CUDA_ERROR_FILE_NOT_FOUND, cuModuleLoad(&m, "/nonexistent/launch_kernels.ptx"));
   // PTX the engine cannot parse: the driver's PTX error, not a crash.
   const char broken[] = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n bogus.op %r1;\n}\n";
@@ -196,9 +200,21 @@ TEST_F(RealModuleTest, BadImagesAreRefused) {
     std::fill(fatbin.begin() + 128, fatbin.end() - 16, '\xa5');
     EXPECT_CU_ERR(CUDA_ERROR_INVALID_IMAGE, cuModuleLoadData(&m, fatbin.data())) << name;
   }
-  // nvcc's wrapper pointing at nothing.
+  // nvcc's wrapper pointing at nothing, at unmapped memory, at what is no fatbin.
   FatbinWrapper empty{kFatbinWrapperMagic, 1, nullptr, nullptr};
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_IMAGE, cuModuleLoadData(&m, &empty));
+  FatbinWrapper wild{kFatbinWrapperMagic, 1, reinterpret_cast<const void*>(0x10), nullptr};
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_IMAGE, cuModuleLoadData(&m, &wild));
+  CUlibrary lib = nullptr;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_IMAGE, cuLibraryLoadData(&lib, &wild, nullptr, nullptr, 0, nullptr, nullptr, 0));
+  FatbinWrapper notFatbin{kFatbinWrapperMagic, 1, ptx_.c_str(), nullptr};
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_IMAGE, cuModuleLoadData(&m, &notFatbin));
+  // A fatbin header claiming more than its memory holds.
+  std::string fatbin = fixture("launch_kernels.fatbin");
+  std::vector<char> truncated(fatbin.begin(), fatbin.begin() + 64);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_IMAGE, cuModuleLoadData(&m, truncated.data()));
+  // An image pointer into unmapped memory.
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuModuleLoadData(&m, reinterpret_cast<const void*>(0x10)));
   // Still usable afterwards.
   CUmodule good = load();
   EXPECT_CU(cuModuleUnload(good));
@@ -229,19 +245,85 @@ TEST_F(RealModuleTest, NvccFatbinsRunTheirPtx) {
   }
 }
 
-TEST_F(RealModuleTest, MachineCodeOnlyIsRefused) {
+// Machine code only (SASS, a cubin): loaded, as a GPU of another
+// architecture loads it lazily, and refused when a kernel or a global of it is
+// asked for. A runtime registering every kernel of a program at start (cudart)
+// must not fail on the ones it never launches.
+TEST_F(RealModuleTest, MachineCodeOnlyLoadsAndIsRefusedAtUse) {
   std::string sass = fixture("launch_kernels_sass.fatbin");
   std::string cubin = fixture("launch_kernels.cubin");
   ASSERT_FALSE(sass.empty());
   ASSERT_FALSE(cubin.empty());
-  CUmodule m = nullptr;
-  EXPECT_CU_ERR(CUDA_ERROR_NO_BINARY_FOR_GPU, cuModuleLoadData(&m, sass.data()));
-  EXPECT_CU_ERR(CUDA_ERROR_NO_BINARY_FOR_GPU, cuModuleLoadData(&m, cubin.data()));
-  EXPECT_CU_ERR(CUDA_ERROR_NO_BINARY_FOR_GPU, cuModuleLoadFatBinary(&m, sass.data()));
-  EXPECT_CU_ERR(CUDA_ERROR_NO_BINARY_FOR_GPU, cuModuleLoad(&m, fixturePath("launch_kernels.cubin").c_str()));
+  std::vector<CUmodule> modules(4);
+  ASSERT_CU(cuModuleLoadData(&modules[0], sass.data()));
+  ASSERT_CU(cuModuleLoadData(&modules[1], cubin.data()));
+  ASSERT_CU(cuModuleLoadFatBinary(&modules[2], sass.data()));
+  ASSERT_CU(cuModuleLoad(&modules[3], fixturePath("launch_kernels.cubin").c_str()));
+  for (CUmodule m : modules) {
+    CUfunction f = nullptr;
+    EXPECT_CU_ERR(CUDA_ERROR_NO_BINARY_FOR_GPU, cuModuleGetFunction(&f, m, "saxpy"));
+    CUdeviceptr global = 0;
+    EXPECT_CU_ERR(CUDA_ERROR_NO_BINARY_FOR_GPU, cuModuleGetGlobal(&global, nullptr, m, "hiddenCounter"));
+    unsigned count = 99;
+    EXPECT_CU(cuModuleGetFunctionCount(&count, m));
+    EXPECT_EQ(count, 0u);
+    EXPECT_CU(cuModuleUnload(m));
+  }
   CUlibrary lib = nullptr;
-  EXPECT_CU_ERR(CUDA_ERROR_NO_BINARY_FOR_GPU,
-                cuLibraryLoadData(&lib, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  ASSERT_CU(cuLibraryLoadData(&lib, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CUkernel kernel = nullptr;
+  EXPECT_CU_ERR(CUDA_ERROR_NO_BINARY_FOR_GPU, cuLibraryGetKernel(&kernel, lib, "saxpy"));
+  EXPECT_CU(cuLibraryUnload(lib));
+}
+
+// "CUlibrary ... context-independent": loaded without a context, its kernels
+// run in whichever context is current, each with its own copy of the
+// library's globals; the library outlives a context it was used in.
+TEST_F(RealModuleTest, LibrariesAreContextIndependent) {
+  ASSERT_CU(cuCtxPopCurrent(nullptr));
+  CUcontext none = nullptr;
+  ASSERT_CU(cuCtxGetCurrent(&none));
+  ASSERT_EQ(none, nullptr);
+  CUlibrary lib = nullptr;
+  ASSERT_CU(cuLibraryLoadData(&lib, ptx_.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CUkernel saxpy = nullptr;
+  ASSERT_CU(cuLibraryGetKernel(&saxpy, lib, "saxpy"));
+  unsigned count = 0;
+  EXPECT_CU(cuLibraryGetKernelCount(&count, lib));
+  EXPECT_EQ(count, kKernelNames.size());
+  // Loading it retained no primary context.
+  unsigned flags = 0;
+  int active = 1;
+  ASSERT_CU(cuDevicePrimaryCtxGetState(device_, &flags, &active));
+  EXPECT_EQ(active, 0);
+  // Without a current context there is no function or global to give.
+  CUfunction f = nullptr;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuKernelGetFunction(&f, saxpy));
+  CUdeviceptr global = 0;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuLibraryGetGlobal(&global, nullptr, lib, "hiddenCounter"));
+
+  ASSERT_CU(cuCtxPushCurrent(context_));
+  CUfunction inFirst = nullptr;
+  ASSERT_CU(cuKernelGetFunction(&inFirst, saxpy));
+  expectSaxpyComputes(reinterpret_cast<CUfunction>(saxpy));
+  CUdeviceptr firstCounter = 0;
+  ASSERT_CU(cuLibraryGetGlobal(&firstCounter, nullptr, lib, "hiddenCounter"));
+
+  CUcontext second = nullptr;
+  ASSERT_CU(cuCtxCreate(&second, nullptr, 0, device_));  // now current
+  CUfunction inSecond = nullptr;
+  ASSERT_CU(cuKernelGetFunction(&inSecond, saxpy));
+  EXPECT_NE(inSecond, inFirst);
+  CUdeviceptr secondCounter = 0;
+  ASSERT_CU(cuLibraryGetGlobal(&secondCounter, nullptr, lib, "hiddenCounter"));
+  EXPECT_NE(secondCounter, firstCounter);
+  expectSaxpyComputes(reinterpret_cast<CUfunction>(saxpy));
+  ASSERT_CU(cuCtxDestroy(second));
+
+  // The first context still runs it; the destroyed one took only its copy.
+  ASSERT_CU(cuCtxSetCurrent(context_));
+  expectSaxpyComputes(reinterpret_cast<CUfunction>(saxpy));
+  EXPECT_CU(cuLibraryUnload(lib));
 }
 
 TEST_F(RealModuleTest, LoadFromFile) {

@@ -102,6 +102,8 @@ std::uint64_t newHandle(HandleKind kind) {
   return (static_cast<std::uint64_t>(kind) << 44) | next.fetch_add(1);
 }
 
+HandleKind kindOf(std::uint64_t handle) { return static_cast<HandleKind>(handle >> 44); }
+
 // --- Context ---------------------------------------------------------------------
 
 Context::Context(std::uint64_t id, int device, unsigned flags, bool primary)
@@ -301,12 +303,10 @@ Result<std::shared_ptr<Context>> Driver::createContext(int device, unsigned flag
 }
 
 void Driver::unloadModulesOf(std::uint64_t context) {
-  auto modules = modules_.eraseIf([&](const Module& m) { return m.context == context; });
+  // A library outlives the contexts it was loaded into: its module there is
+  // gone, and a later use in another context loads it again.
+  modules_.eraseIf([&](const Module& m) { return m.context == context; });
   functions_.eraseIf([&](const Function& f) { return f.context == context; });
-  libraries_.eraseIf([&](const Library& l) {
-    return std::any_of(modules.begin(), modules.end(),
-                       [&](const auto& m) { return m->id == l.module; });
-  });
 }
 
 void Driver::releaseContextResources(Context& context) {
@@ -436,6 +436,13 @@ Status Driver::setPrimaryFlags(int device, unsigned flags) {
   p.flags = flags;
   if (p.context) p.context->setFlags(flags);
   return Status::ok();
+}
+
+CUcontext Driver::primaryHandle(int device) {
+  if (!checkDevice(device).isOk()) return nullptr;
+  Primary& p = *primaries_[static_cast<std::size_t>(device)];
+  std::lock_guard lock(p.mutex);
+  return p.context ? p.context->handle() : nullptr;
 }
 
 void Driver::primaryState(int device, unsigned* flags, int* active) {
@@ -977,9 +984,27 @@ void Driver::setProgramLoader(std::shared_ptr<ProgramLoader> loader) {
 Result<CUmodule> Driver::loadModule(const void* image) {
   if (image == nullptr) return cuError(CUDA_ERROR_INVALID_VALUE, "module image is null");
   ASSIGN_OR_RETURN(auto context, current());
+  ASSIGN_OR_RETURN(auto bytes, copyModuleImage(image));
+  ASSIGN_OR_RETURN(auto module, loadModuleIn(context, bytes));
+  return reinterpret_cast<CUmodule>(module->id);
+}
+
+Result<std::shared_ptr<Module>> Driver::loadModuleIn(const std::shared_ptr<Context>& context,
+                                                     std::span<const std::byte> image) {
   const DeviceProfile& profile = platform_.devices[static_cast<std::size_t>(context->device())];
   int cc = profile.ccMajor * 10 + profile.ccMinor;
-  ASSIGN_OR_RETURN(std::string ptx, extractPtx(image, cc));
+  ASSIGN_OR_RETURN(ModuleCode code, moduleCode(image, cc));
+  auto module = std::make_shared<Module>();
+  module->id = newHandle(HandleKind::kModule);
+  module->context = context->id();
+  module->device = context->device();
+  if (!code.noBinary.empty()) {
+    logger()->debug("module 0x{:x}: no code for this device: {}", module->id, code.noBinary);
+    module->noBinary = std::move(code.noBinary);
+    modules_.add(module->id, module);
+    return module;
+  }
+  const std::string& ptx = code.ptx;
   std::shared_ptr<ProgramLoader> loader;
   {
     std::lock_guard lock(loaderMutex_);
@@ -1001,14 +1026,10 @@ Result<CUmodule> Driver::loadModule(const void* image) {
       default: return s;
     }
   }
-  auto module = std::make_shared<Module>();
-  module->id = newHandle(HandleKind::kModule);
-  module->context = context->id();
-  module->device = context->device();
   module->program = std::shared_ptr<Program>(std::move(program).value());
   module->allocations = std::move(memory.allocations);
   modules_.add(module->id, module);
-  return reinterpret_cast<CUmodule>(module->id);
+  return module;
 }
 
 Result<CUmodule> Driver::loadModuleFile(const char* path) {
@@ -1038,6 +1059,7 @@ Status Driver::unloadModule(CUmodule handle) {
 Result<CUfunction> Driver::function(CUmodule moduleHandle, const char* name) {
   ASSIGN_OR_RETURN(auto m, module(moduleHandle));
   if (name == nullptr) return cuError(CUDA_ERROR_INVALID_VALUE, "function name is null");
+  if (!m->program) return cuErrorf(CUDA_ERROR_NO_BINARY_FOR_GPU, "function '{}': {}", name, m->noBinary);
   const auto& functions = m->program->functions();
   for (std::size_t i = 0; i < functions.size(); ++i) {
     if (functions[i].name != name) continue;
@@ -1058,7 +1080,10 @@ Result<CUfunction> Driver::function(CUmodule moduleHandle, const char* name) {
   return cuErrorf(CUDA_ERROR_NOT_FOUND, "module has no kernel named '{}'", name);
 }
 
-Result<std::shared_ptr<Function>> Driver::function(CUfunction handle) const {
+Result<std::shared_ptr<Function>> Driver::function(CUfunction handle) {
+  if (handle != nullptr && kindOf(idOf(handle)) == HandleKind::kKernel) {
+    return kernelFunction(reinterpret_cast<CUkernel>(handle), true);
+  }
   auto f = handle == nullptr ? nullptr : functions_.find(idOf(handle));
   if (!f) return cuErrorf(CUDA_ERROR_INVALID_HANDLE, "0x{:x} is not a live function", idOf(handle));
   return f;
@@ -1233,23 +1258,29 @@ std::vector<AllocationAccesses> Driver::groupByAllocation(const AccessRecord& re
 }
 
 Result<CUlibrary> Driver::loadLibrary(const void* image) {
-  ASSIGN_OR_RETURN(CUmodule m, loadModule(image));
+  ASSIGN_OR_RETURN(auto bytes, copyModuleImage(image));
   auto lib = std::make_shared<Library>();
   lib->id = newHandle(HandleKind::kLibrary);
-  lib->module = idOf(m);
-  if (auto loaded = modules_.find(lib->module)) loaded->library = lib->id;
+  lib->image = std::move(bytes);
+  // Loaded once now, so that a malformed image is refused here; other
+  // contexts load it on first use.
+  std::shared_ptr<Context> context = currentOrNull();
+  if (!context) {
+    ASSIGN_OR_RETURN(context, loadingContext());
+  }
+  ASSIGN_OR_RETURN(auto module, libraryModule(*lib, context));
+  (void)module;
   libraries_.add(lib->id, lib);
   return reinterpret_cast<CUlibrary>(lib->id);
 }
 
 Result<CUlibrary> Driver::loadLibraryFile(const char* path) {
-  ASSIGN_OR_RETURN(CUmodule m, loadModuleFile(path));
-  auto lib = std::make_shared<Library>();
-  lib->id = newHandle(HandleKind::kLibrary);
-  lib->module = idOf(m);
-  if (auto loaded = modules_.find(lib->module)) loaded->library = lib->id;
-  libraries_.add(lib->id, lib);
-  return reinterpret_cast<CUlibrary>(lib->id);
+  if (path == nullptr) return cuError(CUDA_ERROR_INVALID_VALUE, "file name is null");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return cuErrorf(CUDA_ERROR_FILE_NOT_FOUND, "cannot open '{}'", path);
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  data.push_back('\0');  // PTX files are text without a terminator
+  return loadLibrary(data.data());
 }
 
 Result<std::shared_ptr<Library>> Driver::library(CUlibrary handle) const {
@@ -1261,7 +1292,134 @@ Result<std::shared_ptr<Library>> Driver::library(CUlibrary handle) const {
 Status Driver::unloadLibrary(CUlibrary handle) {
   ASSIGN_OR_RETURN(auto lib, library(handle));
   libraries_.erase(lib->id);
-  return unloadModule(reinterpret_cast<CUmodule>(lib->module));
+  std::lock_guard lock(lib->mutex);
+  for (const auto& [context, module] : lib->modules) {
+    if (modules_.find(module)) (void)unloadModule(reinterpret_cast<CUmodule>(module));
+  }
+  for (const auto& [name, kernel] : lib->kernels) kernels_.erase(kernel);
+  lib->modules.clear();
+  return Status::ok();
+}
+
+Result<std::shared_ptr<Context>> Driver::loadingContext() {
+  std::lock_guard lock(loadingContextMutex_);
+  if (!loadingContext_ || loadingContext_->destroyed()) {
+    loadingContext_ = std::make_shared<Context>(newHandle(HandleKind::kContext), 0, 0, false);
+    contexts_.add(loadingContext_->id(), loadingContext_);
+  }
+  return loadingContext_;
+}
+
+Result<std::shared_ptr<Module>> Driver::libraryModule(Library& lib, const std::shared_ptr<Context>& context) {
+  std::lock_guard lock(lib.mutex);
+  if (auto it = lib.modules.find(context->id()); it != lib.modules.end()) {
+    if (auto m = modules_.find(it->second)) return m;
+  }
+  ASSIGN_OR_RETURN(auto module, loadModuleIn(context, lib.image));
+  module->library = lib.id;
+  lib.modules[context->id()] = module->id;
+  return module;
+}
+
+Result<std::shared_ptr<Module>> Driver::libraryModule(CUlibrary handle) {
+  ASSIGN_OR_RETURN(auto lib, library(handle));
+  ASSIGN_OR_RETURN(auto context, current());
+  return libraryModule(*lib, context);
+}
+
+Result<std::shared_ptr<Module>> Driver::anyLibraryModule(Library& lib) {
+  std::shared_ptr<Context> context = currentOrNull();
+  if (!context) {
+    ASSIGN_OR_RETURN(context, loadingContext());
+  }
+  return libraryModule(lib, context);
+}
+
+Result<CUkernel> Driver::kernel(CUlibrary handle, const char* name) {
+  if (name == nullptr) return cuError(CUDA_ERROR_INVALID_VALUE, "kernel name is null");
+  ASSIGN_OR_RETURN(auto lib, library(handle));
+  ASSIGN_OR_RETURN(auto module, anyLibraryModule(*lib));
+  if (!module->program) return cuErrorf(CUDA_ERROR_NO_BINARY_FOR_GPU, "kernel '{}': {}", name, module->noBinary);
+  const auto& functions = module->program->functions();
+  if (std::none_of(functions.begin(), functions.end(), [&](const FunctionInfo& f) { return f.name == name; })) {
+    return cuErrorf(CUDA_ERROR_NOT_FOUND, "library has no kernel named '{}'", name);
+  }
+  std::lock_guard lock(lib->mutex);
+  auto& id = lib->kernels[name];
+  if (id == 0) {
+    auto k = std::make_shared<Kernel>();
+    k->id = newHandle(HandleKind::kKernel);
+    k->library = lib;
+    k->name = name;
+    kernels_.add(k->id, k);
+    id = k->id;
+  }
+  return reinterpret_cast<CUkernel>(id);
+}
+
+Result<std::vector<CUkernel>> Driver::kernels(CUlibrary handle) {
+  ASSIGN_OR_RETURN(auto lib, library(handle));
+  ASSIGN_OR_RETURN(auto module, anyLibraryModule(*lib));
+  std::vector<CUkernel> out;
+  if (!module->program) return out;  // nothing of it can run here: no kernels to list
+  for (const FunctionInfo& f : module->program->functions()) {
+    ASSIGN_OR_RETURN(CUkernel k, kernel(handle, f.name.c_str()));
+    out.push_back(k);
+  }
+  return out;
+}
+
+Result<std::shared_ptr<Kernel>> Driver::kernel(CUkernel handle) const {
+  auto k = handle == nullptr ? nullptr : kernels_.find(idOf(handle));
+  if (!k) return cuErrorf(CUDA_ERROR_INVALID_HANDLE, "0x{:x} is not a kernel of a loaded library", idOf(handle));
+  return k;
+}
+
+Result<std::shared_ptr<Function>> Driver::kernelFunctionIn(const Kernel& k, const std::shared_ptr<Context>& context) {
+  auto lib = k.library.lock();
+  if (!lib || !libraries_.find(lib->id)) return cuError(CUDA_ERROR_INVALID_HANDLE, "the kernel's library was unloaded");
+  ASSIGN_OR_RETURN(auto module, libraryModule(*lib, context));
+  ASSIGN_OR_RETURN(CUfunction f, function(reinterpret_cast<CUmodule>(module->id), k.name.c_str()));
+  ASSIGN_OR_RETURN(auto fn, function(f));
+  if (auto it = k.maxDynamicShared.find(context->device()); it != k.maxDynamicShared.end()) {
+    fn->maxDynamicShared = it->second;
+  }
+  return fn;
+}
+
+Result<std::shared_ptr<Function>> Driver::kernelFunction(CUkernel handle, bool currentOnly) {
+  ASSIGN_OR_RETURN(auto k, kernel(handle));
+  std::shared_ptr<Context> context;
+  if (currentOnly) {
+    ASSIGN_OR_RETURN(context, current());
+  } else {
+    context = currentOrNull();
+    if (!context) {
+      ASSIGN_OR_RETURN(context, loadingContext());
+    }
+  }
+  return kernelFunctionIn(*k, context);
+}
+
+Status Driver::setKernelMaxDynamicShared(CUkernel handle, int device, int value) {
+  ASSIGN_OR_RETURN(auto k, kernel(handle));
+  k->maxDynamicShared[device] = value;
+  auto lib = k->library.lock();
+  if (!lib) return Status::ok();
+  std::vector<std::uint64_t> modules;
+  {
+    std::lock_guard lock(lib->mutex);
+    for (const auto& [context, module] : lib->modules) modules.push_back(module);
+  }
+  for (std::uint64_t id : modules) {
+    auto m = modules_.find(id);
+    if (!m || m->device != device || !m->program) continue;
+    auto f = function(reinterpret_cast<CUmodule>(id), k->name.c_str());
+    if (f.isOk()) {
+      if (auto fn = functions_.find(idOf(*f))) fn->maxDynamicShared = value;
+    }
+  }
+  return Status::ok();
 }
 
 }  // namespace phos::vgpu

@@ -29,8 +29,9 @@ namespace phos::vgpu {
 // Handles given to the application are ids, never pointers: a destroyed object's
 // handle stays invalid forever instead of aliasing a new object.
 enum class HandleKind : std::uint64_t {
-  kContext = 1, kStream, kEvent, kModule, kFunction, kLibrary, kMemPool,
+  kContext = 1, kStream, kEvent, kModule, kFunction, kLibrary, kMemPool, kKernel,
 };
+HandleKind kindOf(std::uint64_t handle);
 std::uint64_t newHandle(HandleKind kind);
 
 template <typename T>
@@ -165,7 +166,8 @@ class Module {
   std::uint64_t id = 0;
   std::uint64_t context = 0;
   int device = 0;
-  std::shared_ptr<Program> program;
+  std::shared_ptr<Program> program;  // null when the image has no code for the device
+  std::string noBinary;              // then: why (CUDA_ERROR_NO_BINARY_FOR_GPU at use)
   std::vector<std::uint64_t> allocations;  // module globals, freed at unload
   std::mutex mutex;
   std::map<std::size_t, std::uint64_t> functionHandles;  // function index -> handle
@@ -182,9 +184,23 @@ struct Function {
   std::string name() const;
 };
 
+// A library is context-independent: its image is kept and loaded into each
+// context that uses it ("the library's module in the current context").
 struct Library {
   std::uint64_t id = 0;
-  std::uint64_t module = 0;
+  std::vector<std::byte> image;
+  std::mutex mutex;
+  std::map<std::uint64_t, std::uint64_t> modules;             // context id -> module id
+  std::map<std::string, std::uint64_t, std::less<>> kernels;  // name -> kernel handle
+};
+
+// A CUkernel: a library's function in whatever context is current when it is
+// used ("a CUkernel can be passed wherever a CUfunction is expected").
+struct Kernel {
+  std::uint64_t id = 0;
+  std::weak_ptr<Library> library;
+  std::string name;
+  std::map<int, int> maxDynamicShared;  // set with cuKernelSetAttribute, per device
 };
 
 // A resolved stream: its context and the stream itself.
@@ -228,6 +244,8 @@ class Driver {
   Result<std::shared_ptr<Context>> retainPrimary(int device);
   Status releasePrimary(int device);
   Status resetPrimary(int device);
+  // The primary context of `device` while it is active, else null.
+  CUcontext primaryHandle(int device);
   Status setPrimaryFlags(int device, unsigned flags);
   void primaryState(int device, unsigned* flags, int* active);
 
@@ -286,13 +304,30 @@ class Driver {
   Status unloadModule(CUmodule handle);
   Result<std::shared_ptr<Module>> module(CUmodule handle) const;
   Result<CUfunction> function(CUmodule module, const char* name);
-  Result<std::shared_ptr<Function>> function(CUfunction handle) const;
+  // A function, or a kernel resolved in the current context.
+  Result<std::shared_ptr<Function>> function(CUfunction handle);
   Status launch(CUfunction function, const LaunchConfig& config, CUstream stream,
                 bool perThreadDefault, void** kernelParams, void** extra);
   Result<CUlibrary> loadLibrary(const void* image);
   Result<CUlibrary> loadLibraryFile(const char* path);
   Status unloadLibrary(CUlibrary library);
   Result<std::shared_ptr<Library>> library(CUlibrary handle) const;
+  // The library's module in `context` (loaded there on first use), or in the
+  // current context.
+  Result<std::shared_ptr<Module>> libraryModule(Library& library, const std::shared_ptr<Context>& context);
+  Result<std::shared_ptr<Module>> libraryModule(CUlibrary handle);
+  // The library's kernel `name` (NOT_FOUND, or NO_BINARY_FOR_GPU for an image
+  // without code for the device).
+  Result<CUkernel> kernel(CUlibrary library, const char* name);
+  // Every kernel of a library, in the order of its functions.
+  Result<std::vector<CUkernel>> kernels(CUlibrary library);
+  Result<std::shared_ptr<Kernel>> kernel(CUkernel handle) const;
+  // The kernel's function in the current context, else in the context the
+  // library was first loaded into (for what does not depend on a context).
+  Result<std::shared_ptr<Function>> kernelFunction(CUkernel handle, bool currentOnly);
+  // Records a kernel's dynamic shared memory limit for `device`, and applies
+  // it to the kernel's functions in that device's contexts.
+  Status setKernelMaxDynamicShared(CUkernel handle, int device, int value);
 
   // --- access recorder (export table) ---------------------------------------------------
   // `handle` null: the current context.
@@ -306,6 +341,15 @@ class Driver {
  private:
   Driver() = default;
   void unloadModulesOf(std::uint64_t context);
+  Result<std::shared_ptr<Module>> loadModuleIn(const std::shared_ptr<Context>& context,
+                                               std::span<const std::byte> image);
+  // Where a library is first loaded when no context is current: a context of
+  // device 0 the application never sees.
+  Result<std::shared_ptr<Context>> loadingContext();
+  // Whatever context the library is loaded in answers what does not depend on
+  // one (its kernels' names and signatures): the current one, else the loading one.
+  Result<std::shared_ptr<Module>> anyLibraryModule(Library& library);
+  Result<std::shared_ptr<Function>> kernelFunctionIn(const Kernel& kernel, const std::shared_ptr<Context>& context);
   void releaseContextResources(Context& context);
 
   std::once_flag initOnce_;
@@ -327,6 +371,9 @@ class Driver {
   HandleTable<Module> modules_;
   HandleTable<Function> functions_;
   HandleTable<Library> libraries_;
+  HandleTable<Kernel> kernels_;
+  std::mutex loadingContextMutex_;
+  std::shared_ptr<Context> loadingContext_;
 
   struct Primary {
     std::mutex mutex;

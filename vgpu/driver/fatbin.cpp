@@ -2,14 +2,17 @@
 // Fatbin parsing and decompression (zstd, LZ4) for module loading.
 #include "fatbin.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string_view>
 
 #include <cuda.h>
+#include <fmt/format.h>
 #include <lz4.h>
 #include <zstd.h>
 
 #include "cu_status.h"
+#include "phos/common/module_image.h"
 
 namespace phos::vgpu {
 namespace {
@@ -27,6 +30,49 @@ constexpr std::size_t kMinEntryHeader = 0x40;
 constexpr std::uint64_t kMaxContainer = std::uint64_t{4} << 30;
 
 }  // namespace
+
+Result<std::vector<std::byte>> copyModuleImage(const void* image) {
+  auto extent = module_image::extent(image);
+  if (!extent.isOk()) {
+    return cuError(extent.status().code() == Code::kInvalidArgument ? CUDA_ERROR_INVALID_VALUE
+                                                                    : CUDA_ERROR_INVALID_IMAGE,
+                   extent.status().message());
+  }
+  auto bytes = module_image::copy(*extent);
+  if (!bytes.isOk()) return cuError(CUDA_ERROR_INVALID_IMAGE, bytes.status().message());
+  return bytes;
+}
+
+Result<ModuleCode> moduleCode(std::span<const std::byte> image, int computeCapability) {
+  if (image.size() >= 4 && load<std::uint32_t>(image.data()) == kFatbinMagic) {
+    ASSIGN_OR_RETURN(std::vector<FatbinEntry> entries, parseFatbin(image.data()));
+    const FatbinEntry* best = nullptr;
+    std::string held;
+    for (const FatbinEntry& e : entries) {
+      held += fmt::format("{}{} sm_{}", held.empty() ? "" : ", ", e.kind == FatbinEntry::Kind::kPtx ? "PTX" : "SASS",
+                          e.arch);
+      if (e.kind != FatbinEntry::Kind::kPtx || e.arch > computeCapability) continue;
+      if (best == nullptr || e.arch > best->arch) best = &e;
+    }
+    if (best == nullptr) {
+      return ModuleCode{{}, fmt::format("the fatbin holds {} and no PTX for compute capability {}.{} or older",
+                                        held.empty() ? "nothing" : held, computeCapability / 10,
+                                        computeCapability % 10)};
+    }
+    ASSIGN_OR_RETURN(std::string ptx, entryContents(*best));
+    if (auto nul = ptx.find('\0'); nul != std::string::npos) ptx.resize(nul);
+    return ModuleCode{std::move(ptx), {}};
+  }
+  if (image.size() >= 4 && std::memcmp(image.data(), "\x7f" "ELF", 4) == 0) {
+    return ModuleCode{{}, "the image is a cubin (machine code); vgpu runs PTX only"};
+  }
+  std::string_view text(reinterpret_cast<const char*>(image.data()), image.size());
+  if (auto nul = text.find('\0'); nul != std::string_view::npos) text = text.substr(0, nul);
+  if (text.find(".version") == std::string_view::npos) {
+    return cuError(CUDA_ERROR_INVALID_IMAGE, "image is neither a fatbin, a cubin nor PTX text");
+  }
+  return ModuleCode{std::string(text), {}};
+}
 
 Result<std::vector<FatbinEntry>> parseFatbin(const std::byte* data) {
   if (load<std::uint32_t>(data) != kFatbinMagic) {

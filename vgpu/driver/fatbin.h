@@ -48,6 +48,24 @@ Result<std::vector<FatbinEntry>> parseFatbin(const std::byte* data);
 // The payload of an entry, decompressed.
 Result<std::string> entryContents(const FatbinEntry& entry);
 
+// A module image copied out of the caller's memory, its size taken from its
+// format (the fatbin wrapper nvcc embeds resolved to its fatbin; a cubin to
+// its last section; PTX to its NUL). Read with process_vm_readv on this
+// process, so that a damaged wrapper or a wild pointer is
+// CUDA_ERROR_INVALID_IMAGE / INVALID_VALUE, never a crash.
+Result<std::vector<std::byte>> copyModuleImage(const void* image);
+
+// What a module image holds for a device of `computeCapability`: the PTX
+// vgpu runs, or, for an image with machine code only (a cubin, a fatbin
+// without PTX the device can JIT), why nothing of it can run. Such an image
+// loads, as it does on a GPU of another architecture with lazy loading, and
+// its kernels are refused (CUDA_ERROR_NO_BINARY_FOR_GPU) when asked for.
+struct ModuleCode {
+  std::string ptx;
+  std::string noBinary;  // non-empty: the image has no code for the device
+};
+Result<ModuleCode> moduleCode(std::span<const std::byte> image, int computeCapability);
+
 // What cuModuleLoadData & co. get, reduced to the PTX text to load:
 //   - a fatbin (or its wrapper): the PTX entry with the highest arch <= the device's
 //     compute capability (major*10+minor); none -> CUDA_ERROR_NO_BINARY_FOR_GPU;

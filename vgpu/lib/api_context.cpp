@@ -2,6 +2,8 @@
 // Entry points: primary contexts, created contexts, the per-thread context stack, limits, peer access.
 #include "entry.h"
 
+#include "phos/export_tables/export_tables.h"
+
 using namespace phos;
 using namespace phos::vgpu;
 using phos::vgpu::api::call;
@@ -46,12 +48,28 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   });
 }
 
+// The CUDA runtime's context-local storage dies with the context; its
+// destructors run outside the driver's locks (they may call the driver).
 CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-  return call(__func__, [&](Driver& d) { return d.releasePrimary(dev); });
+  CUcontext released = nullptr;
+  CUresult r = call(__func__, [&](Driver& d) {
+    const CUcontext before = d.primaryHandle(dev);
+    Status s = d.releasePrimary(dev);
+    if (s.isOk() && d.primaryHandle(dev) == nullptr) released = before;
+    return s;
+  });
+  if (released != nullptr) export_tables::contextDestroyed(released);
+  return r;
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-  return call(__func__, [&](Driver& d) { return d.resetPrimary(dev); });
+  CUcontext reset = nullptr;
+  CUresult r = call(__func__, [&](Driver& d) {
+    reset = d.primaryHandle(dev);
+    return d.resetPrimary(dev);
+  });
+  if (r == CUDA_SUCCESS && reset != nullptr) export_tables::contextDestroyed(reset);
+  return r;
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
@@ -84,7 +102,9 @@ CUresult CUDAAPI cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsi
 }
 
 CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
-  return call(__func__, [&](Driver& d) { return d.destroyContext(ctx); });
+  CUresult r = call(__func__, [&](Driver& d) { return d.destroyContext(ctx); });
+  if (r == CUDA_SUCCESS) export_tables::contextDestroyed(ctx);
+  return r;
 }
 
 CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) {

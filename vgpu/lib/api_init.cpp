@@ -4,8 +4,10 @@
 
 #include <strings.h>
 
+#include <cstdlib>
 #include <cstring>
 
+#include "phos/export_tables/export_tables.h"
 #include "phos/vgpu/export_table.h"
 #include "unsupported.h"
 
@@ -29,6 +31,15 @@ int reportUnsupported(const char* name, std::once_flag& once) noexcept {
 }
 
 namespace {
+
+// libcuda.so.1 keeps its own loggers (it links its own copy of the common
+// library): set up when it is loaded, from the environment. PHOS_LOG itself
+// asks for vgpu's lines: they go to stderr unless PHOS_LOG_FILE says where.
+__attribute__((constructor)) void setupLogging() {
+  log::Sinks sinks = log::sinksFromEnvironment();
+  if (sinks.file.empty() && std::getenv("PHOS_LOG") != nullptr) sinks.toStderr = true;
+  log::setup(sinks);
+}
 
 constexpr int kDriverVersion = 13000;
 
@@ -117,10 +128,15 @@ CUresult CUDAAPI cuGetExportTable(const void** ppExportTable, const CUuuid* pExp
     *ppExportTable = &api::kExportTable;
     return CUDA_SUCCESS;
   }
-  // NVIDIA's private tables (cudart's) do not exist here: unmodified cudart
-  // cannot run on vgpu (see docs/vgpu.md).
+  // NVIDIA's private tables, which the CUDA runtime needs (docs/cudart.md).
+  if (const void* table = export_tables::find(*pExportTableId); table != nullptr) {
+    *ppExportTable = table;
+    return CUDA_SUCCESS;
+  }
+  // A table nobody serves: the runtime probes some it can live without.
+  api::logger()->debug("cuGetExportTable: no table {}", export_tables::uuidText(*pExportTableId));
   *ppExportTable = nullptr;
-  return CUDA_ERROR_NOT_SUPPORTED;
+  return CUDA_ERROR_NOT_FOUND;
 }
 
 CUresult CUDAAPI cuDeviceGetCount(int* count) {

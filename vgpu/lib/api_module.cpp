@@ -93,29 +93,24 @@ CUresult moduleOut(const char* name, CUmodule* module, const std::function<Resul
   });
 }
 
-// cuLibraryLoad* works without a current context on NVIDIA's driver; vgpu loads
-// the library into the current context, or device 0's primary context.
-Result<CUlibrary> loadLibraryInSomeContext(Driver& d, const std::function<Result<CUlibrary>()>& load) {
-  if (d.currentOrNull()) return load();
-  ASSIGN_OR_RETURN(auto primary, d.retainPrimary(0));
-  d.pushCurrent(primary);
-  auto result = load();
-  (void)d.popCurrent();
-  if (!result.isOk()) (void)d.releasePrimary(0);
-  return result;
-}
-
 Result<const FunctionInfo*> infoOf(const std::shared_ptr<Function>& f) {
   return &f->program->functions().at(f->index);
 }
 
+// A kernel's function where it is asked of a kernel without a context (its
+// name, its parameters): the current context's, else where the library loaded.
 Result<std::shared_ptr<Function>> kernelFunction(Driver& d, CUkernel kernel) {
-  return d.function(handleOf<CUfunction>(idOf(kernel)));
+  return d.kernelFunction(kernel, false);
 }
 
-Status globalOf(Driver& d, CUmodule hmod, const char* name, CUdeviceptr* dptr, size_t* bytes) {
-  ASSIGN_OR_RETURN(auto m, d.module(hmod));
+Status moduleHasCode(const Module& m) {
+  if (m.program) return Status::ok();
+  return cuError(CUDA_ERROR_NO_BINARY_FOR_GPU, m.noBinary);
+}
+
+Status globalOf(const std::shared_ptr<Module>& m, const char* name, CUdeviceptr* dptr, size_t* bytes) {
   RETURN_IF_ERROR(requireNonNull(name, "name"));
+  RETURN_IF_ERROR(moduleHasCode(*m));
   for (const GlobalInfo& g : m->program->globals()) {
     if (g.name != name) continue;
     // "Both parameters dptr and bytes are optional."
@@ -422,7 +417,7 @@ CUresult CUDAAPI cuModuleGetFunctionCount(unsigned int* count, CUmodule mod) {
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(count, "count"));
     ASSIGN_OR_RETURN(auto m, d.module(mod));
-    *count = static_cast<unsigned>(m->program->functions().size());
+    *count = m->program ? static_cast<unsigned>(m->program->functions().size()) : 0;
     return Status::ok();
   });
 }
@@ -431,6 +426,7 @@ CUresult CUDAAPI cuModuleEnumerateFunctions(CUfunction* functions, unsigned int 
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(functions, "functions"));
     ASSIGN_OR_RETURN(auto m, d.module(mod));
+    if (!m->program) return Status::ok();  // no code for this device: no functions
     const auto& all = m->program->functions();
     for (unsigned i = 0; i < numFunctions && i < all.size(); ++i) {
       ASSIGN_OR_RETURN(functions[i], d.function(mod, all[i].name.c_str()));
@@ -440,7 +436,10 @@ CUresult CUDAAPI cuModuleEnumerateFunctions(CUfunction* functions, unsigned int 
 }
 
 CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule hmod, const char* name) {
-  return call(__func__, [&](Driver& d) { return globalOf(d, hmod, name, dptr, bytes); });
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto m, d.module(hmod));
+    return globalOf(m, name, dptr, bytes);
+  });
 }
 
 // --- libraries and kernels ------------------------------------------------------------------
@@ -456,7 +455,7 @@ CUresult CUDAAPI cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_o
     if (numLibraryOptions > 0 && (libraryOptions == nullptr || libraryOptionValues == nullptr)) {
       return cuError(CUDA_ERROR_INVALID_VALUE, "library options without option arrays");
     }
-    ASSIGN_OR_RETURN(CUlibrary lib, loadLibraryInSomeContext(d, [&] { return d.loadLibrary(code); }));
+    ASSIGN_OR_RETURN(CUlibrary lib, d.loadLibrary(code));
     *library = lib;
     return Status::ok();
   });
@@ -473,7 +472,7 @@ CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary* library, const char* fileName,
     if (numLibraryOptions > 0 && (libraryOptions == nullptr || libraryOptionValues == nullptr)) {
       return cuError(CUDA_ERROR_INVALID_VALUE, "library options without option arrays");
     }
-    ASSIGN_OR_RETURN(CUlibrary lib, loadLibraryInSomeContext(d, [&] { return d.loadLibraryFile(fileName); }));
+    ASSIGN_OR_RETURN(CUlibrary lib, d.loadLibraryFile(fileName));
     *library = lib;
     return Status::ok();
   });
@@ -483,11 +482,12 @@ CUresult CUDAAPI cuLibraryUnload(CUlibrary library) {
   return call(__func__, [&](Driver& d) { return d.unloadLibrary(library); });
 }
 
+// "Returns a module handle for the library in the current context."
 CUresult CUDAAPI cuLibraryGetModule(CUmodule* pMod, CUlibrary library) {
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(pMod, "pMod"));
-    ASSIGN_OR_RETURN(auto lib, d.library(library));
-    *pMod = handleOf<CUmodule>(lib->module);
+    ASSIGN_OR_RETURN(auto m, d.libraryModule(library));
+    *pMod = handleOf<CUmodule>(m->id);
     return Status::ok();
   });
 }
@@ -496,11 +496,7 @@ CUresult CUDAAPI cuLibraryGetKernel(CUkernel* pKernel, CUlibrary library, const 
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(pKernel, "pKernel"));
     RETURN_IF_ERROR(requireNonNull(name, "name"));
-    ASSIGN_OR_RETURN(auto lib, d.library(library));
-    // A CUkernel is the library's function in the context it was loaded into; the
-    // documentation lets it be passed wherever a CUfunction is expected.
-    ASSIGN_OR_RETURN(CUfunction f, d.function(handleOf<CUmodule>(lib->module), name));
-    *pKernel = handleOf<CUkernel>(idOf(f));
+    ASSIGN_OR_RETURN(*pKernel, d.kernel(library, name));
     return Status::ok();
   });
 }
@@ -508,9 +504,8 @@ CUresult CUDAAPI cuLibraryGetKernel(CUkernel* pKernel, CUlibrary library, const 
 CUresult CUDAAPI cuLibraryGetKernelCount(unsigned int* count, CUlibrary lib) {
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(count, "count"));
-    ASSIGN_OR_RETURN(auto l, d.library(lib));
-    ASSIGN_OR_RETURN(auto m, d.module(handleOf<CUmodule>(l->module)));
-    *count = static_cast<unsigned>(m->program->functions().size());
+    ASSIGN_OR_RETURN(auto kernels, d.kernels(lib));
+    *count = static_cast<unsigned>(kernels.size());
     return Status::ok();
   });
 }
@@ -518,29 +513,25 @@ CUresult CUDAAPI cuLibraryGetKernelCount(unsigned int* count, CUlibrary lib) {
 CUresult CUDAAPI cuLibraryEnumerateKernels(CUkernel* kernels, unsigned int numKernels, CUlibrary lib) {
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(kernels, "kernels"));
-    ASSIGN_OR_RETURN(auto l, d.library(lib));
-    CUmodule mod = handleOf<CUmodule>(l->module);
-    ASSIGN_OR_RETURN(auto m, d.module(mod));
-    const auto& all = m->program->functions();
-    for (unsigned i = 0; i < numKernels && i < all.size(); ++i) {
-      ASSIGN_OR_RETURN(CUfunction f, d.function(mod, all[i].name.c_str()));
-      kernels[i] = handleOf<CUkernel>(idOf(f));
-    }
+    ASSIGN_OR_RETURN(auto all, d.kernels(lib));
+    for (unsigned i = 0; i < numKernels && i < all.size(); ++i) kernels[i] = all[i];
     return Status::ok();
   });
 }
 
+// "Returns a global device pointer ... for the requested library in the current context."
 CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes, CUlibrary library, const char* name) {
   return call(__func__, [&](Driver& d) -> Status {
-    ASSIGN_OR_RETURN(auto lib, d.library(library));
-    return globalOf(d, handleOf<CUmodule>(lib->module), name, dptr, bytes);
+    ASSIGN_OR_RETURN(auto m, d.libraryModule(library));
+    return globalOf(m, name, dptr, bytes);
   });
 }
 
+// "Returns the function handle for the kernel for the current context."
 CUresult CUDAAPI cuKernelGetFunction(CUfunction* pFunc, CUkernel kernel) {
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(pFunc, "pFunc"));
-    ASSIGN_OR_RETURN(auto f, kernelFunction(d, kernel));
+    ASSIGN_OR_RETURN(auto f, d.kernelFunction(kernel, true));
     *pFunc = handleOf<CUfunction>(f->id);
     return Status::ok();
   });
@@ -549,10 +540,10 @@ CUresult CUDAAPI cuKernelGetFunction(CUfunction* pFunc, CUkernel kernel) {
 CUresult CUDAAPI cuKernelGetLibrary(CUlibrary* pLib, CUkernel kernel) {
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(pLib, "pLib"));
-    ASSIGN_OR_RETURN(auto f, kernelFunction(d, kernel));
-    auto m = f->module.lock();
-    if (!m || m->library.load() == 0) return cuError(CUDA_ERROR_INVALID_HANDLE, "the kernel has no library");
-    *pLib = handleOf<CUlibrary>(m->library.load());
+    ASSIGN_OR_RETURN(auto k, d.kernel(kernel));
+    auto lib = k->library.lock();
+    if (!lib) return cuError(CUDA_ERROR_INVALID_HANDLE, "the kernel's library was unloaded");
+    *pLib = handleOf<CUlibrary>(lib->id);
     return Status::ok();
   });
 }
@@ -560,8 +551,8 @@ CUresult CUDAAPI cuKernelGetLibrary(CUlibrary* pLib, CUkernel kernel) {
 CUresult CUDAAPI cuKernelGetName(const char** name, CUkernel hfunc) {
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(name, "name"));
-    ASSIGN_OR_RETURN(auto f, kernelFunction(d, hfunc));
-    *name = f->program->functions().at(f->index).name.c_str();
+    ASSIGN_OR_RETURN(auto k, d.kernel(hfunc));
+    *name = k->name.c_str();
     return Status::ok();
   });
 }
@@ -577,15 +568,27 @@ CUresult CUDAAPI cuKernelGetAttribute(int* pi, CUfunction_attribute attrib, CUke
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(d.checkDevice(dev));
     ASSIGN_OR_RETURN(auto f, kernelFunction(d, kernel));
-    return functionAttribute(d, pi, attrib, f);
+    RETURN_IF_ERROR(functionAttribute(d, pi, attrib, f));
+    ASSIGN_OR_RETURN(auto k, d.kernel(kernel));
+    if (auto it = k->maxDynamicShared.find(dev);
+        attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && it != k->maxDynamicShared.end()) {
+      *pi = it->second;
+    }
+    return Status::ok();
   });
 }
 
+// Per device: the kernel's functions in every context of `dev`, now and later.
 CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev) {
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(d.checkDevice(dev));
     ASSIGN_OR_RETURN(auto f, kernelFunction(d, kernel));
-    return setFunctionAttribute(d, f, attrib, val);
+    // Checked against the function (its static shared memory), not applied to it.
+    const int before = f->maxDynamicShared.load();
+    RETURN_IF_ERROR(setFunctionAttribute(d, f, attrib, val));
+    if (attrib != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) return Status::ok();
+    f->maxDynamicShared = before;
+    return d.setKernelMaxDynamicShared(kernel, dev, val);
   });
 }
 

@@ -31,6 +31,10 @@ struct LevelSpec {
 };
 Result<LevelSpec> parseLevelSpec(std::string_view text);
 
+// The sinks the environment asks for: PHOS_LOG_FILE (a file) and
+// PHOS_LOG_STDERR=1 (stderr).
+Sinks sinksFromEnvironment();
+
 // Installs the sinks and levels (from PHOS_LOG) for this process. Call once,
 // early; later calls replace the configuration. A malformed PHOS_LOG is
 // reported as a warning on the configured sinks and otherwise ignored.
