@@ -37,10 +37,10 @@
 
 #include "host_calls.h"
 #include "migration.h"
+#include "module_globals.h"
 #include "phos/common/log.h"
 #include "phos/common/subprocess.h"
 #include "phos/daemon/checkpoint.h"
-#include "phos/ptx/parser.h"
 #include "on_demand_restore.h"
 #include "peer_offload.h"
 #include "session.h"
@@ -113,26 +113,6 @@ std::string codeFor(Code code) {
 }
 
 json failure(const Status& s) { return {{"ok", false}, {"error", s.message()}, {"code", codeFor(s.code())}}; }
-
-// Names of the module-scope variables of a PTX image that hold data a kernel
-// may have changed: .global and .const, defined here (not .extern).
-Result<std::vector<std::string>> ptxGlobals(const std::vector<char>& image) {
-  std::string_view text(image.data(), strnlen(image.data(), image.size()));
-  ASSIGN_OR_RETURN(ptx::Module module, ptx::parseModule(text, "module image"));
-  std::vector<std::string> names;
-  for (const auto& item : module.items) {
-    const auto* var = std::get_if<ptx::VarDecl>(&item);
-    if (var == nullptr || var->linkage == ptx::Linkage::kExtern) continue;
-    if (var->space != ptx::StateSpace::kGlobal && var->space != ptx::StateSpace::kConst) continue;
-    names.push_back(var->name);
-  }
-  return names;
-}
-
-bool isPtx(const std::vector<char>& image) {
-  std::string_view text(image.data(), strnlen(image.data(), image.size()));
-  return text.find(".version") != std::string_view::npos && text.find(".target") != std::string_view::npos;
-}
 
 // Copies between device memory and the image through two page-locked
 // buffers: while the driver copies one chunk, the other is checksummed and
@@ -1033,34 +1013,50 @@ class Engine {
       if (auto ctx = s.contexts_.find(rec->context); ctx != s.contexts_.end()) device = ctx->second.device;
       json globals = json::array();
       json entry = {{"id", id}, {"library", rec->library}, {"context", rec->context}, {"image", name}};
-      if (isPtx(rec->image)) {
-        ASSIGN_OR_RETURN(auto names, ptxGlobals(rec->image));
-        CUcontext ctx = rec->library ? contextOnDevice(0) : s.contexts_.at(rec->context).real;
-        if (ctx != nullptr) PHOS_DRIVER(d, CtxSetCurrent)(ctx);
-        for (const std::string& g : names) {
+      // Every global of every kind of image (PTX, fatbin, cubin), in every
+      // context that has its own copy: a module's, or, for a library
+      // (context-independent), each context of the session's.
+      auto names = moduleGlobalNames(rec->image);
+      if (!names.isOk()) {
+        return makeError(Code::kNotSupported, "the globals of module {} cannot be listed, so they cannot be saved: {}",
+                         hex(id), names.status().message());
+      }
+      std::vector<uint64_t> holders;
+      if (rec->library) {
+        for (const auto& [cid, ctx] : s.contexts_) holders.push_back(cid);
+      } else {
+        holders.push_back(rec->context);
+      }
+      for (uint64_t holder : holders) {
+        auto ctx = s.contexts_.find(holder);
+        if (ctx == s.contexts_.end()) continue;
+        PHOS_DRIVER(d, CtxSetCurrent)(ctx->second.real);
+        for (const std::string& g : *names) {
           CUdeviceptr address = 0;
           size_t bytes = 0;
           CUresult r = rec->library
                            ? PHOS_DRIVER(d, LibraryGetGlobal)(&address, &bytes, static_cast<CUlibrary>(real), g.c_str())
                            : PHOS_DRIVER(d, ModuleGetGlobal_v2)(&address, &bytes, static_cast<CUmodule>(real), g.c_str());
-          if (r != CUDA_SUCCESS || bytes == 0) continue;
+          if (r == CUDA_ERROR_NO_BINARY_FOR_GPU) break;  // no code for this device: nothing runs, nothing to save
+          if (r != CUDA_SUCCESS) {
+            return makeError(Code::kNotSupported, "global {} of module {} cannot be read (CUresult {})", g, hex(id),
+                             static_cast<int>(r));
+          }
+          if (bytes == 0) continue;
           const Allocation* taken = s.findAllocation(address);
-          std::string blobName = fmt::format("global/{}/{}", hex(id), g);
+          std::string blobName = fmt::format("global/{}/{}/{}", hex(id), hex(holder), g);
           ASSIGN_OR_RETURN(size_t blob, writer.addBlob(blobName, "module-global", bytes,
                                                        {{"module", id}, {"name", g}, {"address", address}}));
-          copies.push_back({blob, address, bytes, device});
+          copies.push_back({blob, address, bytes, ctx->second.device});
           globals.push_back({{"name", g},
+                             {"context", holder},
                              {"address", address},
                              {"bytes", bytes},
                              {"blob", blobName},
                              {"taken", taken != nullptr && taken->address == address}});
         }
-        entry["globals_enumerated"] = true;
-      } else {
-        // No PTX to list the globals from: only those the application asked
-        // for are known (by address, not by name), so none is saved.
-        entry["globals_enumerated"] = false;
       }
+      entry["globals_enumerated"] = true;
       entry["globals"] = globals;
       entry["device"] = device;
       modules.push_back(entry);
@@ -1515,8 +1511,31 @@ class Engine {
       if (!imageBlob) return makeError(Code::kDataLoss, "the image of module {} is missing", hex(mid));
       ModuleRecord rec{library, std::vector<char>(reader.manifest().blobs[*imageBlob].size), context};
       RETURN_IF_ERROR(reader.read(*imageBlob, 0, std::as_writable_bytes(std::span(rec.image))));
-      if (!library) RETURN_IF_ERROR(makeCurrent(context));
       if (rec.image.empty() || rec.image.back() != '\0') rec.image.push_back('\0');
+      // Each context's copy of the globals goes back where the application
+      // knew it: vgpu places them as asked; another driver places them itself,
+      // and the check below refuses the restore if one moved.
+      std::map<uint64_t, std::map<std::string, uint64_t>> placements;  // holder context -> name -> address
+      auto holderOf = [&](const json& g) {
+        if (g.contains("context")) return g.value("context", uint64_t{0});
+        return library && !s.contexts_.empty() ? s.contexts_.begin()->first : context;  // images before contexts were saved
+      };
+      for (const json& g : m.value("globals", json::array())) {
+        placements[holderOf(g)][g.value("name", std::string())] = g.value("address", uint64_t{0});
+      }
+      auto place = [&](uint64_t holder) -> Status {
+        const vgpu::ExportTable* vgpu = d.vgpu();
+        auto it = placements.find(holder);
+        if (vgpu == nullptr || vgpu->size < sizeof(vgpu::ExportTable) || it == placements.end()) return Status::ok();
+        ASSIGN_OR_RETURN(CUcontext in, contextReal(holder));
+        return driverStatus(vgpu->placeNextModuleGlobals(in, it->second),
+                            fmt::format("placing the globals of module {}", hex(mid)));
+      };
+      const uint64_t firstHolder = library ? (placements.empty() ? 0 : placements.begin()->first) : context;
+      if (firstHolder != 0) {
+        RETURN_IF_ERROR(makeCurrent(firstHolder));
+        RETURN_IF_ERROR(place(firstHolder));
+      }
       void* real = nullptr;
       CUresult r;
       // With its validator twins, as when the application loaded it.
@@ -1526,6 +1545,14 @@ class Engine {
         r = loadLibrary(d, rec.image, &lib, &prepared);
         if (r == CUDA_SUCCESS) s.validator_.noteLibrary(lib, prepared);
         real = lib;
+        // The library's module in each other context that held globals.
+        for (const auto& [holder, names] : placements) {
+          if (r != CUDA_SUCCESS || holder == firstHolder) continue;
+          RETURN_IF_ERROR(makeCurrent(holder));
+          RETURN_IF_ERROR(place(holder));
+          CUmodule inHolder = nullptr;
+          r = PHOS_DRIVER(d, LibraryGetModule)(&inHolder, lib);
+        }
       } else {
         CUmodule mod = nullptr;
         r = loadModule(d, rec.image, &mod, &prepared);
@@ -1542,14 +1569,20 @@ class Engine {
       s.noteModule(+1);
       const int device = m.value("device", 0);
       for (const json& g : m.value("globals", json::array())) {
+        // A library's globals are per context: each on its context's device.
+        int globalDevice = device;
+        if (auto held = s.contexts_.find(g.value("context", context)); held != s.contexts_.end()) {
+          globalDevice = held->second.device;
+        }
         ASSIGN_OR_RETURN(std::string name, field<std::string>(g, "name", "global"));
         ASSIGN_OR_RETURN(CUdeviceptr was, field<uint64_t>(g, "address", "global"));
         ASSIGN_OR_RETURN(size_t blob, blobOf(reader, g, "global"));
         CUdeviceptr address = 0;
         size_t bytes = 0;
+        const uint64_t holder = holderOf(g);
         if (library) {
-          ASSIGN_OR_RETURN(CUcontext any, contextReal(s.contexts_.empty() ? 0 : s.contexts_.begin()->first));
-          PHOS_DRIVER(d, CtxSetCurrent)(any);
+          ASSIGN_OR_RETURN(CUcontext in, contextReal(holder));
+          PHOS_DRIVER(d, CtxSetCurrent)(in);
           r = PHOS_DRIVER(d, LibraryGetGlobal)(&address, &bytes, static_cast<CUlibrary>(real), name.c_str());
         } else {
           r = PHOS_DRIVER(d, ModuleGetGlobal_v2)(&address, &bytes, static_cast<CUmodule>(real), name.c_str());
@@ -1557,18 +1590,18 @@ class Engine {
         if (r != CUDA_SUCCESS || bytes != reader.manifest().blobs[blob].size) {
           return makeError(Code::kFailedPrecondition, "global {} of module {} is not what it was", name, hex(mid));
         }
-        if (g.value("taken", false)) {
-          if (address != was) {
-            // The application holds the old address (cuModuleGetGlobal) and
-            // the driver chose another: nothing can make them agree.
-            return makeError(Code::kFailedPrecondition,
-                             "global {} of module {} was at {} and the driver placed it at {} now; the application "
-                             "holds the old address",
-                             name, hex(mid), hex(was), hex(address));
-          }
-          s.allocations_[address] = {address, bytes, context, real, device};
+        if (address != was) {
+          // The application, or device memory a kernel wrote, may hold the
+          // old address: nothing can make them agree.
+          return makeError(Code::kFailedPrecondition,
+                           "global {} of module {} was at {} and the driver placed it at {} now{}", name, hex(mid),
+                           hex(was), hex(address),
+                           g.value("taken", false) ? "; the application holds the old address" : "");
         }
-        ASSIGN_OR_RETURN(ChunkCopier * copier, copierFor(device));
+        if (g.value("taken", false)) {
+          s.allocations_[address] = {address, bytes, holder, real, globalDevice};
+        }
+        ASSIGN_OR_RETURN(ChunkCopier * copier, copierFor(globalDevice));
         RETURN_IF_ERROR(copier->load(reader, blob, address, advance));
       }
     }

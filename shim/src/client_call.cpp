@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "connection.h"
@@ -68,9 +69,8 @@ CUresult ClientCall::ready() const {
   return CUDA_SUCCESS;
 }
 
-// Kernel printf output phosd kept for this process: written to our stdout
-// (the application's own descriptor 1), as CUDA prints it at a synchronization
-// point. Its own buffers: the caller's reply is still being read.
+// Kernel printf output phosd kept for this process: written to the
+// application's stdout, as CUDA prints it at a synchronization point. Its own buffers: the caller's reply is still being read.
 static void forwardKernelOutput() {
   thread_local std::array<std::byte, kBufferBytes> request, reply;
   for (int round = 0; round < 100000; ++round) {
@@ -85,12 +85,10 @@ static void forwardKernelOutput() {
     auto h = d.value<ipc::ReplyHeader>();
     auto text = d.blob();
     if (!d.ok()) return;
-    for (size_t done = 0; done < text.size();) {
-      ssize_t w = write(STDOUT_FILENO, text.data() + done, text.size() - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return;
-      done += static_cast<size_t>(w);
-    }
+    // Through the application's stdio, as vgpu writes it in-process: ordered
+    // with what the application itself printed before the synchronization.
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
     if ((h.flags & ipc::kReplyOutputPending) == 0) return;
   }
 }

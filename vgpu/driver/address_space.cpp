@@ -159,6 +159,39 @@ Result<std::uint64_t> DeviceHeap::allocate(std::size_t bytes, std::size_t alignm
                   device_, bytes);
 }
 
+Result<std::uint64_t> DeviceHeap::allocateAt(std::uint64_t address, std::size_t bytes) {
+  const std::size_t length = roundUp(bytes, kPageSize);
+  std::lock_guard lock(mutex_);
+  RETURN_IF_ERROR(reserveWindow());
+  if (address < base_ || address % kPageSize != 0 || address - base_ > window_ || length > window_ - (address - base_)) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "device {}: 0x{:x} is not a page of the window", device_, address);
+  }
+  if (length > capacity_ - used_) {
+    return cuErrorf(CUDA_ERROR_OUT_OF_MEMORY, "device {}: {} bytes requested, {} of {} free", device_, bytes,
+                    capacity_ - used_, capacity_);
+  }
+  const std::uint64_t start = address - base_;
+  auto it = free_.upper_bound(start);
+  if (it == free_.begin()) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "device {}: 0x{:x} is taken", device_, address);
+  }
+  --it;
+  const std::uint64_t blockStart = it->first, blockEnd = it->first + it->second;
+  if (start + length > blockEnd) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "device {}: [0x{:x}, +{}) is taken", device_, address, length);
+  }
+  free_.erase(it);
+  if (start > blockStart) free_.emplace(blockStart, start - blockStart);
+  if (blockEnd > start + length) free_.emplace(start + length, blockEnd - (start + length));
+  if (mprotect(reinterpret_cast<void*>(address), length, PROT_READ | PROT_WRITE) != 0) {
+    const int err = errno;
+    free_.emplace(start, length);
+    return errnoError(err, "mprotect of device memory");
+  }
+  used_ += length;
+  return address;
+}
+
 Status DeviceHeap::release(std::uint64_t address, std::size_t bytes) {
   std::size_t length = roundUp(bytes, kPageSize);
   RETURN_IF_ERROR(discardRange(address, length));

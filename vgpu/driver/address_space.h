@@ -74,6 +74,8 @@ class DeviceHeap {
 
   // CUDA_ERROR_OUT_OF_MEMORY when the budget or the window is exhausted.
   Result<std::uint64_t> allocate(std::size_t bytes, std::size_t alignment);
+  // At exactly `address` (page-aligned), if that range is free.
+  Result<std::uint64_t> allocateAt(std::uint64_t address, std::size_t bytes);
   Status release(std::uint64_t address, std::size_t bytes);
   // Budget only (VMM physical memory, which is backed by memfds).
   Status charge(std::size_t bytes);

@@ -42,14 +42,21 @@ Status validateContextFlags(unsigned flags) {
 // Device memory of a context, handed to a ProgramLoader for module globals.
 class ModuleMemory final : public DeviceMemory {
  public:
-  ModuleMemory(Driver& driver, std::shared_ptr<Context> context, int cc)
-      : driver_(driver), context_(std::move(context)), cc_(cc) {}
+  ModuleMemory(Driver& driver, std::shared_ptr<Context> context, int cc, std::map<std::string, std::uint64_t> placement)
+      : driver_(driver), context_(std::move(context)), cc_(cc), placement_(std::move(placement)) {}
 
-  Result<std::uint64_t> allocate(std::size_t bytes, std::size_t alignment) override {
+  // A global the placement names goes where it says (a restore puts a module
+  // back where its globals were); the others wherever the heap has room.
+  Result<std::uint64_t> allocate(std::string_view name, std::size_t bytes, std::size_t alignment) override {
     if (bytes == 0 || alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > kPageSize) {
       return makeError(Code::kInvalidArgument, "module global: {} bytes aligned to {}", bytes, alignment);
     }
-    ASSIGN_OR_RETURN(std::uint64_t address, driver_.allocateDevice(*context_, bytes));
+    std::uint64_t address = 0;
+    if (auto placed = placement_.find(std::string(name)); placed != placement_.end()) {
+      ASSIGN_OR_RETURN(address, driver_.allocateDeviceAt(*context_, placed->second, bytes));
+    } else {
+      ASSIGN_OR_RETURN(address, driver_.allocateDevice(*context_, bytes));
+    }
     allocations.push_back(address);
     return address;
   }
@@ -72,6 +79,7 @@ class ModuleMemory final : public DeviceMemory {
   Driver& driver_;
   std::shared_ptr<Context> context_;
   int cc_;
+  std::map<std::string, std::uint64_t> placement_;
 };
 
 class ContextAddressChecker final : public AddressChecker {
@@ -455,10 +463,20 @@ void Driver::primaryState(int device, unsigned* flags, int* active) {
 // --- Driver: memory -----------------------------------------------------------------
 
 Result<std::uint64_t> Driver::allocateDevice(Context& context, std::size_t bytes) {
+  return allocateDeviceIn(context, bytes, 0);
+}
+
+Result<std::uint64_t> Driver::allocateDeviceAt(Context& context, std::uint64_t address, std::size_t bytes) {
+  if (address == 0) return cuError(CUDA_ERROR_INVALID_VALUE, "no address to allocate at");
+  return allocateDeviceIn(context, bytes, address);
+}
+
+Result<std::uint64_t> Driver::allocateDeviceIn(Context& context, std::size_t bytes, std::uint64_t at) {
   if (bytes == 0) return cuError(CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes");
   // Large allocations are 2 MiB aligned like a GPU's big pages; small ones share nothing.
   std::size_t alignment = bytes >= kVmmGranularity ? kVmmGranularity : kPageSize;
-  ASSIGN_OR_RETURN(std::uint64_t address, heap(context.device()).allocate(bytes, alignment));
+  ASSIGN_OR_RETURN(std::uint64_t address, at != 0 ? heap(context.device()).allocateAt(at, bytes)
+                                                  : heap(context.device()).allocate(bytes, alignment));
   Allocation a;
   a.base = address;
   a.size = bytes;
@@ -1014,7 +1032,15 @@ Result<std::shared_ptr<Module>> Driver::loadModuleIn(const std::shared_ptr<Conte
     logger()->warn("module load: no PTX engine is registered with vgpu; returning CUDA_ERROR_NOT_SUPPORTED");
     return cuError(CUDA_ERROR_NOT_SUPPORTED, "no PTX engine is registered with vgpu");
   }
-  ModuleMemory memory(*this, context, cc);
+  std::map<std::string, std::uint64_t> placement;
+  {
+    std::lock_guard lock(placementMutex_);
+    if (auto it = placements_.find(context->id()); it != placements_.end()) {
+      placement = std::move(it->second);
+      placements_.erase(it);
+    }
+  }
+  ModuleMemory memory(*this, context, cc, std::move(placement));
   auto program = loader->load(ptx, memory);
   if (!program.isOk()) {
     for (std::uint64_t a : memory.allocations) (void)freeDevice(a, false);
@@ -1298,6 +1324,13 @@ Status Driver::unloadLibrary(CUlibrary handle) {
   }
   for (const auto& [name, kernel] : lib->kernels) kernels_.erase(kernel);
   lib->modules.clear();
+  return Status::ok();
+}
+
+Status Driver::placeNextModuleGlobals(CUcontext handle, std::map<std::string, std::uint64_t> placement) {
+  ASSIGN_OR_RETURN(auto context, this->context(handle));
+  std::lock_guard lock(placementMutex_);
+  placements_[context->id()] = std::move(placement);
   return Status::ok();
 }
 

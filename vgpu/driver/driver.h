@@ -251,6 +251,8 @@ class Driver {
 
   // --- memory -------------------------------------------------------------------
   Result<std::uint64_t> allocateDevice(Context& context, std::size_t bytes);
+  // At `address` exactly (a restore's module globals), if it is free.
+  Result<std::uint64_t> allocateDeviceAt(Context& context, std::uint64_t address, std::size_t bytes);
   // `synchronize`: wait for the owning context's work first (cuMemFree does; the
   // stream-ordered free runs inside the stream and must not).
   Status freeDevice(std::uint64_t address, bool synchronize);
@@ -328,6 +330,9 @@ class Driver {
   // Records a kernel's dynamic shared memory limit for `device`, and applies
   // it to the kernel's functions in that device's contexts.
   Status setKernelMaxDynamicShared(CUkernel handle, int device, int value);
+  // The next module loaded into `context` (a module, or a library used there
+  // first) places the named globals at these addresses (export table).
+  Status placeNextModuleGlobals(CUcontext context, std::map<std::string, std::uint64_t> placement);
 
   // --- access recorder (export table) ---------------------------------------------------
   // `handle` null: the current context.
@@ -341,6 +346,7 @@ class Driver {
  private:
   Driver() = default;
   void unloadModulesOf(std::uint64_t context);
+  Result<std::uint64_t> allocateDeviceIn(Context& context, std::size_t bytes, std::uint64_t at);
   Result<std::shared_ptr<Module>> loadModuleIn(const std::shared_ptr<Context>& context,
                                                std::span<const std::byte> image);
   // Where a library is first loaded when no context is current: a context of
@@ -372,6 +378,8 @@ class Driver {
   HandleTable<Function> functions_;
   HandleTable<Library> libraries_;
   HandleTable<Kernel> kernels_;
+  std::mutex placementMutex_;
+  std::map<std::uint64_t, std::map<std::string, std::uint64_t>> placements_;  // by context id
   std::mutex loadingContextMutex_;
   std::shared_ptr<Context> loadingContext_;
 

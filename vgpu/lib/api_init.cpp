@@ -70,8 +70,12 @@ CUresult setPrintfSink(CUcontext context, std::shared_ptr<PrintfSink> sink) {
   return call(__func__, [&](Driver& d) { return d.setPrintfSink(context, std::move(sink)); });
 }
 
-const ExportTable kExportTable = {sizeof(ExportTable), &setProgramLoader, &isAccessible,
-                                  &setRecordAccesses, &lastLaunchAccesses, &setPrintfSink};
+CUresult placeNextModuleGlobals(CUcontext context, const std::map<std::string, std::uint64_t>& placement) {
+  return call(__func__, [&](Driver& d) { return d.placeNextModuleGlobals(context, placement); });
+}
+
+const ExportTable kExportTable = {sizeof(ExportTable), &setProgramLoader,  &isAccessible,          &setRecordAccesses,
+                                  &lastLaunchAccesses,  &setPrintfSink,     &placeNextModuleGlobals};
 
 }  // namespace
 }  // namespace phos::vgpu::api

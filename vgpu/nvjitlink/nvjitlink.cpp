@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "fatbin.h"
+#include "phos/common/fatbin.h"
 
 #define PHOS_NVJITLINK_API extern "C" __attribute__((visibility("default")))
 
@@ -111,7 +112,7 @@ nvJitLinkResult addInput(nvJitLink& h, nvJitLinkInputType type, const void* data
   const std::string what = name != nullptr ? std::string(name) : std::string("an input");
   const auto* text = static_cast<const char*>(data);
   if (type == NVJITLINK_INPUT_ANY) {
-    if (magic(data, size) == phos::vgpu::kFatbinMagic || magic(data, size) == phos::vgpu::kFatbinWrapperMagic) {
+    if (magic(data, size) == phos::fatbin::kMagic || magic(data, size) == phos::fatbin::kWrapperMagic) {
       type = NVJITLINK_INPUT_FATBIN;
     } else if (magic(data, size) == kLtoIrMagic) {
       type = NVJITLINK_INPUT_LTOIR;

@@ -4,7 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <cuda.h>
@@ -72,6 +74,14 @@ struct ExportTable {
   // default, the process's stdout. phosd gives each session's contexts a sink
   // that forwards to the application. CUDA_ERROR_INVALID_CONTEXT for a bad context.
   CUresult (*setPrintfSink)(CUcontext context, std::shared_ptr<PrintfSink> sink);
+
+  // Where the globals of the next module loaded into `context` go (a module
+  // loaded there, or a library used there for the first time), by name: a
+  // restore puts a module's globals back at the addresses the application
+  // knew. A global not named goes wherever there is room. The addresses must
+  // be free: else that load fails with CUDA_ERROR_INVALID_VALUE.
+  // CUDA_ERROR_INVALID_CONTEXT for a bad context.
+  CUresult (*placeNextModuleGlobals)(CUcontext context, const std::map<std::string, std::uint64_t>& placement);
 };
 
 }  // namespace phos::vgpu

@@ -62,9 +62,10 @@ struct GlobalInfo {
 class DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;
-  // Allocates `bytes` (> 0) aligned to `alignment` (a power of two <= 4096).
-  // The allocation belongs to the module and is released when it is unloaded.
-  virtual Result<std::uint64_t> allocate(std::size_t bytes, std::size_t alignment) = 0;
+  // Allocates the module variable `name`: `bytes` (> 0) aligned to `alignment`
+  // (a power of two <= 4096). The allocation belongs to the module and is
+  // released when it is unloaded.
+  virtual Result<std::uint64_t> allocate(std::string_view name, std::size_t bytes, std::size_t alignment) = 0;
   // Copies host bytes to an address inside an allocation of this context.
   virtual Status write(std::uint64_t address, std::span<const std::byte> bytes) = 0;
   // The CUdevice ordinal and its compute capability (major * 10 + minor).
