@@ -577,15 +577,16 @@ def emit_client_hooks(entries):
 
 
 def emit_client(entries):
-    o = [HEADER, '// The shim side of every remoted entry point.\n', PRELUDE,
-         '\n#include <cstring>\n#include <vector>\n\n#include "client_call.h"\n#include "phos/cuda_api/client_hooks.h"\n'
-         '#include "phos/cuda_api/wire_messages.h"\n#include "wire_support.h"\n\n',
-         'namespace phos::shim::generated {\nnamespace {\n\nusing cuda_api::EntryPointId;\n\n']
+    o = [HEADER, '// The shim side of every entry point: remoted, answered locally, or refused with its reason.\n',
+         PRELUDE,
+         '\n#include <cstring>\n#include <vector>\n\n#include "api_trace.h"\n#include "client_call.h"\n'
+         '#include "phos/cuda_api/client_hooks.h"\n#include "phos/cuda_api/wire_messages.h"\n#include "wire_support.h"\n\n',
+         'namespace phos::shim::generated {\nnamespace {\n\nusing cuda_api::EntryPointId;\nusing trace::Served;\n\n']
     installs = []
     for e in served(entries):
         s = e.symbol
         o.append(f'CUresult {s}_remote({params_decl(e)}) {{\n')
-        body = []
+        body = [f'trace::note(EntryPointId::{enumerator(s)}, Served::kRemoted);']
         if e.prologue:
             body.append(f'if (auto r = prologue::{e.public}({", ".join(p.name for p in e.params)})) return *r;')
         body.append(f'wire::{s}_Request req;')
@@ -619,8 +620,18 @@ def emit_client(entries):
         o.append(f'static_assert(std::is_same_v<decltype(&{s}_remote), decltype(&::{s})>);\n\n')
         installs.append((s, f'&{s}_remote'))
     for e in entries:
+        s = e.symbol
+        args = ', '.join(p.name for p in e.params)
         if e.status == 'local':
-            installs.append((e.symbol, f'static_cast<decltype(&::{e.symbol})>(&local::{e.public})'))
+            o.append(f'CUresult {s}_local({params_decl(e)}) {{\n')
+            o.append(f'  trace::note(EntryPointId::{enumerator(s)}, Served::kLocal);\n')
+            o.append(f'  return static_cast<decltype(&::{s})>(&local::{e.public})({args});\n}}\n\n')
+            installs.append((s, f'&{s}_local'))
+        elif e.status == 'excluded':
+            unused = ''.join(f'  (void){p.name};\n' for p in e.params)
+            o.append(f'CUresult {s}_excluded({params_decl(e)}) {{\n{unused}')
+            o.append(f'  return static_cast<CUresult>(trace::excluded(EntryPointId::{enumerator(s)}, {json.dumps(e.why)}));\n}}\n\n')
+            installs.append((s, f'&{s}_excluded'))
     o.append('}  // namespace\n\n')
     o.append('void installGenerated(cuda_api::Dispatch& table) {\n')
     for s, fn in installs:

@@ -118,6 +118,7 @@ struct RunArgs {
   std::string runtimeDir;
   std::vector<std::string> command;
   bool validate = false;  // PHOS_VALIDATE=1: launches run as validator twins
+  std::string traceApi;   // PHOS_TRACE_API: where the shim writes the entry points the job called
   bool faultTolerant = false;  // --ft: supervised, checkpointed, restored (fault_tolerance.h)
   FaultToleranceOptions ft;
   std::string ftLevels = "dram,disk";
@@ -143,6 +144,29 @@ bool findsProgram(const std::string& name, std::string* why) {
   }
   *why = "not found in PATH";
   return false;
+}
+
+// A directory whose libcuda.so.1 is the shim, first on the job's library
+// path: a program linked with -lcuda (libcuda.so.1 in DT_NEEDED) loads PhOS,
+// not NVIDIA's driver, and starts on a host that has none. The dynamic loader
+// maps the file the shim is preloaded from only once.
+Result<std::string> driverDirectory(const std::string& runtimeDir, const std::string& shim) {
+  const std::string dir = runtimeDir + "/driver";
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return makeError(Code::kIo, "cannot create {}: {}", dir, std::strerror(errno));
+  }
+  const std::string link = dir + "/libcuda.so.1";
+  std::error_code ec;
+  const std::string target = std::filesystem::absolute(shim, ec).string();
+  if (std::filesystem::read_symlink(link, ec) != target) {
+    // Replaced atomically: a job starting now sees the old link or the new one.
+    const std::string tmp = link + fmt::format(".{}", getpid());
+    std::filesystem::remove(tmp, ec);
+    if (symlink(target.c_str(), tmp.c_str()) != 0 || rename(tmp.c_str(), link.c_str()) != 0) {
+      return makeError(Code::kIo, "cannot link {} to {}: {}", link, target, std::strerror(errno));
+    }
+  }
+  return dir;
 }
 
 int runRun(const RunArgs& args) {
@@ -175,6 +199,17 @@ int runRun(const RunArgs& args) {
   // runs (phos restore, a daemon that one starts) must not load the shim.
   std::vector<std::pair<std::string, std::string>> jobEnvironment{{"LD_PRELOAD", preload}};
   if (args.validate) jobEnvironment.emplace_back("PHOS_VALIDATE", "1");
+  if (!args.traceApi.empty()) jobEnvironment.emplace_back("PHOS_TRACE_API", args.traceApi);
+  auto driverDir = driverDirectory(dir, shim);
+  if (!driverDir.isOk()) {
+    std::fprintf(stderr, "phos run: %s\n", driverDir.status().message().c_str());
+    return kExitFailure;
+  }
+  std::string libraryPath = *driverDir;
+  if (const char* old = std::getenv("LD_LIBRARY_PATH"); old != nullptr && *old != '\0') {
+    libraryPath += std::string(":") + old;
+  }
+  jobEnvironment.emplace_back("LD_LIBRARY_PATH", libraryPath);
   setenv("PHOS_RUNTIME_DIR", dir.c_str(), 1);
   // The application SDK (sdk/): its checkpoints run this phos, and Python
   // finds phos_sdk.
@@ -388,6 +423,12 @@ void addRun(CLI::App& app, SubcommandRunner& runner) {
   cmd->add_option("--runtime-dir", args->runtimeDir, "the daemon's runtime directory");
   cmd->add_flag("--validate", args->validate,
                 "run every kernel as its validator twin, checked against speculation (see phos validate)");
+  cmd->add_option("--trace-api", args->traceApi,
+                  "at the job's exit, write every CUDA Driver API entry point it called, with counts and how PhOS "
+                  "served it, to FILE ('-': stderr)")
+      ->option_text("FILE")
+      ->expected(0, 1)
+      ->default_str("-");
 #ifdef PHOS_HAVE_FAULT_TOLERANCE
   cmd->add_option("--ft", args->ft.directory,
                   "fault tolerance: checkpoint the job periodically (the interval the PhOS paper's model gives for its "

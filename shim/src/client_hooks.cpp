@@ -17,6 +17,7 @@
 #include <system_error>
 #include <thread>
 
+#include "api_trace.h"
 #include "client_call.h"
 #include "connection.h"
 #include "phos/common/ipc/host_calls.h"
@@ -92,6 +93,7 @@ CUresult mapPinned(CUresult result, uint64_t address, uint64_t mapped, std::stri
   if (p == MAP_FAILED || p != reinterpret_cast<void*>(address)) {
     log::get("shim")->error("cannot map pinned memory {} at {:#x}: {}", path, address, std::strerror(errno));
     if (p != MAP_FAILED) munmap(p, mapped);
+    trace::InternalCalls internal;
     (void)::cuMemFreeHost(reinterpret_cast<void*>(address));
     return CUDA_ERROR_OUT_OF_MEMORY;
   }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "api_trace.h"
 #include "client_call.h"
 #include "connection.h"
 #include "phos/common/log.h"
@@ -45,6 +46,7 @@ __attribute__((constructor)) void installShim() {
   log::setup(log::sinksFromEnvironment());
   auto& table = cuda_api::dispatch();
   generated::installGenerated(table);
+  trace::writeSummaryAtExit();
   pthread_atfork(nullptr, nullptr, [] { Connection::instance().forgetAfterFork(); });
 }
 

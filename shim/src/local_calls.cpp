@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "api_trace.h"
 #include "client_call.h"
 #include "connection.h"
 #include "phos/cuda_api/api_table.h"
@@ -154,6 +155,7 @@ CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int* minGridSize, int* blockS
   if (f == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   int maxThreads = 0, multiprocessors = 0, warp = 0;
   CUdevice device = 0;
+  trace::InternalCalls internal;  // the application called one entry point
   if (CUresult r = ::cuFuncGetAttribute(&maxThreads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f); r != CUDA_SUCCESS) {
     return r;
   }

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "api_trace.h"
 #include "client_call.h"
 #include "connection.h"
 #include "phos/common/log.h"
@@ -39,6 +40,7 @@ CUresult paramSizes(CUfunction f, std::vector<uint32_t>* sizes) {
   }
   std::vector<uint32_t> out;
   bool kernel = false;
+  trace::InternalCalls internal;
   for (size_t i = 0; i < ipc::KernelArgs::kMaxParams; ++i) {
     size_t offset = 0, size = 0;
     CUresult r = kernel ? ::cuKernelGetParamInfo(reinterpret_cast<CUkernel>(f), i, &offset, &size)

@@ -135,3 +135,79 @@ def test_image_names_every_global_of_the_fatbin(criu, phos, phosd, cudart_dir, e
     (module,) = manifest["state"]["gpu"]["sessions"][0]["modules"]
     assert module["globals_enumerated"] is True
     assert {g["name"] for g in module["globals"]} == {"gSteps", "kLearningRate"}
+
+
+def test_driver_api_program_linked_with_lcuda(phos, phosd, cudart_dir, env):
+    """A program with libcuda.so.1 in its DT_NEEDED starts under `phos run` on a
+    host with no NVIDIA driver: phos run puts the shim first on its library path."""
+    fatbin = cudart_dir / "driver_kernels.fatbin"
+    direct = run([cudart_dir / "driver_api", fatbin], env)
+    assert direct.startswith("driver_api OK"), direct
+    bare = dict(env, LD_LIBRARY_PATH="")
+    alone = subprocess.run([str(cudart_dir / "driver_api"), str(fatbin)], env=bare, capture_output=True, text=True,
+                           timeout=TIMEOUT)
+    assert alone.returncode == 127 and "libcuda.so.1" in alone.stderr, "this host has a libcuda.so.1 of its own"
+    assert run([phos, "run", "--runtime-dir", phosd.runtime_dir, "--", cudart_dir / "driver_api", fatbin],
+               bare) == direct
+
+
+def trace_table(path):
+    """{entry point: (calls, how it was served)} from a --trace-api file."""
+    lines = path.read_text().splitlines()
+    assert lines[0].startswith("phos: CUDA Driver API calls of pid"), lines
+    table = {}
+    for line in lines[1:]:
+        calls, symbol, how = line.split(maxsplit=2)
+        table[symbol] = (int(calls), how)
+    return table
+
+
+def test_trace_api_lists_every_entry_point_the_job_called(phos, phosd, cudart_dir, env, tmp_path):
+    out = tmp_path / "trace.txt"
+    direct = run([cudart_dir / "streams_events"], env)
+    under = run([phos, "run", "--runtime-dir", phosd.runtime_dir, f"--trace-api={out}", "--",
+                 cudart_dir / "streams_events"], env)
+    assert under == direct
+    table = trace_table(out)
+    # The program's two kernels, three events and two streams, through cudart.
+    assert table["cuLaunchKernel"] == (2, "remoted")
+    assert table["cuEventCreate"] == (3, "remoted")
+    assert table["cuStreamCreate"] == (2, "remoted")
+    assert table["cuGetExportTable"][1] == "answered in the shim"
+    assert table["cuLibraryLoadData"] == (1, "remoted")
+    assert not [s for s, (_, how) in table.items() if how.startswith("NOT SUPPORTED")]
+    # The shim's own calls (parameter sizes before a launch) are not the program's.
+    assert "cuFuncGetParamInfo" not in table and "cuKernelGetParamInfo" not in table
+
+
+EXCLUDED_CALLER = """
+import ctypes
+cuda = ctypes.CDLL("libcuda.so.1")
+assert cuda.cuInit(0) == 0
+ctx = ctypes.c_void_p()
+print(cuda.cuCtxAttach(ctypes.byref(ctx), 0), cuda.cuCtxAttach(ctypes.byref(ctx), 0))
+"""
+
+
+def test_an_entry_point_phos_does_not_serve_says_why(phos, phosd, env, tmp_path):
+    import sys
+    out = tmp_path / "trace.txt"
+    r = subprocess.run([str(phos), "run", "--runtime-dir", str(phosd.runtime_dir), f"--trace-api={out}", "--",
+                        sys.executable, "-c", EXCLUDED_CALLER], env=dict(env, LD_LIBRARY_PATH=""),
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["801", "801"]  # CUDA_ERROR_NOT_SUPPORTED
+    warnings = [line for line in r.stderr.splitlines() if "cuCtxAttach" in line]
+    assert warnings == ["phos: cuCtxAttach is not supported by PhOS (deprecated context reference counting, tied "
+                        "to the context stack: not remoted): the call returns CUDA_ERROR_NOT_SUPPORTED"]
+    calls, how = trace_table(out)["cuCtxAttach"]
+    assert calls == 2 and how.startswith("NOT SUPPORTED: deprecated context reference counting")
+
+
+def test_trace_api_to_a_file_that_cannot_be_written(phos, phosd, cudart_dir, env, tmp_path):
+    r = subprocess.run([str(phos), "run", "--runtime-dir", str(phosd.runtime_dir),
+                        f"--trace-api={tmp_path}/missing/trace.txt", "--", str(cudart_dir / "vector_add")],
+                       env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert "OK" in r.stdout
+    assert f"phos: cannot write the API trace to {tmp_path}/missing/trace.txt: No such file or directory" in r.stderr
