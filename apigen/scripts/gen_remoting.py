@@ -44,9 +44,9 @@ PLAIN_STRUCTS = {
 }
 # Encodings whose meaning only a handwritten server hook can give.
 HOOK_ONLY = {'address', 'image', 'file_image', 'out_array', 'out_handle_array', 'out_bytes',
-             'out_bytes_array', 'kernel_params', 'launch_config', 'descriptor', 'skip'}
+             'out_bytes_array', 'kernel_params', 'launch_config', 'descriptor', 'skip', 'in_value'}
 # Encodings that take an argument: the parameter holding a count, or a type.
-WITH_ARGUMENT = {'array', 'out_array', 'out_handle_array', 'out_string', 'out_bytes_array', 'in_as'}
+WITH_ARGUMENT = {'array', 'out_array', 'out_handle_array', 'out_string', 'out_bytes_array', 'in_as', 'in_value'}
 ENCODINGS = {'value', 'deviceptr', 'handle', 'stream', 'function', 'string', 'in', 'in_as', 'out', 'inout',
              'out_handle', 'out_cstring'} | HOOK_ONLY | WITH_ARGUMENT
 EXTRA_TYPES = {'u32': 'uint32_t', 'u64': 'uint64_t', 'string': 'ipc::Text'}
@@ -323,7 +323,7 @@ def request_fields(p):
         'out_cstring': [('bool', p.name)], 'out_bytes': [('bool', p.name)],
         'out_bytes_array': [('ipc::Blob', p.name)], 'kernel_params': [('ipc::KernelArgs', p.name)],
         'launch_config': [('ipc::LaunchConfig', p.name)], 'descriptor': [(f'ipc::Optional<{t}>', p.name)],
-        'skip': [],
+        'in_value': [('ipc::Blob', p.name)], 'skip': [],
     }[p.enc]
 
 
@@ -352,6 +352,8 @@ def client_fill(p, e):
         return [f'req.{n} = ipc::Optional<{t}>::of({n});']
     if enc == 'in_as':
         return [f'req.{n} = ipc::Optional<{p.arg}>::of(static_cast<const {p.arg}*>({n}));']
+    if enc == 'in_value':
+        return [f'req.{n} = ipc::Blob::of({n}, ipc::valueBytes({p.arg}));']
     if enc in ('out', 'out_handle', 'out_array', 'out_handle_array', 'out_string', 'out_cstring', 'out_bytes'):
         return [f'req.{n} = {n} != nullptr;']
     if enc == 'address':
@@ -413,7 +415,7 @@ def hook_type(p):
         'out_handle_array': 'std::vector<uint64_t>*', 'out_string': 'char*', 'out_cstring': 'const char**',
         'out_bytes': 'AttributeValue*', 'out_bytes_array': 'std::span<AttributeValue>',
         'kernel_params': 'const ipc::KernelArgs&', 'launch_config': 'const ipc::LaunchConfig&',
-        'descriptor': f'const {t}*', 'skip': None,
+        'descriptor': f'const {t}*', 'in_value': 'std::span<const std::byte>', 'skip': None,
     }[p.enc]
 
 
@@ -446,6 +448,8 @@ def server_prepare(p, e):
         return [], f'req.{n}'
     if enc == 'descriptor':
         return [], f'req.{n}.get()'
+    if enc == 'in_value':
+        return [], f'req.{n}.bytes'
     if enc == 'skip':
         return [], None
     if enc == 'array':
@@ -555,7 +559,10 @@ def distinct(decls):
 
 
 def emit_client_hooks(entries):
-    local = distinct(f'CUresult {e.public}({params_decl(e)});' for e in entries if e.status == 'local')
+    # A per-thread variant (_ptsz/_ptds) of a local answer takes PerThread
+    # first: stream 0 is then the calling thread's default stream.
+    local = distinct(f'CUresult {e.public}({"PerThread, " if e.per_thread else ""}{params_decl(e)});'
+                     for e in entries if e.status == 'local')
     pro = distinct(f'std::optional<CUresult> {e.public}({params_decl(e)});' for e in served(entries) if e.prologue)
     post = distinct(f'bool {e.public}({params_decl(e)});' for e in served(entries) if e.posted == 'hook')
     epi = []
@@ -570,6 +577,8 @@ def emit_client_hooks(entries):
          '\n#include <optional>\n#include <string_view>\n\nnamespace phos::shim {\n']
     for ns, decls in (('local', local), ('prologue', pro), ('epilogue', distinct(epi)), ('posted', post)):
         o.append(f'namespace {ns} {{\n')
+        if ns == 'local':
+            o.append('struct PerThread {};\n')
         o.extend(d + '\n' for d in decls)
         o.append(f'}}  // namespace {ns}\n')
     o.append('}  // namespace phos::shim\n')
@@ -625,7 +634,10 @@ def emit_client(entries):
         if e.status == 'local':
             o.append(f'CUresult {s}_local({params_decl(e)}) {{\n')
             o.append(f'  trace::note(EntryPointId::{enumerator(s)}, Served::kLocal);\n')
-            o.append(f'  return static_cast<decltype(&::{s})>(&local::{e.public})({args});\n}}\n\n')
+            if e.per_thread:
+                o.append(f'  return local::{e.public}(local::PerThread{{}}, {args});\n}}\n\n')
+            else:
+                o.append(f'  return static_cast<decltype(&::{s})>(&local::{e.public})({args});\n}}\n\n')
             installs.append((s, f'&{s}_local'))
         elif e.status == 'excluded':
             unused = ''.join(f'  (void){p.name};\n' for p in e.params)

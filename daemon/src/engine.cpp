@@ -967,6 +967,24 @@ class Engine {
     json heaps = json::array();
     for (const auto& [device, heap] : s.heaps_) heaps.push_back({{"device", device}, {"base", heap->base()}});
     state["heaps"] = heaps;
+    // The stream-ordered allocator: frees in flight finish first, so the
+    // image holds what the application still holds; then its pools.
+    s.memoryPools_.reap(s, true);
+    json pools = json::array();
+    for (const auto& [id, p] : s.memoryPools_.pools()) {
+      pools.push_back({{"id", id}, {"device", p->device}, {"default", p->isDefault}, {"destroyed", p->destroyed},
+                       {"max_size", p->maxSize}, {"release_threshold", p->releaseThreshold},
+                       {"reuse_follow_event_dependencies", p->followEventDependencies},
+                       {"reuse_allow_opportunistic", p->allowOpportunistic},
+                       {"reuse_allow_internal_dependencies", p->allowInternalDependencies},
+                       {"used_high", p->usedHigh}, {"reserved_high", p->reservedHigh}});
+    }
+    state["memory_pools"] = pools;
+    json currentPools = json::array();
+    for (const auto& [device, pool] : s.memoryPools_.currentPools()) {
+      currentPools.push_back({{"device", device}, {"pool", pool}});
+    }
+    state["current_memory_pools"] = currentPools;
 
     auto contextOnDevice = [&](int device) -> CUcontext {
       for (const auto& [vid, ctx] : s.contexts_) {
@@ -991,7 +1009,7 @@ class Engine {
                                                    {{"device", a.device}, {"address", address}, {"context", a.context}}));
       copies.push_back({blob, address, a.bytes, a.device});
       allocations.push_back({{"address", address}, {"bytes", a.bytes}, {"device", a.device}, {"context", a.context},
-                             {"blob", name}});
+                             {"pool", a.pool}, {"blob", name}});
     }
     state["allocations"] = allocations;
 
@@ -1467,6 +1485,35 @@ class Engine {
       }
       return c.get();
     };
+    // Memory pools, under the handles the application holds, before the
+    // allocations made from them.
+    for (const json& p : st.value("memory_pools", json::array())) {
+      MemoryPool pool;
+      ASSIGN_OR_RETURN(pool.id, field<uint64_t>(p, "id", "memory pool"));
+      ASSIGN_OR_RETURN(pool.device, field<int>(p, "device", "memory pool"));
+      pool.isDefault = p.value("default", false);
+      pool.destroyed = p.value("destroyed", false);
+      pool.maxSize = p.value("max_size", size_t{0});
+      pool.releaseThreshold = p.value("release_threshold", uint64_t{0});
+      pool.followEventDependencies = p.value("reuse_follow_event_dependencies", 1);
+      pool.allowOpportunistic = p.value("reuse_allow_opportunistic", 1);
+      pool.allowInternalDependencies = p.value("reuse_allow_internal_dependencies", 1);
+      pool.usedHigh = p.value("used_high", uint64_t{0});
+      pool.reservedHigh = p.value("reserved_high", uint64_t{0});
+      if (HandleTable::typeOf(pool.id) != HandleType::kCUmemPoolHandle_st) {
+        return makeError(Code::kDataLoss, "memory pool {} has the handle of another type", hex(pool.id));
+      }
+      s.memoryPools_.restore(s, pool);
+    }
+    for (const json& c : st.value("current_memory_pools", json::array())) {
+      ASSIGN_OR_RETURN(int device, field<int>(c, "device", "current memory pool"));
+      ASSIGN_OR_RETURN(uint64_t pool, field<uint64_t>(c, "pool", "current memory pool"));
+      if (s.memoryPools_.find(pool) == nullptr) {
+        return makeError(Code::kDataLoss, "the current memory pool {} of device {} is not in the image", hex(pool),
+                         device);
+      }
+      s.memoryPools_.restoreCurrent(device, pool);
+    }
     for (const json& a : st.value("allocations", json::array())) {
       ASSIGN_OR_RETURN(CUdeviceptr address, field<uint64_t>(a, "address", "allocation"));
       ASSIGN_OR_RETURN(uint64_t bytes, field<uint64_t>(a, "bytes", "allocation"));
@@ -1488,7 +1535,17 @@ class Engine {
         return makeError(Code::kFailedPrecondition, "cannot map {} bytes of device {} at {} again (CUresult {})", bytes,
                          device, hex(address), static_cast<int>(r));
       }
-      s.allocations_[address] = {address, bytes, context, nullptr, device};
+      const uint64_t poolId = a.value("pool", uint64_t{0});
+      s.allocations_[address] = {address, bytes, context, nullptr, device, poolId};
+      if (poolId != 0) {
+        MemoryPool* pool = s.memoryPools_.find(poolId);
+        if (pool == nullptr) {
+          return makeError(Code::kDataLoss, "allocation {} is of memory pool {}, which the image does not have",
+                           hex(address), hex(poolId));
+        }
+        pool->used += bytes;
+        pool->reserved += heap->mappedBytes(address);
+      }
       if (reader.manifest().blobs[blob].size != bytes) {
         return makeError(Code::kDataLoss, "allocation {} is {} bytes, its blob {}", hex(address), bytes,
                          reader.manifest().blobs[blob].size);

@@ -50,7 +50,11 @@ bool ServerCall::resolveRaw(HandleType type, uint64_t id, void** out) {
     real = session_.handles().resolve(type, id);
   }
   if (real == nullptr) {
-    fail(type == HandleType::kCUctx_st ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_INVALID_HANDLE);
+    // What the driver answers for a handle that names nothing: memory pools'
+    // entry points document INVALID_VALUE only.
+    fail(type == HandleType::kCUctx_st            ? CUDA_ERROR_INVALID_CONTEXT
+         : type == HandleType::kCUmemPoolHandle_st ? CUDA_ERROR_INVALID_VALUE
+                                                   : CUDA_ERROR_INVALID_HANDLE);
     return false;
   }
   *out = real;

@@ -393,6 +393,26 @@ CUresult Session::freeDevice(CUdeviceptr address) {
   if (r == CUDA_SUCCESS) allocations_.erase(address);
   return r;
 }
+CUresult Session::releaseHeapRange(int device, CUdeviceptr address) {
+  auto heap = heaps_.find(device);
+  return heap == heaps_.end() ? CUDA_ERROR_INVALID_VALUE : heap->second->free(address);
+}
+
+size_t Session::heapMappedBytes(int device, CUdeviceptr address) const {
+  auto heap = heaps_.find(device);
+  return heap == heaps_.end() ? 0 : heap->second->mappedBytes(address);
+}
+
+CUcontext Session::contextOn(int device) const {
+  if (auto it = contexts_.find(currentContext_); it != contexts_.end() && it->second.device == device) {
+    return it->second.real;
+  }
+  for (const auto& [vid, ctx] : contexts_) {
+    if (ctx.real != nullptr && ctx.device == device) return ctx.real;
+  }
+  return nullptr;
+}
+
 void Session::removeAllocation(CUdeviceptr p) { allocations_.erase(p); }
 void Session::removeGlobalsOf(void* module) {
   for (auto a = allocations_.begin(); a != allocations_.end();) {
@@ -596,11 +616,14 @@ void Session::destroyContext(uint64_t id) {
   currentReal_ = real;
   PHOS_DRIVER(driver_, CtxSynchronize)();
   validator_.release(real);
+  // Frees in flight (their events are of this context, perhaps) end first.
+  memoryPools_.reap(*this, true);
   for (auto a = allocations_.begin(); a != allocations_.end();) {
     if (a->second.context != id) {
       ++a;
       continue;
     }
+    memoryPools_.forget(*this, a->first);
     if (a->second.module == nullptr) {
       if (auto heap = heaps_.find(a->second.device); heap != heaps_.end()) heap->second->free(a->first);
     }

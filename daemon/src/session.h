@@ -27,6 +27,7 @@
 #include "driver_table.h"
 #include "handle_table.h"
 #include "launch_validator.h"
+#include "memory_pools.h"
 #include "transfer_tracker.h"
 #include "phos/common/ipc/call_ring.h"
 #include "server_call.h"
@@ -42,6 +43,7 @@ struct Allocation {
   // for memory from cuMemAlloc*. Such a range is freed with its module.
   void* module = nullptr;
   int device = 0;
+  uint64_t pool = 0;  // the memory pool (handle) of a stream-ordered allocation
 };
 
 // What re-creates a module or library at restore: its original image (as the
@@ -197,6 +199,17 @@ class Session {
   CUresult allocateDevice(int device, size_t bytes, CUdeviceptr* address);
   // Frees what allocateDevice gave (after the session's work is done).
   CUresult freeDevice(CUdeviceptr address);
+  // Gives a range of `device`'s heap back at once, whatever still uses it
+  // (the stream-ordered allocator, once a free's event has completed), and
+  // how many bytes its mapping holds.
+  CUresult releaseHeapRange(int device, CUdeviceptr address);
+  size_t heapMappedBytes(int device, CUdeviceptr address) const;
+  // A context of the session on `device` (the current one if it is on it), or null.
+  CUcontext contextOn(int device) const;
+  // The driver's context current for the call being served.
+  CUcontext currentRealContext() const { return currentReal_; }
+  // The stream-ordered allocator's pools (memory_pools.h).
+  MemoryPools& memoryPools() { return memoryPools_; }
   // The device of the current context (0 without one).
   int currentDevice() const;
   void recordModule(uint64_t id, ModuleRecord record) { moduleRecords_[id] = std::move(record); }
@@ -337,6 +350,7 @@ class Session {
   std::shared_ptr<KernelOutput> output_ = std::make_shared<KernelOutput>();
   std::vector<std::byte> replyBuffer_;
   std::map<int, std::unique_ptr<DeviceHeap>> heaps_;
+  MemoryPools memoryPools_{driver_};  // after heaps_: its pending frees give heap ranges back
   std::map<uint64_t, ModuleRecord> moduleRecords_;  // by module or library id
   LaunchValidator validator_{driver_};
   TransferTracker transfers_{driver_};

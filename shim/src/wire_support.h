@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "phos/common/ipc/value_sizes.h"
 #include "phos/common/ipc/wire_codec.h"
 
 namespace phos::shim {

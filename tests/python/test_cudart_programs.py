@@ -21,7 +21,9 @@ from test_concurrent_restore import restore as restore_with
 
 TIMEOUT = 120
 PROGRAMS = ["vector_add", "matmul_tiled", "streams_events", "symbols", "atomics_warp", "reduction",
-            "printf_hostfunc", "train", "vector_add_shared", "train_shared"]
+            "printf_hostfunc", "train", "pools", "vector_add_shared", "train_shared"]
+# Lines a program prints after its steps.
+TAIL_LINES = {"train": 1, "train_shared": 1, "pools": 3}
 STEPS = 14
 SLEEP_MS = 200
 
@@ -66,11 +68,11 @@ def train(cudart_dir, name="train"):
 
 def reference(cudart_dir, env, name="train"):
     out = run([cudart_dir / name, "--steps", str(STEPS)], env).splitlines()
-    assert len(out) == STEPS + 1
+    assert len(out) == STEPS + TAIL_LINES[name]
     return out
 
 
-@pytest.mark.parametrize("name", ["train", "train_shared"])
+@pytest.mark.parametrize("name", ["train", "train_shared", "pools"])
 def test_killed_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, name):
     """Stop-the-world: the job ends at the checkpoint; its restore finishes it exactly."""
     ref = reference(cudart_dir, env, name)
@@ -86,11 +88,12 @@ def test_killed_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, name)
         job.stop()
 
 
-@pytest.mark.parametrize("mode", ["cow", "recopy", "stop"])
-def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, mode):
+@pytest.mark.parametrize("mode,name", [("cow", "train"), ("recopy", "train"), ("stop", "train"), ("cow", "pools"),
+                                       ("recopy", "pools")])
+def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, mode, name):
     """The job goes on to the uninterrupted end; the image restores to it as well."""
-    ref = reference(cudart_dir, env)
-    job = Job(phos, phosd, train(cudart_dir), env, tmp_path)
+    ref = reference(cudart_dir, env, name)
+    job = Job(phos, phosd, train(cudart_dir, name), env, tmp_path)
     try:
         job.wait_line(3)
         asked = len(job.lines())
@@ -106,10 +109,10 @@ def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path,
         job.stop()
 
 
-@pytest.mark.parametrize("eager", [False, True])
-def test_restored_concurrently_or_eagerly(criu, phos, phosd, cudart_dir, env, tmp_path, eager):
-    ref = reference(cudart_dir, env)
-    job = Job(phos, phosd, train(cudart_dir), env, tmp_path)
+@pytest.mark.parametrize("eager,name", [(False, "train"), (True, "train"), (False, "pools")])
+def test_restored_concurrently_or_eagerly(criu, phos, phosd, cudart_dir, env, tmp_path, eager, name):
+    ref = reference(cudart_dir, env, name)
+    job = Job(phos, phosd, train(cudart_dir, name), env, tmp_path)
     try:
         job.wait_line(5)
         checkpoint(phos, phosd, job.pid, tmp_path / "image")

@@ -3,7 +3,9 @@
 
 shim_semantics_test: posted launches, synchronizing calls, deferred errors,
 per-thread default streams, pinned memory. shim_threads_test: eight threads
-with their own or a shared context, and per-thread context stacks. The
+with their own or a shared context, and per-thread context stacks.
+shim_pools_test: the stream-ordered allocator's pools (also run on vgpu alone
+by meson). The
 assertions are in the C++ tests; here each program must run every one of its
 tests (none skipped or filtered away) and pass.
 """
@@ -15,6 +17,7 @@ import pytest
 PROGRAMS = {
     "shim_semantics_test": 7,
     "shim_threads_test": 3,
+    "shim_pools_test": 9,
 }
 
 

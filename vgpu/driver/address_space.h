@@ -37,6 +37,7 @@ struct Allocation {
   std::uint64_t vmmHandle = 0;   // kVmmMapping: the physical allocation mapped here
   std::uint32_t accessDevices = 0;  // kVmmMapping: bit d set when device d has access
   bool readOnlyAccess = false;
+  std::uint64_t pool = 0;        // kDevice from a memory pool: its handle
 };
 
 // The map from addresses to allocations: interval lookup in O(log n).

@@ -323,6 +323,10 @@ void Driver::releaseContextResources(Context& context) {
   for (const Allocation& a : allocations_.ownedBy(context.id())) {
     if (a.kind == MemoryKind::kDevice) {
       allocations_.erase(a.base);
+      if (a.pool != 0) {
+        pools_.uncharge(a.pool, a.size);
+        pools_.release(a.pool, pooledBytes(a.size));
+      }
       (void)heap(a.device).release(a.base, a.size);
     }
   }
@@ -502,6 +506,7 @@ Status Driver::freeDevice(std::uint64_t address, bool synchronize) {
   if (!allocations_.erase(address)) {
     return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} was freed concurrently", address);
   }
+  if (a->pool != 0) pools_.release(a->pool, pooledBytes(a->size));
   return heap(a->device).release(a->base, a->size);
 }
 

@@ -20,6 +20,7 @@
 #include "address_space.h"
 #include "copy_model.h"
 #include "device_profile.h"
+#include "memory_pools.h"
 #include "phos/vgpu/export_table.h"
 #include "phos/vgpu/program.h"
 #include "stream.h"
@@ -227,6 +228,8 @@ class Driver {
   Status checkDevice(CUdevice device) const;
   DeviceHeap& heap(int device) { return *heaps_.at(static_cast<std::size_t>(device)); }
   AllocationMap& allocations() { return allocations_; }
+  // The stream-ordered allocator's pools (memory_pools.h).
+  MemoryPools& pools() { return pools_; }
   CopyModel& copyModel() { return *copyModel_; }
 
   // --- contexts -----------------------------------------------------------------
@@ -365,6 +368,7 @@ class Driver {
   std::vector<std::unique_ptr<DeviceHeap>> heaps_;
   std::unique_ptr<CopyModel> copyModel_;
   AllocationMap allocations_;
+  MemoryPools pools_{static_cast<std::uint64_t>(HandleKind::kMemPool) << 44};
   std::atomic<std::uint64_t> nextBufferId_{1};
 
   HandleTable<Context> contexts_;

@@ -202,6 +202,43 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevi
   });
 }
 
+// Memory of graphs' allocation nodes. vgpu builds no graphs, so there is none:
+// every count is 0, the high watermarks reset to 0, and trimming has nothing to do.
+CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void* value) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(value, "value"));
+    RETURN_IF_ERROR(d.checkDevice(device));
+    switch (attr) {
+      case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+      case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+      case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+      case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+        *static_cast<cuuint64_t*>(value) = 0;
+        return Status::ok();
+    }
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "graph memory attribute {} is not one of cuda.h's", static_cast<int>(attr));
+  });
+}
+
+CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void* value) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(value, "value"));
+    RETURN_IF_ERROR(d.checkDevice(device));
+    if (attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "graph memory attribute {} cannot be set", static_cast<int>(attr));
+    }
+    // "High watermark can only be reset to zero."
+    if (*static_cast<const cuuint64_t*>(value) != 0) {
+      return cuError(CUDA_ERROR_INVALID_VALUE, "a high watermark can only be reset to zero");
+    }
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device) {
+  return call(__func__, [&](Driver& d) -> Status { return d.checkDevice(device); });
+}
+
 CUresult CUDAAPI cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(major, "major"));

@@ -56,8 +56,6 @@ PHOS_CU_EXPORT CUresult CUDAAPI cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, s
                                                         size_t Width, size_t Height, CUstream hStream);
 PHOS_CU_EXPORT CUresult CUDAAPI cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui,
                                                         size_t Width, size_t Height, CUstream hStream);
-PHOS_CU_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream);
-PHOS_CU_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 
 namespace {
 
@@ -269,7 +267,8 @@ Status pointerAttribute(Driver& d, void* data, CUpointer_attribute attribute, st
       return Status::ok();
     }
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-      put(CUmemoryPool{nullptr});
+      // The pool of a stream-ordered allocation; none for other memory.
+      put(api::handleOf<CUmemoryPool>(a ? a->pool : 0));
       return Status::ok();
     case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
       put(static_cast<unsigned long long>(a ? (a->kind == MemoryKind::kVmmMapping ? a->vmmHandle : a->bufferId) : 0));
@@ -307,8 +306,14 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t Wi
 
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   return call(__func__, [&](Driver& d) -> Status {
+    // NVIDIA's driver does nothing for 0 and succeeds (cudaFree(0), cublasCreate rely on it).
+    if (dptr == 0) return Status::ok();
     ASSIGN_OR_RETURN(auto context, d.current());
     (void)context;
+    // A pool's allocation may be freed here too: the application holds it no more.
+    if (auto a = d.allocations().find(dptr); a && a->base == dptr && a->kind == MemoryKind::kDevice && a->pool != 0) {
+      d.pools().uncharge(a->pool, a->size);
+    }
     return d.freeDevice(dptr, true);
   });
 }
@@ -405,47 +410,6 @@ CUresult CUDAAPI cuMemHostUnregister(void* p) {
     context->drain();  // queued copies may still read it
     return d.unregisterHost(p);
   });
-}
-
-// --- stream-ordered allocation (from the device's default pool) -----------------------------
-
-static CUresult memAllocAsync(const char* name, CUdeviceptr* dptr, size_t bytesize, CUstream hStream,
-                              bool perThread) {
-  return call(name, [&](Driver& d) -> Status {
-    RETURN_IF_ERROR(requireNonNull(dptr, "dptr"));
-    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
-    // The memory is usable by work ordered after this call on the stream; allocating
-    // it now satisfies that and every later use.
-    ASSIGN_OR_RETURN(std::uint64_t address, d.allocateDevice(*ref.context, bytesize));
-    *dptr = address;
-    return Status::ok();
-  });
-}
-
-static CUresult memFreeAsync(const char* name, CUdeviceptr dptr, CUstream hStream, bool perThread) {
-  return call(name, [&](Driver& d) -> Status {
-    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
-    auto a = d.allocations().find(dptr);
-    if (!a || a->base != dptr || a->kind != MemoryKind::kDevice) {
-      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not the start of a device allocation", dptr);
-    }
-    // The free happens when the stream reaches it: work queued before may still use it.
-    ref.context->submit(ref.stream, [&d, dptr] { return d.freeDevice(dptr, false); });
-    return Status::ok();
-  });
-}
-
-CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
-  return memAllocAsync(__func__, dptr, bytesize, hStream, false);
-}
-CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
-  return memAllocAsync(__func__, dptr, bytesize, hStream, true);
-}
-CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
-  return memFreeAsync(__func__, dptr, hStream, false);
-}
-CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
-  return memFreeAsync(__func__, dptr, hStream, true);
 }
 
 // --- copy entry points --------------------------------------------------------------------
@@ -632,148 +596,3 @@ CUresult CUDAAPI cuPointerSetAttribute(const void* value, CUpointer_attribute at
   });
 }
 
-// --- the default memory pool of each device ---------------------------------------------------
-
-// vgpu has one pool per device, the default one: stream-ordered allocations come
-// straight from the device heap, so nothing is ever reserved beyond what is in use.
-PHOS_CU_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
-                                                             CUstream hStream);
-
-namespace {
-
-constexpr std::uint64_t kPoolTag = static_cast<std::uint64_t>(HandleKind::kMemPool) << 44;
-
-CUmemoryPool defaultPool(int device) { return api::handleOf<CUmemoryPool>(kPoolTag | static_cast<std::uint64_t>(device + 1)); }
-
-Result<int> poolDevice(Driver& d, CUmemoryPool pool) {
-  auto id = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(pool));
-  int device = static_cast<int>(id & 0xffff) - 1;
-  if ((id & ~std::uint64_t{0xffff}) != kPoolTag || device < 0 || device >= d.deviceCount()) {
-    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not a memory pool", id);
-  }
-  return device;
-}
-
-struct PoolSettings {
-  std::mutex mutex;
-  std::map<int, cuuint64_t> releaseThreshold;
-  std::map<int, std::array<int, 3>> reuse;  // FOLLOW_EVENT_DEPENDENCIES, OPPORTUNISTIC, INTERNAL_DEPENDENCIES
-};
-PoolSettings& poolSettings() {
-  static PoolSettings settings;
-  return settings;
-}
-
-CUresult allocFromPool(const char* name, CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream,
-                       bool perThread) {
-  return call(name, [&](Driver& d) -> Status {
-    RETURN_IF_ERROR(requireNonNull(dptr, "dptr"));
-    ASSIGN_OR_RETURN(int device, poolDevice(d, pool));
-    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
-    if (ref.context->device() != device) {
-      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "the pool of device {} used on a stream of device {}", device,
-                      ref.context->device());
-    }
-    ASSIGN_OR_RETURN(std::uint64_t address, d.allocateDevice(*ref.context, bytesize));
-    *dptr = address;
-    return Status::ok();
-  });
-}
-
-}  // namespace
-
-CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool* pool_out, CUdevice dev) {
-  return call(__func__, [&](Driver& d) -> Status {
-    RETURN_IF_ERROR(requireNonNull(pool_out, "pool_out"));
-    RETURN_IF_ERROR(d.checkDevice(dev));
-    *pool_out = defaultPool(dev);
-    return Status::ok();
-  });
-}
-
-CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) { return cuDeviceGetDefaultMemPool(pool, dev); }
-
-CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
-  return call(__func__, [&](Driver& d) -> Status {
-    RETURN_IF_ERROR(d.checkDevice(dev));
-    ASSIGN_OR_RETURN(int device, poolDevice(d, pool));
-    if (device != dev) return cuError(CUDA_ERROR_INVALID_DEVICE, "the pool belongs to another device");
-    return Status::ok();
-  });
-}
-
-CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
-  return allocFromPool(__func__, dptr, bytesize, pool, hStream, false);
-}
-CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
-                                              CUstream hStream) {
-  return allocFromPool(__func__, dptr, bytesize, pool, hStream, true);
-}
-
-CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
-  return call(__func__, [&](Driver& d) -> Status {
-    (void)minBytesToKeep;  // nothing is held beyond what is allocated
-    ASSIGN_OR_RETURN(int device, poolDevice(d, pool));
-    (void)device;
-    return Status::ok();
-  });
-}
-
-CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
-  return call(__func__, [&](Driver& d) -> Status {
-    RETURN_IF_ERROR(requireNonNull(value, "value"));
-    ASSIGN_OR_RETURN(int device, poolDevice(d, pool));
-    PoolSettings& s = poolSettings();
-    std::lock_guard lock(s.mutex);
-    auto& reuse = s.reuse.try_emplace(device, std::array<int, 3>{1, 1, 1}).first->second;
-    switch (attr) {
-      case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-      case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-      case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-        reuse[static_cast<std::size_t>(attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES)] =
-            *static_cast<int*>(value);
-        return Status::ok();
-      case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-        s.releaseThreshold[device] = *static_cast<cuuint64_t*>(value);
-        return Status::ok();
-      case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
-      case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-        // "It is illegal to set this attribute to a non-zero value."
-        if (*static_cast<cuuint64_t*>(value) != 0) {
-          return cuError(CUDA_ERROR_INVALID_VALUE, "high watermarks can only be reset to 0");
-        }
-        return Status::ok();
-      default:
-        return cuErrorf(CUDA_ERROR_INVALID_VALUE, "pool attribute {} cannot be set", static_cast<int>(attr));
-    }
-  });
-}
-
-CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
-  return call(__func__, [&](Driver& d) -> Status {
-    RETURN_IF_ERROR(requireNonNull(value, "value"));
-    ASSIGN_OR_RETURN(int device, poolDevice(d, pool));
-    PoolSettings& s = poolSettings();
-    std::lock_guard lock(s.mutex);
-    auto reuse = s.reuse.try_emplace(device, std::array<int, 3>{1, 1, 1}).first->second;
-    cuuint64_t used = d.heap(device).used();
-    switch (attr) {
-      case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-      case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-      case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-        *static_cast<int*>(value) = reuse[static_cast<std::size_t>(attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES)];
-        return Status::ok();
-      case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-        *static_cast<cuuint64_t*>(value) = s.releaseThreshold[device];
-        return Status::ok();
-      case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
-      case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
-      case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
-      case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-        *static_cast<cuuint64_t*>(value) = used;  // the device heap serves every pool allocation
-        return Status::ok();
-      default:
-        return cuErrorf(CUDA_ERROR_INVALID_VALUE, "pool attribute {} does not exist", static_cast<int>(attr));
-    }
-  });
-}

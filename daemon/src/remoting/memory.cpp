@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "phos/common/ipc/value_sizes.h"
 #include "phos/common/log.h"
 #include "phos/cuda_api/server_hooks.h"
 #include "session.h"
@@ -128,8 +129,10 @@ void virtualizePointerAttribute(Session& s, CUpointer_attribute attribute, std::
     }
     std::memcpy(value, &id, sizeof(id));
   } else if (attribute == CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE) {
-    // Memory pools are not remoted: the application cannot hold one.
-    std::memset(value, 0, sizeof(CUmemoryPool));
+    // The session's pool (its handle), not the driver's: none for cuMemAlloc memory.
+    const Allocation* a = s.findAllocation(p);
+    const uint64_t pool = a != nullptr ? a->pool : 0;
+    std::memcpy(value, &pool, sizeof(pool));
   }
 }
 
@@ -166,26 +169,273 @@ CUresult cuMemAllocPitch(ServerCall& c, CUdeviceptr* dptr, size_t* pPitch, size_
 }
 
 CUresult cuMemFree(ServerCall& c, CUdeviceptr dptr) {
+  // "If dptr is 0, no operation is performed" (as cudaFree(0)).
+  if (dptr == 0) return CUDA_SUCCESS;
   passFreeGate(c.session(), dptr);
+  c.session().memoryPools().forget(c.session(), dptr);  // a pool's allocation freed synchronously
   return c.session().freeDevice(dptr);
 }
 
-// Recorded when enqueued: work the application enqueues later may name it,
-// and the stream orders that work after the allocation.
+// ---- the stream-ordered allocator (memory_pools.h) ----------------------------------
+
+namespace {
+
+// The device a stream's work runs on: its context's (the current one for the
+// default streams).
+int deviceOfStream(Session& s, uint64_t stream) {
+  const auto it = s.contexts().find(s.contextOf(stream));
+  return it != s.contexts().end() ? it->second.device : s.currentDevice();
+}
+
+// What a pool handle stands for: the session's pool object (null for the
+// NULL handle, which no pool entry point accepts).
+MemoryPool* poolOf(const Handle<CUmemoryPool>& pool) { return reinterpret_cast<MemoryPool*>(pool.real); }
+
+// A device location of the session's devices (pools live on devices only).
+CUresult deviceLocation(ServerCall& c, const CUmemLocation* location, int* device) {
+  if (location == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (location->type == CU_MEM_LOCATION_TYPE_HOST || location->type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+      location->type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT) {
+    log::get("daemon")->info("session {}: memory pools of host memory are not served", c.session().id());
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (location->type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+  int count = 0;
+  PHOS_DRIVER(c.driverTable(), DeviceGetCount)(&count);
+  if (location->id < 0 || location->id >= count) return CUDA_ERROR_INVALID_DEVICE;
+  *device = location->id;
+  return CUDA_SUCCESS;
+}
+
+CUresult checkDevice(ServerCall& c, CUdevice dev) {
+  int count = 0;
+  PHOS_DRIVER(c.driverTable(), DeviceGetCount)(&count);
+  return dev >= 0 && dev < count ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+}  // namespace
+
 CUresult cuMemAllocAsync(ServerCall& c, CUdeviceptr* dptr, size_t bytesize, Handle<CUstream> hStream) {
   if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  CUresult r = PHOS_DRIVER(c.driverTable(), MemAllocAsync)(dptr, bytesize, hStream.real);
-  if (r == CUDA_SUCCESS) c.session().addAllocation({*dptr, bytesize, c.session().currentContext()});
-  return r;
+  Session& s = c.session();
+  if (s.currentContext() == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  // "The allocation comes from the memory pool current to the stream's device."
+  MemoryPools& pools = s.memoryPools();
+  return pools.allocate(s, pools.currentPool(s, deviceOfStream(s, hStream.id)), bytesize, dptr);
+}
+
+CUresult cuMemAllocFromPoolAsync(ServerCall& c, CUdeviceptr* dptr, size_t bytesize, Handle<CUmemoryPool> pool,
+                                 Handle<CUstream>) {
+  if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Session& s = c.session();
+  if (s.currentContext() == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (poolOf(pool) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return s.memoryPools().allocate(s, *poolOf(pool), bytesize, dptr);
 }
 
 CUresult cuMemFreeAsync(ServerCall& c, CUdeviceptr dptr, Handle<CUstream> hStream) {
-  const Allocation* a = c.session().findAllocation(dptr);
+  Session& s = c.session();
+  if (s.currentContext() == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  const Allocation* a = s.findAllocation(dptr);
   if (a == nullptr || a->address != dptr || a->module != nullptr) return CUDA_ERROR_INVALID_VALUE;
-  passFreeGate(c.session(), dptr);
-  CUresult r = PHOS_DRIVER(c.driverTable(), MemFreeAsync)(dptr, hStream.real);
-  if (r == CUDA_SUCCESS) c.session().removeAllocation(dptr);
+  passFreeGate(s, dptr);
+  return s.memoryPools().freeAsync(s, dptr, hStream.real);
+}
+
+CUresult cuDeviceGetDefaultMemPool(ServerCall& c, uint64_t* pool_out, CUdevice dev) {
+  if (pool_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = checkDevice(c, dev); r != CUDA_SUCCESS) return r;
+  *pool_out = c.session().memoryPools().defaultPool(c.session(), dev).id;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetMemPool(ServerCall& c, uint64_t* pool, CUdevice dev) {
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = checkDevice(c, dev); r != CUDA_SUCCESS) return r;
+  *pool = c.session().memoryPools().currentPool(c.session(), dev).id;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceSetMemPool(ServerCall& c, CUdevice dev, Handle<CUmemoryPool> pool) {
+  if (CUresult r = checkDevice(c, dev); r != CUDA_SUCCESS) return r;
+  if (poolOf(pool) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return c.session().memoryPools().setCurrent(dev, *poolOf(pool));
+}
+
+// CUDA 13's forms by location and allocation type: device locations of
+// pinned memory are the cuDevice*MemPool calls; managed and host pools are
+// not served.
+CUresult cuMemGetDefaultMemPool(ServerCall& c, uint64_t* pool_out, const CUmemLocation* location,
+                                CUmemAllocationType type) {
+  if (pool_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (type == CU_MEM_ALLOCATION_TYPE_MANAGED) return CUDA_ERROR_NOT_SUPPORTED;
+  if (type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
+  int device = 0;
+  if (CUresult r = deviceLocation(c, location, &device); r != CUDA_SUCCESS) return r;
+  *pool_out = c.session().memoryPools().defaultPool(c.session(), device).id;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemGetMemPool(ServerCall& c, uint64_t* pool, const CUmemLocation* location, CUmemAllocationType type) {
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (type == CU_MEM_ALLOCATION_TYPE_MANAGED) return CUDA_ERROR_NOT_SUPPORTED;
+  if (type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
+  int device = 0;
+  if (CUresult r = deviceLocation(c, location, &device); r != CUDA_SUCCESS) return r;
+  *pool = c.session().memoryPools().currentPool(c.session(), device).id;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemSetMemPool(ServerCall& c, const CUmemLocation* location, CUmemAllocationType type,
+                         Handle<CUmemoryPool> pool) {
+  if (type == CU_MEM_ALLOCATION_TYPE_MANAGED) return CUDA_ERROR_NOT_SUPPORTED;
+  if (type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
+  int device = 0;
+  if (CUresult r = deviceLocation(c, location, &device); r != CUDA_SUCCESS) return r;
+  if (poolOf(pool) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return c.session().memoryPools().setCurrent(device, *poolOf(pool));
+}
+
+CUresult cuMemPoolCreate(ServerCall& c, uint64_t* pool, const CUmemPoolProps* poolProps) {
+  if (pool == nullptr || poolProps == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (poolProps->allocType != CU_MEM_ALLOCATION_TYPE_PINNED) {
+    return poolProps->allocType == CU_MEM_ALLOCATION_TYPE_MANAGED ? CUDA_ERROR_NOT_SUPPORTED
+                                                                  : CUDA_ERROR_INVALID_VALUE;
+  }
+  // Exportable pools hand out file descriptors, which would be phosd's.
+  if (poolProps->handleTypes != CU_MEM_HANDLE_TYPE_NONE) {
+    log::get("daemon")->info("session {}: memory pools with shareable handles are not served", c.session().id());
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (poolProps->win32SecurityAttributes != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int device = 0;
+  if (CUresult r = deviceLocation(c, &poolProps->location, &device); r != CUDA_SUCCESS) return r;
+  *pool = c.session().memoryPools().create(c.session(), device, poolProps->maxSize).id;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolDestroy(ServerCall& c, Handle<CUmemoryPool> pool) {
+  if (poolOf(pool) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return c.session().memoryPools().destroy(c.session(), *poolOf(pool));
+}
+
+CUresult cuMemPoolTrimTo(ServerCall& c, Handle<CUmemoryPool> pool, size_t) {
+  // Nothing is kept beyond completed frees: trimming returns those.
+  if (poolOf(pool) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  c.session().memoryPools().reap(c.session(), false, poolOf(pool));
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolSetAttribute(ServerCall&, Handle<CUmemoryPool> pool, CUmemPool_attribute attr,
+                               std::span<const std::byte> value) {
+  if (value.size() != ipc::valueBytes(attr) || value.empty() || poolOf(pool) == nullptr) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  MemoryPool& p = *poolOf(pool);
+  int flag = 0;
+  uint64_t bytes = 0;
+  if (value.size() == sizeof(int)) std::memcpy(&flag, value.data(), sizeof(flag));
+  if (value.size() == sizeof(uint64_t)) std::memcpy(&bytes, value.data(), sizeof(bytes));
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: p.followEventDependencies = flag; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: p.allowOpportunistic = flag; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: p.allowInternalDependencies = flag; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: p.releaseThreshold = bytes; return CUDA_SUCCESS;
+    // "It is illegal to set this attribute to a non-zero value": resets the high watermark.
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      if (bytes != 0) return CUDA_ERROR_INVALID_VALUE;
+      p.reservedHigh = p.reserved;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+      if (bytes != 0) return CUDA_ERROR_INVALID_VALUE;
+      p.usedHigh = p.used;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;  // read-only or unknown
+  }
+}
+
+CUresult cuMemPoolGetAttribute(ServerCall& c, Handle<CUmemoryPool> pool, CUmemPool_attribute attr,
+                               AttributeValue* value) {
+  const size_t bytes = ipc::valueBytes(attr);
+  if (value == nullptr || bytes == 0 || poolOf(pool) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  MemoryPool& p = *poolOf(pool);
+  c.session().memoryPools().reap(c.session());
+  uint64_t u = 0;
+  int flag = 0;
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: flag = p.followEventDependencies; break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: flag = p.allowOpportunistic; break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: flag = p.allowInternalDependencies; break;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: u = p.releaseThreshold; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: u = p.reserved; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: u = p.reservedHigh; break;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: u = p.used; break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: u = p.usedHigh; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (bytes == sizeof(int)) {
+    std::memcpy(value->bytes.data(), &flag, sizeof(flag));
+  } else {
+    std::memcpy(value->bytes.data(), &u, sizeof(u));
+  }
+  value->size = bytes;
+  return CUDA_SUCCESS;
+}
+
+// Pools' memory is reachable from their own device; access from peers is not
+// served yet (the session's heap maps for its device only).
+CUresult cuMemPoolSetAccess(ServerCall& c, Handle<CUmemoryPool> pool, std::span<const CUmemAccessDesc> map,
+                            size_t /*count: the span's size*/) {
+  if (poolOf(pool) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  MemoryPool& p = *poolOf(pool);
+  for (const CUmemAccessDesc& d : map) {
+    int device = 0;
+    if (CUresult r = deviceLocation(c, &d.location, &device); r != CUDA_SUCCESS) return r;
+    if (d.flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && d.flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+        d.flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    // "The pool's own device always has read/write access."
+    if (device == p.device) {
+      if (d.flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return CUDA_ERROR_INVALID_DEVICE;
+      continue;
+    }
+    if (d.flags != CU_MEM_ACCESS_FLAGS_PROT_NONE) {
+      log::get("daemon")->info("session {}: access from device {} to a pool of device {} is not served",
+                               c.session().id(), device, p.device);
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+// Graph memory: no graphs are served, so the driver's counts (0) are the session's.
+CUresult cuDeviceGetGraphMemAttribute(ServerCall& c, CUdevice device, CUgraphMem_attribute attr,
+                                      AttributeValue* value) {
+  const size_t bytes = ipc::valueBytes(attr);
+  if (value == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = PHOS_DRIVER(c.driverTable(), DeviceGetGraphMemAttribute)(device, attr, value->bytes.data());
+  if (r == CUDA_SUCCESS) value->size = bytes;
   return r;
+}
+
+CUresult cuDeviceSetGraphMemAttribute(ServerCall& c, CUdevice device, CUgraphMem_attribute attr,
+                                      std::span<const std::byte> value) {
+  if (value.size() != ipc::valueBytes(attr) || value.empty()) return CUDA_ERROR_INVALID_VALUE;
+  cuuint64_t v = 0;
+  std::memcpy(&v, value.data(), sizeof(v));
+  return PHOS_DRIVER(c.driverTable(), DeviceSetGraphMemAttribute)(device, attr, &v);
+}
+
+CUresult cuMemPoolGetAccess(ServerCall& c, CUmemAccess_flags* flags, Handle<CUmemoryPool> pool,
+                            const CUmemLocation* location) {
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int device = 0;
+  if (CUresult r = deviceLocation(c, location, &device); r != CUDA_SUCCESS) return r;
+  if (poolOf(pool) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *flags = device == poolOf(pool)->device ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  return CUDA_SUCCESS;
 }
 
 CUresult cuMemAllocHost(ServerCall& c, size_t bytesize, uint64_t* address, uint64_t* mapped, std::string* path) {
