@@ -95,7 +95,14 @@ void CUDAAPI takeSize(std::size_t) {}
 // [12] loads the driver's PTX compilers: the driver here needs none loaded.
 CUresult CUDAAPI loadCompilers() { return CUDA_SUCCESS; }
 
-// ---- TOOLS_RUNTIME_CALLBACK_HOOKS: two buffers the runtime keeps state in ------------
+// ---- TOOLS_TLS and TOOLS_RUNTIME_CALLBACK_HOOKS: tools (profilers, debuggers) ---------
+// cudart 13.2 (PyTorch's) calls TOOLS_TLS [2] and the hooks' [1] and [4] as it
+// starts; what they take is not known. With no tool attached to the process
+// these slots answer 0, as the other public implementations of the tables do,
+// and cudart goes on. Not a failure: no tool is what PhOS offers.
+CUresult CUDAAPI noToolAttached() { return CUDA_SUCCESS; }
+
+// Two buffers the runtime keeps tool state in.
 template <std::size_t N>
 void CUDAAPI hookBuffer(void** buffer, std::size_t* size) {
   static std::array<std::uint8_t, N> storage{};
@@ -251,13 +258,19 @@ const Table kTables[] = {
     {uuid({0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc}),
      "TOOLS_TLS",
      [] {
-       static const auto t = tableOf<kToolsTls, 4>({});
+       static const auto t = tableOf<kToolsTls, 4>(
+           {{1, slot(&noToolAttached)}, {2, slot(&noToolAttached)}, {3, slot(&noToolAttached)}});
        return t.data();
      }},
     {uuid({0xa0, 0x94, 0x79, 0x8c, 0x2e, 0x74, 0x2e, 0x74, 0x93, 0xf2, 0x08, 0x00, 0x20, 0x0c, 0x0a, 0x66}),
      "TOOLS_RUNTIME_CALLBACK_HOOKS",
      [] {
-       static const auto t = tableOf<kToolsCallbacks, 7>({{2, slot(&hookBuffer<1024>)}, {6, slot(&hookBuffer<14>)}});
+       static const auto t = tableOf<kToolsCallbacks, 7>({{1, slot(&noToolAttached)},
+                                                          {2, slot(&hookBuffer<1024>)},
+                                                          {3, slot(&noToolAttached)},
+                                                          {4, slot(&noToolAttached)},
+                                                          {5, slot(&noToolAttached)},
+                                                          {6, slot(&hookBuffer<14>)}});
        return t.data();
      }},
     {uuid({0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93}),

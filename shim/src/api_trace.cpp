@@ -16,6 +16,7 @@
 
 #include "phos/common/log.h"
 #include "phos/cuda_api/api_table.h"
+#include "phos/export_tables/driver_logs.h"
 
 namespace phos::shim::trace {
 namespace detail {
@@ -78,6 +79,8 @@ void detail::firstCall(cuda_api::EntryPointId id, Served how) {
 
 int excluded(cuda_api::EntryPointId id, const char* reason) {
   gReasons[static_cast<size_t>(id)].store(reason, std::memory_order_relaxed);
+  driver_logs::returning(cuda_api::entryPoint(id).symbol, CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED",
+                         std::string("not supported by PhOS: ") + reason);
   if (detail::gCalls[static_cast<size_t>(id)].fetch_add(1, std::memory_order_relaxed) == 0) {
     gServed[static_cast<size_t>(id)].store(static_cast<uint8_t>(Served::kExcluded), std::memory_order_relaxed);
     // On stderr as well as the log (which is silent unless configured): a

@@ -31,6 +31,9 @@ class InternalCalls {
   InternalCalls& operator=(const InternalCalls&) = delete;
 };
 
+// Whether this thread is inside the shim's own calls.
+inline bool internal() { return detail::tInternal != 0; }
+
 // Counts a call (one relaxed atomic add on the call path).
 inline void note(cuda_api::EntryPointId id, Served how) {
   if (detail::tInternal != 0) return;

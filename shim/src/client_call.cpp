@@ -10,9 +10,12 @@
 #include <cstdio>
 #include <cstring>
 
+#include "api_trace.h"
 #include "connection.h"
 #include "phos/common/log.h"
 #include "phos/cuda_api/api_table.h"
+#include "phos/cuda_api/client_hooks.h"
+#include "phos/export_tables/driver_logs.h"
 
 namespace phos::shim {
 namespace {
@@ -40,6 +43,18 @@ CUresult daemonGone(const Status& why) {
   static std::atomic<bool> said{false};
   if (!said.exchange(true)) log::get("shim")->error("phosd is gone: {}", why.message());
   return CUDA_ERROR_DEVICE_UNAVAILABLE;
+}
+
+// A failure the application sees goes into the driver's error log, as
+// NVIDIA's driver puts it there (cuLogs*, CUDA_LOG_FILE). NOT_READY is an
+// answer, not a failure; the shim's own calls are not the application's.
+CUresult logged(cuda_api::EntryPointId id, CUresult result, std::string_view why = {}) {
+  if (result != CUDA_SUCCESS && result != CUDA_ERROR_NOT_READY && !trace::internal()) {
+    const char* name = nullptr;
+    local::cuGetErrorName(result, &name);
+    driver_logs::returning(cuda_api::entryPoint(id).symbol, result, name != nullptr ? name : "?", why);
+  }
+  return result;
 }
 
 }  // namespace
@@ -94,22 +109,23 @@ static void forwardKernelOutput() {
 }
 
 ReplyReader ClientCall::run() {
-  if (CUresult r = ready(); r != CUDA_SUCCESS) return ReplyReader(r);
+  if (CUresult r = ready(); r != CUDA_SUCCESS) return ReplyReader(logged(id_, r, "PhOS cannot send the call"));
   auto reply = replyBuffer();
   auto n = Connection::instance().ring().call(encoder_.written(), reply);
-  if (!n.isOk()) return ReplyReader(daemonGone(n.status()));
+  if (!n.isOk()) return ReplyReader(logged(id_, daemonGone(n.status()), n.status().message()));
   ipc::ReplyHeader h{};
   if (*n >= sizeof(h)) {
     std::memcpy(&h, reply.data(), sizeof(h));
     if (h.flags & ipc::kReplyOutputPending) forwardKernelOutput();
+    logged(id_, static_cast<CUresult>(h.result));
   }
   return ReplyReader(std::span<const std::byte>(reply.data(), *n));
 }
 
 CUresult ClientCall::post() {
-  if (CUresult r = ready(); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ready(); r != CUDA_SUCCESS) return logged(id_, r, "PhOS cannot send the call");
   Status s = Connection::instance().ring().post(encoder_.written());
-  return s.isOk() ? CUDA_SUCCESS : daemonGone(s);
+  return s.isOk() ? CUDA_SUCCESS : logged(id_, daemonGone(s), s.message());
 }
 
 }  // namespace phos::shim

@@ -118,6 +118,16 @@ TEST_F(Tables, CallbackHookBuffersAreStableAndZeroed) {
   EXPECT_EQ(n, 14u);
 }
 
+TEST_F(Tables, ToolSlotsSayNoToolIsAttached) {
+  const CUuuid tls = uuidOf({0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a,
+                             0xec, 0xdc});
+  using Slot = CUresult (*)();
+  for (int i : {1, 2, 3}) EXPECT_EQ(reinterpret_cast<Slot>(table(tls)[i])(), CUDA_SUCCESS) << i;
+  for (int i : {1, 3, 4, 5}) EXPECT_EQ(reinterpret_cast<Slot>(table(kHooks)[i])(), CUDA_SUCCESS) << i;
+  // A slot never seen called fails cleanly instead of doing what NVIDIA's might.
+  EXPECT_EQ(reinterpret_cast<Slot>(table(kCudart)[3])(), CUDA_ERROR_NOT_SUPPORTED);
+}
+
 TEST_F(Tables, IntegrityCheckFixedAnswers) {
   using Check = CUresult (*)(std::uint32_t, std::uint64_t, std::uint64_t*);
   auto check = reinterpret_cast<Check>(table(kIntegrity)[1]);

@@ -19,6 +19,7 @@
 #undef cuEventDestroy
 #undef cuEventElapsedTime
 #undef cuMemHostRegister
+#undef cuStreamGetCaptureInfo
 
 PHOS_CU_EXPORT CUresult CUDAAPI cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) {
   return cuCtxCreate_v4(pctx, nullptr, flags, dev);
@@ -52,4 +53,10 @@ PHOS_CU_EXPORT CUresult CUDAAPI cuMemHostRegister(void* p, size_t bytesize, unsi
 #undef cuMemAllocHost
 PHOS_CU_EXPORT CUresult CUDAAPI cuMemAllocHost(void** pp, unsigned int bytesize) {
   return cuMemAllocHost_v2(pp, bytesize);
+}
+
+// CUDA 10's ABI (status and id only); its _ptsz twin is in api_stream.cpp.
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                                       cuuint64_t*) {
+  return cuStreamIsCapturing(hStream, captureStatus_out);
 }

@@ -22,6 +22,19 @@ PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext*
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetDevice_ptsz(CUstream hStream, CUdevice* device);
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus);
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext* pCtx, CUgreenCtx* pGreenCtx);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                                            cuuint64_t* id_out);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream,
+                                                               CUstreamCaptureStatus* captureStatus_out,
+                                                               cuuint64_t* id_out, CUgraph* graph_out,
+                                                               const CUgraphNode** dependencies_out,
+                                                               size_t* numDependencies_out);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream,
+                                                               CUstreamCaptureStatus* captureStatus_out,
+                                                               cuuint64_t* id_out, CUgraph* graph_out,
+                                                               const CUgraphNode** dependencies_out,
+                                                               const CUgraphEdgeData** edgeData_out,
+                                                               size_t* numDependencies_out);
 
 namespace {
 
@@ -184,6 +197,36 @@ CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* ca
 CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
   return streamProperty(__func__, hStream, true, captureStatus,
                         [&](const StreamRef&) { *captureStatus = CU_STREAM_CAPTURE_STATUS_NONE; });
+}
+
+// The capture sequence of a stream. No stream ever captures on vgpu, and the
+// documentation returns "valid data (other than capture status) only if ...
+// the returned capture status is CU_STREAM_CAPTURE_STATUS_ACTIVE": the other
+// outputs are left as they were. Edge data asked for without dependencies is
+// invalid.
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                           cuuint64_t*, CUgraph*, const CUgraphNode** dependencies_out,
+                                           const CUgraphEdgeData** edgeData_out, size_t*) {
+  if (edgeData_out != nullptr && dependencies_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return cuStreamIsCapturing(hStream, captureStatus_out);
+}
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                                cuuint64_t*, CUgraph*, const CUgraphNode** dependencies_out,
+                                                const CUgraphEdgeData** edgeData_out, size_t*) {
+  if (edgeData_out != nullptr && dependencies_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return cuStreamIsCapturing_ptsz(hStream, captureStatus_out);
+}
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                           cuuint64_t*, CUgraph*, const CUgraphNode**, size_t*) {
+  return cuStreamIsCapturing(hStream, captureStatus_out);
+}
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                                cuuint64_t*, CUgraph*, const CUgraphNode**, size_t*) {
+  return cuStreamIsCapturing_ptsz(hStream, captureStatus_out);
+}
+// The CUDA 10 ABI, status and id only (cuStreamGetCaptureInfo itself is in api_legacy.cpp).
+CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus_out, cuuint64_t*) {
+  return cuStreamIsCapturing_ptsz(hStream, captureStatus_out);
 }
 
 // vgpu has no green contexts: the stream's context, and a NULL green context.

@@ -15,6 +15,7 @@
 #include "cu_status.h"
 #include "driver.h"
 #include "phos/common/log.h"
+#include "phos/export_tables/driver_logs.h"
 
 // Entry points cuda.h does not declare unless CUDA_API_PER_THREAD_DEFAULT_STREAM is
 // set (the _ptsz/_ptds variants) are declared in the .cpp files with this.
@@ -34,7 +35,16 @@ CUresult call(const char* name, Body&& body) noexcept {
     Status status = body(driver);
     if (status.isOk()) return CUDA_SUCCESS;
     CUresult result = toCuResult(status);
-    if (result != CUDA_ERROR_NOT_READY) logger()->debug("{}: {}", name, status.message());
+    if (result != CUDA_ERROR_NOT_READY) {
+      logger()->debug("{}: {}", name, status.message());
+      // The error log says why, without the CUresult's name the message starts with.
+      const std::string_view resultName = cuResultName(result) != nullptr ? cuResultName(result) : "?";
+      std::string_view why = status.message();
+      if (why.starts_with(resultName) && why.substr(resultName.size()).starts_with(": ")) {
+        why.remove_prefix(resultName.size() + 2);
+      }
+      driver_logs::returning(name, result, resultName, why);
+    }
     return result;
   } catch (const std::bad_alloc&) {
     return CUDA_ERROR_OUT_OF_MEMORY;
