@@ -21,7 +21,7 @@ from test_concurrent_restore import restore as restore_with
 
 TIMEOUT = 120
 PROGRAMS = ["vector_add", "matmul_tiled", "streams_events", "symbols", "atomics_warp", "reduction",
-            "printf_hostfunc", "train", "pools", "vector_add_shared", "train_shared"]
+            "printf_hostfunc", "train", "pools", "device_assert", "vector_add_shared", "train_shared"]
 # Lines a program prints after its steps.
 TAIL_LINES = {"train": 1, "train_shared": 1, "pools": 3}
 STEPS = 14
@@ -214,3 +214,36 @@ def test_trace_api_to_a_file_that_cannot_be_written(phos, phosd, cudart_dir, env
     assert r.returncode == 0, r.stderr
     assert "OK" in r.stdout
     assert f"phos: cannot write the API trace to {tmp_path}/missing/trace.txt: No such file or directory" in r.stderr
+
+
+@pytest.fixture(scope="module")
+def cudart12(cudart_dir):
+    """PyPI's CUDA 12 runtime (nvidia-cuda-runtime-cu12, in .venv) and a job of it."""
+    import glob
+    import sys
+    found = glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "cuda_runtime", "lib",
+                                   "libcudart.so.12"))
+    if not found:
+        pytest.skip("nvidia-cuda-runtime-cu12 is not installed in this environment (scripts/requirements.txt)")
+    job = os.path.join(os.path.dirname(__file__), "cudart12_job.py")
+    return [sys.executable, job, found[0], str(cudart_dir / "driver_kernels.fatbin")]
+
+
+def test_cudart12_runs_on_vgpu_and_under_phos_alike(phos, phosd, env, cudart12):
+    direct = run([*cudart12, "--steps", 4], env)
+    assert direct.startswith("runtime 12.") and direct.endswith("cudart12 OK\n"), direct
+    assert run([phos, "run", "--runtime-dir", phosd.runtime_dir, "--", *cudart12, "--steps", 4], env) == direct
+
+
+def test_cudart12_killed_and_restored(criu, phos, phosd, env, cudart12, tmp_path):
+    ref = run([*cudart12, "--steps", 8], env).splitlines()
+    job = Job(phos, phosd, [*cudart12, "--steps", "8", "--sleep-ms", "300"], env, tmp_path)
+    try:
+        job.wait_line(3)
+        checkpoint(phos, phosd, job.pid, tmp_path / "image")
+        assert job.proc.wait(timeout=30) == -signal.SIGKILL
+        before = job.lines()
+        assert before == ref[:len(before)] and len(before) < len(ref)
+        assert before + restore(phos, phosd, tmp_path / "image", env) == ref
+    finally:
+        job.stop()
