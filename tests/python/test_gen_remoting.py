@@ -131,3 +131,11 @@ def test_malformed_json_is_refused(model, tmp_path):
     r = generate(model, '{"remoted": ', tmp_path)
     assert r.returncode != 0
     assert "not valid JSON" in r.stderr
+
+
+def test_docs_list_every_exclusion_with_its_reason():
+    """docs/remoting.md's table of what is not remoted is the policy's, entry for entry."""
+    import re
+    text = (ROOT / "docs" / "remoting.md").read_text()
+    documented = dict(re.findall(r"^\| `(cu[A-Za-z0-9_*]+)` \| ([^|]+) \|$", text, re.MULTILINE))
+    assert documented == POLICY["excluded"]
