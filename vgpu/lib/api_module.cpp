@@ -200,12 +200,12 @@ Status paramInfo(const std::shared_ptr<Function>& f, size_t paramIndex, size_t* 
 int activeBlocksPerSm(const DeviceProfile& p, const FunctionInfo& info, int blockSize, size_t dynamicSmem) {
   if (blockSize <= 0 || blockSize > std::min(1024, info.maxThreadsPerBlock)) return 0;
   int warps = (blockSize + 31) / 32;
-  int byThreads = 64 / warps;
+  int byThreads = p.maxThreadsPerMultiprocessor / 32 / warps;
   int regsPerWarp = ((std::max(1, info.registersPerThread) * 32 + 255) / 256) * 256;
   int byRegs = 65536 / (regsPerWarp * warps);
   size_t smem = info.staticSharedBytes + dynamicSmem + 1024;  // 1 KiB reserved per block
   int bySmem = static_cast<int>(static_cast<size_t>(p.maxSharedPerMultiprocessor) / smem);
-  return std::max(0, std::min({32, byThreads, byRegs, bySmem}));
+  return std::max(0, std::min({p.maxBlocksPerMultiprocessor, byThreads, byRegs, bySmem}));
 }
 
 Status occupancy(Driver& d, int* numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize) {
