@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <string_view>
 
 #include "fatbin.h"
 
@@ -351,8 +352,17 @@ Status addLinkInput(Driver& d, LinkState& s, CUjitInputType type, const void* da
       s.ptx.push_back(std::move(ptx));
       return Status::ok();
     }
-    case CU_JIT_INPUT_CUBIN:
+    case CU_JIT_INPUT_CUBIN: {
+      // vgpu's NVRTC and nvJitLink hand out PTX where a cubin is asked for; given
+      // back as a cubin, it is PTX text (no ELF header).
+      std::string_view text(static_cast<const char*>(data), size);
+      if (auto nul = text.find('\0'); nul != std::string_view::npos) text = text.substr(0, nul);
+      if (!text.starts_with("\x7f" "ELF") && text.find(".version") != std::string_view::npos) {
+        s.ptx.emplace_back(text);
+        return Status::ok();
+      }
       return cuError(CUDA_ERROR_NO_BINARY_FOR_GPU, "a cubin is machine code; vgpu runs PTX only");
+    }
     default:
       return cuErrorf(CUDA_ERROR_NOT_SUPPORTED, "linker input type {} is not supported by vgpu",
                       static_cast<int>(type));
