@@ -309,6 +309,9 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   return call(__func__, [&](Driver& d) -> Status {
     ASSIGN_OR_RETURN(auto context, d.current());
     (void)context;
+    // NVIDIA's driver frees nothing and succeeds for 0, like free(NULL): the
+    // runtime's cudaFree(0) and libraries (cuBLAS, cuRAND) rely on it.
+    if (dptr == 0) return Status::ok();
     return d.freeDevice(dptr, true);
   });
 }
@@ -356,6 +359,9 @@ CUresult CUDAAPI cuMemFreeHost(void* p) {
   return call(__func__, [&](Driver& d) -> Status {
     ASSIGN_OR_RETURN(auto context, d.current());
     (void)context;
+    // NULL is a no-op that succeeds on NVIDIA's driver too (free(NULL) semantics);
+    // cudaFreeHost of a zero-byte cudaMallocHost reaches it that way.
+    if (p == nullptr) return Status::ok();
     return d.freeHost(p);
   });
 }

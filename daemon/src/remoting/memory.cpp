@@ -166,6 +166,8 @@ CUresult cuMemAllocPitch(ServerCall& c, CUdeviceptr* dptr, size_t* pPitch, size_
 }
 
 CUresult cuMemFree(ServerCall& c, CUdeviceptr dptr) {
+  // 0 frees nothing and succeeds, as on NVIDIA's driver (cudaFree(0)).
+  if (dptr == 0) return CUDA_SUCCESS;
   passFreeGate(c.session(), dptr);
   return c.session().freeDevice(dptr);
 }
@@ -198,6 +200,7 @@ CUresult cuMemHostAlloc(ServerCall& c, size_t bytesize, unsigned int flags, uint
 }
 
 CUresult cuMemFreeHost(ServerCall& c, uint64_t p) {
+  if (p == 0) return CUDA_SUCCESS;  // free(NULL) semantics, as NVIDIA's driver
   const PinnedRange* range = c.session().findPinned(p);
   if (range == nullptr || range->address != p) return CUDA_ERROR_INVALID_VALUE;
   // Work that still reads it must finish first (as cuMemFreeHost does).
