@@ -124,6 +124,12 @@ TEST_F(DeviceProfileTest, FatbinPtxForTheDevice) {
   int arch = 0;
   ASSERT_CU(cuMemcpyDtoH(&arch, out, sizeof arch));
   EXPECT_EQ(arch, expected_->major >= 12 ? 1200 : 800);
+  // The function reports the PTX it came from and the device it was JIT-compiled for.
+  int ptxVersion = 0, binaryVersion = 0;
+  EXPECT_CU(cuFuncGetAttribute(&ptxVersion, CU_FUNC_ATTRIBUTE_PTX_VERSION, fn));
+  EXPECT_CU(cuFuncGetAttribute(&binaryVersion, CU_FUNC_ATTRIBUTE_BINARY_VERSION, fn));
+  EXPECT_EQ(ptxVersion, expected_->major >= 12 ? 120 : 80);
+  EXPECT_EQ(binaryVersion, expected_->major * 10 + expected_->minor);
   EXPECT_CU(cuMemFree(out));
   EXPECT_CU(cuModuleUnload(module));
 }

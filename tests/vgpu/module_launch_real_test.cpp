@@ -429,6 +429,11 @@ TEST_F(RealModuleTest, FunctionsAndTheirParameters) {
   EXPECT_EQ(shared, 0);
   EXPECT_CU(cuFuncGetAttribute(&ptxVersion, CU_FUNC_ATTRIBUTE_PTX_VERSION, f));
   EXPECT_EQ(ptxVersion, 80);  // nvcc -arch=compute_80
+  int binaryVersion = 0, major = 0, minor = 0;
+  EXPECT_CU(cuFuncGetAttribute(&binaryVersion, CU_FUNC_ATTRIBUTE_BINARY_VERSION, f));
+  ASSERT_CU(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_));
+  ASSERT_CU(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_));
+  EXPECT_EQ(binaryVersion, major * 10 + minor);  // JIT-compiled for the device
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuFuncGetAttribute(&regs, static_cast<CUfunction_attribute>(999), f));
 
   EXPECT_CU(cuModuleUnload(m));

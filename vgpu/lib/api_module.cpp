@@ -135,7 +135,10 @@ Status functionAttribute(Driver& d, int* pi, CUfunction_attribute attrib, const 
     case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *pi = 0; break;
     case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *pi = static_cast<int>(info->localBytesPerThread); break;
     case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = info->registersPerThread; break;
-    case CU_FUNC_ATTRIBUTE_PTX_VERSION: *pi = cc; break;
+    // "The PTX virtual architecture version for which the function was compiled"
+    // (80 for compute_80 PTX); the binary is what the driver JIT-compiled it
+    // to: the device's own architecture.
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION: *pi = m && m->ptxArchitecture > 0 ? m->ptxArchitecture : cc; break;
     case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = cc; break;
     case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA: *pi = 0; break;
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
