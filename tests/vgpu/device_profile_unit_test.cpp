@@ -82,6 +82,22 @@ TEST(DeviceProfile, UnknownComputeCapabilityNamesTheSupportedOnes) {
                        HasSubstr("compute capability '12.1' is not supported (8.0, 9.0 or 12.0)")));
 }
 
+// Without PHOS_VGPU_CC or "cc", devices get the newest profile: the only one
+// that runs libraries shipping PTX for compute_120 alone.
+TEST(DeviceProfile, DefaultIsCc120) {
+  unsetenv("PHOS_VGPU_CC");
+  unsetenv("PHOS_VGPU_CONFIG");
+  auto platform = loadPlatformConfig();
+  ASSERT_THAT(platform.status(), IsOk());
+  ASSERT_EQ(platform->devices.size(), 1u);
+  EXPECT_EQ(platform->devices[0].ccMajor, 12);
+  EXPECT_EQ(platform->devices[0].ccMinor, 0);
+  auto json = parsePlatformConfig(R"({"devices": [{"memory": 1073741824}]})");
+  ASSERT_THAT(json.status(), IsOk());
+  EXPECT_EQ(json->devices[0].ccMajor, 12);
+  EXPECT_THAT(json->devices[0].name, HasSubstr("RTX 5090"));
+}
+
 TEST(DeviceProfile, EnvironmentSelectsCc120) {
   ScopedEnv cc("PHOS_VGPU_CC", "12.0");
   ScopedEnv devices("PHOS_VGPU_DEVICES", "2");

@@ -26,6 +26,12 @@ Result<long long> parseInteger(std::string_view what, std::string_view text) {
 // configuration's "cc" spell them.
 constexpr std::pair<int, int> kSupportedCc[] = {{8, 0}, {9, 0}, {12, 0}};
 constexpr const char* kSupportedCcText = "8.0, 9.0 or 12.0";
+// What a device is without PHOS_VGPU_CC or "cc": the newest profile, because
+// libraries built with CUDA 12.8 and later ship PTX only for compute_120 (next
+// to machine code for every architecture), which no older device can run,
+// while PTX for older targets (nvcc's default compute_75, numba-cuda's) runs
+// on it too.
+constexpr std::pair<int, int> kDefaultCc{12, 0};
 
 Result<std::pair<int, int>> parseCc(std::string_view text) {
   for (auto [major, minor] : kSupportedCc) {
@@ -149,7 +155,7 @@ Result<PlatformConfig> parsePlatformConfig(std::string_view text) {
     if (!dev.is_object()) {
       return makeError(Code::kInvalidArgument, "vgpu config: device {} is not an object", ordinal);
     }
-    std::pair<int, int> cc{8, 0};
+    std::pair<int, int> cc = kDefaultCc;
     if (dev.contains("cc")) {
       if (!dev["cc"].is_string()) {
         return makeError(Code::kInvalidArgument, "vgpu config: device {}: 'cc' must be a string", ordinal);
@@ -214,7 +220,7 @@ Result<PlatformConfig> loadPlatformConfig() {
       return makeError(Code::kInvalidArgument, "PHOS_VGPU_DEVICES={} is outside 0..{}", count, kMaxDevices);
     }
   }
-  std::pair<int, int> cc{8, 0};
+  std::pair<int, int> cc = kDefaultCc;
   if (const char* text = envOrNull("PHOS_VGPU_CC")) {
     ASSIGN_OR_RETURN(cc, parseCc(text));
   }

@@ -16,8 +16,9 @@
 
 namespace phos::vgpu {
 
-// One device. Defaults describe an A100-SXM4 (compute capability 8.0); 9.0 gives
-// an H100-SXM5 and 12.0 a GeForce RTX 5090. What differs between those parts is
+// One device. The field defaults describe an A100-SXM4 (compute capability
+// 8.0); 9.0 gives an H100-SXM5 and 12.0 a GeForce RTX 5090 (what a device is
+// when no compute capability is configured). What differs between those parts is
 // a field (values from NVIDIA's product specifications and the CUDA C++
 // Programming Guide's table of compute capabilities); every other attribute value
 // is derived in deviceAttribute().
@@ -61,7 +62,7 @@ Result<DeviceProfile> profileFor(int ccMajor, int ccMinor, int ordinal);
 
 // Reads PHOS_VGPU_CONFIG (a JSON file, see docs/vgpu.md) if set, else
 // PHOS_VGPU_DEVICES (default 1), PHOS_VGPU_MEMORY (bytes per device, default
-// 16 GiB) and PHOS_VGPU_CC (8.0, 9.0 or 12.0); PHOS_VGPU_BANDWIDTH_SCALE applies to both.
+// 16 GiB) and PHOS_VGPU_CC (8.0, 9.0 or 12.0; default 12.0); PHOS_VGPU_BANDWIDTH_SCALE applies to both.
 Result<PlatformConfig> loadPlatformConfig();
 // Parses the JSON configuration text (exposed for tests).
 Result<PlatformConfig> parsePlatformConfig(std::string_view json);
