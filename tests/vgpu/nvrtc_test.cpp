@@ -374,6 +374,14 @@ TEST(VgpuNvrtcWithoutNvidia, EntryPointsFailCleanly) {
   EXPECT_EQ(nvrtcCreateProgram(&prog, kSaxpy, "saxpy.cu", 0, nullptr, nullptr), NVRTC_ERROR_INTERNAL_ERROR);
   EXPECT_EQ(nvrtcCompileProgram(prog, 0, nullptr), NVRTC_ERROR_INTERNAL_ERROR);
   EXPECT_EQ(std::string(nvrtcGetErrorString(NVRTC_ERROR_INVALID_OPTION)), "NVRTC_ERROR_INVALID_OPTION");
+  // __nvrtcCPEx (exported, not declared in nvrtc.h) goes through vgpu's
+  // trampoline, which has nothing to jump to here.
+  auto cpEx = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "__nvrtcCPEx"));
+  ASSERT_NE(cpEx, nullptr);
+  Dl_info where{};
+  ASSERT_NE(dladdr(reinterpret_cast<void*>(cpEx), &where), 0);
+  EXPECT_THAT(std::string(where.dli_fname), HasSubstr("vgpu/libnvrtc.so.13"));
+  EXPECT_EQ(cpEx(), NVRTC_ERROR_INTERNAL_ERROR);
 }
 
 }  // namespace
