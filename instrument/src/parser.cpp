@@ -765,22 +765,31 @@ class Parser {
             next();
           }
         }
-        if (accept('|')) {
-          if (peek().kind != TokenKind::kIdent) return expected("a predicate after '|'");
-          Operand second = Operand::reg(std::string(next().text));
-          Operand pair;
-          pair.kind = OperandKind::kPredPair;
-          pair.elements.push_back(std::move(o));
-          pair.elements.push_back(std::move(second));
-          return pair;
-        }
+        if (accept('|')) return predicatePair(std::move(o));
         return o;
+      }
+      // Registers declared without '%' (`.reg .pred p;` in inline assembly) can
+      // be a pair too: `shfl.sync.down.b32 r0|p, ...`.
+      if (peek().is('|')) {
+        next();
+        return predicatePair(Operand::reg(std::string(t.text)));
       }
       Operand o = Operand::symbol(std::string(t.text));
       RETURN_IF_ERROR(symbolOffset(o));
       return o;
     }
     return expected("an operand");
+  }
+
+  // `first|second` after the '|': the destination and predicate of setp, shfl and friends.
+  Result<Operand> predicatePair(Operand first) {
+    if (peek().kind != TokenKind::kIdent) return expected("a predicate after '|'");
+    Operand second = Operand::reg(std::string(next().text));
+    Operand pair;
+    pair.kind = OperandKind::kPredPair;
+    pair.elements.push_back(std::move(first));
+    pair.elements.push_back(std::move(second));
+    return pair;
   }
 
   Status symbolOffset(Operand& o) {

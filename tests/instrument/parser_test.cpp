@@ -244,6 +244,14 @@ TEST(PtxParser, GuardsSpecialRegistersAndImmediates) {
   EXPECT_TRUE(shfl.m.has(Flag::kDown));
   EXPECT_EQ(shfl.operands[0].kind, OperandKind::kPredPair);
 
+  // CUB's inline assembly declares its registers without '%': `r0|p` is a pair too.
+  Instruction bare = parseInstruction("shfl.sync.down.b32 r0|p, %r369, %r307, %r308, %r309;");
+  ASSERT_EQ(bare.operands[0].kind, OperandKind::kPredPair);
+  ASSERT_EQ(bare.operands[0].elements.size(), 2u);
+  EXPECT_EQ(bare.operands[0].elements[0].kind, OperandKind::kRegister);
+  EXPECT_EQ(bare.operands[0].elements[0].name, "r0");
+  EXPECT_EQ(bare.operands[0].elements[1].name, "p");
+
   Instruction vote = parseInstruction("vote.sync.ballot.b32 %r1, %p1, -1;");
   EXPECT_TRUE(vote.m.has(Flag::kBallot));
 

@@ -162,6 +162,9 @@ def test_vgpu_nvjitlink_keeps_ptx_and_says_what_it_refuses(build_dir):
     assert err is None and b".entry k" in cubin, err
     _, err = link(["-arch=sm_80"], [(nj.InputType.CUBIN, b"\\x7fELF" + bytes(60))])
     assert "machine code" in err[1], err
+    # A "cubin" that is PTX (what vgpu's NVRTC and nvJitLink hand out) is PTX.
+    cubin, err = link(["-arch=sm_80"], [(nj.InputType.CUBIN, PTX)])
+    assert err is None and cubin.rstrip(b"\\x00") == PTX.rstrip(b"\\x00"), (cubin, err)
     _, err = link(["-arch=sm_80"], [(nj.InputType.PTX, PTX), (nj.InputType.PTX, PTX)])
     assert "linking 2 PTX modules together is not supported" in err[1], err
     _, err = link(["-arch=sm_80"], [(nj.InputType.PTX, b"not ptx")])

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """phos-vgpu-query, the deviceQuery-style tool, on vgpu with two devices.
 
-The values checked are NVIDIA's documented ones for the A100 (compute
-capability 8.0), the profile vgpu gives its devices by default.
+The values checked are NVIDIA's documented ones for the part of the profile
+vgpu gives its devices by default, the GeForce RTX 5090 (compute capability
+12.0), and for the A100 (8.0) and H100 (9.0) profiles.
 """
 import json
 import os
@@ -11,6 +12,21 @@ import re
 import subprocess
 
 import pytest
+
+# CUDA C++ Programming Guide (compute capability 12.0) and the RTX 5090's specifications.
+RTX_5090 = {
+    "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT": 170,
+    "CU_DEVICE_ATTRIBUTE_WARP_SIZE": 32,
+    "CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK": 1024,
+    "CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR": 1536,
+    "CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR": 32,
+    "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 99 * 1024,
+    "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR": 100 * 1024,
+    "CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK": 65536,
+    "CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE": 96 * 1024 * 1024,
+    "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR": 12,
+    "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR": 0,
+}
 
 # CUDA C Programming Guide (compute capability 8.0) and the A100 data sheet.
 A100 = {
@@ -70,7 +86,7 @@ def test_json_lists_every_attribute_of_every_device(query, cuda_h_attributes):
         assert device["total_memory"] == 16 << 30
         assert list(device["attributes"]) == cuda_h_attributes
         assert device["attribute_errors"] == {}
-        for name, value in A100.items():
+        for name, value in RTX_5090.items():
             assert device["attributes"][name] == value, name
 
 
@@ -78,7 +94,7 @@ def test_text_names_each_attribute_with_its_value(query, cuda_h_attributes):
     text = query()
     assert text.startswith("Driver version: 13.0 (13000)\nDevices: 2\n")
     assert "Device 0: " in text and "Device 1: " in text
-    for name, value in A100.items():
+    for name, value in RTX_5090.items():
         assert len(re.findall(rf"^\s+{name}\s+{value}$", text, re.M)) == 2, name
     printed = re.findall(r"^\s+(CU_DEVICE_ATTRIBUTE_\w+)\s", text, re.M)
     assert printed == cuda_h_attributes * 2
@@ -87,6 +103,14 @@ def test_text_names_each_attribute_with_its_value(query, cuda_h_attributes):
 def test_no_device_is_an_answer(query):
     report = json.loads(query("--json", PHOS_VGPU_DEVICES="0"))
     assert report["device_count"] == 0 and report["devices"] == []
+
+
+def test_a100_profile(query):
+    report = json.loads(query("--json", PHOS_VGPU_CC="8.0"))
+    for device in report["devices"]:
+        assert "A100" in device["name"]
+        for name, value in A100.items():
+            assert device["attributes"][name] == value, name
 
 
 def test_h100_profile(query):

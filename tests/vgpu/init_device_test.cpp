@@ -186,7 +186,7 @@ TEST_F(DeviceTest, CountAndOrdinals) {
 TEST_F(DeviceTest, NameUuidMemoryAndPciId) {
   char name[256] = {};
   EXPECT_CU(cuDeviceGetName(name, sizeof(name), 0));
-  EXPECT_THAT(std::string(name), ::testing::HasSubstr("A100"));
+  EXPECT_THAT(std::string(name), ::testing::HasSubstr("RTX 5090"));  // the default profile
   char small[5] = {'x', 'x', 'x', 'x', 'x'};
   EXPECT_CU(cuDeviceGetName(small, sizeof(small), 0));
   EXPECT_EQ(std::strlen(small), 4u);
@@ -211,11 +211,11 @@ TEST_F(DeviceTest, NameUuidMemoryAndPciId) {
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuDeviceGetByPCIBusId(&back, "0000:ff:00.0"));
 }
 
-TEST_F(DeviceTest, ComputeCapabilityDefaultsTo80) {
+TEST_F(DeviceTest, ComputeCapabilityDefaultsTo120) {
   int major = 0, minor = -1;
   EXPECT_CU(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0));
   EXPECT_CU(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0));
-  EXPECT_EQ(major, 8);
+  EXPECT_EQ(major, 12);
   EXPECT_EQ(minor, 0);
 }
 
@@ -239,7 +239,7 @@ TEST_F(DeviceTest, EveryAttributeHasAValue) {
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_DEVICE, cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 3));
 }
 
-TEST_F(DeviceTest, AttributesDescribeAnA100) {
+TEST_F(DeviceTest, AttributesDescribeAnRtx5090ByDefault) {
   auto attr = [](CUdevice_attribute a) {
     int v = 0;
     EXPECT_CU(cuDeviceGetAttribute(&v, a, 0));
@@ -247,8 +247,9 @@ TEST_F(DeviceTest, AttributesDescribeAnA100) {
   };
   EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE), 32);
   EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK), 1024);
-  EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), 108);
-  EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN), 163 * 1024);
+  EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), 170);
+  EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN), 99 * 1024);
+  EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR), 1536);
   EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING), 1);
   EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT), 2);
   EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 1);

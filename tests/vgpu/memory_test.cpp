@@ -51,6 +51,37 @@ TEST_F(MemoryTest, AllocRejectsBadArguments) {
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemFree(0x1234));
 }
 
+// Null and zero arguments as NVIDIA's driver answers them: freeing 0 or NULL is a
+// no-op that succeeds (free(NULL) semantics; cudaFree(0) and cuBLAS rely on it),
+// a copy or set of nothing succeeds whatever the pointers, and a zero-byte
+// allocation is refused ("If bytesize is 0, cuMemAlloc() returns
+// CUDA_ERROR_INVALID_VALUE"). (Unregistering NULL is refused: HostRegistration.)
+TEST_F(MemoryTest, NullAndZeroArguments) {
+  EXPECT_CU(cuMemFree(0));
+  EXPECT_CU(cuMemFreeHost(nullptr));
+  CUdeviceptr d = 0;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemAlloc(&d, 0));
+  ASSERT_CU(cuMemAlloc(&d, 256));
+  std::vector<std::uint8_t> host(256, 0x5a);
+  EXPECT_CU(cuMemsetD8(d, 0x11, 0));
+  EXPECT_CU(cuMemsetD32(d, 0x22, 0));
+  EXPECT_CU(cuMemsetD2D8(d, 16, 0x33, 0, 4));
+  EXPECT_CU(cuMemcpyHtoD(d, host.data(), 0));
+  EXPECT_CU(cuMemcpyDtoH(nullptr, d, 0));
+  EXPECT_CU(cuMemcpyDtoD(d, d, 0));
+  EXPECT_CU(cuMemcpy(0, 0, 0));
+  EXPECT_CU(cuMemcpyHtoDAsync(d, host.data(), 0, nullptr));
+  EXPECT_CU(cuStreamSynchronize(nullptr));
+  // None of the empty operations wrote anything.
+  std::vector<std::uint8_t> out(256, 0);
+  EXPECT_CU(cuMemsetD8(d, 0x44, 256));
+  EXPECT_CU(cuMemsetD8(d, 0x11, 0));
+  EXPECT_CU(cuMemcpyDtoH(out.data(), d, out.size()));
+  EXPECT_EQ(out, std::vector<std::uint8_t>(256, 0x44));
+  EXPECT_CU(cuMemFree(d));
+  EXPECT_CU(cuMemFree(0));  // still a no-op once the only allocation is gone
+}
+
 TEST_F(MemoryTest, CopiesOutsideAnAllocationAreRefused) {
   CUdeviceptr d = 0;
   ASSERT_CU(cuMemAlloc(&d, 256));
@@ -280,6 +311,7 @@ TEST_F(MemoryTest, HostRegistration) {
   EXPECT_CU(cuMemHostUnregister(p));
   EXPECT_CU_ERR(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, cuMemHostUnregister(p));
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemHostRegister(nullptr, size, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemHostUnregister(nullptr));  // as NVIDIA's driver
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemHostRegister(p, size, 0x100));
   munmap(p, size);
 }

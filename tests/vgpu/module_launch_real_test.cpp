@@ -429,6 +429,11 @@ TEST_F(RealModuleTest, FunctionsAndTheirParameters) {
   EXPECT_EQ(shared, 0);
   EXPECT_CU(cuFuncGetAttribute(&ptxVersion, CU_FUNC_ATTRIBUTE_PTX_VERSION, f));
   EXPECT_EQ(ptxVersion, 80);  // nvcc -arch=compute_80
+  int binaryVersion = 0, major = 0, minor = 0;
+  EXPECT_CU(cuFuncGetAttribute(&binaryVersion, CU_FUNC_ATTRIBUTE_BINARY_VERSION, f));
+  ASSERT_CU(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_));
+  ASSERT_CU(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_));
+  EXPECT_EQ(binaryVersion, major * 10 + minor);  // JIT-compiled for the device
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuFuncGetAttribute(&regs, static_cast<CUfunction_attribute>(999), f));
 
   EXPECT_CU(cuModuleUnload(m));
@@ -578,15 +583,18 @@ TEST_F(RealModuleTest, LaunchValidation) {
                         cuLaunchKernel(bump, 1, 1, 1, 32, 1, 1, dynamic, nullptr, bumpArgs, nullptr));
   dynamic = 47 * 1024;
   EXPECT_CU(cuLaunchKernel(bump, 2, 1, 1, 32, 1, 1, dynamic, nullptr, bumpArgs, nullptr));
-  EXPECT_CU(cuFuncSetAttribute(bump, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100 * 1024));
+  EXPECT_CU(cuFuncSetAttribute(bump, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 64 * 1024));
   int optIn = 0;
   EXPECT_CU(cuFuncGetAttribute(&optIn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bump));
-  EXPECT_EQ(optIn, 100 * 1024);
-  unsigned large = 100 * 1024;
+  EXPECT_EQ(optIn, 64 * 1024);
+  unsigned large = 64 * 1024;
   void* largeArgs[] = {&echo, &large};
   EXPECT_CU(cuLaunchKernel(bump, 3, 1, 1, 32, 1, 1, large, nullptr, largeArgs, nullptr));
+  // Beyond the device's opt-in limit (which counts bump's static shared memory).
+  int deviceOptIn = 0;
+  ASSERT_CU(cuDeviceGetAttribute(&deviceOptIn, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device_));
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
-                cuFuncSetAttribute(bump, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 163 * 1024));
+                cuFuncSetAttribute(bump, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, deviceOptIn));
   EXPECT_CU(cuCtxSynchronize());
   // Blocks 1+2 of the first launch and 1+2+3 of the second read back their byte.
   EXPECT_EQ(read<int>(echo), 3 + 6);
@@ -730,17 +738,20 @@ TEST_F(RealModuleTest, CooperativeGridSync) {
 TEST_F(RealModuleTest, Occupancy) {
   CUmodule m = load();
   CUfunction f = function(m, "saxpy"), bump = function(m, "bump");
-  int sms = 0;
+  int sms = 0, threadsPerSm = 0, sharedPerSm = 0;
   ASSERT_CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device_));
+  ASSERT_CU(cuDeviceGetAttribute(&threadsPerSm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, device_));
+  ASSERT_CU(cuDeviceGetAttribute(&sharedPerSm, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, device_));
   int blocks = 0;
   EXPECT_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 256, 0));
-  EXPECT_EQ(blocks, 8);  // 2048 threads per multiprocessor
+  EXPECT_EQ(blocks, threadsPerSm / 256);  // resident threads per multiprocessor
   EXPECT_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 32, 0));
   EXPECT_EQ(blocks, 32);  // the block limit
   // Shared memory bounds bump: 1 KiB static + 1 KiB reserved + 40 KiB dynamic
-  // per block of the 164 KiB of a multiprocessor.
+  // per block of the multiprocessor's shared memory (3 in 164 KiB, 2 in 100 KiB).
+  const int bumpBlocks = sharedPerSm / (42 * 1024);
   EXPECT_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, bump, 32, 40 * 1024));
-  EXPECT_EQ(blocks, 3);
+  EXPECT_EQ(blocks, bumpBlocks);
   EXPECT_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 2048, 0));
   EXPECT_EQ(blocks, 0);
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuOccupancyMaxActiveBlocksPerMultiprocessor(nullptr, f, 256, 0));
@@ -751,9 +762,9 @@ TEST_F(RealModuleTest, Occupancy) {
   EXPECT_EQ(blockSize % 32, 0);
   EXPECT_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, blockSize, 0));
   EXPECT_EQ(minGrid, blocks * sms);
-  EXPECT_EQ(blocks * blockSize, 2048);  // full occupancy
+  EXPECT_EQ(blocks * blockSize, threadsPerSm);  // full occupancy
   // With 40 KiB of dynamic shared memory per block (the callback runs in the
-  // application), shared memory bounds bump to 3 blocks per multiprocessor;
+  // application), shared memory bounds bump to bumpBlocks per multiprocessor;
   // no block size keeps more threads resident than the answer.
   static int calls = 0;
   calls = 0;
@@ -764,7 +775,7 @@ TEST_F(RealModuleTest, Occupancy) {
   EXPECT_CU(cuOccupancyMaxPotentialBlockSize(&minGrid, &blockSize, bump, fortyKiB, 0, 0));
   EXPECT_GT(calls, 0);
   EXPECT_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, bump, blockSize, 40 * 1024));
-  EXPECT_LE(blocks, 3);
+  EXPECT_LE(blocks, bumpBlocks);
   EXPECT_EQ(minGrid, blocks * sms);
   for (int size = 32; size <= 1024; size += 32) {
     int other = 0;

@@ -126,7 +126,7 @@ TEST_F(ModuleTest, NvccFatbinsYieldTheirPtx) {
     EXPECT_THAT(text, HasSubstr("hiddenCounter"));
     EXPECT_EQ(text.find('\0'), std::string::npos);
   }
-  // The mixed fatbin has compute_75 and compute_80 PTX: the newest that fits sm_80.
+  // The mixed fatbin has compute_75 and compute_80 PTX: the newest not above the device.
   EXPECT_THAT(ptx[2], HasSubstr(".target sm_80"));
   // The same PTX whatever the compression.
   EXPECT_EQ(ptx[0], ptx[1]);
@@ -319,13 +319,17 @@ TEST_F(ModuleTest, LaunchValidation) {
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
                 cuLaunchKernel(bump, 1, 1, 1, 32, 1, 1, 48 * 1024, nullptr, nullptr, nullptr));
   EXPECT_CU(cuLaunchKernel(bump, 1, 1, 1, 32, 1, 1, 47 * 1024, nullptr, nullptr, nullptr));
-  EXPECT_CU(cuFuncSetAttribute(bump, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100 * 1024));
+  EXPECT_CU(cuFuncSetAttribute(bump, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 64 * 1024));
   int dyn = 0;
   EXPECT_CU(cuFuncGetAttribute(&dyn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bump));
-  EXPECT_EQ(dyn, 100 * 1024);
-  EXPECT_CU(cuLaunchKernel(bump, 1, 1, 1, 32, 1, 1, 100 * 1024, nullptr, nullptr, nullptr));
+  EXPECT_EQ(dyn, 64 * 1024);
+  EXPECT_CU(cuLaunchKernel(bump, 1, 1, 1, 32, 1, 1, 64 * 1024, nullptr, nullptr, nullptr));
+  // The device's opt-in limit counts bump's 1 KiB of static shared memory too.
+  int optIn = 0;
+  ASSERT_CU(cuDeviceGetAttribute(&optIn, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 0));
+  EXPECT_CU(cuFuncSetAttribute(bump, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optIn - 1024));
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
-                cuFuncSetAttribute(bump, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 163 * 1024));
+                cuFuncSetAttribute(bump, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optIn - 1023));
   EXPECT_CU(cuCtxSynchronize());
   EXPECT_EQ(loader_->launches().size(), 2u);
   EXPECT_CU(cuModuleUnload(m));
@@ -400,10 +404,12 @@ TEST_F(ModuleTest, LaunchKernelExAndCooperativeLaunch) {
   config.attrs = &attr;
   config.numAttrs = 1;
   EXPECT_CU(cuLaunchKernelEx(&config, bump, nullptr, nullptr));
-  EXPECT_CU(cuLaunchCooperativeKernel(bump, 108, 1, 1, 64, 1, 1, 0, nullptr, nullptr));
+  int sms = 0;
+  ASSERT_CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
+  EXPECT_CU(cuLaunchCooperativeKernel(bump, sms, 1, 1, 64, 1, 1, 0, nullptr, nullptr));
   // More blocks than can be resident at once.
   EXPECT_CU_ERR(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
-                cuLaunchCooperativeKernel(bump, 108 * 64, 1, 1, 1024, 1, 1, 0, nullptr, nullptr));
+                cuLaunchCooperativeKernel(bump, sms * 64, 1, 1, 1024, 1, 1, 0, nullptr, nullptr));
   attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
   attr.value.clusterDim.x = 2;
   attr.value.clusterDim.y = attr.value.clusterDim.z = 1;
@@ -414,7 +420,7 @@ TEST_F(ModuleTest, LaunchKernelExAndCooperativeLaunch) {
   ASSERT_EQ(launches.size(), 2u);
   EXPECT_EQ(launches[0].config.grid.x, 3u);
   EXPECT_EQ(launches[0].config.block.x, 64u);
-  EXPECT_EQ(launches[1].config.grid.x, 108u);
+  EXPECT_EQ(launches[1].config.grid.x, static_cast<unsigned>(sms));
   EXPECT_CU(cuModuleUnload(m));
 }
 
@@ -422,15 +428,18 @@ TEST_F(ModuleTest, Occupancy) {
   CUmodule m = load();
   CUfunction f = nullptr;
   ASSERT_CU(cuModuleGetFunction(&f, m, "saxpy"));
+  int threadsPerSm = 0, sms = 0;
+  ASSERT_CU(cuDeviceGetAttribute(&threadsPerSm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 0));
+  ASSERT_CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
   int blocks = 0;
   EXPECT_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 256, 0));
-  EXPECT_EQ(blocks, 8);  // 2048 threads per SM
+  EXPECT_EQ(blocks, threadsPerSm / 256);  // resident threads per SM
   EXPECT_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 32, 0));
   EXPECT_EQ(blocks, 32);  // the block limit
   int minGrid = 0, blockSize = 0;
   EXPECT_CU(cuOccupancyMaxPotentialBlockSize(&minGrid, &blockSize, f, nullptr, 0, 0));
   EXPECT_GT(blockSize, 0);
-  EXPECT_EQ(minGrid % 108, 0);
+  EXPECT_EQ(minGrid % sms, 0);
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuOccupancyMaxActiveBlocksPerMultiprocessor(nullptr, f, 256, 0));
   EXPECT_CU(cuModuleUnload(m));
 }

@@ -190,6 +190,21 @@ TEST_F(StreamTest, EventTiming) {
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuEventDestroy(stop));
 }
 
+// Stream 0 is the legacy default stream everywhere a CUstream is taken: events
+// record on it and streams wait on it.
+TEST_F(StreamTest, EventsOnTheNullStream) {
+  CUevent e = nullptr;
+  ASSERT_CU(cuEventCreate(&e, CU_EVENT_DEFAULT));
+  EXPECT_CU(cuEventRecord(e, nullptr));
+  EXPECT_CU(cuEventSynchronize(e));
+  EXPECT_CU(cuEventQuery(e));
+  EXPECT_CU(cuEventRecordWithFlags(e, nullptr, CU_EVENT_RECORD_DEFAULT));
+  EXPECT_CU(cuStreamWaitEvent(nullptr, e, 0));
+  EXPECT_CU(cuStreamSynchronize(nullptr));
+  EXPECT_CU(cuStreamQuery(nullptr));
+  EXPECT_CU(cuEventDestroy(e));
+}
+
 TEST_F(StreamTest, CallbacksGetTheStreamAndStatus) {
   CUstream s = nullptr;
   ASSERT_CU(cuStreamCreate(&s, 0));

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace phos::vgpu {
@@ -21,11 +22,23 @@ Result<long long> parseInteger(std::string_view what, std::string_view text) {
   return value;
 }
 
+// The compute capabilities vgpu has a profile for, as PHOS_VGPU_CC and the
+// configuration's "cc" spell them.
+constexpr std::pair<int, int> kSupportedCc[] = {{8, 0}, {9, 0}, {12, 0}};
+constexpr const char* kSupportedCcText = "8.0, 9.0 or 12.0";
+// What a device is without PHOS_VGPU_CC or "cc": the newest profile, because
+// libraries built with CUDA 12.8 and later ship PTX only for compute_120 (next
+// to machine code for every architecture), which no older device can run,
+// while PTX for older targets (nvcc's default compute_75, numba-cuda's) runs
+// on it too.
+constexpr std::pair<int, int> kDefaultCc{12, 0};
+
 Result<std::pair<int, int>> parseCc(std::string_view text) {
-  if (text == "8.0") return std::pair{8, 0};
-  if (text == "9.0") return std::pair{9, 0};
-  return makeError(Code::kInvalidArgument,
-                   "compute capability '{}' is not supported (8.0 or 9.0)", text);
+  for (auto [major, minor] : kSupportedCc) {
+    if (text == fmt::format("{}.{}", major, minor)) return std::pair{major, minor};
+  }
+  return makeError(Code::kInvalidArgument, "compute capability '{}' is not supported ({})", text,
+                   kSupportedCcText);
 }
 
 // A UUID that is stable for a device ordinal and says where it comes from.
@@ -86,10 +99,36 @@ Result<DeviceProfile> profileFor(int ccMajor, int ccMinor, int ordinal) {
     p.l2CacheBytes = 50 * 1024 * 1024;
     p.clockKhz = 1980000;
     p.memoryClockKhz = 2619000;
+    p.pciDeviceId = 0x233010de;
+    p.pciSubsystemId = 0x16c110de;
     return p;
   }
-  return makeError(Code::kInvalidArgument, "compute capability {}.{} is not supported",
-                   ccMajor, ccMinor);
+  if (ccMajor == 12 && ccMinor == 0) {
+    // GeForce RTX 5090 (GB202): 170 SMs, 2407 MHz boost clock, 32 GB of GDDR7 at
+    // 28 Gbit/s per pin on a 512-bit bus (CUDA reports half the data rate as the
+    // memory clock), 96 MB of L2; no ECC, FP64 at 1/64 of FP32. Compute
+    // capability 12.0 itself: 1536 resident threads (48 warps) and 32 resident
+    // blocks per SM, 100 KB of shared memory per SM of which 99 KB per block.
+    p.name = "PhOS vGPU (RTX 5090 profile)";
+    p.multiprocessors = 170;
+    p.maxThreadsPerMultiprocessor = 1536;
+    p.maxBlocksPerMultiprocessor = 32;
+    p.maxSharedPerMultiprocessor = 100 * 1024;
+    p.maxSharedPerBlockOptin = 99 * 1024;
+    p.l2CacheBytes = 96 * 1024 * 1024;
+    p.clockKhz = 2407000;
+    p.memoryClockKhz = 14001000;
+    p.memoryBusWidth = 512;
+    p.eccEnabled = false;
+    p.singleToDoublePerfRatio = 64;
+    p.pciDeviceId = 0x2b8510de;
+    // GeForce boards carry their maker's subsystem id; vgpu reports NVIDIA's
+    // vendor id with board 0 rather than invent one.
+    p.pciSubsystemId = 0x000010de;
+    return p;
+  }
+  return makeError(Code::kInvalidArgument, "compute capability {}.{} is not supported ({})", ccMajor, ccMinor,
+                   kSupportedCcText);
 }
 
 Result<PlatformConfig> parsePlatformConfig(std::string_view text) {
@@ -116,7 +155,7 @@ Result<PlatformConfig> parsePlatformConfig(std::string_view text) {
     if (!dev.is_object()) {
       return makeError(Code::kInvalidArgument, "vgpu config: device {} is not an object", ordinal);
     }
-    std::pair<int, int> cc{8, 0};
+    std::pair<int, int> cc = kDefaultCc;
     if (dev.contains("cc")) {
       if (!dev["cc"].is_string()) {
         return makeError(Code::kInvalidArgument, "vgpu config: device {}: 'cc' must be a string", ordinal);
@@ -181,7 +220,7 @@ Result<PlatformConfig> loadPlatformConfig() {
       return makeError(Code::kInvalidArgument, "PHOS_VGPU_DEVICES={} is outside 0..{}", count, kMaxDevices);
     }
   }
-  std::pair<int, int> cc{8, 0};
+  std::pair<int, int> cc = kDefaultCc;
   if (const char* text = envOrNull("PHOS_VGPU_CC")) {
     ASSIGN_OR_RETURN(cc, parseCc(text));
   }
@@ -208,7 +247,9 @@ Result<PlatformConfig> loadPlatformConfig() {
 Result<int> deviceAttribute(const PlatformConfig& platform, int ordinal,
                             CUdevice_attribute attribute) {
   const DeviceProfile& p = platform.devices.at(static_cast<std::size_t>(ordinal));
-  const bool hopper = p.ccMajor >= 9;
+  // Thread block clusters, tensor maps and memory synchronization domains came
+  // with compute capability 9.0 and are kept by every later one.
+  const bool hopperOrLater = p.ccMajor >= 9;
   switch (attribute) {
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: return 1024;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: return 1024;
@@ -241,14 +282,14 @@ Result<int> deviceAttribute(const PlatformConfig& platform, int ordinal,
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_LAYERS: return 2048;
     case CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT: return 512;
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: return 1;
-    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: return 1;
+    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: return p.eccEnabled ? 1 : 0;
     case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: return p.pciBusId;
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: return 0;
     case CU_DEVICE_ATTRIBUTE_TCC_DRIVER: return 0;
     case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: return p.memoryClockKhz;
     case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: return p.memoryBusWidth;
     case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: return p.l2CacheBytes;
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: return 2048;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: return p.maxThreadsPerMultiprocessor;
     case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: return 2;  // the two modelled copy engines
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: return 1;
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_WIDTH: return 32768;
@@ -296,7 +337,7 @@ Result<int> deviceAttribute(const PlatformConfig& platform, int ordinal,
     case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: return 0;
     case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID: return ordinal;
     case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED: return 0;
-    case CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO: return 2;
+    case CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO: return p.singleToDoublePerfRatio;
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS: return 0;
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: return 0;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED: return 1;
@@ -315,7 +356,7 @@ Result<int> deviceAttribute(const PlatformConfig& platform, int ordinal,
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: return 0;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED: return 0;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED: return 0;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: return 32;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: return p.maxBlocksPerMultiprocessor;
     case CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED: return 0;
     case CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE: return p.l2CacheBytes / 8 * 3;
     case CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE: return 134213632;
@@ -329,14 +370,14 @@ Result<int> deviceAttribute(const PlatformConfig& platform, int ordinal,
     case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS: return 0;
     case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING: return 0;
     case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: return 0;
-    case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: return hopper ? 1 : 0;
+    case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: return hopperOrLater ? 1 : 0;
     case CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED: return 0;
     case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: return 0;
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR: return 0;
     case CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: return 0;
     case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED: return 0;
-    case CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT: return hopper ? 4 : 1;
-    case CU_DEVICE_ATTRIBUTE_TENSOR_MAP_ACCESS_SUPPORTED: return hopper ? 1 : 0;
+    case CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT: return hopperOrLater ? 4 : 1;
+    case CU_DEVICE_ATTRIBUTE_TENSOR_MAP_ACCESS_SUPPORTED: return hopperOrLater ? 1 : 0;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED: return 0;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS: return 1;
     case CU_DEVICE_ATTRIBUTE_NUMA_CONFIG: return CU_DEVICE_NUMA_CONFIG_NONE;
@@ -348,9 +389,8 @@ Result<int> deviceAttribute(const PlatformConfig& platform, int ordinal,
     case CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_ALGORITHM_MASK: return 0;
     case CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_MAXIMUM_LENGTH: return 0;
     case CU_DEVICE_ATTRIBUTE_VULKAN_CIG_SUPPORTED: return 0;
-    // NVIDIA's vendor id 0x10de in the low half, the board's device id in the high half.
-    case CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID: return hopper ? 0x233010de : 0x20b010de;
-    case CU_DEVICE_ATTRIBUTE_GPU_PCI_SUBSYSTEM_ID: return hopper ? 0x16c110de : 0x134f10de;
+    case CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID: return p.pciDeviceId;
+    case CU_DEVICE_ATTRIBUTE_GPU_PCI_SUBSYSTEM_ID: return p.pciSubsystemId;
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: return 0;
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED: return 0;
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_MULTINODE_IPC_SUPPORTED: return 0;

@@ -1028,6 +1028,7 @@ Result<std::shared_ptr<Module>> Driver::loadModuleIn(const std::shared_ptr<Conte
     return module;
   }
   const std::string& ptx = code.ptx;
+  module->ptxArchitecture = ptxArchitecture(ptx);
   std::shared_ptr<ProgramLoader> loader;
   {
     std::lock_guard lock(loaderMutex_);

@@ -169,6 +169,7 @@ class Module {
   int device = 0;
   std::shared_ptr<Program> program;  // null when the image has no code for the device
   std::string noBinary;              // then: why (CUDA_ERROR_NO_BINARY_FOR_GPU at use)
+  int ptxArchitecture = 0;           // the PTX's .target sm_XY as XY (CU_FUNC_ATTRIBUTE_PTX_VERSION)
   std::vector<std::uint64_t> allocations;  // module globals, freed at unload
   std::mutex mutex;
   std::map<std::size_t, std::uint64_t> functionHandles;  // function index -> handle

@@ -79,6 +79,24 @@ Result<ModuleCode> moduleCode(std::span<const std::byte> image, int computeCapab
   return ModuleCode{std::move(ptx), {}};
 }
 
+int ptxArchitecture(std::string_view ptx) {
+  for (std::size_t at = ptx.find(".target"); at != std::string_view::npos; at = ptx.find(".target", at + 1)) {
+    // A directive at the start of a line, not `.target` inside a comment's text.
+    std::size_t line = ptx.rfind('\n', at);
+    std::string_view before = ptx.substr(line == std::string_view::npos ? 0 : line + 1,
+                                         at - (line == std::string_view::npos ? 0 : line + 1));
+    if (before.find_first_not_of(" \t") != std::string_view::npos) continue;
+    std::size_t sm = ptx.find_first_not_of(" \t", at + 7);
+    if (sm == std::string_view::npos || ptx.compare(sm, 3, "sm_") != 0) return 0;
+    int arch = 0;
+    for (std::size_t i = sm + 3; i < ptx.size() && ptx[i] >= '0' && ptx[i] <= '9'; ++i) {
+      arch = arch * 10 + (ptx[i] - '0');
+    }
+    return arch;
+  }
+  return 0;
+}
+
 Result<std::string> extractPtx(const void* image, int computeCapability) {
   ASSIGN_OR_RETURN(std::vector<std::byte> bytes, copyModuleImage(image));
   ASSIGN_OR_RETURN(ModuleCode code, moduleCode(bytes, computeCapability));

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "phos/common/status.h"
@@ -27,6 +28,11 @@ struct ModuleCode {
   std::string noBinary;  // non-empty: the image has no code for the device
 };
 Result<ModuleCode> moduleCode(std::span<const std::byte> image, int computeCapability);
+
+// The virtual architecture PTX was written for, from its first `.target sm_XY`
+// (any `a`/`f` suffix dropped): 80 for compute_80 PTX, 120 for compute_120;
+// 0 when there is none.
+int ptxArchitecture(std::string_view ptx);
 
 // The PTX to link from an image (the linker and nvJitLink): the newest PTX
 // entry of a fatbin (or its wrapper) no newer than `computeCapability`, or PTX

@@ -361,6 +361,9 @@ CUresult CUDAAPI cuMemFreeHost(void* p) {
   return call(__func__, [&](Driver& d) -> Status {
     ASSIGN_OR_RETURN(auto context, d.current());
     (void)context;
+    // NULL is a no-op that succeeds on NVIDIA's driver too (free(NULL) semantics);
+    // cudaFreeHost of a zero-byte cudaMallocHost reaches it that way.
+    if (p == nullptr) return Status::ok();
     return d.freeHost(p);
   });
 }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <string_view>
 
 #include "fatbin.h"
 
@@ -134,7 +135,10 @@ Status functionAttribute(Driver& d, int* pi, CUfunction_attribute attrib, const 
     case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *pi = 0; break;
     case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *pi = static_cast<int>(info->localBytesPerThread); break;
     case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = info->registersPerThread; break;
-    case CU_FUNC_ATTRIBUTE_PTX_VERSION: *pi = cc; break;
+    // "The PTX virtual architecture version for which the function was compiled"
+    // (80 for compute_80 PTX); the binary is what the driver JIT-compiled it
+    // to: the device's own architecture.
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION: *pi = m && m->ptxArchitecture > 0 ? m->ptxArchitecture : cc; break;
     case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = cc; break;
     case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA: *pi = 0; break;
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
@@ -200,12 +204,12 @@ Status paramInfo(const std::shared_ptr<Function>& f, size_t paramIndex, size_t* 
 int activeBlocksPerSm(const DeviceProfile& p, const FunctionInfo& info, int blockSize, size_t dynamicSmem) {
   if (blockSize <= 0 || blockSize > std::min(1024, info.maxThreadsPerBlock)) return 0;
   int warps = (blockSize + 31) / 32;
-  int byThreads = 64 / warps;
+  int byThreads = p.maxThreadsPerMultiprocessor / 32 / warps;
   int regsPerWarp = ((std::max(1, info.registersPerThread) * 32 + 255) / 256) * 256;
   int byRegs = 65536 / (regsPerWarp * warps);
   size_t smem = info.staticSharedBytes + dynamicSmem + 1024;  // 1 KiB reserved per block
   int bySmem = static_cast<int>(static_cast<size_t>(p.maxSharedPerMultiprocessor) / smem);
-  return std::max(0, std::min({32, byThreads, byRegs, bySmem}));
+  return std::max(0, std::min({p.maxBlocksPerMultiprocessor, byThreads, byRegs, bySmem}));
 }
 
 Status occupancy(Driver& d, int* numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize) {
@@ -351,8 +355,17 @@ Status addLinkInput(Driver& d, LinkState& s, CUjitInputType type, const void* da
       s.ptx.push_back(std::move(ptx));
       return Status::ok();
     }
-    case CU_JIT_INPUT_CUBIN:
+    case CU_JIT_INPUT_CUBIN: {
+      // vgpu's NVRTC and nvJitLink hand out PTX where a cubin is asked for; given
+      // back as a cubin, it is PTX text (no ELF header).
+      std::string_view text(static_cast<const char*>(data), size);
+      if (auto nul = text.find('\0'); nul != std::string_view::npos) text = text.substr(0, nul);
+      if (!text.starts_with("\x7f" "ELF") && text.find(".version") != std::string_view::npos) {
+        s.ptx.emplace_back(text);
+        return Status::ok();
+      }
       return cuError(CUDA_ERROR_NO_BINARY_FOR_GPU, "a cubin is machine code; vgpu runs PTX only");
+    }
     default:
       return cuErrorf(CUDA_ERROR_NOT_SUPPORTED, "linker input type {} is not supported by vgpu",
                       static_cast<int>(type));

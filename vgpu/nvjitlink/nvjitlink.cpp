@@ -29,6 +29,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fatbin.h"
@@ -119,6 +120,12 @@ nvJitLinkResult addInput(nvJitLink& h, nvJitLinkInputType type, const void* data
     } else if (isPtx(text, size)) {
       type = NVJITLINK_INPUT_PTX;
     }
+  }
+  // vgpu's NVRTC (and this library) hand out PTX where a cubin is asked for;
+  // given back as a cubin, it is PTX.
+  if (type == NVJITLINK_INPUT_CUBIN && std::string_view(text, std::min<size_t>(size, 4)) != "\x7f" "ELF" &&
+      isPtx(text, size)) {
+    type = NVJITLINK_INPUT_PTX;
   }
   switch (type) {
     case NVJITLINK_INPUT_PTX:

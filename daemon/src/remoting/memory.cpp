@@ -448,6 +448,7 @@ CUresult cuMemHostAlloc(ServerCall& c, size_t bytesize, unsigned int flags, uint
 }
 
 CUresult cuMemFreeHost(ServerCall& c, uint64_t p) {
+  if (p == 0) return CUDA_SUCCESS;  // free(NULL) semantics, as NVIDIA's driver
   const PinnedRange* range = c.session().findPinned(p);
   if (range == nullptr || range->address != p) return CUDA_ERROR_INVALID_VALUE;
   // Work that still reads it must finish first (as cuMemFreeHost does).

@@ -1151,5 +1151,24 @@ TEST(Corpus, EveryModuleLoads) {
   EXPECT_EQ(loaded, 24);
 }
 
+// PTX cut from libraries (tests/corpus/cccl_*.ptx: CuPy's CUB, Thrust and cuRAND
+// device-API modules, compute_120, PTX ISA 9.2) loads and lowers: CUB's inline
+// assembly, Thrust's griddepcontrol, module-scope shared variables. CuPy runs
+// them end to end in tests/python/test_vgpu_cupy.py.
+TEST(Corpus, LibraryModulesLoad) {
+  const std::pair<const char*, size_t> modules[] = {{"cccl_cub_reduce_f32", 2},
+                                                    {"cccl_cub_scan_f32", 2},
+                                                    {"cccl_thrust_merge_sort_f16", 2},
+                                                    {"cccl_curand_xorwow", 2}};
+  for (const auto& [name, kernels] : modules) {
+    Module m;
+    Status st = m.loadFile(std::string(PHOS_CORPUS_DIR) + "/" + name + ".ptx");
+    EXPECT_THAT(st, IsOk()) << name;
+    if (st.isOk()) {
+      EXPECT_EQ(m.program().functions().size(), kernels) << name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace phos::vgpu::engine::testing

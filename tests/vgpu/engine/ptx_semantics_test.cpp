@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "engine_harness.h"
@@ -468,6 +469,186 @@ TEST_F(PtxSemantics, HalfPrecisionArithmetic) {
   EXPECT_EQ(out[3], 0x7c00u);      // overflow to infinity
   EXPECT_EQ(out[4], 0x4000u);
   EXPECT_EQ(out[5], 0x3c00u);      // NaN operand: the other one
+}
+
+// --- Constructs CCCL (CUB, Thrust) emits for sm_90 and later, found in CuPy's
+// prebuilt compute_120 PTX (tests/corpus/cccl_*.ptx).
+
+// griddepcontrol (programmatic dependent launch) orders nothing more than
+// vgpu's streams already do: the kernel runs through it.
+TEST_F(PtxSemantics, GridDependencyControl) {
+  auto out = run(R"(
+  griddepcontrol.wait;
+  ld.global.u32 %r1, [%rd2];
+  add.u32 %r1, %r1, 1;
+  griddepcontrol.launch_dependents;
+  st.global.u32 [%rd1], %r1;
+)", {41}, 1);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0], 42u);
+}
+
+// CUB's warp reduction writes `shfl` results into registers declared without
+// '%' inside an inline-assembly scope, `r0|p` included.
+TEST_F(PtxSemantics, PredicatePairOfRegistersWithoutPercent) {
+  std::vector<uint32_t> in(32);
+  for (uint32_t i = 0; i < 32; ++i) in[i] = 3 * i + 1;
+  auto out = run(R"(
+  shl.b32 %r9, %r0, 2;
+  cvt.u64.u32 %rd3, %r9;
+  add.u64 %rd4, %rd2, %rd3;
+  ld.global.u32 %r1, [%rd4];
+  { .reg .u32 r0; .reg .pred p; shfl.sync.down.b32 r0|p, %r1, 1, 31, -1; @p add.u32 r0, r0, %r1; mov.u32 %r2, r0;}
+  add.u64 %rd5, %rd1, %rd3;
+  st.global.u32 [%rd5], %r2;
+)", in, 32, 32);
+  ASSERT_EQ(out.size(), 32u);
+  for (uint32_t i = 0; i < 31; ++i) EXPECT_EQ(out[i], in[i] + in[i + 1]) << "lane " << i;
+  EXPECT_EQ(out[31], in[31]);  // lane 31 reads past the clamp: its own value, p false
+}
+
+// set writes 1.0 in a floating-point destination type (f32, f16, bf16), all
+// ones in an integer one; packed sources compare half by half; setp on packed
+// pairs sets p from the low halves and q from the high ones; .ftz flushes
+// subnormal f16 inputs.
+TEST_F(PtxSemantics, SetAndSetpOnHalfTypes) {
+  auto out = run(R"(
+  mov.b16 %h1, 0x7e00;   // NaN
+  mov.b16 %h2, 0x3c00;   // 1.0
+  mov.b16 %h4, 0x4000;   // 2.0
+  set.nan.f16.f16 %h3, %h1, %h2;   cvt.u32.u16 %r1, %h3;  st.global.u32 [%rd1], %r1;
+  set.nan.f16.f16 %h3, %h2, %h2;   cvt.u32.u16 %r1, %h3;  st.global.u32 [%rd1+4], %r1;
+  set.lt.u32.f16 %r1, %h2, %h4;    st.global.u32 [%rd1+8], %r1;
+  set.lt.u16.f16 %h3, %h2, %h4;    cvt.u32.u16 %r1, %h3;  st.global.u32 [%rd1+12], %r1;
+  set.gt.bf16.f32 %h3, 0f40000000, 0f3F800000;  cvt.u32.u16 %r1, %h3;  st.global.u32 [%rd1+16], %r1;
+  mov.b32 %r2, 0x42003c00;   // {hi 3.0, lo 1.0}
+  mov.b32 %r3, 0x40004000;   // {hi 2.0, lo 2.0}
+  set.lt.f16x2.f16x2 %r1, %r2, %r3;  st.global.u32 [%rd1+20], %r1;
+  set.lt.u32.f16x2 %r1, %r2, %r3;    st.global.u32 [%rd1+24], %r1;
+  setp.lt.f16x2 %p1|%p2, %r2, %r3;
+  selp.u32 %r1, 1, 0, %p1;  st.global.u32 [%rd1+28], %r1;
+  selp.u32 %r1, 1, 0, %p2;  st.global.u32 [%rd1+32], %r1;
+  setp.ge.f16x2 %p1|%p2, %r2, %r3;
+  selp.u32 %r1, 1, 0, %p1;  st.global.u32 [%rd1+36], %r1;
+  selp.u32 %r1, 1, 0, %p2;  st.global.u32 [%rd1+40], %r1;
+  mov.b16 %h5, 0x0001;
+  mov.b16 %h6, 0x0002;
+  setp.lt.f16 %p1, %h5, %h6;      selp.u32 %r1, 1, 0, %p1;  st.global.u32 [%rd1+44], %r1;
+  setp.lt.ftz.f16 %p1, %h5, %h6;  selp.u32 %r1, 1, 0, %p1;  st.global.u32 [%rd1+48], %r1;
+)", {}, 13);
+  const std::vector<uint32_t> expected = {
+      0x3c00u, 0u,             // set.nan.f16: 1.0 or 0.0 in f16
+      0xffffffffu, 0xffffu,    // integer destinations: all ones of their size
+      0x3f80u,                 // 1.0 in bf16
+      0x00003c00u,             // low half 1 < 2: 1.0; high half 3 < 2: 0
+      0x0000ffffu,
+      1u, 0u,                  // setp.lt.f16x2: p low, q high
+      0u, 1u,                  // setp.ge.f16x2
+      1u, 0u,                  // two subnormals compare, unless flushed to zero
+  };
+  EXPECT_EQ(out, expected);
+}
+
+// bar.red across the CTA (two warps) and bar.warp.sync.
+TEST_F(PtxSemantics, BarrierReductions) {
+  auto out = run(R"(
+  setp.eq.u32 %p1, %r0, 37;
+  bar.red.or.pred %p2, 0, %p1;
+  bar.red.and.pred %p3, 1, %p1;
+  setp.lt.u32 %p4, %r0, 100;
+  bar.red.and.pred %p5, 2, %p4;
+  bar.red.popc.u32 %r1, 3, %p1;
+  bar.warp.sync -1;
+  selp.u32 %r2, 1, 0, %p2;
+  selp.u32 %r3, 2, 0, %p3;
+  selp.u32 %r4, 4, 0, %p5;
+  or.b32 %r2, %r2, %r3;
+  or.b32 %r2, %r2, %r4;
+  shl.b32 %r1, %r1, 8;
+  or.b32 %r2, %r2, %r1;
+  shl.b32 %r9, %r0, 2;
+  cvt.u64.u32 %rd3, %r9;
+  add.u64 %rd4, %rd1, %rd3;
+  st.global.u32 [%rd4], %r2;
+)", {}, 64, 64);
+  ASSERT_EQ(out.size(), 64u);
+  for (uint32_t i = 0; i < 64; ++i) EXPECT_EQ(out[i], 0x100u | 1u | 4u) << "thread " << i;
+}
+
+// Loads and stores with memory-order and scope qualifiers, vectors included,
+// and atomics of CTA scope in global and shared memory.
+TEST_F(PtxSemantics, OrderedAndScopedMemoryOperations) {
+  const std::string prelude = ".shared .align 8 .b8 counter[8];\n";
+  auto out = run(R"(
+  ld.relaxed.gpu.v2.u64 {%rd3, %rd4}, [%rd2];
+  st.relaxed.gpu.v2.u64 [%rd1], {%rd4, %rd3};
+  ld.relaxed.gpu.v4.u32 {%r1, %r2, %r3, %r4}, [%rd2];
+  st.relaxed.gpu.v4.u32 [%rd1+16], {%r4, %r3, %r2, %r1};
+  ld.acquire.gpu.u32 %r5, [%rd2+4];
+  st.release.gpu.u32 [%rd1+32], %r5;
+  ld.cg.v2.u64 {%rd5, %rd6}, [%rd2];
+  st.cg.v2.u64 [%rd1+48], {%rd5, %rd6};
+  mov.u64 %rd7, 7;
+  st.global.u64 [%rd1+64], %rd7;
+  atom.global.cta.add.u64 %rd8, [%rd1+64], 5;
+  mov.u32 %r6, counter;
+  st.shared.u64 [%r6], %rd7;
+  atom.shared.cta.add.u64 %rd9, [%r6], 3;
+  ld.shared.u64 %rd10, [%r6];
+  st.global.u64 [%rd1+72], %rd8;
+  st.global.u64 [%rd1+80], %rd9;
+  st.global.u64 [%rd1+88], %rd10;
+)", {1, 2, 3, 4}, 24, 1, prelude);
+  const std::vector<uint32_t> expected = {3, 4, 1, 2,  4, 3, 2, 1,  2, 0, 0, 0,  1, 2, 3, 4,
+                                          12, 0,  7, 0,  7, 0,  10, 0};
+  EXPECT_EQ(out, expected);
+}
+
+// Rounding to integral values in f64, integer <-> f16 conversions (round to
+// nearest even, overflow to infinity; NaN to 0, infinity saturated) and the
+// reciprocal approximation's flushing of subnormal inputs.
+TEST_F(PtxSemantics, IntegralRoundingAndHalfConversions) {
+  auto out = run(R"(
+  cvt.rmi.f64.f64 %fd1, 0dC004000000000000;  st.global.f64 [%rd1], %fd1;
+  cvt.rpi.f64.f64 %fd1, 0d4000CCCCCCCCCCCD;  st.global.f64 [%rd1+8], %fd1;
+  cvt.rni.f64.f64 %fd1, 0d4004000000000000;  st.global.f64 [%rd1+16], %fd1;
+  cvt.rni.f64.f64 %fd1, 0d400C000000000000;  st.global.f64 [%rd1+24], %fd1;
+  cvt.rzi.f64.f64 %fd1, 0dC005999999999999;  st.global.f64 [%rd1+32], %fd1;
+  cvt.rn.f16.s32 %h1, 2049;    cvt.u32.u16 %r1, %h1;  st.global.u32 [%rd1+40], %r1;
+  cvt.rn.f16.s32 %h1, 2051;    cvt.u32.u16 %r1, %h1;  st.global.u32 [%rd1+44], %r1;
+  cvt.rn.f16.s32 %h1, 70000;   cvt.u32.u16 %r1, %h1;  st.global.u32 [%rd1+48], %r1;
+  cvt.rn.f16.s32 %h1, -65520;  cvt.u32.u16 %r1, %h1;  st.global.u32 [%rd1+52], %r1;
+  mov.b16 %h2, 0xc0a0;   // -2.3125
+  cvt.rzi.s32.f16 %r1, %h2;    st.global.u32 [%rd1+56], %r1;
+  mov.b16 %h2, 0x7e00;
+  cvt.rzi.s32.f16 %r1, %h2;    st.global.u32 [%rd1+60], %r1;
+  mov.b16 %h2, 0x7c00;
+  cvt.rzi.s32.f16 %r1, %h2;    st.global.u32 [%rd1+64], %r1;
+  mov.b64 %rd3, 9007199254740993;
+  cvt.rn.f64.s64 %fd1, %rd3;   st.global.f64 [%rd1+72], %fd1;
+  mov.b64 %fd2, 0d0000000000000001;
+  rcp.approx.ftz.f64 %fd1, %fd2;  st.global.f64 [%rd1+80], %fd1;
+  rcp.approx.ftz.f64 %fd1, 0d4010000000000000;  st.global.f64 [%rd1+88], %fd1;
+)", {}, 24);
+  ASSERT_EQ(out.size(), 24u);
+  auto f64 = [&](size_t word) {
+    return std::bit_cast<double>(static_cast<uint64_t>(out[word]) | (static_cast<uint64_t>(out[word + 1]) << 32));
+  };
+  EXPECT_EQ(f64(0), -3.0);   // floor(-2.5)
+  EXPECT_EQ(f64(2), 3.0);    // ceil(2.1)
+  EXPECT_EQ(f64(4), 2.0);    // 2.5: ties to even
+  EXPECT_EQ(f64(6), 4.0);    // 3.5: ties to even
+  EXPECT_EQ(f64(8), -2.0);   // trunc(-2.7)
+  EXPECT_EQ(out[10], 0x6800u);  // 2049 -> 2048 (tie, even)
+  EXPECT_EQ(out[11], 0x6802u);  // 2051 -> 2052 (tie, even)
+  EXPECT_EQ(out[12], 0x7c00u);  // beyond the largest f16: infinity
+  EXPECT_EQ(out[13], 0xfc00u);  // -65520 is the tie above -65504: rounds to -infinity
+  EXPECT_EQ(out[14], static_cast<uint32_t>(-2));
+  EXPECT_EQ(out[15], 0u);           // NaN -> 0
+  EXPECT_EQ(out[16], 0x7fffffffu);  // infinity saturates
+  EXPECT_EQ(f64(18), 9007199254740992.0);  // 2^53 + 1: tie to even
+  EXPECT_EQ(f64(20), std::numeric_limits<double>::infinity());  // subnormal flushed: 1/+0
+  EXPECT_EQ(f64(22), 0.25);
 }
 
 TEST_F(PtxSemantics, VectorMovPackAndUnpack) {

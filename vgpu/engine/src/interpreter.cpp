@@ -614,6 +614,16 @@ class BlockRunner {
       case Opcode::kApplypriority: case Opcode::kDiscard: case Opcode::kCreatepolicy:
         ++e.pc;
         return Step::kContinue;
+      case Opcode::kGriddepcontrol:
+        // Programmatic dependent launch. `.wait` waits until the prerequisite
+        // grids have completed and their memory operations are visible; vgpu
+        // starts a launch only once everything before it in its stream has
+        // completed, so they have. `.launch_dependents` lets dependents be
+        // scheduled early, which the ISA leaves optional ("There is no
+        // guarantee that the dependent will launch before the completion of
+        // the current grid"). Both are therefore exact as no-ops.
+        ++e.pc;
+        return Step::kContinue;
       case Opcode::kCall:
         return executeCall(w, f, in, exec);
       case Opcode::kBar: case Opcode::kBarrier:
@@ -1683,7 +1693,12 @@ class BlockRunner {
         return ftz ? flushF32(x) : x;
       }
       case Type::kF64: return asF64(bits);
-      case Type::kF16: return f16ToDouble(static_cast<uint16_t>(bits));
+      case Type::kF16: {
+        // .ftz on f16 flushes subnormal inputs to sign-preserving zero.
+        auto h = static_cast<uint16_t>(bits);
+        if (ftz && (h & 0x7c00) == 0) h &= 0x8000;
+        return f16ToDouble(h);
+      }
       case Type::kBF16: return bf16ToDouble(static_cast<uint16_t>(bits));
       default: return asF64(bits);
     }
@@ -1695,6 +1710,28 @@ class BlockRunner {
       return compareFloat(in.m.cmp, floatValue(a, t, ftz), floatValue(b, t, ftz));
     }
     return compareInt(in.m.cmp, a, b, t);
+  }
+
+  // The element type of a packed pair (f16x2 -> f16), or `t` itself.
+  static Type halfOf(Type t) {
+    return t == Type::kF16x2 ? Type::kF16 : t == Type::kBF16x2 ? Type::kBF16 : t;
+  }
+  static bool packedHalves(Type t) { return t == Type::kF16x2 || t == Type::kBF16x2; }
+
+  // Comparison of the low (half 0) or high (half 1) elements of packed pairs.
+  bool compareHalf(const Inst& in, Type packed, uint64_t a, uint64_t b, unsigned half) const {
+    return compare(in, halfOf(packed), (a >> (16 * half)) & 0xffff, (b >> (16 * half)) & 0xffff);
+  }
+
+  // What set writes for a true comparison: 1.0 in a floating-point destination
+  // type, all ones in an integer one.
+  static uint64_t setTrueValue(Type dtype) {
+    switch (dtype) {
+      case Type::kF32: return bitsOf(1.0f);
+      case Type::kF16: case Type::kF16x2: return 0x3c00;
+      case Type::kBF16: case Type::kBF16x2: return 0x3f80;
+      default: return ~uint64_t{0};
+    }
   }
 
   static bool combine(ptx::BoolOp op, bool r, bool c) {
@@ -1714,8 +1751,16 @@ class BlockRunner {
     const Opnd* c = in.ops.size() > 3 ? &in.ops[3] : nullptr;
     for (uint32_t m = exec; m; m &= m - 1) {
       int lane = std::countr_zero(m);
-      bool r = compare(in, in.type, read(w, f, in.ops[1], lane), read(w, f, in.ops[2], lane));
+      uint64_t a = read(w, f, in.ops[1], lane);
+      uint64_t b = read(w, f, in.ops[2], lane);
       bool cv = c ? (read(w, f, *c, lane) & 1) : true;
+      if (packedHalves(in.type)) {
+        // f16x2/bf16x2: p is the comparison of the low halves, q of the high ones.
+        writeReg(f, *p, lane, combine(in.m.boolOp, compareHalf(in, in.type, a, b, 0), cv));
+        if (q) writeReg(f, *q, lane, combine(in.m.boolOp, compareHalf(in, in.type, a, b, 1), cv));
+        continue;
+      }
+      bool r = compare(in, in.type, a, b);
       writeReg(f, *p, lane, combine(in.m.boolOp, r, cv));
       if (q) writeReg(f, *q, lane, combine(in.m.boolOp, !r, cv));
     }
@@ -2358,11 +2403,20 @@ class BlockRunner {
         break;
       }
       case Opcode::kSet: {
-        // set.CmpOp{.BoolOp}.dtype.stype d, a, b{, {!}c}
-        bool v = combine(in.m.boolOp, compare(in, in.type2, a, b),
-                         in.ops.size() > 3 ? (c & 1) != 0 : true);
-        if (in.type == Type::kF32) r = v ? bitsOf(1.0f) : 0;
-        else r = v ? truncBytes(~uint64_t{0}, bytes) : 0;
+        // set.CmpOp{.BoolOp}.dtype.stype d, a, b{, {!}c}: 1.0 (f32, f16, bf16
+        // destinations) or all ones (integer ones) when true, else 0. Packed
+        // f16x2/bf16x2 sources compare each half into the matching half of d.
+        const bool cv = in.ops.size() > 3 ? (c & 1) != 0 : true;
+        if (packedHalves(in.type2)) {
+          const uint64_t one = setTrueValue(in.type) & 0xffff;
+          r = 0;
+          for (unsigned half = 0; half < 2; ++half) {
+            if (combine(in.m.boolOp, compareHalf(in, in.type2, a, b, half), cv)) r |= one << (16 * half);
+          }
+          break;
+        }
+        bool v = combine(in.m.boolOp, compare(in, in.type2, a, b), cv);
+        r = v ? truncBytes(setTrueValue(in.type), bytes) : 0;
         break;
       }
       case Opcode::kCopysign: case Opcode::kTestp:
