@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <poll.h>
 #include <spawn.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -116,18 +117,18 @@ Result<ProcessOutput> runCapture(const std::vector<std::string>& argv,
 
 bool processEnded(pid_t pid) {
   if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) return true;
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return true;
-  char buf[512];
-  ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n <= 0) return true;
-  buf[n] = '\0';
-  // "pid (comm) S ...": the state follows the last ')' (comm may hold one).
-  const char* paren = std::strrchr(buf, ')');
-  return paren != nullptr && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+  // A zombie still answers kill(pid, 0) but has no address space left:
+  // reading one byte of it fails with ESRCH, where a live process answers
+  // EPERM (not ours to read) or EFAULT (address 0 is never mapped). Unlike
+  // reading /proc/<pid>/stat this opens no descriptor: the check runs in
+  // applications under phos, and CRIU would save a descriptor open at the
+  // moment it freezes one, then fail to reopen it once that pid is gone.
+  // Where a seccomp filter refuses the call (ENOSYS), a zombie counts as
+  // alive until it is reaped.
+  char byte = 0;
+  iovec local{&byte, 1};
+  iovec remote{nullptr, 1};
+  return process_vm_readv(pid, &local, 1, &remote, 1, 0) < 0 && errno == ESRCH;
 }
 
 }  // namespace phos

@@ -1145,10 +1145,94 @@ class Engine {
       PHOS_DRIVER(d, StreamGetPriority)(st, &priority);
       streams.push_back({{"id", id}, {"context", s.contextOf(id)}, {"flags", flags}, {"priority", priority}});
     }
+    // Events: flags, and for one recorded (all work has drained: it has
+    // completed) when, as milliseconds before a mark recorded now in its
+    // context, so that a restore can answer cuEventElapsedTime between it and
+    // any other event (docs/checkpoint.md).
     json events = json::array();
+    std::map<uint64_t, CUevent> marks;  // by context
+    auto markOf = [&](uint64_t context) -> CUevent {
+      auto it = marks.find(context);
+      if (it != marks.end()) return it->second;
+      CUevent mark = nullptr;
+      auto ctx = s.contexts_.find(context);
+      if (ctx == s.contexts_.end() || ctx->second.real == nullptr ||
+          PHOS_DRIVER(d, CtxSetCurrent)(ctx->second.real) != CUDA_SUCCESS ||
+          PHOS_DRIVER(d, EventCreate)(&mark, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+        return marks[context] = nullptr;
+      }
+      if (PHOS_DRIVER(d, EventRecord)(mark, nullptr) != CUDA_SUCCESS ||
+          PHOS_DRIVER(d, EventSynchronize)(mark) != CUDA_SUCCESS) {
+        PHOS_DRIVER(d, EventDestroy_v2)(mark);
+        mark = nullptr;
+      }
+      return marks[context] = mark;
+    };
     for (uint64_t id : s.handles_.ids(HandleType::kCUevent_st)) {
-      auto flags = s.eventFlags_.find(id);
-      events.push_back({{"id", id}, {"context", s.contextOf(id)}, {"flags", flags != s.eventFlags_.end() ? flags->second : 0u}});
+      const EventState* e = s.findEvent(id);
+      const uint64_t context = s.contextOf(id);
+      json entry = {{"id", id}, {"context", context}, {"flags", e != nullptr ? e->flags : 0u},
+                    {"recorded", e != nullptr && e->recorded}};
+      if (e != nullptr && e->recorded && (e->flags & CU_EVENT_DISABLE_TIMING) == 0) {
+        CUevent mark = markOf(context);
+        float before = 0;
+        if (mark == nullptr) {
+          return makeError(Code::kInternal, "cannot time event {} against its context", hex(id));
+        }
+        if (e->restoredMs) {
+          // Restored and not recorded since: its saved time, moved to this mark.
+          CUevent restoreMark = s.restoreMark(context);
+          if (restoreMark == nullptr ||
+              PHOS_DRIVER(d, EventElapsedTime_v2)(&before, restoreMark, mark) != CUDA_SUCCESS) {
+            return makeError(Code::kInternal, "cannot time event {} (restored) against its context", hex(id));
+          }
+          entry["time_ms"] = *e->restoredMs - before;
+        } else {
+          auto* real = static_cast<CUevent>(s.handles_.resolve(HandleType::kCUevent_st, id));
+          CUresult r = PHOS_DRIVER(d, EventElapsedTime_v2)(&before, real, mark);
+          if (r != CUDA_SUCCESS) {
+            return makeError(Code::kInternal, "cannot time event {} against its context (CUresult {})", hex(id),
+                             static_cast<int>(r));
+          }
+          entry["time_ms"] = -static_cast<double>(before);
+        }
+      }
+      events.push_back(entry);
+    }
+    for (const auto& [context, mark] : marks) {
+      if (mark != nullptr) PHOS_DRIVER(d, EventDestroy_v2)(mark);
+    }
+    // And for a program with few timed events, the driver's own interval
+    // between each pair, which the restore answers exactly.
+    constexpr size_t kMaxTimedPairs = 64;
+    std::vector<json*> timed;
+    for (json& e : events) {
+      if (e.contains("time_ms")) timed.push_back(&e);
+    }
+    if (timed.size() <= kMaxTimedPairs) {
+      for (size_t i = 0; i < timed.size(); ++i) {
+        const uint64_t a = (*timed[i])["id"].get<uint64_t>();
+        const EventState* ea = s.findEvent(a);
+        json intervals = json::object();
+        for (size_t j = i + 1; j < timed.size(); ++j) {
+          const uint64_t b = (*timed[j])["id"].get<uint64_t>();
+          const EventState* eb = s.findEvent(b);
+          float ms = 0;
+          if (ea->restoredMs && eb->restoredMs) {
+            auto saved = ea->restoredIntervals.find(b);
+            if (saved == ea->restoredIntervals.end()) continue;  // the times' difference answers
+            ms = saved->second;
+          } else if (!ea->restoredMs && !eb->restoredMs) {
+            auto* ra = static_cast<CUevent>(s.handles_.resolve(HandleType::kCUevent_st, a));
+            auto* rb = static_cast<CUevent>(s.handles_.resolve(HandleType::kCUevent_st, b));
+            if (PHOS_DRIVER(d, EventElapsedTime_v2)(&ms, ra, rb) != CUDA_SUCCESS) continue;
+          } else {
+            continue;
+          }
+          intervals[std::to_string(b)] = ms;
+        }
+        if (!intervals.empty()) (*timed[i])["intervals"] = intervals;
+      }
     }
     state["library_modules"] = libraryModules;
     state["functions"] = functions;
@@ -1725,7 +1809,32 @@ class Engine {
       RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, EventCreate)(&event, flags), fmt::format("creating event {} again", hex(eid))));
       s.handles_.bind(HandleType::kCUevent_st, eid, event);
       s.contextOfHandle_[eid] = context;
-      s.eventFlags_[eid] = flags;
+      EventState& state = s.event(eid);
+      state.flags = flags;
+      state.recorded = x.value("recorded", false);
+      if (x.contains("time_ms")) state.restoredMs = x["time_ms"].get<double>();
+      const json intervals = x.value("intervals", json::object());
+      for (const auto& [other, ms] : intervals.items()) {
+        state.restoredIntervals[std::stoull(other)] = ms.get<float>();
+      }
+    }
+    // Intervals are saved once per pair: the other direction is the negation.
+    for (auto& [eid, state] : s.events_) {
+      for (const auto& [other, ms] : state.restoredIntervals) {
+        auto peer = s.events_.find(other);
+        if (peer != s.events_.end()) peer->second.restoredIntervals.try_emplace(eid, -ms);
+      }
+    }
+    // The origin of restored events' times in each context: a mark recorded
+    // now (kept until the context goes).
+    for (const auto& [vid, ctx] : s.contexts_) {
+      if (ctx.real == nullptr) continue;
+      RETURN_IF_ERROR(makeCurrent(vid));
+      CUevent mark = nullptr;
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, EventCreate)(&mark, CU_EVENT_DEFAULT), "creating a restore mark"));
+      s.restoreMarks_[vid] = mark;
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, EventRecord)(mark, nullptr), "recording a restore mark"));
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, EventSynchronize)(mark), "recording a restore mark"));
     }
 
     // Pinned memory: the same file path, mapped at the same address.

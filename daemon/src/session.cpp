@@ -668,12 +668,13 @@ void Session::destroyContext(uint64_t id) {
     if (h->second == id) {
       handles_.erase(h->first);
       moduleRecords_.erase(h->first);
-      eventFlags_.erase(h->first);
+      events_.erase(h->first);
       h = contextOfHandle_.erase(h);
     } else {
       ++h;
     }
   }
+  restoreMarks_.erase(id);  // destroyed with the context
   const bool primary = it->second.primary;
   handles_.erase(id);
   contexts_.erase(it);

@@ -97,6 +97,24 @@ class KernelOutput final : public vgpu::PrintfSink {
   bool truncated_ = false;
 };
 
+// What a session knows of an event beyond the driver's object: its flags (the
+// driver has no query for them; a restore creates it again with them), and
+// whether and when it was recorded, so that a restored program's
+// cuEventElapsedTime between events recorded before the checkpoint gives
+// their interval, and across the checkpoint a time, never an error.
+struct EventState {
+  unsigned flags = 0;
+  bool recorded = false;  // cuEventRecord* ran on it
+  // Recorded before the checkpoint this session was restored from, and not
+  // since: when, in milliseconds after the restore's mark of its context
+  // (<= 0; the time the process was frozen counts as none).
+  std::optional<double> restoredMs;
+  // Restored too: the driver's own cuEventElapsedTime from this event to
+  // other restored events, as measured before the checkpoint (exact, where
+  // the difference of two times could round differently).
+  std::map<uint64_t, float> restoredIntervals;
+};
+
 // A context the session owns, by virtual id.
 struct SessionContext {
   CUcontext real = nullptr;
@@ -214,7 +232,17 @@ class Session {
   int currentDevice() const;
   void recordModule(uint64_t id, ModuleRecord record) { moduleRecords_[id] = std::move(record); }
   void forgetModule(uint64_t id) { moduleRecords_.erase(id); }
-  void recordEventFlags(uint64_t id, unsigned flags) { eventFlags_[id] = flags; }
+  EventState& event(uint64_t id) { return events_[id]; }
+  const EventState* findEvent(uint64_t id) const {
+    auto it = events_.find(id);
+    return it == events_.end() ? nullptr : &it->second;
+  }
+  // The event a restore recorded in context `context` when the session came
+  // back (the time origin of restored events' times), or null.
+  CUevent restoreMark(uint64_t context) const {
+    auto it = restoreMarks_.find(context);
+    return it == restoreMarks_.end() ? nullptr : it->second;
+  }
   void removeAllocation(CUdeviceptr p);
   // Forgets the globals of a module or library (the driver's handle) once unloaded.
   void removeGlobalsOf(void* module);
@@ -356,7 +384,8 @@ class Session {
   TransferTracker transfers_{driver_};
   AccessGate gate_;
   std::vector<Violation> violations_;  // collected so far (the last kMaxViolations)
-  std::map<uint64_t, unsigned> eventFlags_;         // by event id
+  std::map<uint64_t, EventState> events_;           // by event id
+  std::map<uint64_t, CUevent> restoreMarks_;        // by context id (restored sessions)
   // pause()/resume(): the serving thread parks between calls.
   std::mutex pauseMutex_;
   std::condition_variable pauseChanged_;

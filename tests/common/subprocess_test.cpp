@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// Tests of runCapture.
+// Tests of runCapture and processEnded.
 #include "phos/common/subprocess.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <string>
@@ -69,4 +71,26 @@ TEST(RunCapture, RefusesToReplaceTheStandardDescriptors) {
 }
 
 }  // namespace
+TEST(ProcessEnded, LiveProcessesRun) {
+  EXPECT_FALSE(processEnded(getpid()));
+  EXPECT_FALSE(processEnded(1));  // another user's process may not be read, and still runs
+}
+
+TEST(ProcessEnded, ZombieAndReapedChildHaveEnded) {
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  // Until reaped it is a zombie: kill(pid, 0) still succeeds.
+  for (int i = 0; i < 2000 && !processEnded(child); ++i) usleep(1000);
+  EXPECT_EQ(kill(child, 0), 0);
+  EXPECT_TRUE(processEnded(child));
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  EXPECT_TRUE(processEnded(child));
+}
+
+TEST(ProcessEnded, NoPidHasEnded) {
+  EXPECT_TRUE(processEnded(0));
+  EXPECT_TRUE(processEnded(-1));
+}
+
 }  // namespace phos

@@ -68,7 +68,86 @@ CUresult cuEventCreate(ServerCall& c, uint64_t* phEvent, unsigned int flags) {
   CUresult r = PHOS_DRIVER(c.driverTable(), EventCreate)(phEvent != nullptr ? &e : nullptr, flags);
   if (r != CUDA_SUCCESS || phEvent == nullptr) return r;
   *phEvent = c.exportHandle(HandleType::kCUevent_st, r, e);
-  c.session().recordEventFlags(*phEvent, flags);
+  c.session().event(*phEvent).flags = flags;
+  return CUDA_SUCCESS;
+}
+
+// Recorded now: whatever it was recorded as before a restore is forgotten.
+CUresult cuEventRecord(ServerCall& c, Handle<CUevent> hEvent, Handle<CUstream> hStream) {
+  CUresult r = PHOS_DRIVER(c.driverTable(), EventRecord)(hEvent.real, hStream.real);
+  if (r == CUDA_SUCCESS) {
+    EventState& e = c.session().event(hEvent.id);
+    e.recorded = true;
+    e.restoredMs.reset();
+  }
+  return r;
+}
+
+CUresult cuEventRecordWithFlags(ServerCall& c, Handle<CUevent> hEvent, Handle<CUstream> hStream, unsigned int flags) {
+  CUresult r = PHOS_DRIVER(c.driverTable(), EventRecordWithFlags)(hEvent.real, hStream.real, flags);
+  if (r == CUDA_SUCCESS) {
+    EventState& e = c.session().event(hEvent.id);
+    e.recorded = true;
+    e.restoredMs.reset();
+  }
+  return r;
+}
+
+namespace {
+
+// When `event` (recorded) happened, in milliseconds after the restore's mark:
+// its saved time if it was recorded before the checkpoint, else what the
+// driver measures from the mark of its context (or of `fallback`'s, for a
+// context created since the restore).
+CUresult sinceRestore(ServerCall& c, const Handle<CUevent>& event, uint64_t fallback, double* ms) {
+  Session& s = c.session();
+  const EventState* state = s.findEvent(event.id);
+  if (state == nullptr || !state->recorded) return CUDA_ERROR_INVALID_HANDLE;  // never recorded
+  if (state->restoredMs) {
+    *ms = *state->restoredMs;
+    return CUDA_SUCCESS;
+  }
+  CUevent mark = s.restoreMark(s.contextOf(event.id));
+  if (mark == nullptr) mark = s.restoreMark(fallback);
+  if (mark == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  float elapsed = 0;
+  CUresult r = PHOS_DRIVER(c.driverTable(), EventElapsedTime_v2)(&elapsed, mark, event.real);
+  *ms = elapsed;
+  return r;
+}
+
+}  // namespace
+
+// Between events recorded in this run the driver measures. An event
+// recorded before the checkpoint the session was restored from has no
+// driver record any more: its saved time answers, measured from the
+// restore's mark, so that two such events give their original interval and
+// one across the checkpoint a time (the process frozen in between counts
+// as no time).
+CUresult cuEventElapsedTime(ServerCall& c, float* pMilliseconds, Handle<CUevent> hStart, Handle<CUevent> hEnd) {
+  Session& s = c.session();
+  const EventState* start = s.findEvent(hStart.id);
+  const EventState* end = s.findEvent(hEnd.id);
+  const bool restored = (start != nullptr && start->restoredMs) || (end != nullptr && end->restoredMs);
+  if (!restored) return PHOS_DRIVER(c.driverTable(), EventElapsedTime_v2)(pMilliseconds, hStart.real, hEnd.real);
+  if (pMilliseconds == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // "If either event was created with the CU_EVENT_DISABLE_TIMING flag, then
+  // this function will return CUDA_ERROR_INVALID_HANDLE."
+  if ((start != nullptr && (start->flags & CU_EVENT_DISABLE_TIMING)) ||
+      (end != nullptr && (end->flags & CU_EVENT_DISABLE_TIMING))) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  if (start != nullptr && end != nullptr && start->restoredMs && end->restoredMs) {
+    // Both from before the checkpoint: what the driver measured then.
+    if (auto saved = start->restoredIntervals.find(hEnd.id); saved != start->restoredIntervals.end()) {
+      *pMilliseconds = saved->second;
+      return CUDA_SUCCESS;
+    }
+  }
+  double from = 0, to = 0;
+  if (CUresult r = sinceRestore(c, hStart, s.contextOf(hEnd.id), &from); r != CUDA_SUCCESS) return r;
+  if (CUresult r = sinceRestore(c, hEnd, s.contextOf(hStart.id), &to); r != CUDA_SUCCESS) return r;
+  *pMilliseconds = static_cast<float>(to - from);
   return CUDA_SUCCESS;
 }
 

@@ -35,7 +35,8 @@ Result<ProcessOutput> runCapture(const std::vector<std::string>& argv,
                                  const CaptureOptions& options);
 
 // Whether `pid` has ended: no such process, or one that exited and was not
-// reaped yet (a zombie still answers kill(pid, 0)). Allocates nothing.
+// reaped yet (a zombie still answers kill(pid, 0)). Allocates nothing and
+// opens no descriptor, so applications may call it at any moment.
 bool processEnded(pid_t pid);
 
 }  // namespace phos
