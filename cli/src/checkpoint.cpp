@@ -294,7 +294,7 @@ class GpuRestore {
     auto stream = ipc::ControlStream::open(socket_, request);
     if (!stream && stream.status().code() == Code::kUnavailable) {
       // The GPU state needs phosd: start one, as phos run does.
-      if (Status started = startBackgroundDaemon(runtimeDir_, ""); !started.isOk()) {
+      if (Status started = ensureDaemon(runtimeDir_, ""); !started.isOk()) {
         return makeError(Code::kFailedPrecondition,
                          "the image has GPU state and no phosd answers at {}; starting one failed: {}; "
                          "nothing was restored",

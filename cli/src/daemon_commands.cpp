@@ -186,12 +186,9 @@ int runRun(const RunArgs& args) {
     return kExitFailure;
   }
   const std::string dir = runtimeDirOf(args.runtimeDir);
-  const std::string socket = ipc::controlSocketPath(dir);
-  if (!ipc::controlRequest(socket, R"({"op":"ping"})", std::chrono::seconds(2)).isOk()) {
-    if (Status s = startBackgroundDaemon(dir, args.driver); !s.isOk()) {
-      std::fprintf(stderr, "phos run: %s\n", s.message().c_str());
-      return kExitFailure;
-    }
+  if (Status s = ensureDaemon(dir, args.driver); !s.isOk()) {
+    std::fprintf(stderr, "phos run: %s\n", s.message().c_str());
+    return kExitFailure;
   }
   std::string preload = shim;
   if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && *old != '\0') preload += std::string(":") + old;
@@ -353,6 +350,22 @@ static void unsetShimPreload() {
   }
 }
 
+namespace {
+
+// A daemon that holds `dir` but did not answer a ping: busy, not dead. Waits
+// for it rather than starting a second one.
+Status waitForDaemon(const std::string& dir, pid_t holder) {
+  const std::string socket = ipc::controlSocketPath(dir);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (ipc::controlRequest(socket, R"({"op":"ping"})", std::chrono::seconds(5)).isOk()) return Status::ok();
+    Result<pid_t> now = ipc::daemonHoldingLock(dir);
+    if (now.isOk() && *now == 0) return makeError(Code::kUnavailable, "phosd (pid {}) serving {} exited", holder, dir);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return makeError(Code::kUnavailable, "phosd (pid {}) holds {} but has not answered for 20 s", holder, dir);
+}
+
 Status startBackgroundDaemon(const std::string& dir, const std::string& driver) {
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return errnoError(errno, fmt::format("cannot create {}", dir));
   const std::string logPath = dir + "/phosd.log";
@@ -391,6 +404,17 @@ Status startBackgroundDaemon(const std::string& dir, const std::string& driver) 
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return makeError(Code::kUnavailable, "the daemon did not start within 20 s (see {})", logPath);
+}
+
+}  // namespace
+
+Status ensureDaemon(const std::string& dir, const std::string& driver) {
+  if (ipc::controlRequest(ipc::controlSocketPath(dir), R"({"op":"ping"})", std::chrono::seconds(2)).isOk()) {
+    return Status::ok();
+  }
+  Result<pid_t> holder = ipc::daemonHoldingLock(dir);
+  if (holder.isOk() && *holder > 0) return waitForDaemon(dir, *holder);
+  return startBackgroundDaemon(dir, driver);
 }
 
 

@@ -14,9 +14,11 @@ namespace phos::cli {
 using SubcommandRunner = std::function<int()>;
 
 // Exit codes shared by all subcommands.
-// Starts `phos daemon --runtime-dir DIR` in the background (its own session,
-// its log in DIR/phosd.log) and waits until it answers (phos run, phos restore).
-Status startBackgroundDaemon(const std::string& dir, const std::string& driver);
+// Makes sure a daemon serves DIR (phos run, phos restore): one that answers
+// is used; one that holds DIR's lock but does not answer yet is busy and
+// waited for; else `phos daemon --runtime-dir DIR` starts in the background
+// (its own session, its log in DIR/phosd.log) and is waited for.
+Status ensureDaemon(const std::string& dir, const std::string& driver);
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;     // the operation failed

@@ -251,6 +251,15 @@ const char* stateName(WorkerHandle::State s) {
   return "?";
 }
 
+// A control connection whose request line has not fully arrived. Connections
+// are read as their bytes come, beside everything else the main loop does:
+// idle or slow clients (any user may connect) cannot delay anyone else.
+struct PendingControl {
+  ucred peer{};
+  std::string line;
+  Clock::time_point deadline;  // the whole line by then
+};
+
 // A client waiting for a spare worker (attach or restore).
 struct WaitingClient {
   enum class Kind { kAttach, kRestore } kind = Kind::kAttach;
@@ -272,6 +281,10 @@ struct Daemon::Impl {
   int driverVersion = 0;
   int deviceCount = 0;
   int listenFd = -1;
+  int lockFd = -1;               // runtimeDir/phosd.lock, write-locked for the daemon's life
+  dev_t socketDevice = 0;        // the socket this daemon bound: the only one it unlinks
+  ino_t socketInode = 0;
+  std::map<int, PendingControl> pendingControl;  // by descriptor
   std::optional<net::Key> key;  // options.keyFile's
   pid_t migrationListener = -1;
   uint64_t nextSession = 0;
@@ -302,21 +315,26 @@ struct Daemon::Impl {
       close(c.fd);
       if (c.pidfd >= 0) close(c.pidfd);
     }
+    for (auto& [fd, c] : pendingControl) close(fd);
     if (listenFd >= 0) {
       close(listenFd);
-      unlink(socketPath.c_str());
+      // Only the socket it bound: never one a later daemon made there.
+      struct stat st {};
+      if (stat(socketPath.c_str(), &st) == 0 && st.st_dev == socketDevice && st.st_ino == socketInode) {
+        unlink(socketPath.c_str());
+      }
     }
+    if (lockFd >= 0) close(lockFd);  // last: the directory is free once the socket is gone
   }
 
   Status bind() {
     if (mkdir(runtimeDir.c_str(), 0700) != 0 && errno != EEXIST) {
       return errnoError(errno, fmt::format("cannot create {}", runtimeDir));
     }
-    // A daemon already answering there: do not steal its socket.
-    if (auto pong = ipc::controlRequest(socketPath, R"({"op":"ping"})", std::chrono::seconds(2)); pong.isOk()) {
-      return makeError(Code::kAlreadyExists, "a phosd already serves {}", socketPath);
-    }
-    unlink(socketPath.c_str());
+    // Who holds the lock owns the directory: a second daemon leaves it, and
+    // the socket, alone however busy the first one is.
+    ASSIGN_OR_RETURN(lockFd, ipc::lockDaemonDirectory(runtimeDir));
+    unlink(socketPath.c_str());  // a dead daemon's
     listenFd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (listenFd < 0) return errnoError(errno, "socket");
     sockaddr_un addr{};
@@ -328,6 +346,10 @@ struct Daemon::Impl {
     if (::bind(listenFd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
       return errnoError(errno, fmt::format("cannot bind {}", socketPath));
     }
+    struct stat st {};
+    if (stat(socketPath.c_str(), &st) != 0) return errnoError(errno, fmt::format("stat {}", socketPath));
+    socketDevice = st.st_dev;
+    socketInode = st.st_ino;
     // Anyone may connect; every request is checked against SO_PEERCRED.
     chmod(socketPath.c_str(), 0666);
     if (listen(listenFd, 64) != 0) return errnoError(errno, "listen");
@@ -339,6 +361,8 @@ struct Daemon::Impl {
   // Every descriptor main holds, closed in a new worker.
   void closeMainDescriptors() {
     if (listenFd >= 0) close(listenFd);
+    if (lockFd >= 0) close(lockFd);  // a record lock is the process's: the child holds none
+    for (auto& [fd, c] : pendingControl) close(fd);
     for (auto& [pid, w] : workers) {
       close(w.channel);
       if (w.pidfd >= 0) close(w.pidfd);
@@ -924,47 +948,79 @@ struct Daemon::Impl {
     return refusal(fmt::format("unknown op \"{}\"", op));
   }
 
-  // One request per connection. The socket has a receive timeout: a client
-  // that connects and says nothing cannot stall the daemon.
-  void serveControl(int fd) {
+  // A new control connection: its request is read as it arrives (readControl).
+  // At most kMaxPendingControl wait at once; beyond, the one waiting longest
+  // is dropped (a client that sends its request at once is never the oldest).
+  static constexpr size_t kMaxPendingControl = 256;
+  static constexpr auto kControlLineBound = std::chrono::seconds(2);
+
+  void acceptControl(int fd) {
     ucred peer{};
     socklen_t len = sizeof(peer);
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) {
       close(fd);
       return;
     }
+    if (pendingControl.size() >= kMaxPendingControl) {
+      auto oldest = std::min_element(pendingControl.begin(), pendingControl.end(), [](const auto& a, const auto& b) {
+        return a.second.deadline < b.second.deadline;
+      });
+      close(oldest->first);
+      pendingControl.erase(oldest);
+    }
+    pendingControl[fd] = {peer, {}, Clock::now() + kControlLineBound};
+    readControl(fd);  // its request may be there already
+  }
+
+  // Reads what arrived on a pending connection; once the line is complete,
+  // serves it.
+  void readControl(int fd) {
+    auto it = pendingControl.find(fd);
+    if (it == pendingControl.end()) return;
+    PendingControl& c = it->second;
+    char buf[4096];
+    for (;;) {
+      ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // more later
+      if (n < 0) {
+        close(fd);
+        pendingControl.erase(it);
+        return;
+      }
+      if (n == 0) {  // the client finished sending without a whole line
+        const ucred peer = c.peer;
+        pendingControl.erase(it);
+        serveControl(fd, peer, nullptr);
+        return;
+      }
+      const size_t searched = c.line.size();
+      c.line.append(buf, static_cast<size_t>(n));
+      if (auto nl = c.line.find('\n', searched); nl != std::string::npos) {
+        c.line.resize(nl);
+        break;
+      }
+      if (c.line.size() > ipc::kMaxControlMessage) break;
+    }
+    PendingControl done = std::move(c);
+    pendingControl.erase(it);
+    serveControl(fd, done.peer, done.line.size() <= ipc::kMaxControlMessage ? &done.line : nullptr);
+  }
+
+  // One request per connection; `line` is null when it was not one line of
+  // at most kMaxControlMessage bytes in time.
+  void serveControl(int fd, const ucred& peer, const std::string* line) {
+    // Answers are written blocking, bounded: a client that never reads
+    // cannot hold the daemon longer than that.
     int flags = fcntl(fd, F_GETFL);
     fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     timeval tv{2, 0};
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    // The whole line within 2 s, not each read: a client sending a byte now
-    // and then would otherwise hold the daemon (which serves connections one
-    // at a time) for as long as it likes.
-    const auto deadline = Clock::now() + std::chrono::seconds(2);
-    std::string line;
-    char buf[4096];
-    bool complete = false;
-    while (line.size() <= ipc::kMaxControlMessage) {
-      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
-      if (left.count() <= 0) break;
-      timeval wait{static_cast<time_t>(left.count() / 1000000), static_cast<suseconds_t>(left.count() % 1000000)};
-      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
-      ssize_t n = recv(fd, buf, sizeof(buf), 0);
-      if (n <= 0) break;
-      const size_t searched = line.size();
-      line.append(buf, static_cast<size_t>(n));
-      if (auto nl = line.find('\n', searched); nl != std::string::npos) {
-        line.resize(nl);
-        // The newline may arrive in the read that crosses the limit.
-        complete = nl <= ipc::kMaxControlMessage;
-        break;
-      }
-    }
     std::optional<json> answer;
-    if (!complete) {
-      answer = refusal("a request is one line of at most 1 MiB");
+    if (line == nullptr) {
+      answer = refusal("a request is one line of at most 1 MiB, sent within 2 s");
     } else {
-      json request = json::parse(line, nullptr, /*allow_exceptions=*/false);
+      json request = json::parse(*line, nullptr, /*allow_exceptions=*/false);
       if (request.is_discarded()) {
         answer = refusal("the request is not valid JSON");
       } else {
@@ -981,6 +1037,16 @@ struct Daemon::Impl {
   // Answers what waited too long: requests to workers, clients waiting for one.
   void expire() {
     const auto now = Clock::now();
+    for (auto c = pendingControl.begin(); c != pendingControl.end();) {
+      if (c->second.deadline > now) {
+        ++c;
+        continue;
+      }
+      const int fd = c->first;
+      const ucred peer = c->second.peer;
+      c = pendingControl.erase(c);
+      serveControl(fd, peer, nullptr);
+    }
     for (auto r = waiting.begin(); r != waiting.end();) {
       if (r->second.deadline > now) {
         ++r;
@@ -1007,11 +1073,15 @@ struct Daemon::Impl {
   Status pollOnce(bool accept, std::chrono::milliseconds timeout) {
     if (accept) keepSpares();
     std::vector<pollfd> fds;
-    enum class Kind { kListen, kChannel, kWorkerExit, kClientExit };
+    enum class Kind { kListen, kChannel, kWorkerExit, kClientExit, kControl };
     std::vector<std::pair<Kind, pid_t>> owners;
     if (accept) {
       fds.push_back({listenFd, POLLIN, 0});
       owners.emplace_back(Kind::kListen, 0);
+      for (const auto& [fd, c] : pendingControl) {
+        fds.push_back({fd, POLLIN, 0});
+        owners.emplace_back(Kind::kControl, fd);
+      }
     }
     for (const auto& [pid, w] : workers) {
       fds.push_back({w.channel, POLLIN, 0});
@@ -1031,6 +1101,9 @@ struct Daemon::Impl {
     };
     for (const auto& [id, w] : waiting) sooner(w.deadline);
     if (!waitingForWorker.empty()) sooner(waitingForWorker.front().deadline);
+    if (accept) {
+      for (const auto& [fd, c] : pendingControl) sooner(c.deadline);
+    }
     if (nextForkAllowed > now) sooner(nextForkAllowed);
     int ready = poll(fds.data(), fds.size(), static_cast<int>(wait.count()));
     if (ready < 0) {
@@ -1050,12 +1123,15 @@ struct Daemon::Impl {
       auto it = workers.find(owners[i].second);
       if (it != workers.end() && it->second.clientPidfd == fds[i].fd) onClientExit(owners[i].second);
     }
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents != 0 && owners[i].first == Kind::kControl) readControl(owners[i].second);
+    }
     expire();
     if (accept && (fds[0].revents & POLLIN) != 0) {
       for (;;) {
         int fd = accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC);
         if (fd < 0) break;
-        serveControl(fd);
+        acceptControl(fd);
       }
     }
     return Status::ok();

@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -431,3 +432,111 @@ def test_ping_reports_spare_workers(daemon):
     assert pong["driver"] and pong["driver_version"] > 0
     assert [(p["device"], p["free"], p["target"]) for p in pong["pool"]] == [(0, 1, 1)]
     assert isinstance(pong["pool_misses"], int)
+
+
+# ---- one daemon per runtime directory, never starved ----------------------
+
+
+def daemons_serving(runtime_dir):
+    """Pids of `phos daemon` processes (main processes) running for `runtime_dir`."""
+    found = []
+    for proc in pathlib.Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"daemon" in argv and str(runtime_dir).encode() in argv and b"--stop" not in argv:
+            found.append(int(proc.name))
+    # Workers are forks of the main process with the same command line: keep
+    # the ones whose parent is not such a process.
+    def parent(pid):
+        try:
+            return int(pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            return 0
+    return sorted(p for p in found if parent(p) not in found)
+
+
+def run_true(phos, daemon, timeout=60):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PHOS_") and k != "LD_PRELOAD"}
+    return subprocess.run([str(phos), "run", "--runtime-dir", str(daemon.runtime_dir), "--", "true"], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_hundreds_of_idle_and_slow_connections_starve_no_one(daemon, phos):
+    """Idle connections (more than the daemon keeps) and clients dribbling a
+    byte at a time: ping answers at once, phos run and a checkpoint request
+    are served, and no second daemon appears."""
+    idle = [daemon.connect(timeout=30) for _ in range(300)]
+    stop = threading.Event()
+
+    def dribble():
+        with daemon.connect() as s:
+            while not stop.is_set():
+                try:
+                    s.sendall(b" ")
+                except OSError:
+                    return
+                time.sleep(0.2)
+
+    slow = [threading.Thread(target=dribble) for _ in range(20)]
+    for t in slow:
+        t.start()
+    try:
+        time.sleep(0.5)
+        for _ in range(5):
+            pong, took = time_ping(daemon)
+            assert pong is not None and pong["ok"] is True
+            assert took < 1.0, f"a ping took {took:.1f}s beside 320 idle and slow connections"
+        r = run_true(phos, daemon)
+        assert r.returncode == 0, r.stderr
+        assert daemon.request({"op": "attach", "pid": os.getpid()})["ok"] is True
+        answer = long_request(daemon, {"op": "checkpoint", "pid": os.getpid()})
+        assert answer["ok"] is False and answer.get("code") != "no-session", answer  # the worker answered
+        assert daemons_serving(daemon.runtime_dir) == [daemon.process.pid]
+    finally:
+        stop.set()
+        for t in slow:
+            t.join()
+        for s in idle:
+            s.close()
+
+
+def test_a_second_daemon_leaves_the_first_one_and_its_socket_alone(daemon, phos):
+    inode = daemon.socket_path.stat().st_ino
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PHOS_") and k != "LD_PRELOAD"}
+    r = subprocess.run([str(phos), "daemon", "--runtime-dir", str(daemon.runtime_dir), "--pool", "1"], env=env,
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0
+    assert f"a phosd (pid {daemon.process.pid}) already serves {daemon.runtime_dir}" in r.stderr, r.stderr
+    assert daemon.socket_path.stat().st_ino == inode
+    assert (daemon.runtime_dir / "phosd.lock").read_text().strip() == str(daemon.process.pid)
+    daemon.assert_serving()
+
+
+def test_phos_run_waits_for_a_busy_daemon_and_replaces_a_dead_one(phos):
+    daemon = ControlDaemon(phos)
+    try:
+        # Stopped for longer than run's ping waits: busy, not dead.
+        os.kill(daemon.process.pid, signal.SIGSTOP)
+        threading.Timer(4.0, os.kill, (daemon.process.pid, signal.SIGCONT)).start()
+        r = run_true(phos, daemon)
+        assert r.returncode == 0, r.stderr
+        assert daemons_serving(daemon.runtime_dir) == [daemon.process.pid]
+        assert "already serves" not in daemon.log(), "phos run started a second daemon"
+        daemon.assert_serving()
+        # Dead: the kernel dropped its lock, phos run starts another.
+        os.kill(daemon.process.pid, signal.SIGKILL)
+        daemon.process.wait()
+        r = run_true(phos, daemon)
+        assert r.returncode == 0, r.stderr
+        pong = daemon.request({"op": "ping"})
+        assert pong["ok"] is True and pong["daemon_pid"] != daemon.process.pid
+        # The dead one's workers end on their own.
+        wait_for(lambda: daemons_serving(daemon.runtime_dir) == [pong["daemon_pid"]], 15, "one daemon")
+    finally:
+        daemon.request({"op": "stop"})
+        wait_for(lambda: daemons_serving(daemon.runtime_dir) == [], 15, "the daemons to stop")
+        daemon.stop()

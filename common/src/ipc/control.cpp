@@ -2,6 +2,7 @@
 // Client side of phosd's control socket.
 #include "phos/common/ipc/control.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -24,6 +25,56 @@ std::string runtimeDir() {
 }
 
 std::string controlSocketPath(const std::string& runtimeDirectory) { return runtimeDirectory + "/phosd.sock"; }
+
+std::string daemonLockPath(const std::string& runtimeDirectory) { return runtimeDirectory + "/phosd.lock"; }
+
+namespace {
+
+// The pid holding a write lock on the whole of `fd`'s file, or 0.
+Result<pid_t> lockHolder(int fd, const std::string& path) {
+  struct flock query {};
+  query.l_type = F_WRLCK;
+  query.l_whence = SEEK_SET;
+  if (fcntl(fd, F_GETLK, &query) != 0) return errnoError(errno, fmt::format("cannot query the lock {}", path));
+  return query.l_type == F_UNLCK ? pid_t{0} : query.l_pid;
+}
+
+}  // namespace
+
+Result<int> lockDaemonDirectory(const std::string& runtimeDirectory) {
+  const std::string path = daemonLockPath(runtimeDirectory);
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return errnoError(errno, fmt::format("cannot open the daemon lock {}", path));
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  if (fcntl(fd, F_SETLK, &lock) != 0) {
+    const int e = errno;
+    Result<pid_t> holder = lockHolder(fd, path);
+    close(fd);
+    if (e == EAGAIN || e == EACCES) {
+      return makeError(Code::kAlreadyExists, "a phosd (pid {}) already serves {}",
+                       holder.isOk() ? std::to_string(*holder) : std::string("unknown"), runtimeDirectory);
+    }
+    return errnoError(e, fmt::format("cannot lock {}", path));
+  }
+  // For people: who holds it.
+  const std::string pid = std::to_string(getpid()) + "\n";
+  if (ftruncate(fd, 0) == 0) (void)!pwrite(fd, pid.data(), pid.size(), 0);  // a courtesy: the lock is what counts
+  return fd;
+}
+
+Result<pid_t> daemonHoldingLock(const std::string& runtimeDirectory) {
+  const std::string path = daemonLockPath(runtimeDirectory);
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    if (errno == ENOENT) return pid_t{0};
+    return errnoError(errno, fmt::format("cannot open the daemon lock {}", path));
+  }
+  Result<pid_t> holder = lockHolder(fd, path);
+  close(fd);  // ours held no lock: closing releases nothing
+  return holder;
+}
 
 namespace {
 

@@ -61,6 +61,19 @@ std::string runtimeDir();
 // Its control socket: runtimeDir()/phosd.sock.
 std::string controlSocketPath(const std::string& runtimeDirectory);
 
+// One daemon per runtime directory: the daemon holds a write lock (fcntl's,
+// the process's own) on runtimeDir/phosd.lock for its life, and only the
+// holder binds, serves and unlinks the socket there.
+std::string daemonLockPath(const std::string& runtimeDirectory);
+// Takes the lock for this process; the returned descriptor holds it (close
+// it, or exit, to release). kAlreadyExists naming the holder's pid when a
+// daemon holds it.
+Result<int> lockDaemonDirectory(const std::string& runtimeDirectory);
+// The pid of the daemon holding the lock, 0 when none does (no daemon, or
+// one that died: the kernel drops its lock). Never call it in the daemon's
+// own process: closing any descriptor of the file drops that process's lock.
+Result<pid_t> daemonHoldingLock(const std::string& runtimeDirectory);
+
 // Connects to `socketPath`, sends `request` (one line) and returns the
 // answer line. kUnavailable when nothing listens there.
 Result<std::string> controlRequest(const std::string& socketPath, const std::string& request,
