@@ -187,13 +187,13 @@ def test_checkpoints_in_a_row_of_one_session(criu, phos, phosd, tmp_path):
     client = Client(phos, phosd, tmp_path)
     try:
         client.wait_iterations(2)
-        for n in range(4):
+        for n in range(3):
             report = checkpoint(phos, phosd, client.proc.pid, tmp_path / f"image{n}")
             assert report["protocol"] == "soft-copy-on-write", report
         client.wait_iterations(client.iterations() + 1)
     finally:
         client.stop()
-    for n in range(4):
+    for n in range(3):
         verify = subprocess.run([str(phos), "verify", str(tmp_path / f"image{n}")], capture_output=True, text=True,
                                 timeout=TIMEOUT)
         assert verify.returncode == 0, verify.stdout + verify.stderr
