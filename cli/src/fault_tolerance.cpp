@@ -308,7 +308,7 @@ class Supervisor {
   }
 
   bool restore(const fs::path& image) {
-    auto reader = image::ImageReader::open(image);
+    auto reader = image::ImageReader::open(image, image::Requester{::geteuid()});
     if (!reader.isOk()) {
       say(fmt::format("{}: {}", image.string(), reader.status().message()));
       return false;

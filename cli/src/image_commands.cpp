@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // phos inspect / phos verify: what an image holds, and whether it is intact.
+#include <unistd.h>
+
 #include <cstdio>
 #include <map>
 
@@ -51,8 +53,13 @@ std::string deviceName(const image::BlobInfo& blob) {
   return device.is_string() ? device.get<std::string>() : device.dump();
 }
 
+// phos runs with its user's privileges, but the rules for images are the
+// same as phosd's (docs/security.md): a user inspects and verifies only image
+// directories of its own, and nothing follows links.
+image::Requester caller() { return image::Requester{::geteuid()}; }
+
 int runInspect(const std::string& dir, bool asJson) {
-  auto reader = image::ImageReader::open(dir);
+  auto reader = image::ImageReader::open(dir, caller());
   if (!reader) return reportOpenError("inspect", reader.status());
   const image::Manifest& m = (*reader)->manifest();
   uint64_t cpuBytes = 0;
@@ -156,7 +163,7 @@ int runInspect(const std::string& dir, bool asJson) {
 }
 
 int runVerify(const std::string& dir, bool asJson) {
-  auto reader = image::ImageReader::open(dir);
+  auto reader = image::ImageReader::open(dir, caller());
   if (!reader) {
     if (asJson) {
       nlohmann::json out = {{"image", dir}, {"ok", false},

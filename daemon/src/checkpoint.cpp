@@ -463,7 +463,7 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
                      criuBinary.status().message());
   }
   ASSIGN_OR_RETURN(auto writer,
-                   image::ImageWriter::create(options.image, {.codec = options.codec}));
+                   image::ImageWriter::create(options.image, {.codec = options.codec, .owner = options.owner}));
   // A process that does not lead its own session (started from a shell) needs
   // --shell-job, at dump and at restore.
   bool shellJob = process.session != pid;
@@ -654,7 +654,8 @@ int duplicateHigh(int fd) {
 Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
   const fs::path& imageDir = options.image;
   auto start = Clock::now();
-  ASSIGN_OR_RETURN(auto reader, image::ImageReader::open(imageDir));
+  // The rules phosd applies (docs/security.md), for whoever runs this.
+  ASSIGN_OR_RETURN(auto reader, image::ImageReader::open(imageDir, image::Requester{::geteuid()}));
   const nlohmann::json& state = reader->manifest().state;
   if (!state.contains("cpu") || !state["cpu"].is_object() || reader->manifest().cpuFiles.empty()) {
     return makeError(Code::kDataLoss, "{}: the image holds no CPU state (cpu/ is empty)",

@@ -330,7 +330,10 @@ uint64_t stagingBudget() {
 // A session file of the image is about to be re-created at its path: one left
 // by a session that is gone is removed; while a live session holds the ring
 // locked (Session::lockRing), the checkpointed session still runs here.
-Status claimPath(const std::string& path, const std::string& ringPath, pid_t process) {
+// The path comes from the manifest, which its writer controls: a file there
+// that does not belong to `owner` (the restored session's uid) is another
+// user's session file, and is never removed for this one.
+Status claimPath(const std::string& path, const std::string& ringPath, pid_t process, uid_t owner) {
   if (path.rfind("/dev/shm/phos-", 0) != 0 || path.find("..") != std::string::npos) {
     return makeError(Code::kDataLoss, "the image names a session file outside /dev/shm/phos-*: {}", path);
   }
@@ -350,6 +353,10 @@ Status claimPath(const std::string& path, const std::string& ringPath, pid_t pro
   if (held) return inUse("a session holds its ring");
   struct stat st{};
   if (lstat(path.c_str(), &st) != 0) return Status::ok();
+  if (st.st_uid != owner && geteuid() == 0) {
+    return makeError(Code::kPermissionDenied, "{} belongs to uid {}, not to uid {} whose session is restored", path,
+                     st.st_uid, owner);
+  }
   if (unlink(path.c_str()) != 0) return errnoError(errno, fmt::format("cannot remove the stale {}", path));
   return Status::ok();
 }
@@ -403,6 +410,8 @@ class Engine {
     // the asking user could write it.
     if (const uid_t peer = request.value("peer_uid", uid_t{0}); peer != 0 && !outgoing) {
       if (Status allowed = writableBy(options.image.parent_path(), peer); !allowed.isOk()) return failure(allowed);
+      // ... and it is theirs: a user restores only image directories it owns.
+      if (geteuid() == 0) options.owner = peer;
     }
     options.leaveRunning = request.value("leave_running", false);
     auto codec = image::parseCodec(request.value("compress", std::string("none")));
@@ -1401,7 +1410,7 @@ class Engine {
   // ---- restore -------------------------------------------------------------
   static Result<RestoredSession> restore(uint64_t id, const DriverTable& d, ContextPool& pool,
                                          const ServerTable& servers, const std::string& runtimeDir,
-                                         const json& request, const ProgressFn& progress) {
+                                         const json& request, uid_t requester, const ProgressFn& progress) {
     if (!request.contains("image") || !request["image"].is_string()) {
       return makeError(Code::kInvalidArgument, "restore needs an \"image\" directory");
     }
@@ -1411,7 +1420,10 @@ class Engine {
       return makeError(Code::kInvalidArgument, "restore: \"eager\" must be true or false");
     }
     const bool eager = request.value("eager", false);
-    ASSIGN_OR_RETURN(std::shared_ptr<const image::ImageReader> reader, image::ImageReader::open(dir));
+    // The directory's owner and mode (fstat of it, opened without following
+    // a link) say who may restore it; every file is opened beneath it.
+    ASSIGN_OR_RETURN(std::shared_ptr<const image::ImageReader> reader,
+                     image::ImageReader::open(dir, image::Requester{requester}));
     const json& all = reader->manifest().state;
     if (!all.contains("gpu") || !all["gpu"].contains("sessions") || !all["gpu"]["sessions"].is_array() ||
         all["gpu"]["sessions"].empty()) {
@@ -1424,7 +1436,18 @@ class Engine {
     const json& st = all["gpu"]["sessions"][0];
     const std::string where = "state.gpu.sessions[0]";
     ASSIGN_OR_RETURN(pid_t pid, field<pid_t>(st, "pid", where));
-    ASSIGN_OR_RETURN(uid_t uid, field<uid_t>(st, "uid", where));
+    ASSIGN_OR_RETURN(uid_t recorded, field<uid_t>(st, "uid", where));
+    // The manifest's uid is what its writer claims, not a credential: for a
+    // user it must be that user (a session of another uid would give it
+    // that uid's ring and files); root restores another user's job as that
+    // user, as CRIU restores the process with its own credentials.
+    if (requester != 0 && recorded != requester) {
+      return makeError(Code::kPermissionDenied,
+                       "{}: its manifest names uid {} ({}.uid), but uid {} asks to restore it: a user restores only "
+                       "its own sessions",
+                       dir, recorded, where, requester);
+    }
+    const uid_t uid = requester != 0 ? requester : recorded;
     RestoredSession restored;
     restored.session = std::make_unique<Session>(id, pid, uid, d, pool, servers, runtimeDir);
     Session& s = *restored.session;
@@ -1499,7 +1522,7 @@ class Engine {
     // The session's files first: if it still runs here, nothing is done.
     if (!st.contains("ring")) return makeError(Code::kDataLoss, "the session's call ring is not in the image");
     ASSIGN_OR_RETURN(const std::string ringPath, field<std::string>(st["ring"], "path", "ring"));
-    RETURN_IF_ERROR(claimPath(ringPath, ringPath, s.pid_));
+    RETURN_IF_ERROR(claimPath(ringPath, ringPath, s.pid_, s.uid_));
     ASSIGN_OR_RETURN(uint64_t lastSerial, field<uint64_t>(st, "handles_last_serial", "session"));
     s.handles_.setLastSerial(lastSerial);
     s.deferred_ = static_cast<CUresult>(st.value("deferred_error", 0));
@@ -1851,7 +1874,7 @@ class Engine {
       r.flags = p.value("flags", 0u);
       r.context = p.value("context", uint64_t{0});
       ASSIGN_OR_RETURN(size_t blob, blobOf(reader, p, "pinned"));
-      RETURN_IF_ERROR(claimPath(r.path, ringPath, s.pid_));
+      RETURN_IF_ERROR(claimPath(r.path, ringPath, s.pid_, s.uid_));
       RETURN_IF_ERROR(mapShared(r.path, r.address, r.mapped, s.uid_));
       s.pinned_[r.address] = r;  // from here on stop() unmaps and removes it
       RETURN_IF_ERROR(reader.read(blob, 0, {reinterpret_cast<std::byte*>(r.address), r.bytes}));
@@ -1867,7 +1890,7 @@ class Engine {
       const json& h = st["host_calls"];
       ASSIGN_OR_RETURN(std::string path, field<std::string>(h, "path", "host_calls"));
       ASSIGN_OR_RETURN(size_t blob, blobOf(reader, h, "host_calls"));
-      RETURN_IF_ERROR(claimPath(path, ringPath, s.pid_));
+      RETURN_IF_ERROR(claimPath(path, ringPath, s.pid_, s.uid_));
       ASSIGN_OR_RETURN(auto channel, HostCallChannel::create(path, s.uid_, s.pid_));
       std::vector<std::byte> bytes(reader.manifest().blobs[blob].size);
       RETURN_IF_ERROR(reader.read(blob, 0, bytes));
@@ -1926,8 +1949,8 @@ json checkpointSession(Session& session, const json& request, const ProgressFn& 
 
 Result<RestoredSession> restoreSession(uint64_t id, const DriverTable& driver, ContextPool& pool,
                                        const ServerTable& servers, const std::string& runtimeDir,
-                                       const json& request, const ProgressFn& progress) {
-  return Engine::restore(id, driver, pool, servers, runtimeDir, request, progress);
+                                       const json& request, uid_t requester, const ProgressFn& progress) {
+  return Engine::restore(id, driver, pool, servers, runtimeDir, request, requester, progress);
 }
 
 Status loadConcurrently(Session& session, OnDemandRestore& loading, ValidationMode validation,

@@ -50,9 +50,16 @@ struct RestoredSession {
 // device memory is loaded before this returns; without, only mapped: the
 // session's gate makes its calls wait for what they touch, and
 // loadConcurrently() loads the rest once the session serves.
+//
+// `requester` is the uid that asked (SO_PEERCRED of its control connection):
+// the image is untrusted input (docs/security.md). Another uid than root may
+// restore only an image directory it owns and no one else may write, whose
+// manifest names that same uid; the session is the requester's. Root may
+// restore any image, as the uid its manifest names. All of this is decided
+// before any file of the image but the manifest is read.
 Result<RestoredSession> restoreSession(uint64_t id, const DriverTable& driver, ContextPool& pool,
                                        const ServerTable& servers, const std::string& runtimeDir,
-                                       const nlohmann::json& request, const ProgressFn& progress);
+                                       const nlohmann::json& request, uid_t requester, const ProgressFn& progress);
 
 // The window of a concurrent restore, on the worker's control thread while
 // the session serves: loads every buffer, then reads the restore twins'

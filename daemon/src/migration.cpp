@@ -161,13 +161,18 @@ Status Outgoing::handOver(const fs::path& imagePath, bool eager, bool& leaveStop
     }
   }
   for (const image::CpuFile& file : manifest.cpuFiles) {
-    std::ifstream in(reader->cpuDirectory() / file.path, std::ios::binary);
-    if (!in) return makeError(Code::kIo, "cannot read {} of the image", file.path);
+    // As every file of an image: beneath it, no links (image/safe_open.h).
+    ASSIGN_OR_RETURN(image::Fd in, reader->openFile(fmt::format("{}/{}", image::kCpuDir, file.path)));
     uint64_t offset = 0;
     do {
       raw.resize(std::min<uint64_t>(kFilePiece, file.size - offset));
-      in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size()));
-      if (!in) return makeError(Code::kIo, "cannot read {} of the image", file.path);
+      size_t got = 0;
+      while (got < raw.size()) {
+        ssize_t n = ::pread(in.get(), raw.data() + got, raw.size() - got, static_cast<off_t>(offset + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return makeError(Code::kIo, "cannot read {} of the image", file.path);
+        got += static_cast<size_t>(n);
+      }
       RETURN_IF_ERROR(sendBytes({{"kind", "file"}, {"path", file.path}, {"offset", offset}, {"bytes", raw.size()}}, raw)
                           .withContext("sending the image"));
       offset += raw.size();

@@ -470,7 +470,16 @@ class Worker {
     }
     if (!beginOperation("restore", fd)) return;
     const uint64_t id = m.value("session", uint64_t{0});
-    const auto peerUid = m.value("peer_uid", uid_t{0});
+    // phosd always says who asked (SO_PEERCRED); without it nothing is
+    // restored, rather than restoring as root.
+    if (!m.contains("peer_uid") || !m["peer_uid"].is_number_unsigned()) {
+      writeLine(fd, {{"ok", false}, {"code", "internal"}, {"error", "phosd did not say which uid asks to restore"}});
+      close(fd);
+      ending_ = true;
+      operationRunning_ = false;
+      return;
+    }
+    const auto peerUid = m["peer_uid"].get<uid_t>();
     json request = m.value("request", json::object());
     operation_ = std::thread([this, id, peerUid, request, fd] {
       restoreAndWaitForAdopt(id, peerUid, request, fd);
@@ -490,7 +499,7 @@ class Worker {
     Result<RestoredSession> restored = makeError(Code::kInternal, "restore did not run");
     try {
       restored =
-          restoreSession(id, *driver_, *pool_, servers_, config_.runtimeDir, request, progress);
+          restoreSession(id, *driver_, *pool_, servers_, config_.runtimeDir, request, peerUid, progress);
     } catch (const std::exception& e) {
       restored = makeError(Code::kInternal, "restore of {} failed: {}", image, e.what());
     }
@@ -504,6 +513,8 @@ class Worker {
     }
     std::unique_ptr<Session> session = std::move(restored->session);
     std::shared_ptr<OnDemandRestore> loading = std::move(restored->loading);
+    // restoreSession refused this already, before reading the image's data;
+    // kept as the last word before the session is announced.
     if (peerUid != 0 && peerUid != session->uid()) {
       writeLine(fd, {{"ok", false},
                      {"code", "permission"},

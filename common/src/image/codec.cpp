@@ -61,7 +61,8 @@ Status decompress(Codec codec, std::span<const std::byte> stored, std::span<std:
         return makeError(Code::kDataLoss, "zstd: {}", ZSTD_getErrorName(n));
       }
       if (n != out.size()) {
-        return makeError(Code::kDataLoss, "zstd: decoded {} bytes, expected {}", n, out.size());
+        // Not how many it decoded: that number comes from the stored bytes.
+        return makeError(Code::kDataLoss, "zstd: does not decode to the expected {} bytes", out.size());
       }
       return Status::ok();
     }
@@ -75,7 +76,7 @@ Status decompress(Codec codec, std::span<const std::byte> stored, std::span<std:
                                   static_cast<int>(stored.size()), static_cast<int>(out.size()));
       if (n < 0) return makeError(Code::kDataLoss, "lz4: stored bytes do not decode");
       if (static_cast<size_t>(n) != out.size()) {
-        return makeError(Code::kDataLoss, "lz4: decoded {} bytes, expected {}", n, out.size());
+        return makeError(Code::kDataLoss, "lz4: does not decode to the expected {} bytes", out.size());
       }
       return Status::ok();
     }

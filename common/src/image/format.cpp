@@ -3,6 +3,7 @@
 #include "phos/image/format.h"
 
 #include <charconv>
+#include <limits>
 #include <set>
 
 #include <fmt/format.h>
@@ -126,6 +127,11 @@ Result<BlobInfo> blobFromJson(const json& j, const std::string& path) {
     uint64_t stored = c[1].get<uint64_t>();
     if (stored == 0 || stored > (2ull << 30)) {
       return makeError(Code::kDataLoss, "{}: stored size {} is out of range", where, stored);
+    }
+    // The reader checks that the file holds offset + stored bytes: that sum
+    // must not wrap, and a pread offset is signed.
+    if (chunk.fileOffset > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) - stored) {
+      return makeError(Code::kDataLoss, "{}: file offset {} is out of range", where, chunk.fileOffset);
     }
     chunk.storedBytes = static_cast<uint32_t>(stored);
     auto codec = parseCodec(c[2].get<std::string>());

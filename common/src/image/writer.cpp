@@ -2,6 +2,7 @@
 // ImageWriter: chunked, checksummed, optionally compressed; published by an atomic rename.
 #include "phos/image/writer.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -60,6 +61,37 @@ Status syncPath(const fs::path& path, bool directory) {
   ::close(fd);
   if (rc != 0) return errnoError(err, fmt::format("syncing {}", path.string()));
   return Status::ok();
+}
+
+// Gives the directory `fd` and everything in it to `uid`: fchown of
+// descriptors and fchownat(AT_SYMLINK_NOFOLLOW), so a link placed in the tree
+// changes only the link, and openat(O_NOFOLLOW) to descend.
+Status chownTree(int fd, uid_t uid, const fs::path& shownAs) {
+  if (::fchown(fd, uid, static_cast<gid_t>(-1)) != 0) {
+    return errnoError(errno, fmt::format("giving {} to uid {}", shownAs.string(), uid));
+  }
+  int listFd = ::dup(fd);
+  if (listFd < 0) return errnoError(errno, fmt::format("listing {}", shownAs.string()));
+  DIR* dir = ::fdopendir(listFd);
+  if (dir == nullptr) {
+    ::close(listFd);
+    return errnoError(errno, fmt::format("listing {}", shownAs.string()));
+  }
+  Status status;
+  while (dirent* entry = ::readdir(dir)) {
+    std::string_view name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    int child = ::openat(fd, entry->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (child >= 0) {
+      status = chownTree(child, uid, shownAs / name);
+      ::close(child);
+    } else if (::fchownat(fd, entry->d_name, uid, static_cast<gid_t>(-1), AT_SYMLINK_NOFOLLOW) != 0) {
+      status = errnoError(errno, fmt::format("giving {} to uid {}", (shownAs / name).string(), uid));
+    }
+    if (!status.isOk()) break;
+  }
+  ::closedir(dir);
+  return status;
 }
 
 // Size and checksum of a file, streamed.
@@ -309,6 +341,13 @@ Status ImageWriter::commit() {
     RETURN_IF_ERROR(written);
     for (const fs::path& dir : directories) RETURN_IF_ERROR(syncPath(dir, true));
 
+    if (options_.owner) {
+      int top = ::open(staging_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (top < 0) return errnoError(errno, fmt::format("opening {}", staging_.string()));
+      Status given = chownTree(top, *options_.owner, staging_);
+      ::close(top);
+      RETURN_IF_ERROR(given);
+    }
     // RENAME_NOREPLACE: an image that appeared meanwhile is never replaced.
     if (::renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, directory_.c_str(),
                     RENAME_NOREPLACE) != 0) {

@@ -65,7 +65,8 @@ struct BlobInfo {
   nlohmann::json attributes = nlohmann::json::object();  // device, address, flags...
   std::vector<ChunkInfo> chunks;
 
-  uint64_t chunkCount() const { return (size + chunkBytes - 1) / chunkBytes; }
+  // Not (size + chunkBytes - 1) / chunkBytes: a manifest's size near 2^64 would wrap to 0.
+  uint64_t chunkCount() const { return size / chunkBytes + (size % chunkBytes != 0 ? 1 : 0); }
   // Raw size of chunk `index` (< chunkCount()).
   uint32_t chunkRawBytes(uint64_t index) const;
   uint64_t storedBytes() const;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "phos/image/format.h"
+#include "phos/image/safe_open.h"
 
 namespace phos::image {
 
@@ -31,9 +32,22 @@ class ImageReader {
   // Parses and checks the manifest and that every blob file is present and
   // long enough. kNotFound if `directory` or its manifest is missing,
   // kDataLoss if either is damaged, kNotSupported for a newer format version.
-  static Result<std::unique_ptr<ImageReader>> open(const std::filesystem::path& directory);
+  //
+  // The image is untrusted input (docs/security.md): the directory is opened
+  // without following a link and checked against `requester`
+  // (checkImageOwner: kPermissionDenied for an unprivileged requester that
+  // does not own it), and every file of it is opened through openBeneath
+  // (no links, regular files only, readable by the requester). Late chunks
+  // are phosd's own (migration): refused for an unprivileged requester.
+  static Result<std::unique_ptr<ImageReader>> open(const std::filesystem::path& directory,
+                                                   const Requester& requester = {});
 
   const std::filesystem::path& directory() const { return directory_; }
+  // The image directory as opened (O_NOFOLLOW): every file is opened beneath it.
+  int directoryFd() const { return directoryFd_.get(); }
+  // A file of the image ("cpu/pages-1.img"), opened by openBeneath for this
+  // reader's requester.
+  Result<Fd> openFile(std::string_view relative) const;
   const Manifest& manifest() const { return manifest_; }
   std::filesystem::path cpuDirectory() const { return directory_ / kCpuDir; }
 
@@ -57,11 +71,17 @@ class ImageReader {
   std::vector<Problem> verifyCpuFiles() const;
 
  private:
-  ImageReader(std::filesystem::path directory, Manifest manifest)
-      : directory_(std::move(directory)), manifest_(std::move(manifest)) {}
+  ImageReader(std::filesystem::path directory, Fd directoryFd, Requester requester, Manifest manifest)
+      : directory_(std::move(directory)),
+        directoryFd_(std::move(directoryFd)),
+        requester_(requester),
+        manifest_(std::move(manifest)) {}
+  Status readExactly(std::string_view relative, uint64_t offset, std::span<std::byte> out) const;
   Status readLate(size_t blob, uint64_t chunk, uint64_t checksum, std::span<std::byte> out) const;
 
   std::filesystem::path directory_;
+  Fd directoryFd_;
+  Requester requester_;
   Manifest manifest_;
   std::map<std::pair<size_t, uint64_t>, uint64_t> late_;  // (blob, chunk) -> checksum of its bytes
   mutable std::mutex lateMutex_;

@@ -2,10 +2,13 @@
 // ImageWriter: builds an image under a staging name and publishes it atomically.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -18,6 +21,11 @@ struct WriterOptions {
   Codec codec = Codec::kNone;
   int zstdLevel = 1;  // fast: checkpointing is bandwidth-bound
   uint32_t chunkBytes = kDefaultChunkBytes;
+  // Whom the published image belongs to. A root phosd writes images for
+  // users; a user may restore only image directories it owns
+  // (docs/security.md), so commit() gives the whole tree to this uid (through
+  // descriptors, never following a link) before publishing it.
+  std::optional<uid_t> owner;
 };
 
 // The image is written into a sibling directory ".NAME.partial-PID" and renamed

@@ -58,6 +58,9 @@ struct CheckpointOptions {
   std::filesystem::path image;  // must not exist yet
   bool leaveRunning = false;    // otherwise the process is gone after a successful dump
   image::Codec codec = image::Codec::kNone;
+  // The uid the published image belongs to (image::WriterOptions::owner):
+  // phosd sets the asking user's, so that it may restore it.
+  std::optional<uid_t> owner;
   std::string protocol = "stop-the-world";  // the manifest's "protocol"
   // A connected socket to a CRIU page server (live migration): the final dump
   // sends its memory pages there (--page-server --ps-socket) instead of into
