@@ -388,6 +388,50 @@ Result<T> field(const json& object, const char* name, const std::string& where) 
 
 }  // namespace
 
+// Function attributes a program may set (cuFuncSetAttribute,
+// cuKernelSetAttribute), by the name an image stores them under. A checkpoint
+// reads each back from the driver; a restore sets the ones that differ from a
+// freshly loaded function's. (Cache configuration is a preference the driver
+// gives no way to read, and does not change what a kernel computes.)
+constexpr std::pair<const char*, CUfunction_attribute> kSettableFunctionAttributes[] = {
+    {"max_dynamic_shared_size_bytes", CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES},
+    {"preferred_shared_memory_carveout", CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT},
+    {"required_cluster_width", CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH},
+    {"required_cluster_height", CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT},
+    {"required_cluster_depth", CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH},
+    {"non_portable_cluster_size_allowed", CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED},
+    {"cluster_scheduling_policy_preference", CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE},
+};
+
+// `read(attribute, &value)` for every settable attribute, as an object of
+// the ones the driver answers.
+template <typename Read>
+json settableAttributes(Read read) {
+  json out = json::object();
+  for (const auto& [name, attribute] : kSettableFunctionAttributes) {
+    int value = 0;
+    if (read(attribute, &value) == CUDA_SUCCESS) out[name] = value;
+  }
+  return out;
+}
+
+// Sets again, through `read` and `write`, every saved attribute whose value
+// differs from the driver's now; fails naming the first it cannot set.
+template <typename Read, typename Write>
+Status restoreAttributes(const json& saved, std::string_view what, Read read, Write write) {
+  for (const auto& [name, attribute] : kSettableFunctionAttributes) {
+    if (!saved.contains(name) || !saved[name].is_number_integer()) continue;
+    const int want = saved[name].template get<int>();
+    int now = 0;
+    if (read(attribute, &now) == CUDA_SUCCESS && now == want) continue;
+    if (CUresult r = write(attribute, want); r != CUDA_SUCCESS) {
+      return makeError(Code::kFailedPrecondition, "{}: attribute {} cannot be set to {} again (CUresult {})", what,
+                       name, want, static_cast<int>(r));
+    }
+  }
+  return Status::ok();
+}
+
 class Engine {
  public:
   // ---- checkpoint ----------------------------------------------------------
@@ -1132,6 +1176,9 @@ class Engine {
         lost.push_back({{"id", id}, {"what", fmt::format("function {} of a module phosd did not load", fname)}});
         continue;
       }
+      json attributes = settableAttributes(
+          [&](CUfunction_attribute a, int* v) { return PHOS_DRIVER(d, FuncGetAttribute)(v, a, f); });
+      if (!attributes.empty()) entry["attributes"] = attributes;
       functions.push_back(entry);
     }
     for (uint64_t id : s.handles_.ids(HandleType::kCUkern_st)) {
@@ -1143,7 +1190,15 @@ class Engine {
         lost.push_back({{"id", id}, {"what", "a kernel the driver cannot name"}});
         continue;
       }
-      kernels.push_back({{"id", id}, {"library", s.handles_.idOf(lib)}, {"name", kname}});
+      // Per device: cuKernelSetAttribute applies to the kernel's functions in
+      // every context of one device.
+      json perDevice = json::object();
+      for (int dev = 0; dev < s.pool_.deviceCount(); ++dev) {
+        json attributes = settableAttributes(
+            [&](CUfunction_attribute a, int* v) { return PHOS_DRIVER(d, KernelGetAttribute)(v, a, k, dev); });
+        if (!attributes.empty()) perDevice[std::to_string(dev)] = attributes;
+      }
+      kernels.push_back({{"id", id}, {"library", s.handles_.idOf(lib)}, {"name", kname}, {"attributes", perDevice}});
     }
     json streams = json::array();
     for (uint64_t id : s.handles_.ids(HandleType::kCUstream_st)) {
@@ -1803,6 +1858,10 @@ class Engine {
       if (mod == nullptr || PHOS_DRIVER(d, ModuleGetFunction)(&fn, mod, name.c_str()) != CUDA_SUCCESS) {
         return makeError(Code::kFailedPrecondition, "function {} ({}) cannot be found again", name, hex(fid));
       }
+      RETURN_IF_ERROR(restoreAttributes(
+          f.value("attributes", json::object()), fmt::format("function {} ({})", name, hex(fid)),
+          [&](CUfunction_attribute a, int* v) { return PHOS_DRIVER(d, FuncGetAttribute)(v, a, fn); },
+          [&](CUfunction_attribute a, int v) { return PHOS_DRIVER(d, FuncSetAttribute)(fn, a, v); }));
       s.handles_.bind(HandleType::kCUfunc_st, fid, fn);
       if (context != 0) s.contextOfHandle_[fid] = context;
     }
@@ -1814,6 +1873,18 @@ class Engine {
       CUkernel kernel = nullptr;
       if (lib == nullptr || PHOS_DRIVER(d, LibraryGetKernel)(&kernel, lib, name.c_str()) != CUDA_SUCCESS) {
         return makeError(Code::kFailedPrecondition, "kernel {} ({}) cannot be found again", name, hex(kid));
+      }
+      const json perDevice = k.value("attributes", json::object());
+      for (const auto& [device, attributes] : perDevice.items()) {
+        const int dev = std::atoi(device.c_str());
+        if (dev < 0 || dev >= s.pool_.deviceCount()) {
+          return makeError(Code::kFailedPrecondition, "kernel {} ({}) has attributes for device {}, this host has {}",
+                           name, hex(kid), device, s.pool_.deviceCount());
+        }
+        RETURN_IF_ERROR(restoreAttributes(
+            attributes, fmt::format("kernel {} ({}) on device {}", name, hex(kid), dev),
+            [&](CUfunction_attribute a, int* v) { return PHOS_DRIVER(d, KernelGetAttribute)(v, a, kernel, dev); },
+            [&](CUfunction_attribute a, int v) { return PHOS_DRIVER(d, KernelSetAttribute)(a, v, kernel, dev); }));
       }
       s.handles_.bind(HandleType::kCUkern_st, kid, kernel);
     }

@@ -21,9 +21,10 @@ from test_concurrent_restore import restore as restore_with
 
 TIMEOUT = 120
 PROGRAMS = ["vector_add", "matmul_tiled", "streams_events", "symbols", "atomics_warp", "reduction",
-            "printf_hostfunc", "train", "pools", "device_assert", "event_times", "vector_add_shared", "train_shared"]
+            "printf_hostfunc", "train", "pools", "device_assert", "event_times", "shared_optin", "vector_add_shared",
+            "train_shared"]
 # Lines a program prints after its steps.
-TAIL_LINES = {"train": 1, "train_shared": 1, "pools": 3, "event_times": 1}
+TAIL_LINES = {"train": 1, "train_shared": 1, "pools": 3, "event_times": 1, "shared_optin": 1}
 STEPS = 14
 SLEEP_MS = 200
 
@@ -72,7 +73,7 @@ def reference(cudart_dir, env, name="train"):
     return out
 
 
-@pytest.mark.parametrize("name", ["train", "train_shared", "pools", "event_times"])
+@pytest.mark.parametrize("name", ["train", "train_shared", "pools", "event_times", "shared_optin"])
 def test_killed_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, name):
     """Stop-the-world: the job ends at the checkpoint; its restore finishes it exactly."""
     ref = reference(cudart_dir, env, name)
@@ -89,7 +90,7 @@ def test_killed_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, name)
 
 
 @pytest.mark.parametrize("mode,name", [("cow", "train"), ("recopy", "train"), ("stop", "train"), ("cow", "pools"),
-                                       ("recopy", "pools"), ("cow", "event_times")])
+                                       ("recopy", "pools"), ("cow", "event_times"), ("recopy", "shared_optin")])
 def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, mode, name):
     """The job goes on to the uninterrupted end; the image restores to it as well."""
     ref = reference(cudart_dir, env, name)
