@@ -624,7 +624,8 @@ class Engine {
       }
       s.resume();
     }
-    if (!report.isOk() && cow && cowReport.value("misspeculations", 0) > 0) {
+    // (cowReport is null when the checkpoint failed before its copy began.)
+    if (!report.isOk() && cow && cowReport.is_object() && cowReport.value("misspeculations", 0) > 0) {
       // A launch wrote outside its speculated buffers while the copy ran:
       // the image may hold bytes of after t1. As the paper does: discard it,
       // and checkpoint again stop-the-world.

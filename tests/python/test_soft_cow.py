@@ -143,6 +143,27 @@ def checkpoint(phos, phosd, pid, image, *extra):
     return json.loads(r.stdout)
 
 
+def test_an_existing_image_directory_is_refused_and_the_job_runs_on(criu, phos, phosd, tmp_path):
+    """A failure before the copy begins (here: the image directory exists)
+    says what went wrong, as stop-the-world does; it once read a field of
+    the copy's report that did not exist yet."""
+    client = Client(phos, phosd, tmp_path)
+    try:
+        client.wait_iterations(2)
+        image = tmp_path / "image"
+        image.mkdir()
+        (image / "precious").write_text("keep me")
+        r = subprocess.run([str(phos), "checkpoint", "--pid", str(client.proc.pid), "--image", str(image),
+                            "--leave-running", "--mode", "cow", "--runtime-dir", str(phosd.runtime_dir)],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        assert r.returncode == 2, r.stderr
+        assert "already exists" in r.stderr and "json" not in r.stderr, r.stderr
+        assert (image / "precious").read_text() == "keep me"
+        client.wait_iterations(client.iterations() + 1)
+    finally:
+        client.stop()
+
+
 def test_cow_image_is_the_state_at_the_quiesce_point(criu, phos, slow_copies, tmp_path):
     phosd, reference = slow_copies
     client = Client(phos, phosd, tmp_path)
