@@ -76,10 +76,15 @@ def reference(cudart_dir, env, name="train"):
 @pytest.mark.parametrize("name", ["train", "train_shared", "pools", "event_times", "shared_optin"])
 def test_killed_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, name):
     """Stop-the-world: the job ends at the checkpoint; its restore finishes it exactly."""
-    ref = reference(cudart_dir, env, name)
-    job = Job(phos, phosd, train(cudart_dir, name), env, tmp_path)
+    killed_and_restored(phos, phosd, train(cudart_dir, name), reference(cudart_dir, env, name), env, tmp_path, 4)
+
+
+def killed_and_restored(phos, phosd, cmd, ref, env, tmp_path, line):
+    """Checkpoints `cmd` stop-the-world once it printed `line` lines; the lines
+    before the kill and those of the restore make up `ref` exactly."""
+    job = Job(phos, phosd, cmd, env, tmp_path)
     try:
-        job.wait_line(4)
+        job.wait_line(line)
         checkpoint(phos, phosd, job.pid, tmp_path / "image")
         assert job.proc.wait(timeout=30) == -signal.SIGKILL
         before = job.lines()
@@ -238,13 +243,4 @@ def test_cudart12_runs_on_vgpu_and_under_phos_alike(phos, phosd, env, cudart12):
 
 def test_cudart12_killed_and_restored(criu, phos, phosd, env, cudart12, tmp_path):
     ref = run([*cudart12, "--steps", 8], env).splitlines()
-    job = Job(phos, phosd, [*cudart12, "--steps", "8", "--sleep-ms", "300"], env, tmp_path)
-    try:
-        job.wait_line(3)
-        checkpoint(phos, phosd, job.pid, tmp_path / "image")
-        assert job.proc.wait(timeout=30) == -signal.SIGKILL
-        before = job.lines()
-        assert before == ref[:len(before)] and len(before) < len(ref)
-        assert before + restore(phos, phosd, tmp_path / "image", env) == ref
-    finally:
-        job.stop()
+    killed_and_restored(phos, phosd, [*cudart12, "--steps", "8", "--sleep-ms", "300"], ref, env, tmp_path, 3)
