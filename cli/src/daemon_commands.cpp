@@ -150,23 +150,59 @@ bool findsProgram(const std::string& name, std::string* why) {
 // path: a program linked with -lcuda (libcuda.so.1 in DT_NEEDED) loads PhOS,
 // not NVIDIA's driver, and starts on a host that has none. The dynamic loader
 // maps the file the shim is preloaded from only once.
-Result<std::string> driverDirectory(const std::string& runtimeDir, const std::string& shim) {
-  const std::string dir = runtimeDir + "/driver";
-  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return makeError(Code::kIo, "cannot create {}: {}", dir, std::strerror(errno));
-  }
+//
+// It lives in the runtime directory, "driver/". A user of a root phosd
+// (/run/phos) may not write there: such a job uses the directory if it already
+// links to this shim, else a private one of the user's own.
+Status linkShim(const std::string& dir, const std::string& target) {
   const std::string link = dir + "/libcuda.so.1";
   std::error_code ec;
-  const std::string target = std::filesystem::absolute(shim, ec).string();
-  if (std::filesystem::read_symlink(link, ec) != target) {
-    // Replaced atomically: a job starting now sees the old link or the new one.
-    const std::string tmp = link + fmt::format(".{}", getpid());
+  if (std::filesystem::read_symlink(link, ec) == target) return Status::ok();
+  // Replaced atomically: a job starting now sees the old link or the new one.
+  const std::string tmp = link + fmt::format(".{}", getpid());
+  std::filesystem::remove(tmp, ec);
+  if (symlink(target.c_str(), tmp.c_str()) != 0 || rename(tmp.c_str(), link.c_str()) != 0) {
+    Status s = makeError(Code::kIo, "cannot link {} to {}: {}", link, target, std::strerror(errno));
     std::filesystem::remove(tmp, ec);
-    if (symlink(target.c_str(), tmp.c_str()) != 0 || rename(tmp.c_str(), link.c_str()) != 0) {
-      return makeError(Code::kIo, "cannot link {} to {}: {}", link, target, std::strerror(errno));
-    }
+    return s;
   }
-  return dir;
+  return Status::ok();
+}
+
+// A directory only this user may change: created 0700, or an existing one it
+// owns that no one else may write (anything else could plant a libcuda.so.1).
+Status ownPrivateDirectory(const std::string& dir) {
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return makeError(Code::kIo, "cannot create {}: {}", dir, std::strerror(errno));
+  }
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0) return makeError(Code::kIo, "cannot stat {}: {}", dir, std::strerror(errno));
+  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return makeError(Code::kPermissionDenied,
+                     "{} is not a private directory of uid {} (a directory it owns, not writable by others)", dir,
+                     geteuid());
+  }
+  return Status::ok();
+}
+
+Result<std::string> driverDirectory(const std::string& runtimeDir, const std::string& shim) {
+  std::error_code ec;
+  const std::string target = std::filesystem::absolute(shim, ec).string();
+  const std::string shared = runtimeDir + "/driver";
+  const bool created = mkdir(shared.c_str(), 0755) == 0 || errno == EEXIST;
+  Status linked = created ? linkShim(shared, target) : makeError(Code::kIo, "cannot create {}: {}", shared,
+                                                                 std::strerror(errno));
+  if (linked.isOk()) return shared;
+  if (geteuid() == 0) return linked;
+  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+  const std::string own = xdg != nullptr && *xdg != '\0' ? fmt::format("{}/phos-driver", xdg)
+                                                         : fmt::format("/tmp/phos-driver-{}", geteuid());
+  Status mine = ownPrivateDirectory(own);
+  if (mine.isOk()) mine = linkShim(own, target);
+  if (!mine.isOk()) {
+    return makeError(Code::kIo, "{}; and no directory of this user's own: {}", linked.message(), mine.message());
+  }
+  return own;
 }
 
 int runRun(const RunArgs& args) {

@@ -8,9 +8,12 @@
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -18,6 +21,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -28,6 +32,7 @@
 #include "phos/common/subprocess.h"
 #include "phos/daemon/criu.h"
 #include "phos/image/reader.h"
+#include "phos/image/safe_open.h"
 #include "phos/image/writer.h"
 
 namespace phos::checkpoint {
@@ -46,6 +51,9 @@ struct ProcessInfo {
   std::vector<std::string> cmdline;
   char state = '?';
   pid_t session = 0;
+  // Real, effective and saved ids (/proc/PID/status "Uid:" and "Gid:").
+  std::array<uid_t, 3> uids{};
+  std::array<gid_t, 3> gids{};
 };
 
 Result<ProcessInfo> readProcess(pid_t pid) {
@@ -72,13 +80,62 @@ Result<ProcessInfo> readProcess(pid_t pid) {
   info.session = static_cast<pid_t>(session);
   std::ifstream cmdFile(proc / "cmdline");
   for (std::string arg; std::getline(cmdFile, arg, '\0');) info.cmdline.push_back(arg);
+  std::ifstream statusFile(proc / "status");
+  for (std::string line; std::getline(statusFile, line);) {
+    std::istringstream fields(line);
+    std::string key;
+    fields >> key;
+    if (key == "Uid:") fields >> info.uids[0] >> info.uids[1] >> info.uids[2];
+    if (key == "Gid:") fields >> info.gids[0] >> info.gids[1] >> info.gids[2];
+  }
   return info;
+}
+
+// Who runs CRIU's dump. A root phosd dumps another user's job as that user
+// (its real, effective and saved ids), in CRIU's unprivileged mode with only
+// CAP_CHECKPOINT_RESTORE and CAP_SYS_PTRACE (ambient): the kernel then lets
+// CRIU read the job's resource limits (prlimit needs matching ids or
+// CAP_SYS_RESOURCE, which containers usually drop: "Can't get rlimit 0"), and
+// CRIU, which parses a process the user controls, holds no other privilege.
+// The user cannot ptrace or signal-hijack it: its capabilities exceed theirs.
+// See docs/security.md "Users checkpoint their own jobs".
+struct DumpIdentity {
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+std::optional<DumpIdentity> dumpAsUser(const ProcessInfo& process) {
+  if (::geteuid() != 0) return std::nullopt;  // a user's own phosd runs CRIU as itself
+  const auto& [ruid, euid, suid] = process.uids;
+  const auto& [rgid, egid, sgid] = process.gids;
+  // A set-id process (ids that differ) keeps root's dump: CRIU as one of its
+  // ids could not read the others' limits either.
+  if (ruid == 0 || ruid != euid || ruid != suid || rgid != egid || rgid != sgid) return std::nullopt;
+  return DumpIdentity{ruid, rgid};
+}
+
+// The command line that runs `argv` as `who` with CRIU's two capabilities
+// (util-linux's setpriv: a new uid keeps ambient capabilities across exec).
+std::vector<std::string> runAs(const DumpIdentity& who, const std::vector<std::string>& criuArgv) {
+  std::vector<std::string> line{"setpriv",
+                                fmt::format("--reuid={}", who.uid),
+                                fmt::format("--regid={}", who.gid),
+                                "--clear-groups",
+                                "--inh-caps=-all,+checkpoint_restore,+sys_ptrace",
+                                "--ambient-caps=-all,+checkpoint_restore,+sys_ptrace",
+                                "--"};
+  line.insert(line.end(), criuArgv.begin(), criuArgv.end());
+  line.push_back("--unprivileged");
+  return line;
 }
 
 // The lines of CRIU's log that say what went wrong (it prefixes them "Error").
 // CRIU 4.1 run by root in a container logs a harmless "Can't setup
 // RLIMIT_NOFILE for self" error on every run; it never is the cause.
-std::string criuErrors(const fs::path& log) {
+// When the log holds none (CRIU could not write it, or failed before it
+// opened it), the last lines CRIU printed. A full file system is named as such:
+// CRIU's own words for it vary, or are lost with the log it could not write.
+std::string criuErrors(const fs::path& log, const ProcessOutput& run) {
   std::ifstream in(log);
   std::vector<std::string> errors;
   for (std::string line; std::getline(in, line);) {
@@ -86,10 +143,27 @@ std::string criuErrors(const fs::path& log) {
     if (line.find("RLIMIT_NOFILE for self") != std::string::npos) continue;
     errors.push_back(line);
   }
-  if (errors.empty()) return "no error lines in " + log.string();
+  if (errors.empty()) {
+    std::istringstream printed(run.err + run.out);
+    for (std::string line; std::getline(printed, line);) {
+      if (line.find_first_not_of(" \t") != std::string::npos) errors.push_back(line);
+    }
+  }
   std::string text;
   for (size_t i = errors.size() > 5 ? errors.size() - 5 : 0; i < errors.size(); ++i) {
     text += "\n  " + errors[i];
+  }
+  if (text.empty()) text = "\n  CRIU printed no error (exit " + std::to_string(run.exitCode) + ")";
+  struct statvfs fsInfo {};
+  const bool full = text.find("No space left on device") != std::string::npos ||
+                    (::statvfs(log.parent_path().c_str(), &fsInfo) == 0 &&
+                     static_cast<uint64_t>(fsInfo.f_bavail) * fsInfo.f_frsize < (1u << 20));
+  if (full) {
+    uint64_t freeBytes = ::statvfs(log.parent_path().c_str(), &fsInfo) == 0
+                             ? static_cast<uint64_t>(fsInfo.f_bavail) * fsInfo.f_frsize
+                             : 0;
+    text += fmt::format("\n  the file system of the image is full (No space left on device: {} bytes free)",
+                        freeBytes);
   }
   return text;
 }
@@ -189,16 +263,31 @@ nlohmann::json stdioJson(const std::vector<StdioDescriptor>& stdio) {
 // a line into `request`, and waits for our answer on `reply`. This process
 // holds both FIFOs open read-write, so neither side's open() blocks; if this
 // process dies, the script reads EOF, fails, and CRIU resumes the tasks.
+// The directory's name carries our pid: one left by a killed worker is
+// removed by the next checkpoint of any worker.
 class PostDumpChannel {
  public:
   static Result<std::unique_ptr<PostDumpChannel>> create(std::function<Status()> hook) {
-    char dirTemplate[] = "/tmp/phos-criu-action.XXXXXX";
-    if (::mkdtemp(dirTemplate) == nullptr) {
+    removeAbandonedDirectories();
+    std::string dirTemplate = fmt::format("{}{}.XXXXXX", kPrefix, ::getpid());
+    if (::mkdtemp(dirTemplate.data()) == nullptr) {
       return errnoError(errno, "creating a directory for CRIU's action script");
     }
     std::unique_ptr<PostDumpChannel> channel(new PostDumpChannel(dirTemplate, std::move(hook)));
     RETURN_IF_ERROR(channel->setUp());
     return channel;
+  }
+
+  // For a CRIU that runs as `who` (dumpAsUser): the script and the FIFOs
+  // become its; the directory stays ours, searchable but not listable.
+  Status lendTo(const DumpIdentity& who) {
+    if (::chmod(dir_.c_str(), 0711) != 0) return errnoError(errno, fmt::format("chmod {}", dir_.string()));
+    for (const fs::path& file : {script(), dir_ / "request", dir_ / "reply"}) {
+      if (::lchown(file.c_str(), who.uid, who.gid) != 0) {
+        return errnoError(errno, fmt::format("giving {} to uid {}", file.string(), who.uid));
+      }
+    }
+    return Status::ok();
   }
 
   ~PostDumpChannel() {
@@ -225,8 +314,31 @@ class PostDumpChannel {
   const Status& status() const { return status_; }
 
  private:
+  static constexpr const char* kPrefix = "/tmp/phos-criu-action.";
+
   PostDumpChannel(fs::path dir, std::function<Status()> hook)
       : dir_(std::move(dir)), hook_(std::move(hook)) {}
+
+  // Directories "<kPrefix><pid>.XXXXXX" of ours whose pid is gone.
+  static void removeAbandonedDirectories() {
+    const fs::path prefix(kPrefix);
+    const std::string stem = prefix.filename().string();
+    std::error_code ec;
+    for (auto it = fs::directory_iterator(prefix.parent_path(), ec); !ec && it != fs::end(it);
+         it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (!name.starts_with(stem)) continue;
+      char* end = nullptr;
+      const long pid = std::strtol(name.c_str() + stem.size(), &end, 10);
+      if (pid <= 0 || *end != '.') continue;
+      struct stat st {};
+      if (::lstat(it->path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) continue;
+      if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive
+      std::error_code removeError;
+      fs::remove_all(it->path(), removeError);
+      log::get("checkpoint")->info("removed {}, left by pid {} which is gone", it->path().string(), pid);
+    }
+  }
 
   Status setUp() {
     fs::path request = dir_ / "request", reply = dir_ / "reply";
@@ -363,7 +475,7 @@ class CpuProgress {
 // they work with `check --feature mem_dirty_track` (exit 0).
 Result<bool> dirtyTrackingWorks(const criu::CriuBinary& criu, std::string& reason) {
   ASSIGN_OR_RETURN(ProcessOutput run,
-                   runCapture({criu.path, "check", "--feature", "mem_dirty_track"}));
+                   runCapture(criu.command({"check", "--feature", "mem_dirty_track"})));
   if (run.exitCode == 0) return true;
   std::string said = run.out + run.err;
   while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
@@ -489,14 +601,21 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
     canPreDump = false;
     preDumpReason = "the pages go to a page server (live migration)";
   }
+  const std::optional<DumpIdentity> asUser = dumpAsUser(process);
+  if (canPreDump && asUser) {
+    canPreDump = false;
+    preDumpReason = fmt::format(
+        "CRIU dumps this job as its user (uid {}), and CRIU's unprivileged mode cannot track dirty memory",
+        asUser->uid);
+  }
   if (canPreDump) {
     std::error_code ec;
     fs::create_directory(cpu / preDumpDir, ec);
     auto preStart = Clock::now();
     ASSIGN_OR_RETURN(
         ProcessOutput pre,
-        runCapture(withShellJob({criuBinary->path, "pre-dump", "-t", std::to_string(pid), "-D",
-                                 (cpu / preDumpDir).string(), "-o", "pre-dump.log", "--track-mem"},
+        runCapture(withShellJob(criuBinary->command({"pre-dump", "-t", std::to_string(pid), "-D",
+                                 (cpu / preDumpDir).string(), "-o", "pre-dump.log", "--track-mem"}),
                                 shellJob)));
     preDumpSeconds = secondsSince(preStart);
     if (pre.exitCode == 0) {
@@ -504,7 +623,7 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
     } else {
       // Not fatal: the final dump then copies everything.
       preDumpReason = fmt::format("CRIU pre-dump failed (exit {}):{}", pre.exitCode,
-                                  criuErrors(cpu / preDumpDir / "pre-dump.log"));
+                                  criuErrors(cpu / preDumpDir / "pre-dump.log", pre));
       log->warn("pid {}: {}", pid, preDumpReason);
       fs::remove_all(cpu / preDumpDir, ec);
     }
@@ -513,8 +632,8 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
   if (hooks.beforeFinalDump) {
     RETURN_IF_ERROR_CTX(hooks.beforeFinalDump(*writer), fmt::format("before dumping pid {}", pid));
   }
-  std::vector<std::string> argv{criuBinary->path, "dump", "-t",      std::to_string(pid), "-D",
-                                cpu.string(),     "-o",   "dump.log"};
+  std::vector<std::string> argv =
+      criuBinary->command({"dump", "-t", std::to_string(pid), "-D", cpu.string(), "-o", "dump.log"});
   argv.push_back(options.leaveRunning ? "--leave-running" : "--leave-stopped");
   if (preDumped) {
     argv.insert(argv.end(), {"--track-mem", "--prev-images-dir", preDumpDir});
@@ -539,12 +658,31 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
     ASSIGN_OR_RETURN(channel, PostDumpChannel::create([&] { return hooks.whileFrozen(*writer); }));
     argv.insert(argv.end(), {"--action-script", channel->script().string()});
   }
-  log->debug("dumping pid {} ({}) with {}", pid, process.comm, criuBinary->path);
+  // CRIU as the job's user writes into cpu/ through a descriptor (fd 21): the
+  // image's staging directory (mode 0700, ours) stays closed to that user, so
+  // nothing of an image written for root can be changed by the job's owner.
+  image::Fd cpuForUser;
+  constexpr int kCpuDirectoryFd = 21;
+  if (asUser) {
+    cpuForUser = image::Fd(::open(cpu.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!cpuForUser) return errnoError(errno, fmt::format("opening {}", cpu.string()));
+    if (::fchown(cpuForUser.get(), asUser->uid, asUser->gid) != 0) {
+      return errnoError(errno, fmt::format("giving {} to uid {} for CRIU", cpu.string(), asUser->uid));
+    }
+    dumpOptions.passFds.emplace_back(cpuForUser.get(), kCpuDirectoryFd);
+    auto images = std::find(argv.begin(), argv.end(), "-D") + 1;
+    *images = fmt::format("/proc/self/fd/{}", kCpuDirectoryFd);
+    if (channel) RETURN_IF_ERROR(channel->lendTo(*asUser));
+  }
+  log->debug("dumping pid {} ({}) with {}{}", pid, process.comm, criuBinary->path,
+             asUser ? fmt::format(" as uid {}", asUser->uid) : "");
   auto freezeStart = Clock::now();
   Result<ProcessOutput> dump = [&] {
     CpuProgress progress(hooks.progress, cpu, anonymousBytes(pid));
-    return runCapture(withShellJob(argv, shellJob), dumpOptions);
+    std::vector<std::string> line = withShellJob(argv, shellJob);
+    return runCapture(asUser ? runAs(*asUser, line) : line, dumpOptions);
   }();
+  cpuForUser.reset();
   double freeze = secondsSince(freezeStart);
   if (channel) channel->stop();
   if (!dump) return std::move(dump).status().withContext("running CRIU");
@@ -561,7 +699,7 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
       return makeError(Code::kFailedPrecondition, "pid {} ended before it could be dumped", pid);
     }
     return makeError(Code::kFailedPrecondition, "CRIU could not dump pid {} (exit {}):{}", pid,
-                     dump->exitCode, criuErrors(cpu / "dump.log"));
+                     dump->exitCode, criuErrors(cpu / "dump.log", *dump));
   }
   StoppedTree stopped(pid);
   if (!options.leaveRunning) stopped.arm();
@@ -670,6 +808,8 @@ Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
     return makeError(Code::kFailedPrecondition, "CRIU is needed for the CPU state: {}",
                      criuBinary.status().message());
   }
+  // Before the GPU session is re-created: nothing is done that CRIU cannot finish.
+  RETURN_IF_ERROR_CTX(criu::checkPrivilege(*criuBinary), "nothing was restored");
   if (state.contains("process") && state["process"].contains("pid") &&
       state["process"]["pid"].is_number_integer()) {
     waitForPidToBeFree(state["process"]["pid"].get<pid_t>());
@@ -689,8 +829,7 @@ Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
   } cleanup{work};
 
   bool shellJob = state["cpu"].value("shell_job", false);
-  std::vector<std::string> argv{criuBinary->path,
-                                "restore",
+  std::vector<std::string> argv = criuBinary->command({"restore",
                                 "-D",
                                 reader->cpuDirectory().string(),
                                 "-W",
@@ -699,7 +838,7 @@ Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
                                 "restore.log",
                                 "--restore-detached",
                                 "--pidfile",
-                                (work / "pid").string()};
+                                (work / "pid").string()});
   // The standard descriptors: ours stand in for the ones recorded at dump.
   CaptureOptions capture{.inheritStdin = true, .passFds = {}};
   struct FdCloser {
@@ -753,7 +892,7 @@ Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
   if (run->exitCode != 0) {
     afterRestore(std::nullopt);
     cleanup.keep = true;  // the log is named in the error
-    std::string errors = criuErrors(work / "restore.log");
+    std::string errors = criuErrors(work / "restore.log", *run);
     std::string hint;
     if (errors.find("has bad size") != std::string::npos) {
       hint =

@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cstdint>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 
 #include "phos/common/subprocess.h"
 
@@ -17,6 +20,14 @@ namespace phos::criu {
 
 namespace {
 constexpr const char* kProjectInstall = "/opt/phos/criu/bin/criu";
+// Executable by root and group phos only, with cap_checkpoint_restore=ep.
+constexpr const char* kProjectUserInstall = "/opt/phos/criu/bin/criu-user";
+}  // namespace
+
+std::vector<std::string> CriuBinary::command(std::vector<std::string> args) const {
+  args.insert(args.begin(), path);
+  if (unprivileged) args.emplace_back("--unprivileged");
+  return args;
 }
 
 std::vector<std::string> candidatePaths() {
@@ -25,6 +36,7 @@ std::vector<std::string> candidatePaths() {
     paths.emplace_back(env);
   }
   if (*PHOS_CRIU_CONFIGURED != '\0') paths.emplace_back(PHOS_CRIU_CONFIGURED);
+  if (geteuid() != 0) paths.emplace_back(kProjectUserInstall);
   paths.emplace_back(kProjectInstall);
   paths.emplace_back("criu");
   return paths;
@@ -80,6 +92,7 @@ Result<CriuBinary> locate() {
                          kMinimumMajor);
       continue;
     }
+    parsed->unprivileged = path == kProjectUserInstall;
     return parsed;
   }
   return makeError(Code::kNotFound,
@@ -88,8 +101,23 @@ Result<CriuBinary> locate() {
                    kMinimumMajor, why);
 }
 
+Status checkPrivilege(const CriuBinary& criu) {
+  if (::geteuid() == 0 || criu.unprivileged) return Status::ok();
+  constexpr int kCheckpointRestore = 40, kSysAdmin = 21;
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (!line.starts_with("CapEff:")) continue;
+    const uint64_t effective = std::strtoull(line.c_str() + 7, nullptr, 16);
+    if ((effective >> kCheckpointRestore & 1) != 0 || (effective >> kSysAdmin & 1) != 0) return Status::ok();
+  }
+  return makeError(Code::kPermissionDenied,
+                   "uid {} may not run CRIU ({}): it needs CAP_CHECKPOINT_RESTORE, which {} has, for root and the "
+                   "members of group phos only (scripts/install-criu; docs/security.md)",
+                   ::geteuid(), criu.path, kProjectUserInstall);
+}
+
 Status check(const CriuBinary& criu) {
-  ASSIGN_OR_RETURN(auto run, runCapture({criu.path, "check"}));
+  ASSIGN_OR_RETURN(auto run, runCapture(criu.command({"check"})));
   std::string all = run.out + run.err;
   if (run.exitCode == 0 && all.find("Looks good") != std::string::npos) return Status::ok();
   return makeError(Code::kFailedPrecondition, "'{} check' failed (exit {}): {}", criu.path,

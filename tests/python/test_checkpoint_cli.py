@@ -177,6 +177,37 @@ def test_failed_dump_leaves_the_process_running(phos, tmp_path):
         server.close()
 
 
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs: too small for any process's image."""
+    where = tmp_path / "small"
+    where.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
+    yield where
+    subprocess.run(["umount", "-l", str(where)])
+
+
+def test_a_full_disk_is_named(phos, small_disk):
+    script = ("import time\nb = bytearray(b'\\x01') * (16 << 20)\nprint('ready', flush=True)\n"
+              "while True:\n    time.sleep(0.1)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        r = run(phos, "checkpoint", "--pid", proc.pid, "--image", small_disk / "image")
+        assert r.returncode == 1
+        assert "CRIU could not dump" in r.stderr
+        assert "the file system of the image is full (No space left on device" in r.stderr, r.stderr
+        assert "no error lines" not in r.stderr
+        assert alive(proc.pid)
+        assert list(small_disk.iterdir()) == []
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_restore_refuses_missing_and_damaged_images(phos, job, tmp_path):
     r = run(phos, "restore", "--image", tmp_path / "nothing")
     assert r.returncode == 2 and "no such image directory" in r.stderr

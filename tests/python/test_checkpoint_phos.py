@@ -278,3 +278,17 @@ def test_state_tensors_do_not_change_the_output(programs, app_env):
     r = subprocess.run(programs["mlp-train"] + ["--state-mib", "2", "--state-tensors", "3"], env=app_env,
                        capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 2 and "--state-tensors 3 is more than --state-mib 2" in r.stderr, r.stderr
+
+
+def test_the_next_checkpoint_removes_what_a_killed_worker_left(criu, phos, phosd, app_env, programs, jobs, tmp_path):
+    """CRIU's action-script directory of a worker that was killed mid-checkpoint does not stay in /tmp."""
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    left = pathlib.Path(f"/tmp/phos-criu-action.{ended.pid}.killed")
+    left.mkdir()
+    (left / "action.sh").write_text("#!/bin/sh\n")
+    job = Job(phos, phosd, command(programs, "client-threads"), app_env, tmp_path)
+    jobs.append(job)
+    job.wait_line(2)
+    checkpoint(phos, phosd, job.pid, tmp_path / "image")
+    assert not left.exists()

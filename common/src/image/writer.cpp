@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -184,8 +185,11 @@ Result<std::unique_ptr<ImageWriter>> ImageWriter::create(const fs::path& directo
                             owner);
   }
   ec.clear();
+  // 0700 from the start: nobody else may read or change an image while it is
+  // written (CRIU may run as the job's user: docs/security.md), nor read the
+  // process's memory in it afterwards.
   for (const fs::path& dir : {staging, staging / kBlobDir, staging / kCpuDir}) {
-    if (!fs::create_directory(dir, ec) || ec) {
+    if (!fs::create_directory(dir, ec) || ec || ::chmod(dir.c_str(), 0700) != 0) {
       fs::remove_all(staging, ec);
       return makeError(Code::kIo, "cannot create {}: {}", dir.string(),
                        ec ? ec.message() : "exists");
@@ -341,10 +345,12 @@ Status ImageWriter::commit() {
     RETURN_IF_ERROR(written);
     for (const fs::path& dir : directories) RETURN_IF_ERROR(syncPath(dir, true));
 
-    if (options_.owner) {
+    // Root's writer gives the whole tree to its owner, root by default: files
+    // that CRIU wrote as the job's user become root's too.
+    if (options_.owner || ::geteuid() == 0) {
       int top = ::open(staging_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (top < 0) return errnoError(errno, fmt::format("opening {}", staging_.string()));
-      Status given = chownTree(top, *options_.owner, staging_);
+      Status given = chownTree(top, options_.owner.value_or(::geteuid()), staging_);
       ::close(top);
       RETURN_IF_ERROR(given);
     }

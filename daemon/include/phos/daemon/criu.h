@@ -14,13 +14,22 @@ struct CriuBinary {
   std::string version;  // "4.1.1"
   int major = 0;
   int minor = 0;
+  // Runs in CRIU's unprivileged mode: the copy with CAP_CHECKPOINT_RESTORE
+  // that scripts/install-criu makes for the members of group phos, which
+  // users other than root run (docs/security.md "Users checkpoint their own
+  // jobs").
+  bool unprivileged = false;
+
+  // The command line: the binary, `args`, and --unprivileged when needed.
+  std::vector<std::string> command(std::vector<std::string> args) const;
 };
 
 // Minimum CRIU major version: 3.x cannot dump on current kernels (vDSO layout).
 inline constexpr int kMinimumMajor = 4;
 
 // The candidates, in order: $PHOS_CRIU, the build-time -Dcriu= option, the
-// project install of scripts/install-criu, `criu` on PATH.
+// project install of scripts/install-criu (for a user other than root, its
+// capability-carrying copy first), `criu` on PATH.
 std::vector<std::string> candidatePaths();
 
 // The first candidate that runs and reports a version >= kMinimumMajor.
@@ -29,6 +38,11 @@ Result<CriuBinary> locate();
 
 // Parses the output of `criu --version` ("Version: 4.1.1\n...").
 Result<CriuBinary> parseVersion(std::string path, std::string_view versionOutput);
+
+// Whether this process may run `criu` for a dump or restore: as root, with
+// the capability-carrying copy, or holding CAP_CHECKPOINT_RESTORE or
+// CAP_SYS_ADMIN itself. The error says how a user gets there.
+Status checkPrivilege(const CriuBinary& criu);
 
 // Runs `criu check`; OK if CRIU says "Looks good.", otherwise the error carries
 // what CRIU printed.
