@@ -375,6 +375,13 @@ class GpuRestore {
         loads_ = message.value("report", json::object());
         return;
       }
+      if (message.contains("damaged")) {
+        loadError_ = fmt::format("the image is damaged: {}; phosd ended the process before it could read that "
+                                 "memory (its output so far is the uninterrupted run's)",
+                                 message.value("damaged", std::string("a chunk does not match its checksum")));
+        loads_ = message.value("report", json::object());
+        return;
+      }
       if (message.contains("ended")) {
         loads_ = message.value("report", json::object());
         return;
@@ -495,6 +502,7 @@ int restoreOnce(const RestoreArgs& args, bool eager, std::string& rollback) {
               {"eager", eager},
               {"detached", args.detach}};
   if (!gpu.loads().is_null()) out["concurrent_load"] = gpu.loads();
+  if (!gpu.loadError().empty()) out["load_error"] = gpu.loadError();
   if (report->exitCode) out["exit_code"] = *report->exitCode;
   if (args.detach) {
     if (args.json) {
@@ -512,7 +520,8 @@ int restoreOnce(const RestoreArgs& args, bool eager, std::string& rollback) {
     std::fprintf(stderr, "phos: restored pid %d exited with code %d\n", report->pid,
                  report->exitCode.value_or(0));
   }
-  return report->exitCode.value_or(0);
+  // A process that phosd ended because its memory could not be loaded failed.
+  return gpu.loadError().empty() ? report->exitCode.value_or(0) : kExitFailure;
 }
 
 int runRestore(const RestoreArgs& args) {

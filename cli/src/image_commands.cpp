@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "byte_units.h"
+#include "phos/daemon/gpu_state_check.h"
 #include "phos/image/reader.h"
 #include "subcommands.h"
 
@@ -176,6 +177,7 @@ int runVerify(const std::string& dir, bool asJson) {
     return openExitCode(reader.status());
   }
   std::vector<image::Problem> problems = (*reader)->verify();
+  for (auto& p : checkpoint::checkGpuState(**reader)) problems.push_back(std::move(p));
   const image::Manifest& m = (*reader)->manifest();
   uint64_t chunks = 0;
   for (const auto& b : m.blobs) chunks += b.chunkCount();

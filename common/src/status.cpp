@@ -26,6 +26,25 @@ std::string_view codeName(Code code) {
   return "UNKNOWN";
 }
 
+std::string_view wireCode(Code code) {
+  switch (code) {
+    case Code::kOk: return "ok";
+    case Code::kInvalidArgument: return "invalid-argument";
+    case Code::kNotFound: return "not-found";
+    case Code::kAlreadyExists: return "already-exists";
+    case Code::kOutOfRange: return "out-of-range";
+    case Code::kResourceExhausted: return "resource-exhausted";
+    case Code::kFailedPrecondition: return "failed-precondition";
+    case Code::kUnavailable: return "unavailable";
+    case Code::kDataLoss: return "data-loss";
+    case Code::kNotSupported: return "not-supported";
+    case Code::kPermissionDenied: return "permission";
+    case Code::kIo: return "io";
+    case Code::kInternal: return "internal";
+  }
+  return "internal";
+}
+
 Status Status::withContext(std::string_view context) const& {
   Status copy = *this;
   return std::move(copy).withContext(context);

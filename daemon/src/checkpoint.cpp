@@ -31,6 +31,7 @@
 #include "phos/common/log.h"
 #include "phos/common/subprocess.h"
 #include "phos/daemon/criu.h"
+#include "phos/daemon/gpu_state_check.h"
 #include "phos/image/reader.h"
 #include "phos/image/safe_open.h"
 #include "phos/image/writer.h"
@@ -799,7 +800,8 @@ Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
     return makeError(Code::kDataLoss, "{}: the image holds no CPU state (cpu/ is empty)",
                      imageDir.string());
   }
-  if (auto problems = reader->verifyCpuFiles(); !problems.empty()) {
+  for (auto problems : {reader->verifyCpuFiles(), checkGpuState(*reader)}) {
+    if (problems.empty()) continue;
     return makeError(Code::kDataLoss, "{}: {}: {} (phos verify lists every problem)",
                      imageDir.string(), problems[0].where, problems[0].what);
   }

@@ -101,18 +101,7 @@ Status requireEntryPoints(const DriverTable& d) {
 }
 
 // The codes the CLI tells apart (bad input, exit 2, or a failure, exit 1).
-std::string codeFor(Code code) {
-  switch (code) {
-    case Code::kInvalidArgument: return "invalid-argument";
-    case Code::kNotFound: return "not-found";
-    case Code::kAlreadyExists: return "already-exists";
-    case Code::kDataLoss: return "data-loss";
-    case Code::kNotSupported: return "not-supported";
-    default: return "failed";
-  }
-}
-
-json failure(const Status& s) { return {{"ok", false}, {"error", s.message()}, {"code", codeFor(s.code())}}; }
+json failure(const Status& s) { return {{"ok", false}, {"error", s.message()}, {"code", wireCode(s.code())}}; }
 
 // Copies between device memory and the image through two page-locked
 // buffers: while the driver copies one chunk, the other is checksummed and
@@ -329,7 +318,8 @@ uint64_t stagingBudget() {
 
 // A session file of the image is about to be re-created at its path: one left
 // by a session that is gone is removed; while a live session holds the ring
-// locked (Session::lockRing), the checkpointed session still runs here.
+// locked (CallRing::create), the checkpointed session still runs here. An
+// empty `ringPath`: the caller holds the session's ring itself.
 // The path comes from the manifest, which its writer controls: a file there
 // that does not belong to `owner` (the restored session's uid) is another
 // user's session file, and is never removed for this one.
@@ -338,10 +328,12 @@ Status claimPath(const std::string& path, const std::string& ringPath, pid_t pro
     return makeError(Code::kDataLoss, "the image names a session file outside /dev/shm/phos-*: {}", path);
   }
   auto inUse = [&](std::string why) {
-    return makeError(Code::kFailedPrecondition, "{} is in use ({}): the checkpointed session still runs on this host",
+    return makeError(Code::kFailedPrecondition,
+                     "{} is in use ({}): the checkpointed session still runs on this host, or another restore of it "
+                     "does",
                      path, why);
   };
-  bool held = ringLocked(ringPath);
+  bool held = !ringPath.empty() && ringLocked(ringPath);
   if (held && !processEnded(process)) return inUse(fmt::format("a session holds its ring, and pid {} runs", process));
   // A session whose process just ended is still being freed by its worker for
   // a moment: wait for that.
@@ -1579,6 +1571,14 @@ class Engine {
     if (!st.contains("ring")) return makeError(Code::kDataLoss, "the session's call ring is not in the image");
     ASSIGN_OR_RETURN(const std::string ringPath, field<std::string>(st["ring"], "path", "ring"));
     RETURN_IF_ERROR(claimPath(ringPath, ringPath, s.pid_, s.uid_));
+    // The ring is created and locked at once: another restore of this session
+    // (a copy of the image) now finds it held and claims none of its files.
+    // Its contents, the application's pending calls, come last.
+    const json& ring = st["ring"];
+    ASSIGN_OR_RETURN(size_t ringBlob, blobOf(reader, ring, "ring"));
+    ipc::RingGeometry geometry{ring.value("slot_count", 0u), ring.value("slot_bytes", 0u)};
+    ASSIGN_OR_RETURN(auto created, ipc::CallRing::create(ringPath, geometry, &s.ringLock_));
+    s.ringPath_ = ringPath;  // from here on stop() removes it
     ASSIGN_OR_RETURN(uint64_t lastSerial, field<uint64_t>(st, "handles_last_serial", "session"));
     s.handles_.setLastSerial(lastSerial);
     s.deferred_ = static_cast<CUresult>(st.value("deferred_error", 0));
@@ -1946,7 +1946,7 @@ class Engine {
       r.flags = p.value("flags", 0u);
       r.context = p.value("context", uint64_t{0});
       ASSIGN_OR_RETURN(size_t blob, blobOf(reader, p, "pinned"));
-      RETURN_IF_ERROR(claimPath(r.path, ringPath, s.pid_, s.uid_));
+      RETURN_IF_ERROR(claimPath(r.path, "", s.pid_, s.uid_));  // the ring is ours
       RETURN_IF_ERROR(mapShared(r.path, r.address, r.mapped, s.uid_));
       s.pinned_[r.address] = r;  // from here on stop() unmaps and removes it
       RETURN_IF_ERROR(reader.read(blob, 0, {reinterpret_cast<std::byte*>(r.address), r.bytes}));
@@ -1962,7 +1962,7 @@ class Engine {
       const json& h = st["host_calls"];
       ASSIGN_OR_RETURN(std::string path, field<std::string>(h, "path", "host_calls"));
       ASSIGN_OR_RETURN(size_t blob, blobOf(reader, h, "host_calls"));
-      RETURN_IF_ERROR(claimPath(path, ringPath, s.pid_, s.uid_));
+      RETURN_IF_ERROR(claimPath(path, "", s.pid_, s.uid_));  // the ring is ours
       ASSIGN_OR_RETURN(auto channel, HostCallChannel::create(path, s.uid_, s.pid_));
       std::vector<std::byte> bytes(reader.manifest().blobs[blob].size);
       RETURN_IF_ERROR(reader.read(blob, 0, bytes));
@@ -1971,17 +1971,11 @@ class Engine {
       s.hostCalls_ = std::move(channel);
     }
 
-    // The ring last: the application's pending calls are in it.
-    const json& ring = st["ring"];
+    // The ring's contents last: the application's pending calls are in it.
     const std::string& path = ringPath;
-    ASSIGN_OR_RETURN(size_t blob, blobOf(reader, ring, "ring"));
-    ipc::RingGeometry geometry{ring.value("slot_count", 0u), ring.value("slot_bytes", 0u)};
-    ASSIGN_OR_RETURN(auto created, ipc::CallRing::create(path, geometry));
-    s.ringPath_ = path;  // from here on stop() removes it
-    RETURN_IF_ERROR(s.lockRing());
     ipc::CallRing::Snapshot snap;
-    snap.bytes.resize(reader.manifest().blobs[blob].size);
-    RETURN_IF_ERROR(reader.read(blob, 0, snap.bytes));
+    snap.bytes.resize(reader.manifest().blobs[ringBlob].size);
+    RETURN_IF_ERROR(reader.read(ringBlob, 0, snap.bytes));
     snap.readPosition = ring.value("read_position", uint64_t{0});
     RETURN_IF_ERROR(created.restoreSnapshot(snap));
     if (chown(path.c_str(), s.uid_, static_cast<gid_t>(-1)) != 0 && geteuid() == 0) {

@@ -210,10 +210,19 @@ Status OnDemandRestore::run(const std::function<void(uint64_t)>& advanced, const
   {
     std::lock_guard lock(mutex_);
     stats_.loadSeconds = std::chrono::duration<double>(Clock::now() - start).count();
-    if (!status.isOk()) released_ = true;
+    // The application is gone: nothing waits for what it would have read.
+    if (!status.isOk() && cancelled && cancelled()) released_ = true;
   }
   changed_.notify_all();
   return status;
+}
+
+void OnDemandRestore::release() {
+  {
+    std::lock_guard lock(mutex_);
+    released_ = true;
+  }
+  changed_.notify_all();
 }
 
 OnDemandStats OnDemandRestore::stats() const {

@@ -68,9 +68,15 @@ class OnDemandRestore {
   void giveWayTo(TransferTracker* transfers) { transfers_ = transfers; }
   // Loads every chunk on the calling thread and returns when all are on the
   // device, at the first error, or when `cancelled()` says the application is
-  // gone. After an error the gate lets every call through: the caller ends
-  // the application, whose memory is not what it was. `advanced(n)` reports progress.
+  // gone (the gate then lets every call through). After an error (a damaged
+  // chunk, a failed copy) the gate stays shut for every call that waits for a
+  // chunk not loaded, so the application can never observe that memory: the
+  // caller ends the application, and only then calls release() so that the
+  // session's threads can stop. `advanced(n)` reports progress.
   Status run(const std::function<void(uint64_t)>& advanced, const std::function<bool()>& cancelled);
+  // Lets every waiting call through (after a failed run, once the
+  // application is gone).
+  void release();
   OnDemandStats stats() const;
 
  private:

@@ -137,7 +137,7 @@ DriverChoice chooseDriver(const std::string& requested) {
 namespace {
 
 // Whether the session that file `name` (phos-<pid>-<session>[-...]) belongs
-// to is alive: its worker holds its ring file locked (Session::lockRing). A
+// to is alive: its worker holds its ring file locked (CallRing::create). A
 // restored session keeps the names of the worker it was saved from, whose pid
 // is gone.
 bool sessionAlive(std::string_view name) {
@@ -237,7 +237,19 @@ struct WorkerHandle {
   int clientPidfd = -1;
   std::string command;
   std::string ring;
+  std::string image;  // restoring: the image (restoreKey), until the process is adopted
 };
+
+// Which image a restore request names, for telling two restores of one image
+// apart: its canonical path when it resolves (the worker opens it safely later).
+// How long a restore waits behind another restore of its image.
+constexpr std::chrono::seconds kImageWait{600};
+
+std::string restoreKey(const json& request) {
+  const std::string given = request.value("image", std::string());
+  std::unique_ptr<char, decltype(&free)> resolved(realpath(given.c_str(), nullptr), &free);
+  return resolved ? std::string(resolved.get()) : given;
+}
 
 const char* stateName(WorkerHandle::State s) {
   switch (s) {
@@ -547,8 +559,10 @@ struct Daemon::Impl {
     w.clientPidfd = pidfd;
     w.command = commandOf(pid);
     w.state = WorkerHandle::State::kServing;
+    w.image.clear();
     log::get("daemon")->info("session {}: restored pid {} uid {} ({}) in worker {}", w.session, pid, w.uid,
                              w.command, w.pid);
+    serveWaitingClients();  // a restore of the same image may start now
     return {{"ok", true}};
   }
 
@@ -663,7 +677,7 @@ struct Daemon::Impl {
     for (auto c = waitingForWorker.begin(); c != waitingForWorker.end();) {
       WorkerHandle* w = spare();
       if (w == nullptr) return;
-      if (c->kind == WaitingClient::Kind::kRestore && !restoreMayStart()) {
+      if (c->kind == WaitingClient::Kind::kRestore && (!restoreMayStart() || imageBeingRestored(*c))) {
         ++c;
         continue;
       }
@@ -720,6 +734,7 @@ struct Daemon::Impl {
     const uint64_t id = ++nextSession;
     w.state = WorkerHandle::State::kRestoring;
     w.session = id;
+    w.image = restoreKey(c.request);
     log::get("daemon")->info("session {}: restore of {} in worker {}", id, c.request.value("image", std::string()),
                              w.pid);
     Status s = tell(w, {{"op", "restore"}, {"session", id}, {"peer_uid", c.peer.uid}, {"request", c.request}}, c.fd);
@@ -732,9 +747,23 @@ struct Daemon::Impl {
   }
 
   // Either gets a spare worker now or waits for one (keepSpares forks it).
+  // Two restores of one image would re-create the same session files: a
+  // restore waits while another request restores its image, until that one
+  // hands its session to the restored process or ends (a restore of a copy
+  // finds the session's ring held instead: Engine::rebuild).
+  bool imageBeingRestored(const WaitingClient& c) const {
+    if (c.kind != WaitingClient::Kind::kRestore) return false;
+    const std::string key = restoreKey(c.request);
+    for (const auto& [pid, w] : workers) {
+      if (w.state == WorkerHandle::State::kRestoring && w.image == key) return true;
+    }
+    return false;
+  }
+
   void startOrQueue(WaitingClient c) {
     WorkerHandle* w = spare();
-    if (w != nullptr && (c.kind == WaitingClient::Kind::kAttach || restoreMayStart())) {
+    if (w != nullptr &&
+        (c.kind == WaitingClient::Kind::kAttach || (restoreMayStart() && !imageBeingRestored(c)))) {
       if (c.kind == WaitingClient::Kind::kAttach) {
         startAttach(*w, c);
       } else {
@@ -743,7 +772,8 @@ struct Daemon::Impl {
       return;
     }
     if (w == nullptr) ++workerMisses;
-    c.deadline = Clock::now() + options.workerWait;
+    // Behind another restore of its image: as long as a restore may take.
+    c.deadline = Clock::now() + (imageBeingRestored(c) ? kImageWait : options.workerWait);
     waitingForWorker.push_back(std::move(c));
     keepSpares();
   }
@@ -1056,9 +1086,24 @@ struct Daemon::Impl {
       r = waiting.erase(r);
       done(nullptr);
     }
-    while (!waitingForWorker.empty() && waitingForWorker.front().deadline <= now) {
-      WaitingClient c = std::move(waitingForWorker.front());
-      waitingForWorker.pop_front();
+    for (auto c = waitingForWorker.begin(); c != waitingForWorker.end();) {
+      if (c->deadline > now || !imageBeingRestored(*c)) {
+        ++c;
+        continue;
+      }
+      answerAndClose(c->fd, json{{"ok", false},
+                                 {"code", "busy"},
+                                 {"error", fmt::format("{} is still being restored by another request after {} s",
+                                                       restoreKey(c->request), kImageWait.count())}});
+      c = waitingForWorker.erase(c);
+    }
+    for (auto it = waitingForWorker.begin(); it != waitingForWorker.end();) {
+      if (it->deadline > now) {
+        ++it;
+        continue;
+      }
+      WaitingClient c = std::move(*it);
+      it = waitingForWorker.erase(it);
       if (c.pidfd >= 0) close(c.pidfd);
       std::string why = fmt::format("no phosd worker became ready within {} s ({} starting{})",
                                     options.workerWait.count(), countIn({WorkerHandle::State::kStarting}),
@@ -1100,7 +1145,7 @@ struct Daemon::Impl {
                                      std::chrono::duration_cast<std::chrono::milliseconds>(t - now)));
     };
     for (const auto& [id, w] : waiting) sooner(w.deadline);
-    if (!waitingForWorker.empty()) sooner(waitingForWorker.front().deadline);
+    for (const WaitingClient& c : waitingForWorker) sooner(c.deadline);
     if (accept) {
       for (const auto& [fd, c] : pendingControl) sooner(c.deadline);
     }

@@ -47,14 +47,16 @@ Session::~Session() { stop(); }
 
 Status Session::start(const ipc::RingGeometry& geometry) {
   ringPath_ = fmt::format("/dev/shm/phos-{}-{}", getpid(), id_);
-  ASSIGN_OR_RETURN(auto ring, ipc::CallRing::create(ringPath_, geometry));
+  // Named by this live worker's pid: one that exists was left by a dead
+  // worker that had the same pid.
+  unlink(ringPath_.c_str());
+  ASSIGN_OR_RETURN(auto ring, ipc::CallRing::create(ringPath_, geometry, &ringLock_));
   ring_.emplace(std::move(ring));
   // Only the application's user may map its ring.
   if (chown(ringPath_.c_str(), uid_, static_cast<gid_t>(-1)) != 0 && geteuid() == 0) {
     return errnoError(errno, fmt::format("cannot give {} to uid {}", ringPath_, uid_));
   }
   chmod(ringPath_.c_str(), 0600);
-  RETURN_IF_ERROR(lockRing());
   replyBuffer_.resize(ring_->payloadCapacity());
   servingSince_ = std::chrono::steady_clock::now();
   thread_ = std::thread([this] { serve(); });
@@ -67,18 +69,6 @@ bool ringLocked(const std::string& path) {
   const bool held = flock(fd, LOCK_EX | LOCK_NB) != 0;
   close(fd);  // releases the lock if it was taken
   return held;
-}
-
-Status Session::lockRing() {
-  int fd = open(ringPath_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errnoError(errno, fmt::format("cannot open {}", ringPath_));
-  if (flock(fd, LOCK_SH | LOCK_NB) != 0) {
-    int e = errno;
-    close(fd);
-    return errnoError(e, fmt::format("{} is held by another session", ringPath_));
-  }
-  ringLock_ = fd;
-  return Status::ok();
 }
 
 void Session::startServing() {

@@ -150,7 +150,8 @@ struct SessionInfo {
 class HostCallChannel;
 class Engine;
 
-// Whether a live session holds the ring file at `path` (Session::lockRing).
+// Whether a live session holds the ring file at `path` (the shared flock that
+// CallRing::create takes for it, kept in Session::ringLock_).
 bool ringLocked(const std::string& path);
 
 class Session {
@@ -163,9 +164,6 @@ class Session {
 
   // Creates the ring file (owned by `uid`, mode 0600) and starts serving.
   Status start(const ipc::RingGeometry& geometry);
-  // Marks the ring file (and so the session's files) as in use by this
-  // process; a restore refuses files another live session holds.
-  Status lockRing();
   // A session re-created by the engine from an image starts serving once its
   // process runs again.
   void startServing();

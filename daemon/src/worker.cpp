@@ -26,6 +26,7 @@
 #include "engine.h"
 #include "on_demand_restore.h"
 #include "phos/common/log.h"
+#include "phos/common/subprocess.h"
 #include "server_call.h"
 #include "session.h"
 
@@ -506,7 +507,7 @@ class Worker {
     if (!restored.isOk()) {
       log->warn("session {}: restore of {} failed: {}", id, image, restored.status().message());
       writeLine(fd, {{"ok", false},
-                     {"code", std::string(codeName(restored.status().code()))},
+                     {"code", std::string(wireCode(restored.status().code()))},
                      {"error", restored.status().message()}});
       ending_ = true;  // a worker that restored nothing is replaced by a fresh one
       return;
@@ -594,10 +595,18 @@ class Worker {
     }
     log->warn("session {}: {}; ending pid {} to restore it again eagerly", session.id(), loaded.message(),
               session.pid());
+    // A failed load keeps every call that waits for the chunk waiting: the
+    // process ends before anything it could read from that memory reaches it.
     ::kill(session.pid(), SIGKILL);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!processEnded(session.pid()) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    loading.release();
     stopSession(session);
     ending_ = true;
-    writeLine(fd, {{"rollback", loaded.message()}, {"report", report}});
+    // A damaged image would fail again eagerly: the restore fails instead.
+    writeLine(fd, {{loaded.code() == Code::kDataLoss ? "damaged" : "rollback", loaded.message()}, {"report", report}});
   }
 
   // Stops the session (its files are removed), waiting at most kStopBound;

@@ -168,6 +168,17 @@ TEST_F(CallRingTest, WorksAcrossProcesses) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+// Two restores of one session once truncated each other's ring: the first
+// one's process then died of SIGBUS. A ring that exists is never replaced.
+TEST_F(CallRingTest, CreateNeverReplacesARingThatExists) {
+  auto first = CallRing::create(path_, {8, 256});
+  ASSERT_THAT(first.status(), IsOk());
+  auto second = CallRing::create(path_, {8, 256});
+  EXPECT_THAT(second.status(), StatusIs(Code::kFailedPrecondition, HasSubstr("exists")));
+  auto client = CallRing::open(path_);
+  ASSERT_THAT(client.status(), IsOk());  // the first ring is whole: its header still checks
+}
+
 // If phosd dies, a caller waiting for a reply fails promptly instead of hanging.
 TEST_F(CallRingTest, CallerSeesDaemonDeathWithinASecond) {
   int ready[2];
@@ -264,6 +275,7 @@ TEST_F(CallRingTest, OpenRejectsMalformedFiles) {
     close(fd);
   }
   EXPECT_THAT(CallRing::open(path_), StatusIs(Code::kDataLoss, HasSubstr("bad magic")));
+  unlink(path_.c_str());
   ASSERT_THAT(CallRing::create(path_, {8, 256}), IsOk());
   ASSERT_EQ(truncate(path_.c_str(), 4096 + 4 * 256), 0);
   EXPECT_THAT(CallRing::open(path_), StatusIs(Code::kDataLoss, HasSubstr("geometry needs")));

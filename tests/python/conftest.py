@@ -10,6 +10,11 @@ from private_daemon import PrivateDaemon
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "hostile: what a hostile local user tries (docs/security.md); "
+                                       "scripts/test --suite hostile runs only these")
+
+
 @pytest.fixture(scope="session")
 def build_dir() -> pathlib.Path:
     path = pathlib.Path(os.environ.get("PHOS_BUILD_DIR", ROOT / "build"))

@@ -470,7 +470,14 @@ def test_verify_and_restore_name_the_problem_and_start_nothing(phos, good_image,
 
 def test_image_with_gpu_state_starts_phosd_which_refuses_a_bad_session(phos, good_image):
     pid, image = good_image
-    edit_manifest(image, lambda m: m["state"]["gpu"].update(sessions=[{"id": 4}]))
+    # A session whose blobs are all there (what restore checks itself, as
+    # verify does) but which lacks what only phosd reads.
+    add_gpu_blob(phos, image, b"\0" * 8192)
+
+    def bad_session(m):
+        m["blobs"][-1].update(name="session/ring", kind="call-ring")
+        m["state"]["gpu"].update(sessions=[{"id": 4, "ring": {"blob": "session/ring"}}])
+    edit_manifest(image, bad_session)
     # Under /tmp: a socket path has at most 107 bytes.
     runtime = pathlib.Path(tempfile.mkdtemp(prefix="phos-test-", dir="/tmp"))
     try:

@@ -292,3 +292,36 @@ def test_the_next_checkpoint_removes_what_a_killed_worker_left(criu, phos, phosd
     job.wait_line(2)
     checkpoint(phos, phosd, job.pid, tmp_path / "image")
     assert not left.exists()
+
+
+@pytest.mark.hostile
+def test_verify_and_restore_check_the_gpu_state_against_its_blobs(criu, phos, phosd, app_env, programs, jobs,
+                                                                  tmp_path):
+    """An allocation whose size disagrees with its blob, or that names no blob of the image: verify reports
+    it (exit 1) and restore refuses it before anything runs."""
+    job = Job(phos, phosd, command(programs, "client-threads"), app_env, tmp_path)
+    jobs.append(job)
+    job.wait_line(2)
+    image = tmp_path / "image"
+    checkpoint(phos, phosd, job.pid, image)
+    job.proc.wait(timeout=TIMEOUT)
+    manifest_path = image / "manifest.json"
+    original = manifest_path.read_text()
+
+    def damaged(change, expected):
+        manifest = json.loads(original)
+        allocation = manifest["state"]["gpu"]["sessions"][0]["allocations"][0]
+        change(allocation)
+        manifest_path.write_text(json.dumps(manifest))
+        for argv in (["verify", str(image)], ["restore", "--image", str(image)]):
+            r = subprocess.run([str(phos), *argv, "--runtime-dir", str(phosd.runtime_dir)] if argv[0] == "restore"
+                               else [str(phos), *argv], env=app_env, capture_output=True, text=True, timeout=TIMEOUT)
+            assert r.returncode == 1, (argv, r.stdout, r.stderr)
+            assert "gpu.sessions[0].allocations[0]" in r.stderr and expected in r.stderr, r.stderr
+            assert r.stdout == "" or "intact" not in r.stdout
+        assert phosd.request({"op": "ps"})["sessions"] == []
+
+    damaged(lambda a: a.update(bytes=a["bytes"] + 4096), "bytes, its blob")
+    damaged(lambda a: a.update(blob="gpu/9/0x1"), "blob gpu/9/0x1 is not in the image")
+    manifest_path.write_text(original)
+    assert subprocess.run([str(phos), "verify", str(image)], capture_output=True).returncode == 0

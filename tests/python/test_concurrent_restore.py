@@ -202,3 +202,40 @@ def test_checkpoint_while_memory_loads_waits_for_the_loads(criu, phos, slow_phos
     finally:
         restoring.kill()
         restoring.wait()
+
+
+@pytest.mark.hostile
+def test_a_damaged_chunk_ends_the_job_before_it_reads_it(criu, phos, slow_phosd, app_env, programs, tmp_path):
+    """A chunk that does not match its checksum (found as it loads, while the job runs) ends the job before
+    any call that reads its memory returns: what the job printed is the uninterrupted run's, the restore fails
+    naming the damage, and no second (eager) restore is tried. An eager restore refuses before anything runs."""
+    cmd = command(programs, "mlp-train")
+    cmd[cmd.index("--state-mib") + 1] = "24"
+    ref = reference(cmd, app_env)
+    before, image = killed_at(phos, slow_phosd, cmd, app_env, tmp_path, 2)
+    manifest = json.loads((image / "manifest.json").read_text())
+    blob = max((b for b in manifest["blobs"] if b["kind"] == "gpu-memory"), key=lambda b: b["size"])
+    offset, size, codec, _ = blob["chunks"][-1]
+    assert codec == "none"
+    path = image / blob["file"]
+    data = bytearray(path.read_bytes())
+    data[offset + size // 2] ^= 0x40
+    path.write_bytes(bytes(data))
+
+    r = subprocess.run([str(phos), "restore", "--image", str(image), "--runtime-dir", str(slow_phosd.runtime_dir)],
+                       env=app_env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 1, r.stderr
+    assert "the image is damaged" in r.stderr and "does not match its checksum" in r.stderr, r.stderr
+    assert f"chunk {len(blob['chunks']) - 1}" in r.stderr, r.stderr
+    assert "restored again" not in r.stderr
+    after = r.stdout.splitlines()
+    assert before + after == ref[:len(before) + len(after)]
+    assert len(before) + len(after) < len(ref), "the job ended before the end of the uninterrupted run"
+    assert slow_phosd.request({"op": "ps"})["sessions"] == []
+
+    r = subprocess.run([str(phos), "restore", "--eager", "--image", str(image), "--runtime-dir",
+                        str(slow_phosd.runtime_dir)],
+                       env=app_env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 1, r.stderr
+    assert "does not match its checksum" in r.stderr
+    assert r.stdout == ""

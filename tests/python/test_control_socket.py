@@ -16,6 +16,8 @@ import pytest
 
 from job_output import wait_for
 
+pytestmark = pytest.mark.hostile
+
 # The daemon gives a connection this long to send its line.
 RECEIVE_TIMEOUT = 2.0
 

@@ -29,6 +29,8 @@ import pytest
 from test_checkpoint_phos import (Job, app_env, checkpoint, command, criu, jobs,  # noqa: F401
                                   programs, reference, restore)
 
+pytestmark = pytest.mark.hostile
+
 PROBE = "phos-probe"
 SECRET = b"PHOS-SECRET-" + b"s" * 52  # 64 bytes, repeated to fill the blob
 

@@ -254,6 +254,7 @@ def test_target_without_room_for_the_image_leaves_the_job_running(hosts, phos, p
     assert leftovers == [], leftovers
 
 
+@pytest.mark.hostile
 def test_peer_without_the_key_is_refused(hosts, phos, programs, tmp_path):
     cmd = mlp(programs)
     ref = reference(cmd, hosts)

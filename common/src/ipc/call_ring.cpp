@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -12,6 +13,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 #include <ctime>
 
 #include "phos/common/subprocess.h"
@@ -139,19 +141,25 @@ std::byte* CallRing::payload(uint64_t position) const {
   return reinterpret_cast<std::byte*>(&slot(position)) + sizeof(SlotHeader);
 }
 
-Result<CallRing> CallRing::create(const std::string& path, RingGeometry geometry) {
+Result<CallRing> CallRing::create(const std::string& path, RingGeometry geometry, int* sharedLock) {
   RETURN_IF_ERROR(checkGeometry(geometry));
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // Made unnamed in the ring's directory (O_TMPFILE), sized, filled in and
+  // locked, then linked to `path`: a link never replaces a file, and no one
+  // ever sees the ring unlocked or half made (a restore that found it
+  // unlocked would take it for a stale one and remove it).
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  int fd = ::open(dir.c_str(), O_RDWR | O_TMPFILE | O_CLOEXEC, 0600);
   if (fd < 0) return errnoError(errno, "create ring file " + path);
-  size_t bytes = fileBytes(geometry);
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    Status s = errnoError(errno, "size ring file " + path);
+  auto fail = [&](Status s) {
     ::close(fd);
     return s;
-  }
+  };
+  size_t bytes = fileBytes(geometry);
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) return fail(errnoError(errno, "size ring file " + path));
+  if (sharedLock != nullptr && flock(fd, LOCK_SH) != 0) return fail(errnoError(errno, "lock ring file " + path));
   auto base = mapFile(fd, bytes, path);
-  ::close(fd);
-  if (!base) return base.status();
+  if (!base) return fail(base.status());
   CallRing ring(*base, bytes, geometry, true);
   // The file is fresh (zero-filled) and nobody else has mapped it yet.
   auto& h = ring.header();
@@ -161,6 +169,20 @@ Result<CallRing> CallRing::create(const std::string& path, RingGeometry geometry
   h.slotBytes = geometry.slotBytes;
   h.ownerPid.store(getpid());
   for (uint64_t p = 0; p < geometry.slotCount; ++p) ring.slot(p).sequence.store(p);
+  // linkat(AT_EMPTY_PATH) would need CAP_DAC_READ_SEARCH; the /proc link does not.
+  const std::string self = "/proc/self/fd/" + std::to_string(fd);
+  if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW) != 0) {
+    if (errno == EEXIST) {
+      return fail(makeError(Code::kFailedPrecondition,
+                            "ring file {} exists: another session (or a restore of it) has it", path));
+    }
+    return fail(errnoError(errno, "create ring file " + path));
+  }
+  if (sharedLock != nullptr) {
+    *sharedLock = fd;
+  } else {
+    ::close(fd);
+  }
   return ring;
 }
 

@@ -32,6 +32,10 @@ enum class Code {
 
 std::string_view codeName(Code code);
 
+// The code as phosd's answers spell it ("code" in docs/remoting.md):
+// lowercase words joined by '-', e.g. "not-found", "data-loss".
+std::string_view wireCode(Code code);
+
 class [[nodiscard]] Status {
  public:
   Status() = default;

@@ -46,9 +46,12 @@ class CallRing {
   // Largest request or reply a slot of `g` carries.
   static size_t payloadCapacity(const RingGeometry& g);
 
-  // Daemon side: creates (or truncates) the file at `path` with an empty ring
-  // whose owner is the calling process.
-  static Result<CallRing> create(const std::string& path, RingGeometry geometry);
+  // Daemon side: creates the file at `path` with an empty ring whose owner is
+  // the calling process; kFailedPrecondition if a file is there (someone's
+  // ring: it is never replaced). The file appears at `path` whole and, with
+  // `sharedLock`, already holding a shared flock on the descriptor stored
+  // there (the session's liveness lock, which the caller keeps and closes).
+  static Result<CallRing> create(const std::string& path, RingGeometry geometry, int* sharedLock = nullptr);
   // Application side: maps an existing ring, checking its magic and version.
   static Result<CallRing> open(const std::string& path);
 
