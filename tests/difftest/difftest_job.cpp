@@ -35,12 +35,12 @@
 // lines do; --trace writes every operation to stderr.
 //
 // --features: a comma-separated list applied to the default set: NAME or +NAME
-// adds, -NAME removes, "all" and "none" reset. Features (default on unless
-// marked): pinned pools pitch threads events globals pointers hostfns
-// libraries reload launches streams elapsed (off) ctx-limits (off)
-// func-attrs (off). The three that are off exercise state that PhOS does not
-// restore yet (events recorded before a checkpoint, context limits and cache
-// configuration, function attributes).
+// adds, -NAME removes, "all" and "none" reset, "default" restores. Features
+// (all on by default): pinned pools pitch threads events globals pointers
+// hostfns libraries reload launches streams elapsed ctx-limits func-attrs. The
+// last three are state PhOS restores since the draft of this job: events
+// recorded before a checkpoint (cuEventElapsedTime across a restore), context
+// limits and cache configuration, function attributes (cuFuncSetAttribute).
 #include <cuda.h>
 #include <unistd.h>
 
@@ -123,7 +123,7 @@ constexpr FeatureName kFeatures[] = {
     {"threads", kThreads, true},     {"events", kEvents, true},        {"globals", kGlobals, true},
     {"pointers", kPointers, true},   {"hostfns", kHostFns, true},      {"libraries", kLibraries, true},
     {"reload", kReload, true},       {"launches", kLaunches, true},    {"streams", kStreams, true},
-    {"elapsed", kElapsed, false},    {"ctx-limits", kCtxLimits, false}, {"func-attrs", kFuncAttrs, false},
+    {"elapsed", kElapsed, true},     {"ctx-limits", kCtxLimits, true},  {"func-attrs", kFuncAttrs, true},
 };
 
 uint32_t defaultFeatures() {
@@ -1669,7 +1669,7 @@ class Job {
     CHECK(cuStreamSynchronize(stream));
   }
 
-  // ---- features whose state PhOS does not restore yet (off by default) ----
+  // ---- state PhOS restores beyond memory: event times, limits, attributes ----
 
   // cuEventElapsedTime between two events recorded in this operation: only
   // whether it succeeded goes into the checksum.
