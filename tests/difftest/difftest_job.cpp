@@ -1872,6 +1872,13 @@ class Job {
           CHECK(cuFuncGetAttribute(&carveout, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, m.fn[k]));
           h.word(static_cast<uint64_t>(dyn));
           h.word(static_cast<uint64_t>(carveout));
+          if (o_.explain && perStep) {
+            // Each function's values, as the item's "hash": which one differs.
+            char line[160];
+            std::snprintf(line, sizeof line, "difftest: step %d func-attrs:module#%d:%s %08x%08x\n", gStep, m.id,
+                          kKernelNames[k], static_cast<unsigned>(dyn), static_cast<unsigned>(carveout));
+            explain += line;
+          }
         }
       }
       item("func-attrs", h);

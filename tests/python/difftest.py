@@ -28,7 +28,6 @@ runs a few fixed seeds in CI.
 import argparse
 import dataclasses
 import datetime
-import json
 import os
 import pathlib
 import random
@@ -294,8 +293,9 @@ class Runner:
                     if seg.proc.poll() is not None and not image.exists():
                         outcome.skipped += 1  # the job ended meanwhile
                         break
-                    raise AssertionError(f"checkpoint {point.spec()} of {seg.name} (asked at line {asked}) failed:\n"
-                                         + str(sys.exc_info()[1]).strip()[-4000:])
+                    why = str(sys.exc_info()[1]).strip().splitlines() or [""]
+                    raise AssertionError(f"checkpoint {point.spec()} of {seg.name} (asked at line {asked}) failed: "
+                                         + "\n".join(why[:1] + why[1:][-30:]))
                 outcome.checkpoints += 1
                 if point.leave_running:
                     seg.checkpointed = "left running"
@@ -316,6 +316,12 @@ class Runner:
                 if seg.proc.poll() is None:
                     seg.proc.kill()
                     seg.proc.wait()
+            # A restored job outlives a phos restore killed above.
+            try:
+                if self.job.name in pathlib.Path(f"/proc/{pid}/cmdline").read_text():
+                    os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         outcome.rollbacks += sum(seg.rolled_back() for seg in segments)
         return segments
 
@@ -434,8 +440,10 @@ def main(argv=None) -> int:
     workdir = pathlib.Path(args.workdir) if args.workdir else pathlib.Path(tempfile.mkdtemp(prefix="phos-difftest-"))
     workdir.mkdir(parents=True, exist_ok=True)
     runner = Runner(args.build_dir, workdir, args.job, args.keep)
-    # A signal ends the run as Ctrl-C does: daemons stopped, summary printed.
+    # A signal ends the run as Ctrl-C does: daemons stopped, summary printed
+    # (SIGINT too when started in the background, where it is ignored).
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with RoomyPids():
             if args.soak:
@@ -449,7 +457,8 @@ def main(argv=None) -> int:
             if outcome.ok:
                 print("ok: every segment is the uninterrupted run's, byte for byte")
                 return 0
-            print(f"FAIL: {outcome.failure}\n{outcome.explanation}\nreproduce: {case.reproduce(runner.build_dir, runner.custom_job)}")
+            print(f"FAIL: {outcome.failure}\n{outcome.explanation}\n"
+                  f"reproduce: {case.reproduce(runner.build_dir, runner.custom_job)}")
             return 1
     finally:
         runner.close()

@@ -1,0 +1,68 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A few fixed cases of the differential checkpoint/restore tester (difftest.py):
+random Driver API programs of phos-difftest-job, checkpointed and restored with
+each protocol, every segment's lines the uninterrupted run's byte for byte.
+scripts/soak runs the same without end; these keep CI to a few seconds each
+(small step counts, short pauses).
+"""
+import pytest
+
+from difftest import Case, Point, Runner
+from test_checkpoint_phos import criu  # noqa: F401 (a fixture)
+
+
+@pytest.fixture(scope="module")
+def runner(build_dir, tmp_path_factory):
+    job = build_dir / "tests" / "difftest" / "phos-difftest-job"
+    if not job.exists():
+        pytest.skip(f"{job} was not built (it needs nvcc and vgpu)")
+    r = Runner(build_dir, tmp_path_factory.mktemp("difftest"))
+    yield r
+    r.close()
+
+
+def passes(runner, case):
+    outcome = runner.run(case)
+    assert outcome.ok, f"{case.describe()}: {outcome.failure}\n{outcome.explanation}\n" \
+                       f"reproduce: {case.reproduce(runner.build_dir)}"
+    return outcome
+
+
+# Each protocol once, chained: a restored job is checkpointed again. A case:
+# (seed, slowed copies, checkpoints) of a 6-step job.
+CASES = {
+    "stop, then cow left running, restored eagerly": (7, False, [Point(2, "stop"), Point(4, "cow", True, True)]),
+    "recopy left running, then stop, restored while memory loads": (8, True, [Point(2, "recopy", True),
+                                                                             Point(5, "stop")]),
+    "cow, then recopy left running and restored eagerly": (11, True, [Point(2, "cow"), Point(4, "recopy", True, True)]),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_restored_runs_are_the_uninterrupted_run(criu, runner, name):  # noqa: F811
+    seed, slow, points = CASES[name]
+    outcome = passes(runner, Case(seed, steps=6, sleep_ms=60, slow=slow, points=points))
+    assert outcome.checkpoints == len(points), outcome
+
+
+def test_a_function_attribute_set_after_a_restore_holds(criu, runner):  # noqa: F811
+    """Seed 123 sets reduce_shared's dynamic shared memory opt-in through its
+    CUkernel in step 2 and lowers it in step 5. The restore set the kernel's
+    value again (cuKernelSetAttribute), which vgpu applied over the function's
+    own at every lookup: step 5 read the old value back."""
+    passes(runner, Case(123, steps=5, sleep_ms=60, slow=False, points=[Point(2, "stop")]))
+
+
+def test_a_divergence_is_found_and_named(runner):
+    """The tester itself: another program's lines as the ground truth fail the
+    first step, and --explain names the items that differ."""
+    case = Case(5, steps=3, sleep_ms=0, slow=False, points=[])
+    other = Case(6, steps=3, sleep_ms=0, slow=False, points=[])
+    for explain in (False, True):
+        runner.truths[tuple(case.job_args(explain, sleep=False))] = runner.truth(other, explain)
+    outcome = runner.run(case)
+    try:
+        assert not outcome.ok and "line 1 differs" in outcome.failure, outcome
+        assert "step 1:" in outcome.explanation and "buffer#0(" in outcome.explanation, outcome.explanation
+    finally:
+        runner.truths.clear()
