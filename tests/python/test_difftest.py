@@ -53,6 +53,15 @@ def test_a_function_attribute_set_after_a_restore_holds(criu, runner):  # noqa: 
     passes(runner, Case(123, steps=5, sleep_ms=60, slow=False, points=[Point(2, "stop")]))
 
 
+def test_a_kernel_opted_into_more_shared_memory_runs_while_a_checkpoint_copies(criu, runner):  # noqa: F811
+    """Seed 2003 launches reduce_shared with 94 KiB of dynamic shared memory
+    (opted in with cuFuncSetAttribute) in step 5, while a copy-on-write
+    checkpoint copies its memory slowly: the launch runs as the kernel's twin,
+    which had no opt-in, and failed (the next synchronize returned
+    CUDA_ERROR_INVALID_VALUE to the job left running)."""
+    passes(runner, Case(2003, steps=6, sleep_ms=30, slow=True, points=[Point(4, "cow", True)]))
+
+
 def test_a_divergence_is_found_and_named(runner):
     """The tester itself: another program's lines as the ground truth fail the
     first step, and --explain names the items that differ."""
