@@ -201,6 +201,7 @@ class Runner:
         self.env = job_env(self.build_dir)
         self.daemons = {}
         self.truths = {}
+        self.before_checkpoint = None  # called with the checkpoint's number (tests)
         self.cases = 0
 
     def close(self):
@@ -284,6 +285,8 @@ class Runner:
                 if seg.proc.poll() is not None:
                     outcome.skipped += 1
                     break
+                if self.before_checkpoint is not None:
+                    self.before_checkpoint(n)
                 asked = progress(seg.lines()[-1], case.steps)
                 image = work / f"image-{n}"
                 extra = ["--mode", point.mode] + (["--leave-running"] if point.leave_running else [])

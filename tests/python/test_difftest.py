@@ -8,6 +8,7 @@ scripts/soak runs the same without end; these keep CI to a few seconds each
 import pytest
 
 from difftest import Case, Point, Runner
+from private_daemon import PrivateDaemon
 from test_checkpoint_phos import criu  # noqa: F401 (a fixture)
 
 
@@ -60,6 +61,27 @@ def test_a_kernel_opted_into_more_shared_memory_runs_while_a_checkpoint_copies(c
     which had no opt-in, and failed (the next synchronize returned
     CUDA_ERROR_INVALID_VALUE to the job left running)."""
     passes(runner, Case(2003, steps=6, sleep_ms=30, slow=True, points=[Point(4, "cow", True)]))
+
+
+def test_files_of_a_restored_session_outlive_a_starting_phosd(criu, runner):  # noqa: F811
+    """Seed 13 (no threads) runs its first host function in step 4, after its
+    first restore: the session's host-call queue was named after its worker,
+    while its ring kept the image's name. Restored again, the queue's name
+    named a worker that was gone and a ring nobody held, so a phosd starting
+    then took it for a dead session's file and removed it. The next
+    checkpoint saved the job's mapping of the removed file (CRIU's
+    link-remap), and after that restore the job and phosd used two different
+    queues: the next host function never ran and the job hung (seed 1006)."""
+    def start_a_daemon(n):
+        if n == 3:
+            PrivateDaemon(runner.phos, runner.build_dir, {}).start().stop()
+
+    runner.before_checkpoint = start_a_daemon
+    try:
+        passes(runner, Case(13, steps=8, sleep_ms=60, slow=False, points=[Point(2, "stop"), Point(4, "stop"), Point(6, "stop")],
+                            features="-threads"))
+    finally:
+        runner.before_checkpoint = None
 
 
 def test_a_divergence_is_found_and_named(runner):
