@@ -202,7 +202,6 @@ class Runner:
         self.daemons = {}
         self.truths = {}
         self.before_checkpoint = None  # called with the checkpoint's number (tests)
-        self.cases = 0
 
     def close(self):
         for d in self.daemons.values():
@@ -227,7 +226,6 @@ class Runner:
         return self.truths[key]
 
     def run(self, case: Case, explain_failures=True) -> Outcome:
-        self.cases += 1
         work = pathlib.Path(tempfile.mkdtemp(prefix=f"seed-{case.seed}-", dir=self.workdir))
         outcome = Outcome(case)
         try:
@@ -236,10 +234,10 @@ class Runner:
             outcome.failure = str(e).strip() or type(e).__name__
         if outcome.failure and explain_failures:
             outcome.explanation = self.explain(case, work)
-        if outcome.ok and not self.keep:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
+        if not outcome.ok:
             outcome.failure += f"\n(files of the case: {work})"
+        elif not self.keep:
+            shutil.rmtree(work, ignore_errors=True)
         return outcome
 
     def explain(self, case: Case, work: pathlib.Path) -> str:
