@@ -813,6 +813,18 @@ class Engine {
           s.validator_.setMode(ValidationMode::kValidate);
           recopier->giveWayTo(&s.transfers_);
           s.transfers_.track(true);
+          // The job ran between the list above and the gate: what it freed
+          // meanwhile passed no gate of ours, and its chunks may be unmapped
+          // now (or another allocation's, of another size): they are not
+          // copied. An allocation made meanwhile is one made in the window.
+          const std::vector<SavedBuffer> now = allocationList(s);
+          const AccessGate ended = recopier->gate();
+          for (const SavedBuffer& b : buffers) {
+            if (std::none_of(now.begin(), now.end(),
+                             [&](const SavedBuffer& n) { return n.address == b.address && n.bytes == b.bytes; })) {
+              ended({.writes = {{b.address, b.bytes}}, .ends = true});
+            }
+          }
         }
         if (drained.isOk()) taken = recopier->takeDirty();
       }

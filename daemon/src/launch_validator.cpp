@@ -266,6 +266,20 @@ CUresult LaunchValidator::launchTwin(CUfunction function, void** kernelParams, s
   KernelState& k = stateOf(function);
   CUfunction twin = twinFor(k);
   if (twin == nullptr) return CUDA_ERROR_NOT_FOUND;
+  // The twin runs with the original's launch configuration, so with the
+  // dynamic shared memory the program opted the original into (which it may
+  // change at any time): without it, a launch asking for more than 48 KiB
+  // fails on the twin alone.
+  int want = 0, have = 0;
+  if (PHOS_DRIVER(driver_, FuncGetAttribute)(&want, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, function) ==
+          CUDA_SUCCESS &&
+      PHOS_DRIVER(driver_, FuncGetAttribute)(&have, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, twin) ==
+          CUDA_SUCCESS &&
+      want != have) {
+    // A twin with more static shared memory may not get as much: then the
+    // launch fails as it would have.
+    PHOS_DRIVER(driver_, FuncSetAttribute)(twin, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, want);
+  }
   if (k.report == 0) {
     const size_t bytes = sizeof(ReportHeader) + size_t{kReportCapacity} * sizeof(ReportEntry);
     if (CUresult r = PHOS_DRIVER(driver_, MemAlloc_v2)(&k.report, bytes); r != CUDA_SUCCESS) return r;

@@ -428,7 +428,12 @@ Result<PinnedRange> Session::createPinned(size_t bytes, unsigned flags) {
   r.mapped = pageRound(bytes == 0 ? 1 : bytes);
   r.flags = flags;
   r.context = currentContext_;
-  r.path = fmt::format("/dev/shm/phos-{}-{}-pinned-{}", getpid(), id_, ++pinnedSerial_);
+  // Named after the ring (a restored session keeps the image's): the ring's
+  // lock is what keeps a starting phosd from removing the file as a dead
+  // session's (phosd.cpp's removeStaleSessionFiles).
+  do {
+    r.path = fmt::format("{}-pinned-{}", ringPath_, ++pinnedSerial_);
+  } while (std::any_of(pinned_.begin(), pinned_.end(), [&](const auto& e) { return e.second.path == r.path; }));
   // Place it after the session's last range, inside the session's slice (a
   // restored session keeps the slice its ranges were in).
   const uintptr_t slice = pinnedSlice();
@@ -677,8 +682,8 @@ void Session::destroyContext(uint64_t id) {
 Result<std::shared_ptr<HostCallChannel>> Session::hostCalls() {
   std::lock_guard lock(hostCallsMutex_);
   if (hostCalls_ == nullptr) {
-    ASSIGN_OR_RETURN(hostCalls_,
-                     HostCallChannel::create(fmt::format("/dev/shm/phos-{}-{}-hostcalls", getpid(), id_), uid_, pid_));
+    // Named after the ring, as pinned memory is (createPinned).
+    ASSIGN_OR_RETURN(hostCalls_, HostCallChannel::create(fmt::format("{}-hostcalls", ringPath_), uid_, pid_));
   }
   return hostCalls_;
 }

@@ -60,6 +60,11 @@ def criu(phos):
 @pytest.fixture(scope="module")
 def app_env(build_dir):
     """The jobs' environment: vgpu's libcuda.so.1 on the library path (train.py loads it by name)."""
+    return job_env(build_dir)
+
+
+def job_env(build_dir):
+    """app_env outside pytest (tests/python/difftest.py)."""
     env = dict(os.environ)
     for name in ("LD_PRELOAD", "PHOS_RUNTIME_DIR", "PHOS_LOG", "PHOS_LOG_STDERR", "PHOS_DRIVER"):
         env.pop(name, None)

@@ -13,9 +13,11 @@ restores to the uninterrupted run's end.
 import json
 import signal
 import subprocess
+import sys
 
 import pytest
 
+from driver_client import PRELUDE
 from test_checkpoint_phos import after_checkpoint, app_env, command, criu, programs, reference  # noqa: F401
 from test_concurrent_restore import restore
 from test_soft_cow import BUFFER_BYTES, BUFFERS, Client, read_blob
@@ -111,3 +113,38 @@ def test_recopied_job_restores_to_the_uninterrupted_end(criu, phos, slow_copies,
     assert asked <= len(before) < len(ref) and before == ref[:len(before)]
     after, _, _ = restore(phos, phosd, image, app_env)
     after_checkpoint(ref, after, len(before), len(before))
+
+
+# Eight buffers allocated, written and freed over and over, beside one kept.
+CHURN = PRELUDE + r'''
+ok(cu.cuInit(0))
+ok(cu.cuCtxSetCurrent(ok(cu.cuDevicePrimaryCtxRetain(ok(cu.cuDeviceGet(0))))))
+keep = ok(cu.cuMemAlloc(1 << 20))
+ok(cu.cuMemsetD8(keep, 7, 1 << 20))
+print("ready", flush=True)
+while True:
+    churn = [ok(cu.cuMemAlloc((64 + i) << 10)) for i in range(8)]
+    for b in churn:
+        ok(cu.cuMemsetD8(b, 1, 64 << 10))
+    for b in churn:
+        ok(cu.cuMemFree(b))
+'''
+
+
+def test_a_buffer_freed_as_the_recopy_begins_is_not_copied(criu, phos, phosd, app_env, tmp_path):  # noqa: F811
+    """The list of buffers to copy is taken before the gate that sees frees is
+    in: a buffer freed in between was copied from an address no longer mapped,
+    and the checkpoint failed with CUresult 1 (found by the differential tester)."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from job_output import wait_for
+    from test_checkpoint_phos import Job
+    env = dict(app_env, LD_LIBRARY_PATH=":".join(["/usr/local/cuda/lib64", app_env["LD_LIBRARY_PATH"]]))
+    job = Job(phos, phosd, [sys.executable, "-c", CHURN], env, tmp_path)
+    try:
+        job.wait_line(1)
+        for n in range(8):
+            report = checkpoint(phos, phosd, job.pid, tmp_path / f"image-{n}", "--leave-running")
+            assert report["protocol"] == "soft-recopy", report
+        wait_for(lambda: job.proc.poll() is None, 1, "the job to run on")
+    finally:
+        job.stop()

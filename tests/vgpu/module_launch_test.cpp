@@ -484,6 +484,40 @@ TEST_F(ModuleTest, LibrariesAndKernels) {
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuKernelGetName(&name, kernel));
 }
 
+// "Attributes set using cuFuncSetAttribute() will override the attribute set by
+// [cuKernelSetAttribute] irrespective of whether the call to cuFuncSetAttribute()
+// is made before or after": a restore sets a kernel's opt-in again with
+// cuKernelSetAttribute, and the program's later cuFuncSetAttribute through the
+// CUkernel must still hold (found by the differential tester, seed 123).
+TEST_F(ModuleTest, FunctionAttributesOverrideTheKernelsInEitherOrder) {
+  CUlibrary lib = nullptr;
+  ASSERT_CU(cuLibraryLoadData(&lib, kTinyPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CUkernel kernel = nullptr;
+  ASSERT_CU(cuLibraryGetKernel(&kernel, lib, "saxpy"));
+  auto asFunction = reinterpret_cast<CUfunction>(kernel);
+  CUfunction f = nullptr;
+  ASSERT_CU(cuKernelGetFunction(&f, kernel));
+  auto optIn = [](CUfunction fn) {
+    int v = 0;
+    EXPECT_CU(cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fn));
+    return v;
+  };
+  EXPECT_CU(cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 96 * 1024, kernel, 0));
+  EXPECT_EQ(optIn(f), 96 * 1024);
+  EXPECT_EQ(optIn(asFunction), 96 * 1024);
+  // The function's own value wins, set after the kernel's ...
+  EXPECT_CU(cuFuncSetAttribute(asFunction, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 68 * 1024));
+  EXPECT_EQ(optIn(asFunction), 68 * 1024);
+  EXPECT_EQ(optIn(f), 68 * 1024);
+  // ... and before it.
+  EXPECT_CU(cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 80 * 1024, kernel, 0));
+  EXPECT_EQ(optIn(asFunction), 68 * 1024);
+  int kernelValue = 0;
+  EXPECT_CU(cuKernelGetAttribute(&kernelValue, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, kernel, 0));
+  EXPECT_EQ(kernelValue, 80 * 1024);
+  EXPECT_CU(cuLibraryUnload(lib));
+}
+
 TEST_F(ModuleTest, LinkerWithPtx) {
   CUlinkState state = nullptr;
   ASSERT_CU(cuLinkCreate(0, nullptr, nullptr, &state));

@@ -1138,7 +1138,7 @@ Status Driver::launch(CUfunction handle, const LaunchConfig& config, CUstream st
     return cuErrorf(CUDA_ERROR_INVALID_VALUE, "{} threads per block exceed the limit of {}", threads,
                     std::min(1024, info.maxThreadsPerBlock));
   }
-  int optIn = f->maxDynamicShared.load();
+  int optIn = f->dynamicSharedOptIn();
   std::size_t dynamicLimit = optIn >= 0 ? static_cast<std::size_t>(optIn)
                                         : (48 * 1024 > info.staticSharedBytes ? 48 * 1024 - info.staticSharedBytes : 0);
   if (config.dynamicSharedBytes > dynamicLimit) {
@@ -1421,7 +1421,7 @@ Result<std::shared_ptr<Function>> Driver::kernelFunctionIn(const Kernel& k, cons
   ASSIGN_OR_RETURN(CUfunction f, function(reinterpret_cast<CUmodule>(module->id), k.name.c_str()));
   ASSIGN_OR_RETURN(auto fn, function(f));
   if (auto it = k.maxDynamicShared.find(context->device()); it != k.maxDynamicShared.end()) {
-    fn->maxDynamicShared = it->second;
+    fn->kernelMaxDynamicShared = it->second;
   }
   return fn;
 }
@@ -1455,7 +1455,7 @@ Status Driver::setKernelMaxDynamicShared(CUkernel handle, int device, int value)
     if (!m || m->device != device || !m->program) continue;
     auto f = function(reinterpret_cast<CUmodule>(id), k->name.c_str());
     if (f.isOk()) {
-      if (auto fn = functions_.find(idOf(*f))) fn->maxDynamicShared = value;
+      if (auto fn = functions_.find(idOf(*f))) fn->kernelMaxDynamicShared = value;
     }
   }
   return Status::ok();

@@ -182,7 +182,17 @@ struct Function {
   std::shared_ptr<Program> program;
   std::size_t index = 0;
   std::uint64_t context = 0;
-  std::atomic<int> maxDynamicShared{-1};  // -1: the default (48 KiB minus static)
+  std::atomic<int> maxDynamicShared{-1};  // cuFuncSetAttribute's; -1: never set
+  // cuKernelSetAttribute's for its kernel on its device (-1: never set).
+  // "Attributes set using cuFuncSetAttribute() will override the attribute set
+  // by this API irrespective of whether the call to cuFuncSetAttribute() is
+  // made before or after this API call."
+  std::atomic<int> kernelMaxDynamicShared{-1};
+  // The opt-in that holds: the function's own, else its kernel's, else -1.
+  int dynamicSharedOptIn() const {
+    const int own = maxDynamicShared.load();
+    return own >= 0 ? own : kernelMaxDynamicShared.load();
+  }
   std::string name() const;
 };
 

@@ -128,7 +128,7 @@ Status functionAttribute(Driver& d, int* pi, CUfunction_attribute attrib, const 
   auto m = f->module.lock();
   const DeviceProfile& profile = d.platform().devices.at(static_cast<std::size_t>(m ? m->device : 0));
   int cc = profile.ccMajor * 10 + profile.ccMinor;
-  int optIn = f->maxDynamicShared.load();
+  int optIn = f->dynamicSharedOptIn();
   switch (attrib) {
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = std::min(1024, info->maxThreadsPerBlock); break;
     case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *pi = static_cast<int>(info->staticSharedBytes); break;

@@ -1,0 +1,99 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A few fixed cases of the differential checkpoint/restore tester (difftest.py):
+random Driver API programs of phos-difftest-job, checkpointed and restored with
+each protocol, every segment's lines the uninterrupted run's byte for byte.
+scripts/soak runs the same without end; these keep CI to a few seconds each
+(small step counts, short pauses).
+"""
+import pytest
+
+from difftest import Case, Point, Runner
+from private_daemon import PrivateDaemon
+from test_checkpoint_phos import criu  # noqa: F401 (a fixture)
+
+
+@pytest.fixture(scope="module")
+def runner(build_dir, tmp_path_factory):
+    job = build_dir / "tests" / "difftest" / "phos-difftest-job"
+    if not job.exists():
+        pytest.skip(f"{job} was not built (it needs nvcc and vgpu)")
+    r = Runner(build_dir, tmp_path_factory.mktemp("difftest"))
+    yield r
+    r.close()
+
+
+def passes(runner, case):
+    outcome = runner.run(case)
+    assert outcome.ok, f"{case.describe()}: {outcome.failure}\n{outcome.explanation}\n" \
+                       f"reproduce: {case.reproduce(runner.build_dir)}"
+    return outcome
+
+
+# Each protocol once, chained: a restored job is checkpointed again. A case:
+# (seed, slowed copies, checkpoints) of a 6-step job.
+CASES = {
+    "stop, then cow left running, restored eagerly": (7, False, [Point(2, "stop"), Point(4, "cow", True, True)]),
+    "recopy left running, then stop, restored while memory loads": (8, True, [Point(2, "recopy", True),
+                                                                             Point(5, "stop")]),
+    "cow, then recopy left running and restored eagerly": (11, True, [Point(2, "cow"), Point(4, "recopy", True, True)]),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_restored_runs_are_the_uninterrupted_run(criu, runner, name):  # noqa: F811
+    seed, slow, points = CASES[name]
+    outcome = passes(runner, Case(seed, steps=6, sleep_ms=60, slow=slow, points=points))
+    assert outcome.checkpoints == len(points), outcome
+
+
+def test_a_function_attribute_set_after_a_restore_holds(criu, runner):  # noqa: F811
+    """Seed 123 sets reduce_shared's dynamic shared memory opt-in through its
+    CUkernel in step 2 and lowers it in step 5. The restore set the kernel's
+    value again (cuKernelSetAttribute), which vgpu applied over the function's
+    own at every lookup: step 5 read the old value back."""
+    passes(runner, Case(123, steps=5, sleep_ms=60, slow=False, points=[Point(2, "stop")]))
+
+
+def test_a_kernel_opted_into_more_shared_memory_runs_while_a_checkpoint_copies(criu, runner):  # noqa: F811
+    """Seed 2003 launches reduce_shared with 94 KiB of dynamic shared memory
+    (opted in with cuFuncSetAttribute) in step 5, while a copy-on-write
+    checkpoint copies its memory slowly: the launch runs as the kernel's twin,
+    which had no opt-in, and failed (the next synchronize returned
+    CUDA_ERROR_INVALID_VALUE to the job left running)."""
+    passes(runner, Case(2003, steps=6, sleep_ms=30, slow=True, points=[Point(4, "cow", True)]))
+
+
+def test_files_of_a_restored_session_outlive_a_starting_phosd(criu, runner):  # noqa: F811
+    """Seed 13 (no threads) runs its first host function in step 4, after its
+    first restore: the session's host-call queue was named after its worker,
+    while its ring kept the image's name. Restored again, the queue's name
+    named a worker that was gone and a ring nobody held, so a phosd starting
+    then took it for a dead session's file and removed it. The next
+    checkpoint saved the job's mapping of the removed file (CRIU's
+    link-remap), and after that restore the job and phosd used two different
+    queues: the next host function never ran and the job hung (seed 1006)."""
+    def start_a_daemon(n):
+        if n == 3:
+            PrivateDaemon(runner.phos, runner.build_dir, {}).start().stop()
+
+    runner.before_checkpoint = start_a_daemon
+    try:
+        passes(runner, Case(13, steps=8, sleep_ms=60, slow=False, points=[Point(2, "stop"), Point(4, "stop"), Point(6, "stop")],
+                            features="-threads"))
+    finally:
+        runner.before_checkpoint = None
+
+
+def test_a_divergence_is_found_and_named(runner):
+    """The tester itself: another program's lines as the ground truth fail the
+    first step, and --explain names the items that differ."""
+    case = Case(5, steps=3, sleep_ms=0, slow=False, points=[])
+    other = Case(6, steps=3, sleep_ms=0, slow=False, points=[])
+    for explain in (False, True):
+        runner.truths[tuple(case.job_args(explain, sleep=False))] = runner.truth(other, explain)
+    outcome = runner.run(case)
+    try:
+        assert not outcome.ok and "line 1 differs" in outcome.failure, outcome
+        assert "step 1:" in outcome.explanation and "buffer#0(" in outcome.explanation, outcome.explanation
+    finally:
+        runner.truths.clear()
