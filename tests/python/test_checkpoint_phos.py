@@ -124,13 +124,23 @@ def reference(cmd, env):
 class Job:
     """A job under `phos run` against the test's daemon, its output in a file."""
 
-    def __init__(self, phos, daemon, cmd, env, tmp_path, name="job"):
+    def __init__(self, phos, daemon, cmd, env, tmp_path, name="job", as_user=None):
+        """`as_user`: (uid, gid) of another user to run it as (setpriv, with that user's groups)."""
         self.out = tmp_path / f"{name}.out"
         self.err = tmp_path / f"{name}.err"
+        prefix = []
+        if as_user is not None:
+            prefix = ["setpriv", f"--reuid={as_user[0]}", f"--regid={as_user[1]}", "--init-groups"]
+        for f in (self.out, self.err):
+            f.touch()
+            if as_user is not None:
+                os.chown(f, *as_user)
         with open(self.out, "w") as out, open(self.err, "w") as err:
             # A session of its own, as a job started by a supervisor has: CRIU
-            # then restores it without --shell-job.
-            self.proc = subprocess.Popen([str(phos), "run", "--runtime-dir", str(daemon.runtime_dir), "--", *cmd],
+            # then restores it without --shell-job. setpriv and phos run exec:
+            # the job has the pid of the process started here.
+            self.proc = subprocess.Popen([*prefix, str(phos), "run", "--runtime-dir", str(daemon.runtime_dir), "--",
+                                          *cmd],
                                          env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                          start_new_session=True)
 

@@ -16,8 +16,9 @@ import threading
 import pytest
 
 from job_output import lines, wait_for
-from test_checkpoint_phos import (TIMEOUT, Job, after_checkpoint, app_env, checkpoint, command, criu, jobs,  # noqa: F401
-                                  programs, reference)
+from test_checkpoint_phos import (TIMEOUT, Job, after_checkpoint, app_env, command, criu, jobs,  # noqa: F401
+                                  programs)
+from test_image_trust import root_image  # noqa: F401
 
 pytestmark = pytest.mark.hostile
 
@@ -29,16 +30,8 @@ def start_restore(phos, daemon, image, env):
 
 
 @pytest.mark.parametrize("second", ["same image", "a copy"])
-def test_two_restores_at_once_one_wins_cleanly(criu, phos, phosd, app_env, programs, jobs, tmp_path, second):
-    cmd = command(programs, "client-threads")
-    ref = reference(cmd, app_env)
-    job = Job(phos, phosd, cmd, app_env, tmp_path)
-    jobs.append(job)
-    job.wait_line(2)
-    image = tmp_path / "image"
-    checkpoint(phos, phosd, job.pid, image)
-    job.proc.wait(timeout=TIMEOUT)
-    before = job.lines()
+def test_two_restores_at_once_one_wins_cleanly(phos, phosd, app_env, root_image, tmp_path, second):
+    image, before, ref = root_image
     other = image
     if second == "a copy":
         other = tmp_path / "copy"

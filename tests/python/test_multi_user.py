@@ -24,8 +24,7 @@ import tempfile
 
 import pytest
 
-from job_output import lines, wait_for
-from test_checkpoint_phos import (TIMEOUT, after_checkpoint, app_env, command, criu, programs,  # noqa: F401
+from test_checkpoint_phos import (TIMEOUT, Job, after_checkpoint, app_env, command, criu, programs,  # noqa: F401
                                   reference)
 from test_image_trust import probe  # noqa: F401
 
@@ -60,7 +59,7 @@ def user(probe, build_dir):
 
 def as_user(user, argv):
     uid, gid = user
-    # --init-groups: the user's groups, phos among them.
+    # --init-groups: the user's groups, phos among them (as Job(as_user=) runs it).
     return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--init-groups", *argv]
 
 
@@ -81,41 +80,10 @@ def home(user):
     shutil.rmtree(top, ignore_errors=True)
 
 
-class UserJob:
-    """A job that the user started with `phos run` against the root daemon."""
-
-    def __init__(self, user, phos, daemon, cmd, env, home):
-        self.out = home / "job.out"
-        self.err = home / "job.err"
-        for f in (self.out, self.err):
-            f.touch()
-            os.chown(f, *user)
-        with open(self.out, "w") as out, open(self.err, "w") as err:
-            self.proc = subprocess.Popen(
-                as_user(user, [str(phos), "run", "--runtime-dir", str(daemon.runtime_dir), "--", *cmd]),
-                env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
-
-    @property
-    def pid(self):
-        return self.proc.pid  # setpriv and phos run exec: the job's pid
-
-    def wait_line(self, k):
-        def ready():
-            if self.proc.poll() is not None:
-                pytest.fail(f"the job exited with {self.proc.returncode}:\n{self.err.read_text()}")
-            return len(lines(self.out)) >= k
-        wait_for(ready, TIMEOUT, f"line {k} of the job")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-
-
 @pytest.fixture
 def user_job(user, phos, shared_phosd, app_env, programs, home):
     cmd = command(programs, "client-threads")
-    job = UserJob(user, phos, shared_phosd, cmd, app_env, home)
+    job = Job(phos, shared_phosd, cmd, app_env, home, as_user=user)
     yield job, reference(cmd, app_env)
     job.stop()
 
@@ -151,7 +119,7 @@ def test_a_user_checkpoints_and_restores_its_own_job(user, phos, shared_phosd, a
                        capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 0, f"{r.stderr}\n{shared_phosd.log()[-3000:]}"
     job.proc.wait(timeout=TIMEOUT)
-    before = lines(job.out)
+    before = job.lines()
     assert owners(image) == {user[0]}, "every file of the user's image is the user's"
     assert stat.S_IMODE(image.stat().st_mode) == 0o700
 
@@ -173,7 +141,7 @@ def test_roots_checkpoint_of_a_users_job_is_roots(user, phos, shared_phosd, app_
                        capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 0, f"{r.stderr}\n{shared_phosd.log()[-3000:]}"
     job.proc.wait(timeout=TIMEOUT)
-    before = lines(job.out)
+    before = job.lines()
     # CRIU wrote cpu/ as the user; the published image is root's throughout.
     assert owners(image) == {0}
 
