@@ -347,7 +347,10 @@ def test_files_of_a_killed_daemon_are_removed_at_the_next_start(start_phosd):
             path.unlink(missing_ok=True)
 
 
-def test_a_second_checkpoint_of_a_session_is_refused_while_one_runs(phosd, clients, tmp_path):
+@pytest.mark.hostile
+@pytest.mark.parametrize("second_op", ["checkpoint", "migrate"])
+def test_a_second_checkpoint_of_a_session_is_refused_while_one_runs(phosd, clients, tmp_path, second_op):
+    """A second checkpoint, or a migration, of a session whose checkpoint runs is refused as busy."""
     import json
     import socket
     client = clients(phosd)
@@ -364,7 +367,11 @@ def test_a_second_checkpoint_of_a_session_is_refused_while_one_runs(phosd, clien
             answer = first.makefile().readline()
             if "progress" not in answer:
                 pytest.skip(f"the checkpoint ended before it waited for the session: {answer}")
-        second = phosd.request(dict(request, image=str(tmp_path / "other")), timeout=10)
+        if second_op == "checkpoint":
+            second = phosd.request(dict(request, image=str(tmp_path / "other")), timeout=10)
+        else:  # a valid migration request (its target never answers: it must not be tried)
+            second = phosd.request({"op": "migrate", "pid": client.pid, "to": "127.0.0.1:9", "key": "ab" * 16},
+                                   timeout=10)
         assert second is not None and second["ok"] is False, second
         assert second["code"] == "busy", second
         assert "checkpoint" in second["error"], second
