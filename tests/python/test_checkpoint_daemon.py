@@ -201,7 +201,21 @@ def make_gpu_image(phos, proc, image, *extra):
                         *extra], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     manifest = json.loads((image / "manifest.json").read_text())
-    manifest["state"]["gpu"]["sessions"] = [{"id": 9, "allocations": [{}, {}], "streams": []}]
+    # Its blobs are there, as restore checks before it asks phosd (checkGpuState).
+    xxhash = pytest.importorskip("xxhash")
+    (image / "blobs").mkdir(exist_ok=True)
+    allocations = []
+    for i, (name, kind) in enumerate([("gpu/0/0x7f0000000000", "gpu-memory"), ("gpu/0/0x7f0000001000", "gpu-memory"),
+                                      ("session/ring", "call-ring")]):
+        data = bytes([i + 1]) * 4096
+        (image / "blobs" / f"{i:06d}").write_bytes(data)
+        manifest["blobs"].append({"name": name, "kind": kind, "size": len(data), "chunk_bytes": 4 << 20,
+                                  "file": f"blobs/{i:06d}", "attributes": {},
+                                  "chunks": [[0, len(data), "none", xxhash.xxh3_64_hexdigest(data)]]})
+        if kind == "gpu-memory":
+            allocations.append({"address": int(name.split("/")[-1], 16), "bytes": len(data), "blob": name})
+    manifest["state"]["gpu"]["sessions"] = [{"id": 9, "allocations": allocations, "streams": [],
+                                             "ring": {"blob": "session/ring"}}]
     (image / "manifest.json").write_text(json.dumps(manifest))
 
 

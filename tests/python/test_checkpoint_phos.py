@@ -139,8 +139,11 @@ class Job:
             # A session of its own, as a job started by a supervisor has: CRIU
             # then restores it without --shell-job. setpriv and phos run exec:
             # the job has the pid of the process started here.
-            self.proc = subprocess.Popen([*prefix, str(phos), "run", "--runtime-dir", str(daemon.runtime_dir), "--",
-                                          *cmd],
+            # Another user's job works in its own directory (CRIU restores its
+            # cwd as that user, who may not read the build's).
+            self.proc = subprocess.Popen([*prefix, str(pathlib.Path(phos).resolve()), "run", "--runtime-dir",
+                                          str(daemon.runtime_dir), "--", *cmd],
+                                         cwd=tmp_path if as_user is not None else None,
                                          env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                          start_new_session=True)
 

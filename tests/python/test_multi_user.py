@@ -99,10 +99,10 @@ def capabilities(pid):
     return caps, int(status["Uid"].split()[0])
 
 
-def restore_watching(argv, env, pid):
+def restore_watching(argv, env, pid, cwd=None):
     """`phos restore --detach`: once it returns the process is restored; its capabilities and uid then, and
     the lines it prints until it exits (its stdout is the pipe phos restore had)."""
-    proc = subprocess.Popen([*argv, "--detach"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*argv, "--detach"], env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     assert proc.wait(timeout=TIMEOUT) == 0, proc.stderr.read()
     seen = capabilities(pid)
@@ -114,7 +114,7 @@ def test_a_user_checkpoints_and_restores_its_own_job(user, phos, shared_phosd, a
     job, ref = user_job
     job.wait_line(2)
     image = home / "image"
-    r = subprocess.run(as_user(user, [str(phos), "checkpoint", "--pid", str(job.pid), "--image", str(image),
+    r = subprocess.run(cwd=home, args=as_user(user, [str(phos), "checkpoint", "--pid", str(job.pid), "--image", str(image),
                                       "--runtime-dir", str(shared_phosd.runtime_dir), "--json"]),
                        capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 0, f"{r.stderr}\n{shared_phosd.log()[-3000:]}"
@@ -125,7 +125,7 @@ def test_a_user_checkpoints_and_restores_its_own_job(user, phos, shared_phosd, a
 
     restored, seen = restore_watching(
         as_user(user, [str(phos), "restore", "--image", str(image), "--runtime-dir", str(shared_phosd.runtime_dir)]),
-        app_env, job.pid)
+        app_env, job.pid, cwd=home)
     after_checkpoint(ref, restored, len(before), len(before))
     caps, uid = seen
     assert uid == user[0]
@@ -157,7 +157,7 @@ def test_a_user_without_the_capable_criu_is_told_why(user, phos, shared_phosd, a
     job, _ = user_job
     job.wait_line(2)
     image = home / "image"
-    r = subprocess.run(as_user(user, [str(phos), "checkpoint", "--pid", str(job.pid), "--image", str(image),
+    r = subprocess.run(cwd=home, args=as_user(user, [str(phos), "checkpoint", "--pid", str(job.pid), "--image", str(image),
                                       "--runtime-dir", str(shared_phosd.runtime_dir)]),
                        capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 0, r.stderr
@@ -171,7 +171,7 @@ def test_a_user_without_the_capable_criu_is_told_why(user, phos, shared_phosd, a
     assert shared_phosd.request({"op": "ps"})["sessions"] == []
 
 
-def test_a_driver_directory_planted_for_the_user_is_refused(user, phos, shared_phosd, app_env, programs):
+def test_a_driver_directory_planted_for_the_user_is_refused(user, phos, shared_phosd, app_env, programs, home):
     """A user's job may not write the root daemon's driver/ and links the shim in a private directory of its
     own; one that someone else made (with their libcuda.so.1 in it) is refused, and nothing runs."""
     own = pathlib.Path(f"/tmp/phos-driver-{user[0]}")
@@ -182,7 +182,7 @@ def test_a_driver_directory_planted_for_the_user_is_refused(user, phos, shared_p
         own.mkdir(mode=0o755)  # root's, as another user's would be
         (own / "libcuda.so.1").write_text("not a driver")
         env = {k: v for k, v in app_env.items() if k != "XDG_RUNTIME_DIR"}
-        r = subprocess.run(as_user(user, [str(phos), "run", "--runtime-dir", str(shared_phosd.runtime_dir), "--",
+        r = subprocess.run(cwd=home, args=as_user(user, [str(phos), "run", "--runtime-dir", str(shared_phosd.runtime_dir), "--",
                                           *command(programs, "client-threads")]),
                            env=env, capture_output=True, text=True, timeout=TIMEOUT)
         assert r.returncode != 0
