@@ -16,6 +16,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
@@ -156,15 +157,12 @@ std::string criuErrors(const fs::path& log, const ProcessOutput& run) {
   }
   if (text.empty()) text = "\n  CRIU printed no error (exit " + std::to_string(run.exitCode) + ")";
   struct statvfs fsInfo {};
-  const bool full = text.find("No space left on device") != std::string::npos ||
-                    (::statvfs(log.parent_path().c_str(), &fsInfo) == 0 &&
-                     static_cast<uint64_t>(fsInfo.f_bavail) * fsInfo.f_frsize < (1u << 20));
-  if (full) {
-    uint64_t freeBytes = ::statvfs(log.parent_path().c_str(), &fsInfo) == 0
-                             ? static_cast<uint64_t>(fsInfo.f_bavail) * fsInfo.f_frsize
-                             : 0;
+  const uint64_t freeBytes = ::statvfs(log.parent_path().c_str(), &fsInfo) == 0
+                                 ? static_cast<uint64_t>(fsInfo.f_bavail) * fsInfo.f_frsize
+                                 : UINT64_MAX;
+  if (text.find("No space left on device") != std::string::npos || freeBytes < (1u << 20)) {
     text += fmt::format("\n  the file system of the image is full (No space left on device: {} bytes free)",
-                        freeBytes);
+                        freeBytes == UINT64_MAX ? 0 : freeBytes);
   }
   return text;
 }

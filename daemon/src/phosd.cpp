@@ -280,6 +280,7 @@ struct WaitingClient {
   json request;
   int pidfd = -1;  // attach: the client process
   Clock::time_point deadline;
+  std::string image;  // restore: restoreKey of its request, resolved once
 };
 
 }  // namespace
@@ -734,7 +735,7 @@ struct Daemon::Impl {
     const uint64_t id = ++nextSession;
     w.state = WorkerHandle::State::kRestoring;
     w.session = id;
-    w.image = restoreKey(c.request);
+    w.image = c.image;
     log::get("daemon")->info("session {}: restore of {} in worker {}", id, c.request.value("image", std::string()),
                              w.pid);
     Status s = tell(w, {{"op", "restore"}, {"session", id}, {"peer_uid", c.peer.uid}, {"request", c.request}}, c.fd);
@@ -753,9 +754,8 @@ struct Daemon::Impl {
   // finds the session's ring held instead: Engine::rebuild).
   bool imageBeingRestored(const WaitingClient& c) const {
     if (c.kind != WaitingClient::Kind::kRestore) return false;
-    const std::string key = restoreKey(c.request);
     for (const auto& [pid, w] : workers) {
-      if (w.state == WorkerHandle::State::kRestoring && w.image == key) return true;
+      if (w.state == WorkerHandle::State::kRestoring && w.image == c.image) return true;
     }
     return false;
   }
@@ -972,7 +972,7 @@ struct Daemon::Impl {
       if (request.contains("eager") && !request["eager"].is_boolean()) {
         return refusal("restore: \"eager\" must be true or false");
       }
-      startOrQueue({WaitingClient::Kind::kRestore, fd, peer, request, -1, {}});
+      startOrQueue({WaitingClient::Kind::kRestore, fd, peer, request, -1, {}, restoreKey(request)});
       return std::nullopt;
     }
     return refusal(fmt::format("unknown op \"{}\"", op));
@@ -1094,7 +1094,7 @@ struct Daemon::Impl {
       answerAndClose(c->fd, json{{"ok", false},
                                  {"code", "busy"},
                                  {"error", fmt::format("{} is still being restored by another request after {} s",
-                                                       restoreKey(c->request), kImageWait.count())}});
+                                                       c->image, kImageWait.count())}});
       c = waitingForWorker.erase(c);
     }
     for (auto it = waitingForWorker.begin(); it != waitingForWorker.end();) {
