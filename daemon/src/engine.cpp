@@ -1203,7 +1203,32 @@ class Engine {
             [&](CUfunction_attribute a, int* v) { return PHOS_DRIVER(d, KernelGetAttribute)(v, a, k, dev); });
         if (!attributes.empty()) perDevice[std::to_string(dev)] = attributes;
       }
-      kernels.push_back({{"id", id}, {"library", s.handles_.idOf(lib)}, {"name", kname}, {"attributes", perDevice}});
+      // The kernel's function in a context where the program set attributes
+      // of its own (cuFuncSetAttribute on the kernel's handle): those that
+      // differ from the kernel's on that device. They override the kernel's,
+      // whenever the program set them (cuKernelSetAttribute's documentation).
+      json ownFunctions = json::array();
+      if (auto used = s.kernelFunctions_.find(id); used != s.kernelFunctions_.end()) {
+        for (uint64_t context : used->second) {
+          auto ctx = s.contexts_.find(context);
+          CUfunction f = nullptr;
+          if (ctx == s.contexts_.end() || PHOS_DRIVER(d, CtxSetCurrent)(ctx->second.real) != CUDA_SUCCESS ||
+              PHOS_DRIVER(d, KernelGetFunction)(&f, k) != CUDA_SUCCESS) {
+            continue;
+          }
+          const json kernelLevel = perDevice.value(std::to_string(ctx->second.device), json::object());
+          const json now = settableAttributes(
+              [&](CUfunction_attribute a, int* v) { return PHOS_DRIVER(d, FuncGetAttribute)(v, a, f); });
+          json own = json::object();
+          for (const auto& [name, value] : now.items()) {
+            if (kernelLevel.value(name, json()) != value) own[name] = value;
+          }
+          if (!own.empty()) ownFunctions.push_back({{"context", context}, {"attributes", own}});
+        }
+      }
+      json entry = {{"id", id}, {"library", s.handles_.idOf(lib)}, {"name", kname}, {"attributes", perDevice}};
+      if (!ownFunctions.empty()) entry["functions"] = ownFunctions;
+      kernels.push_back(entry);
     }
     json streams = json::array();
     for (uint64_t id : s.handles_.ids(HandleType::kCUstream_st)) {
@@ -1854,6 +1879,44 @@ class Engine {
       s.handles_.bind(HandleType::kCUmod_st, mid, mod);
       if (context != 0) s.contextOfHandle_[mid] = context;
     }
+    // Kernels before functions: a function's saved attributes are set only
+    // where they differ from what it inherits from its kernel.
+    for (const json& k : st.value("kernels", json::array())) {
+      ASSIGN_OR_RETURN(uint64_t kid, field<uint64_t>(k, "id", "kernel"));
+      ASSIGN_OR_RETURN(uint64_t lid, field<uint64_t>(k, "library", "kernel"));
+      ASSIGN_OR_RETURN(std::string name, field<std::string>(k, "name", "kernel"));
+      auto* lib = static_cast<CUlibrary>(s.handles_.resolve(HandleType::kCUlib_st, lid));
+      CUkernel kernel = nullptr;
+      if (lib == nullptr || PHOS_DRIVER(d, LibraryGetKernel)(&kernel, lib, name.c_str()) != CUDA_SUCCESS) {
+        return makeError(Code::kFailedPrecondition, "kernel {} ({}) cannot be found again", name, hex(kid));
+      }
+      const json perDevice = k.value("attributes", json::object());
+      for (const auto& [device, attributes] : perDevice.items()) {
+        const int dev = std::atoi(device.c_str());
+        if (dev < 0 || dev >= s.pool_.deviceCount()) {
+          return makeError(Code::kFailedPrecondition, "kernel {} ({}) has attributes for device {}, this host has {}",
+                           name, hex(kid), device, s.pool_.deviceCount());
+        }
+        RETURN_IF_ERROR(restoreAttributes(
+            attributes, fmt::format("kernel {} ({}) on device {}", name, hex(kid), dev),
+            [&](CUfunction_attribute a, int* v) { return PHOS_DRIVER(d, KernelGetAttribute)(v, a, kernel, dev); },
+            [&](CUfunction_attribute a, int v) { return PHOS_DRIVER(d, KernelSetAttribute)(a, v, kernel, dev); }));
+      }
+      for (const json& own : k.value("functions", json::array())) {
+        ASSIGN_OR_RETURN(uint64_t context, field<uint64_t>(own, "context", "kernel function"));
+        RETURN_IF_ERROR(makeCurrent(context));
+        CUfunction fn = nullptr;
+        RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, KernelGetFunction)(&fn, kernel),
+                                     fmt::format("kernel {} ({}) as a function of context {}", name, hex(kid), hex(context))));
+        RETURN_IF_ERROR(restoreAttributes(
+            own.value("attributes", json::object()),
+            fmt::format("kernel {} ({}) in context {}", name, hex(kid), hex(context)),
+            [&](CUfunction_attribute a, int* v) { return PHOS_DRIVER(d, FuncGetAttribute)(v, a, fn); },
+            [&](CUfunction_attribute a, int v) { return PHOS_DRIVER(d, FuncSetAttribute)(fn, a, v); }));
+        s.kernelFunctions_[kid].insert(context);
+      }
+      s.handles_.bind(HandleType::kCUkern_st, kid, kernel);
+    }
     for (const json& f : st.value("functions", json::array())) {
       ASSIGN_OR_RETURN(uint64_t fid, field<uint64_t>(f, "id", "function"));
       ASSIGN_OR_RETURN(std::string name, field<std::string>(f, "name", "function"));
@@ -1877,29 +1940,6 @@ class Engine {
           [&](CUfunction_attribute a, int v) { return PHOS_DRIVER(d, FuncSetAttribute)(fn, a, v); }));
       s.handles_.bind(HandleType::kCUfunc_st, fid, fn);
       if (context != 0) s.contextOfHandle_[fid] = context;
-    }
-    for (const json& k : st.value("kernels", json::array())) {
-      ASSIGN_OR_RETURN(uint64_t kid, field<uint64_t>(k, "id", "kernel"));
-      ASSIGN_OR_RETURN(uint64_t lid, field<uint64_t>(k, "library", "kernel"));
-      ASSIGN_OR_RETURN(std::string name, field<std::string>(k, "name", "kernel"));
-      auto* lib = static_cast<CUlibrary>(s.handles_.resolve(HandleType::kCUlib_st, lid));
-      CUkernel kernel = nullptr;
-      if (lib == nullptr || PHOS_DRIVER(d, LibraryGetKernel)(&kernel, lib, name.c_str()) != CUDA_SUCCESS) {
-        return makeError(Code::kFailedPrecondition, "kernel {} ({}) cannot be found again", name, hex(kid));
-      }
-      const json perDevice = k.value("attributes", json::object());
-      for (const auto& [device, attributes] : perDevice.items()) {
-        const int dev = std::atoi(device.c_str());
-        if (dev < 0 || dev >= s.pool_.deviceCount()) {
-          return makeError(Code::kFailedPrecondition, "kernel {} ({}) has attributes for device {}, this host has {}",
-                           name, hex(kid), device, s.pool_.deviceCount());
-        }
-        RETURN_IF_ERROR(restoreAttributes(
-            attributes, fmt::format("kernel {} ({}) on device {}", name, hex(kid), dev),
-            [&](CUfunction_attribute a, int* v) { return PHOS_DRIVER(d, KernelGetAttribute)(v, a, kernel, dev); },
-            [&](CUfunction_attribute a, int v) { return PHOS_DRIVER(d, KernelSetAttribute)(a, v, kernel, dev); }));
-      }
-      s.handles_.bind(HandleType::kCUkern_st, kid, kernel);
     }
     for (const json& x : st.value("streams", json::array())) {
       ASSIGN_OR_RETURN(uint64_t sid, field<uint64_t>(x, "id", "stream"));

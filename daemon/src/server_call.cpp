@@ -89,6 +89,9 @@ bool ServerCall::resolveFunction(uint64_t id, CUfunction* out) {
       fail(r);
       return false;
     }
+    if (cuda_api::entryPoint(entry()).publicName == std::string_view("cuFuncSetAttribute")) {
+      session_.noteKernelFunction(id);
+    }
     return true;
   }
   return resolve(HandleType::kCUfunc_st, id, out);

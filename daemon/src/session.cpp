@@ -627,6 +627,7 @@ void Session::destroyContext(uint64_t id) {
   for (auto s = perThreadStreams_.begin(); s != perThreadStreams_.end();) {
     s = s->first.second == id ? perThreadStreams_.erase(s) : std::next(s);
   }
+  for (auto& [kernel, contexts] : kernelFunctions_) contexts.erase(id);
   if (staging_.count(id) != 0) {
     PHOS_DRIVER(driver_, CtxSetCurrent)(real);
     currentReal_ = real;

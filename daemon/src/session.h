@@ -314,6 +314,10 @@ class Session {
 
   // Called when a launch of `function` (virtual id) was served.
   void noteLaunch(uint64_t function);
+  // The program set an attribute of library kernel `kernel` (virtual id) used
+  // as a function of the current context (cuFuncSetAttribute on the kernel's
+  // handle): that function's own attributes are state a checkpoint saves.
+  void noteKernelFunction(uint64_t kernel) { kernelFunctions_[kernel].insert(currentContext_); }
   void noteModule(int delta) { modules_ += delta; }
   void setFunctionName(uint64_t function, std::string name);
   const std::string* functionName(uint64_t function) const;
@@ -356,6 +360,7 @@ class Session {
   std::map<uint64_t, SessionContext> contexts_;
   std::set<uint64_t> destroyedContexts_;
   std::map<uint64_t, uint64_t> contextOfHandle_;  // handle id -> context id
+  std::map<uint64_t, std::set<uint64_t>> kernelFunctions_;  // kernel id -> contexts (noteKernelFunction)
   std::mutex hostCallsMutex_;  // not mutex_: stop() closes the queue while a call may be served
   std::shared_ptr<HostCallChannel> hostCalls_;
   std::map<int, PrimaryContext> primaries_;

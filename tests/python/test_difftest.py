@@ -54,6 +54,16 @@ def test_a_function_attribute_set_after_a_restore_holds(criu, runner):  # noqa: 
     passes(runner, Case(123, steps=5, sleep_ms=60, slow=False, points=[Point(2, "stop")]))
 
 
+def test_a_kernel_function_attribute_survives_a_second_restore(criu, runner):  # noqa: F811
+    """Seed 4204 launches a library kernel through its CUkernel handle and, after
+    the first restore, opts that function into more dynamic shared memory with
+    cuFuncSetAttribute. The engine saved only the kernel-level value
+    (cuKernelGetAttribute), so the second restore gave the function the value
+    the first restore had set, and a later step read the old opt-in back."""
+    passes(runner, Case(4204, steps=14, sleep_ms=60, slow=True, points=[Point(3, "stop", eager=True),
+                                                                        Point(13, "recopy")]))
+
+
 def test_a_kernel_opted_into_more_shared_memory_runs_while_a_checkpoint_copies(criu, runner):  # noqa: F811
     """Seed 2003 launches reduce_shared with 94 KiB of dynamic shared memory
     (opted in with cuFuncSetAttribute) in step 5, while a copy-on-write
