@@ -32,6 +32,18 @@ int openExitCode(const Status& status) {
                                                                          : kExitBadInput;
 }
 
+// `object[key]` as a T, or `otherwise` where it is missing or of another type
+// (inspect shows damaged images too: `phos verify` names what is wrong).
+template <typename T>
+T fieldOr(const json& object, const char* key, T otherwise) {
+  if (!object.is_object() || !object.contains(key)) return otherwise;
+  try {
+    return object[key].get<T>();
+  } catch (const json::exception&) {
+    return otherwise;
+  }
+}
+
 // The summary of one GPU session of state.gpu.sessions: its id and pid if
 // recorded, and how many objects of each kind it holds.
 json sessionSummary(const json& session) {
@@ -40,11 +52,33 @@ json sessionSummary(const json& session) {
   for (const char* key : {"id", "session", "pid", "device"}) {
     if (session.contains(key)) out[key] = session[key];
   }
-  for (const char* key : {"contexts", "allocations", "modules", "streams", "events"}) {
+  for (const char* key : {"contexts", "allocations", "modules", "functions", "kernels", "streams", "events",
+                          "memory_pools", "pinned"}) {
     if (session.contains(key) && (session[key].is_array() || session[key].is_object())) {
       out[key] = session[key].size();
     }
   }
+  // Per module: what it is and the globals saved with it (each context's
+  // copy of a library's).
+  json modules = json::array();
+  if (session.contains("modules") && session["modules"].is_array()) {
+    for (const json& m : session["modules"]) {
+      if (!m.is_object()) continue;
+      json globals = json::array();
+      const json saved = fieldOr(m, "globals", json::array());
+      for (const json& g : saved.is_array() ? saved : json::array()) {
+        globals.push_back({{"name", fieldOr(g, "name", std::string("?"))},
+                           {"bytes", fieldOr(g, "bytes", uint64_t{0})},
+                           {"context", fieldOr(g, "context", uint64_t{0})}});
+      }
+      modules.push_back({{"id", fieldOr(m, "id", uint64_t{0})},
+                         {"library", fieldOr(m, "library", false)},
+                         {"context", fieldOr(m, "context", uint64_t{0})},
+                         {"image", fieldOr(m, "image", std::string())},
+                         {"globals", globals}});
+    }
+  }
+  out["module_list"] = modules;
   return out;
 }
 
@@ -146,6 +180,28 @@ int runInspect(const std::string& dir, bool asJson) {
                 session.contains("id") ? session["id"].dump().c_str()
                                        : session.value("session", json()).dump().c_str(),
                 text.c_str());
+    std::string objects;
+    for (const char* key : {"functions", "kernels", "memory_pools", "pinned"}) {
+      if (session.contains(key)) {
+        objects += fmt::format("{}{} {}", objects.empty() ? "" : ", ", session[key].get<uint64_t>(), key);
+      }
+    }
+    if (!objects.empty()) std::printf("  objects     %s\n", objects.c_str());
+    for (const json& module : session.value("module_list", json::array())) {
+      uint64_t imageBytes = 0;
+      for (const auto& b : m.blobs) {
+        if (b.name == module["image"].get<std::string>()) imageBytes = b.size;
+      }
+      std::string globals;
+      for (const json& g : module["globals"]) {
+        globals += fmt::format("{}{} ({})", globals.empty() ? "" : ", ", g["name"].get<std::string>(),
+                               formatBytes(g["bytes"].get<uint64_t>()));
+      }
+      std::printf("  %-7s %#llx: image %s, %zu globals saved%s%s\n",
+                  module["library"].get<bool>() ? "library" : "module",
+                  static_cast<unsigned long long>(module["id"].get<uint64_t>()), formatBytes(imageBytes).c_str(),
+                  module["globals"].size(), globals.empty() ? "" : ": ", globals.c_str());
+    }
   }
   std::printf("gpu/pinned %zu blobs, %s (%s stored)\n", m.blobs.size(), formatBytes(raw).c_str(),
               formatBytes(stored).c_str());

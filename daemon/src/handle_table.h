@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -77,6 +78,12 @@ class HandleTable {
       if (typeOf(id) == type) out.push_back(id);
     }
     std::sort(out.begin(), out.end(), [](uint64_t a, uint64_t b) { return serialOf(a) < serialOf(b); });
+    return out;
+  }
+  // The types that have live ids.
+  std::set<HandleType> liveTypes() const {
+    std::set<HandleType> out;
+    for (const auto& [id, real] : byId_) out.insert(typeOf(id));
     return out;
   }
   // The last serial handed out; a restored table continues after it, so no

@@ -312,6 +312,34 @@ def test_the_next_checkpoint_removes_what_a_killed_worker_left(criu, phos, phosd
     assert not left.exists()
 
 
+def test_inspect_lists_each_module_and_the_globals_saved_with_it(criu, phos, phosd, app_env, programs, jobs,
+                                                                 tmp_path):
+    """phos inspect names every module of the image, and every global the checkpoint saved for it, as the
+    manifest records them; and counts each kind of object."""
+    job = Job(phos, phosd, command(programs, "client-events"), app_env, tmp_path)
+    jobs.append(job)
+    job.wait_line(2)
+    image = tmp_path / "image"
+    checkpoint(phos, phosd, job.pid, image, "--leave-running")
+    saved = json.loads((image / "manifest.json").read_text())["state"]["gpu"]["sessions"][0]
+    assert any(m["globals"] for m in saved["modules"]), "the client's modules have globals"
+
+    session = json.loads(subprocess.run([str(phos), "inspect", str(image), "--json"], capture_output=True,
+                                        text=True, timeout=TIMEOUT, check=True).stdout)["sessions"][0]
+    assert [(m["id"], sorted(g["name"] for g in m["globals"])) for m in session["module_list"]] == \
+        [(m["id"], sorted(g["name"] for g in m["globals"])) for m in saved["modules"]]
+    for kind in ("functions", "streams", "events"):
+        assert session[kind] == len(saved[kind]) and session[kind] > 0, kind
+
+    text = subprocess.run([str(phos), "inspect", str(image)], capture_output=True, text=True, timeout=TIMEOUT,
+                          check=True).stdout
+    for m in saved["modules"]:
+        line = next(x for x in text.splitlines() if f"{m['id']:#x}:" in x)
+        assert f"{len(m['globals'])} globals saved" in line, line
+        for g in m["globals"]:
+            assert f"{g['name']} (" in line, line
+
+
 @pytest.mark.hostile
 def test_verify_and_restore_check_the_gpu_state_against_its_blobs(criu, phos, phosd, app_env, programs, jobs,
                                                                   tmp_path):
