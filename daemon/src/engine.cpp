@@ -736,15 +736,18 @@ class Engine {
 
   // The end of a protocol's window (the session paused, its mutex held): its
   // contexts drain (a context's sticky error is the application's to see),
-  // and what its twins reported since the window opened.
-  static std::vector<Violation> closeWindow(Session& s) {
+  // and what its twins reported since the window opened. With validation off
+  // after the window (`after`), the twins' report buffers are freed.
+  static std::vector<Violation> closeWindow(Session& s, ValidationMode after) {
     for (const auto& [vid, ctx] : s.contexts_) {
       if (ctx.real == nullptr) continue;
       PHOS_DRIVER(s.driver_, CtxSetCurrent)(ctx.real);
       PHOS_DRIVER(s.driver_, CtxSynchronize)();
     }
     s.currentReal_ = nullptr;
-    return s.validator_.collect();
+    std::vector<Violation> found = s.validator_.collect();
+    if (after == ValidationMode::kOff) s.validator_.releaseReports();
+    return found;
   }
 
   // Waits for everything the session's contexts run. Its mutex is held.
@@ -852,6 +855,7 @@ class Engine {
   static Status endRecopyWindow(Session& s, SoftRecopy& recopier, ValidationMode before, json& report) {
     RETURN_IF_ERROR(drainContexts(s));
     const std::vector<Violation> found = s.validator_.collect();
+    if (before == ValidationMode::kOff) s.validator_.releaseReports();
     s.setAccessGate({});
     s.validator_.setMode(before);
     s.transfers_.track(false);
@@ -933,6 +937,7 @@ class Engine {
       // The gate keeps the protocol alive: should the window fail to close
       // below, it stays installed (every chunk is saved, so it passes all).
       s.setAccessGate([protocol, gate = protocol->gate()](const CallAccess& access) { gate(access); });
+      s.setMemoryRelief([protocol](int device) { protocol->giveBack(device); });
       s.validator_.setMode(ValidationMode::kValidate);
       protocol->giveWayTo(&s.transfers_);
       s.transfers_.track(true);
@@ -949,8 +954,9 @@ class Engine {
     if (Status paused = s.pause(kPauseTimeout); paused.isOk()) {
       {
         std::lock_guard lock(s.mutex_);
-        found = closeWindow(s);
+        found = closeWindow(s, before);
         s.setAccessGate({});
+        s.setMemoryRelief({});
         s.validator_.setMode(before);
         s.transfers_.track(false);
       }
@@ -968,7 +974,7 @@ class Engine {
               {"peer_shadowed_chunks", stats.peerShadowedChunks},
               {"peer_shadowed_bytes", stats.peerShadowedBytes},
               {"waited_calls", stats.waitedCalls},          {"waited_seconds", stats.waitedSeconds},
-              {"anything_calls", stats.anythingCalls},      {"copy_seconds", stats.copySeconds},
+              {"given_back", stats.givenBack},              {"anything_calls", stats.anythingCalls},      {"copy_seconds", stats.copySeconds},
               {"yielded_seconds", stats.yieldedSeconds},    {"misspeculations", found.size()}};
     if (!plan.report.is_null()) report["peer_offload"] = plan.report;
     if (status.isOk() && !found.empty()) {
@@ -1587,7 +1593,7 @@ class Engine {
       if (Status paused = s.pause(kPauseTimeout); paused.isOk()) {
         {
           std::lock_guard lock(s.mutex_);
-          found = closeWindow(s);
+          found = closeWindow(s, validation);
           s.setAccessGate({});
           s.validator_.setMode(validation);
           s.transfers_.track(false);

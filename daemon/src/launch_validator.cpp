@@ -376,6 +376,18 @@ std::vector<Violation> LaunchValidator::collect() {
   return found;
 }
 
+void LaunchValidator::releaseReports() {
+  CUcontext saved = nullptr;
+  PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
+  for (auto& [function, k] : kernels_) {
+    if (k.report == 0) continue;
+    PHOS_DRIVER(driver_, CtxSetCurrent)(k.context);
+    PHOS_DRIVER(driver_, MemFree_v2)(k.report);
+    k.report = 0;
+  }
+  PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
+}
+
 nlohmann::json LaunchValidator::report(const std::vector<Violation>& recent) const {
   nlohmann::json violations = nlohmann::json::array();
   for (const auto& v : recent) {

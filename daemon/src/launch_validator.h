@@ -145,6 +145,10 @@ class LaunchValidator {
   // Reads (and clears) the report buffers of every twin launched so far. The
   // session's work must be finished (the caller synchronized its contexts).
   std::vector<Violation> collect();
+  // Frees the report buffers (after collect()): outside a protocol's window
+  // they would hold device memory the application may need. The next twin
+  // launch allocates its kernel's again.
+  void releaseReports();
   const ValidationCounters& counters() const { return counters_; }
   // {"mode", counters..., "violations": [...]} for `phos validate`.
   nlohmann::json report(const std::vector<Violation>& recent) const;

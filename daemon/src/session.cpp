@@ -363,7 +363,14 @@ CUresult Session::allocateDevice(int device, size_t bytes, CUdeviceptr* address)
   if (CUresult r = PHOS_DRIVER(driver_, CtxGetDevice)(&current); r != CUDA_SUCCESS) return r;
   auto& heap = heaps_[device];
   if (heap == nullptr) heap = std::make_unique<DeviceHeap>(driver_, device, DeviceHeap::windowBase(id_, device), false);
-  return heap->allocate(bytes, address);
+  CUresult r = heap->allocate(bytes, address);
+  // A checkpoint never makes the application's allocation fail: what its
+  // protocol holds on this device comes back first.
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && relief_) {
+    relief_(device);
+    r = heap->allocate(bytes, address);
+  }
+  return r;
 }
 
 CUresult Session::freeDevice(CUdeviceptr address) {

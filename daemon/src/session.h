@@ -307,6 +307,12 @@ class Session {
   void passGate(const CallAccess& access) {
     if (gate_) gate_(access);
   }
+  // Installed with a protocol's gate when the protocol holds device memory of
+  // its own (copy-on-write shadows): an allocation of the application that
+  // finds its device full calls it, and tries once more once it returns (the
+  // protocol has given that device's memory back). Empty: none.
+  using MemoryRelief = std::function<void(int device)>;
+  void setMemoryRelief(MemoryRelief relief) { relief_ = std::move(relief); }
   // The application's own transfers, which the protocols' copies give way to.
   TransferTracker& transfers() { return transfers_; }
   // The session's allocations and pinned ranges as speculation sees them.
@@ -386,6 +392,7 @@ class Session {
   LaunchValidator validator_{driver_};
   TransferTracker transfers_{driver_};
   AccessGate gate_;
+  MemoryRelief relief_;
   std::vector<Violation> violations_;  // collected so far (the last kMaxViolations)
   std::map<uint64_t, EventState> events_;           // by event id
   std::map<uint64_t, CUevent> restoreMarks_;        // by context id (restored sessions)

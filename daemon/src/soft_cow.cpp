@@ -251,6 +251,14 @@ Status SoftCopyOnWrite::run(const std::function<void(uint64_t)>& advanced) {
   auto pick = [&]() -> Entry* {
     if (next_ != nullptr && next_->state == State::kPending) return std::exchange(next_, nullptr);
     next_ = nullptr;
+    // Shadows on a device the application wants memory back on go first.
+    if (givingBack_) {
+      for (auto& [address, candidate] : entries_) {
+        if (candidate.state == State::kShadowed && spaces_.at(candidate.shadowDevice).reserveBytes == 0) {
+          return &candidate;
+        }
+      }
+    }
     for (int pass = 0; pass < 2; ++pass) {
       for (; cursor != entries_.end(); ++cursor) {
         Entry& candidate = cursor->second;
@@ -315,6 +323,17 @@ Status SoftCopyOnWrite::run(const std::function<void(uint64_t)>& advanced) {
   lock.unlock();
   PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
   return Status::ok();
+}
+
+void SoftCopyOnWrite::giveBack(int device) {
+  std::unique_lock lock(mutex_);
+  auto space = spaces_.find(device);
+  if (space == spaces_.end()) return;
+  ++stats_.givenBack;
+  space->second.reserveBytes = 0;  // shadowPlace finds no room there from now on
+  givingBack_ = true;
+  changed_.notify_all();
+  changed_.wait(lock, [&] { return space->second.usedBytes == 0 || failed_; });
 }
 
 SoftCowStats SoftCopyOnWrite::stats() const {

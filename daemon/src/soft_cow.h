@@ -50,6 +50,7 @@ struct SoftCowStats {
   uint64_t peerShadowedChunks = 0;  // of shadowedChunks, those placed on a peer device
   uint64_t peerShadowedBytes = 0;
   uint64_t waitedCalls = 0;       // calls the gate made wait (buffer being saved, reserve exhausted)
+  uint64_t givenBack = 0;         // allocations of the application that needed the shadows' memory
   double waitedSeconds = 0;       // how long those calls waited in total
   uint64_t anythingCalls = 0;     // calls that may write anything (a launch without twin, an unload)
   double copySeconds = 0;         // run(): the first chunk to the last
@@ -79,6 +80,12 @@ class SoftCopyOnWrite {
   // the image (or the first error; writers are then let through, since the
   // image is discarded anyway). `advanced(n)` reports progress.
   Status run(const std::function<void(uint64_t)>& advanced);
+  // The application needs the device memory the shadows hold on `device`:
+  // no new shadows there for the rest of the window (writers wait for the
+  // saving loop instead), and back once those it holds are saved and freed,
+  // which the saving loop does first. On the serving thread, from the
+  // session's MemoryRelief.
+  void giveBack(int device);
   SoftCowStats stats() const;
 
  private:
@@ -116,6 +123,7 @@ class SoftCopyOnWrite {
   std::map<std::pair<int, int>, uint64_t> quotaLeft_;  // (from, to): bytes of peer shadows it may still place
   uint64_t reserveUsed_ = 0;                           // all devices
   bool failed_ = false;
+  bool givingBack_ = false;  // some device's shadows are wanted back (giveBack)
   ContextStreams gateStreams_, copyStreams_;
   TransferTracker* transfers_ = nullptr;
   SoftCowStats stats_;

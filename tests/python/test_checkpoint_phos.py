@@ -312,6 +312,35 @@ def test_the_next_checkpoint_removes_what_a_killed_worker_left(criu, phos, phosd
     assert not left.exists()
 
 
+@pytest.mark.parametrize("mode", ["cow", "recopy"])
+def test_a_checkpoint_never_takes_the_memory_of_a_nearly_full_device(criu, phos, start_phosd, app_env, programs,
+                                                                      jobs, tmp_path, mode):
+    """The job fills the device but for 2 MiB, which it allocates, uses and frees every iteration, while a
+    checkpoint left running copies slowly. The protocol's own device memory (copy-on-write shadows, the twins'
+    range tables and reports) must not make the job's allocation or launch fail: the job finishes as the
+    uninterrupted run, and its image restores to the same end."""
+    if isinstance(programs["client"], str):
+        pytest.skip(programs["client"])
+    memory = str(32 << 20)
+    daemon = start_phosd(PHOS_VGPU_MEMORY=memory, PHOS_VGPU_BANDWIDTH_SCALE=1000)
+    cmd = programs["client"] + ["--iterations", str(STEPS), "--fill-device", "--words", "262144",
+                                "--sleep-ms", "150"]
+    ref = reference(cmd, dict(app_env, PHOS_VGPU_MEMORY=memory))
+    running = Job(phos, daemon, cmd, app_env, tmp_path)
+    jobs.append(running)
+    running.wait_line(2)
+    asked = len(running.lines())
+    image = tmp_path / "image"
+    report = checkpoint(phos, daemon, running.pid, image, "--leave-running", "--mode", mode)
+    done = len(running.lines())
+    assert running.proc.wait(timeout=TIMEOUT) == 0, running.err.read_text()
+    assert running.lines() == ref
+    assert done > asked, f"the job ran no iteration while the checkpoint copied: {report}"
+    if mode == "cow":
+        assert report["copy_on_write"]["given_back"] >= 1, f"no allocation of the job needed the shadows' memory: {report}"
+    after_checkpoint(ref, restore(phos, daemon, image, app_env), asked, done)
+
+
 def test_inspect_lists_each_module_and_the_globals_saved_with_it(criu, phos, phosd, app_env, programs, jobs,
                                                                  tmp_path):
     """phos inspect names every module of the image, and every global the checkpoint saved for it, as the

@@ -112,9 +112,22 @@ CUresult validatedLaunch(ServerCall& c, CUfunction f, KernelParams& params, CUst
     return launch(f, params.kernelParams(), params.extraArgs());
   }
   CUresult r = validator.launchTwin(f, params.kernelParams(), params.extraBuffer(), stream, sets, launch);
-  const bool twin = r != CUDA_ERROR_NOT_FOUND;
-  validator.noteLaunch(twin, sets.incomplete);
-  return twin ? r : launch(f, params.kernelParams(), params.extraArgs());
+  if (r == CUDA_SUCCESS) {
+    validator.noteLaunch(true, sets.incomplete);
+    return r;
+  }
+  // No twin, or the twin could not run (no device memory for its range
+  // table or report, a launch the driver refused for the twin alone): the
+  // original runs, unchecked, and the protocol treats it as writing
+  // anything. A checkpoint never makes the application's launch fail; if
+  // the launch itself is wrong, the original's answer says so.
+  if (r != CUDA_ERROR_NOT_FOUND && session.hasAccessGate()) {
+    CallAccess unchecked = access;
+    unchecked.unchecked = true;
+    session.passGate(unchecked);
+  }
+  validator.noteLaunch(false, sets.incomplete);
+  return launch(f, params.kernelParams(), params.extraArgs());
 }
 
 template <typename Launch>

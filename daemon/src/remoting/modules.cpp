@@ -177,13 +177,41 @@ CUresult cuLibraryGetGlobal(ServerCall& c, CUdeviceptr* dptr, size_t* bytes, Han
   return getGlobal(c, EntryPointId::kCuLibraryGetGlobal, dptr, bytes, library, name);
 }
 
+namespace {
+
+// The ids of the application's functions that live in one of `modules`, and
+// of the library modules among them: they die with an unload. Asked before
+// it (the driver cannot answer for a function of an unloaded module), and
+// forgotten after it, so that a checkpoint does not look for them.
+std::vector<uint64_t> handlesOf(ServerCall& c, const std::vector<CUmodule>& modules) {
+  const DriverTable& d = c.driverTable();
+  HandleTable& handles = c.session().handles();
+  std::vector<uint64_t> out;
+  auto in = [&](CUmodule m) { return std::find(modules.begin(), modules.end(), m) != modules.end(); };
+  if (d.has(EntryPointId::kCuFuncGetModule)) {
+    for (uint64_t id : handles.ids(HandleType::kCUfunc_st)) {
+      CUmodule m = nullptr;
+      auto* f = static_cast<CUfunction>(handles.resolve(HandleType::kCUfunc_st, id));
+      if (PHOS_DRIVER(d, FuncGetModule)(&m, f) == CUDA_SUCCESS && in(m)) out.push_back(id);
+    }
+  }
+  for (uint64_t id : handles.ids(HandleType::kCUmod_st)) {
+    if (in(static_cast<CUmodule>(handles.resolve(HandleType::kCUmod_st, id)))) out.push_back(id);
+  }
+  return out;
+}
+
+}  // namespace
+
 CUresult cuModuleUnload(ServerCall& c, Handle<CUmodule> hmod) {
   c.session().passGate({.everything = true});  // its globals
+  const std::vector<uint64_t> dying = handlesOf(c, {hmod.real});
   CUresult r = PHOS_DRIVER(c.driverTable(), ModuleUnload)(hmod.real);
   if (r == CUDA_SUCCESS) {
     c.session().validator().forgetModule(hmod.real);
     c.session().removeGlobalsOf(hmod.real);
     c.session().forgetModule(hmod.id);
+    for (uint64_t id : dying) c.session().handles().erase(id);
   }
   return r;
 }
@@ -197,12 +225,37 @@ CUresult cuLibraryUnload(ServerCall& c, Handle<CUlibrary> library) {
     m = nullptr;
   }
   c.session().passGate({.everything = true});  // its globals
+  // Its kernels, and its module in each of the session's contexts with the
+  // functions the application got from them.
+  std::vector<uint64_t> dying;
+  HandleTable& handles = c.session().handles();
+  if (d.has(EntryPointId::kCuKernelGetLibrary)) {
+    for (uint64_t id : handles.ids(HandleType::kCUkern_st)) {
+      CUlibrary owner = nullptr;
+      auto* k = static_cast<CUkernel>(handles.resolve(HandleType::kCUkern_st, id));
+      if (PHOS_DRIVER(d, KernelGetLibrary)(&owner, k) == CUDA_SUCCESS && owner == library.real) dying.push_back(id);
+    }
+  }
+  if (d.has(EntryPointId::kCuLibraryGetModule)) {
+    std::vector<CUmodule> modules;
+    CUcontext current = c.session().currentRealContext();
+    for (const auto& [vid, ctx] : c.session().contexts()) {
+      CUmodule inContext = nullptr;
+      if (ctx.real != nullptr && PHOS_DRIVER(d, CtxSetCurrent)(ctx.real) == CUDA_SUCCESS &&
+          PHOS_DRIVER(d, LibraryGetModule)(&inContext, library.real) == CUDA_SUCCESS) {
+        modules.push_back(inContext);
+      }
+    }
+    PHOS_DRIVER(d, CtxSetCurrent)(current);
+    for (uint64_t id : handlesOf(c, modules)) dying.push_back(id);
+  }
   CUresult r = PHOS_DRIVER(d, LibraryUnload)(library.real);
   if (r == CUDA_SUCCESS) {
     c.session().validator().forgetLibrary(library.real);
     c.session().removeGlobalsOf(library.real);
     c.session().removeGlobalsOf(m);
     c.session().forgetModule(library.id);
+    for (uint64_t id : dying) handles.erase(id);
   }
   return r;
 }

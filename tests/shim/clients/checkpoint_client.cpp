@@ -5,6 +5,7 @@
 //
 //   checkpoint_client [--iterations N] [--sleep-ms MS] [--threads N] [--inflight]
 //                     [--pinned] [--events] [--kernels K] [--rounds R] [--words W]
+//                     [--fill-device --scratch-kib K]
 //
 // Each of --threads workers has its own stream, device state and host buffers;
 // every iteration it copies an input in (cuMemcpyHtoDAsync), mixes it into its
@@ -18,6 +19,11 @@
 //   --events    a second stream waits for the first through cuEventRecord +
 //               cuStreamWaitEvent, folds the state, and the host waits with
 //               cuEventSynchronize.
+//   --fill-device  after the workers' buffers, allocates the device full
+//               (ballast) but for K KiB, which every iteration allocates
+//               (cuMemAlloc), fills, reads back into its checksum and frees:
+//               a checkpoint running then must not take the memory the job
+//               needs, nor fail its launches for want of memory of its own.
 // Module globals: `salt` is set through cuModuleGetGlobal once at start and read by
 // the kernels; `launches` is incremented by every kernel and printed at the end.
 //
@@ -74,6 +80,8 @@ struct Options {
   int kernels = 16;   // --inflight launches per iteration
   int rounds = 12;    // hash-chain steps per word of one --inflight launch
   int words = 16384;  // 32-bit words of each worker's state
+  bool fillDevice = false;
+  int scratchKib = 2048;  // --fill-device: what is left free, and used every iteration
 };
 
 // FNV-1a, 64 bits: a checksum with no dependency, folded in a fixed order.
@@ -224,6 +232,44 @@ class Worker {
   unsigned tag_ = 0;
 };
 
+// Allocates the device full, then frees ballast until `scratch` bytes fit;
+// what it keeps is never freed (the process's end frees it).
+void fillDevice(size_t scratch) {
+  std::vector<CUdeviceptr> ballast;
+  for (size_t chunk = size_t{64} << 20; chunk >= (size_t{64} << 10); chunk /= 4) {
+    for (;;) {
+      CUdeviceptr p = 0;
+      CUresult r = cuMemAlloc(&p, chunk);
+      if (r == CUDA_ERROR_OUT_OF_MEMORY) break;
+      CHECK(r);
+      ballast.push_back(p);
+    }
+  }
+  for (;;) {
+    CUdeviceptr p = 0;
+    CUresult r = cuMemAlloc(&p, scratch);
+    if (r == CUDA_SUCCESS) {
+      CHECK(cuMemFree(p));
+      return;
+    }
+    if (r != CUDA_ERROR_OUT_OF_MEMORY || ballast.empty()) fail("cuMemAlloc of the scratch", r);
+    CHECK(cuMemFree(ballast.back()));
+    ballast.pop_back();
+  }
+}
+
+// --fill-device: the scratch of iteration `it`, allocated, filled, read back
+// into `h` and freed.
+uint64_t useScratch(uint64_t h, size_t bytes, int it) {
+  CUdeviceptr scratch = 0;
+  CHECK(cuMemAlloc(&scratch, bytes));
+  CHECK(cuMemsetD32(scratch, 0x9e3779b9u * static_cast<unsigned>(it + 1), bytes / sizeof(unsigned)));
+  unsigned last[16];
+  CHECK(cuMemcpyDtoH(last, scratch + bytes - sizeof last, sizeof last));
+  CHECK(cuMemFree(scratch));
+  return fnv1a(h, last, sizeof last);
+}
+
 bool parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
@@ -254,6 +300,10 @@ bool parse(int argc, char** argv, Options& o) {
       o.pinned = true;
     else if (a == "--events")
       o.events = true;
+    else if (a == "--fill-device")
+      o.fillDevice = true;
+    else if (a == "--scratch-kib")
+      ok = number(o.scratchKib, 4, 1 << 20);
     else
       ok = false;
     if (!ok) {
@@ -301,6 +351,14 @@ int main(int argc, char** argv) {
   }
   CHECK(cuMemcpyHtoD(salt, &kSalt, sizeof kSalt));
 
+  // The ballast first, leaving room for the workers' buffers and the
+  // scratch: a checkpoint saves in address order, so the buffers the
+  // kernels write come last and must be shadowed if written meanwhile.
+  const size_t scratchBytes = static_cast<size_t>(o.scratchKib) << 10;
+  if (o.fillDevice) {
+    const size_t workerBytes = static_cast<size_t>(o.words) * sizeof(unsigned) * (o.events ? 5 : 4) / 2;
+    fillDevice(scratchBytes + workerBytes * static_cast<size_t>(o.threads));
+  }
   std::vector<std::unique_ptr<Worker>> workers;
   for (int w = 0; w < o.threads; ++w) workers.push_back(std::make_unique<Worker>(w, o, k));
   std::vector<uint64_t> digests(o.threads);
@@ -332,6 +390,7 @@ int main(int argc, char** argv) {
       workers[w]->enqueue(it);
       if (it > 0) done.arrive_and_wait();  // the line of iteration it - 1
       digests[w] = workers[w]->finish();
+      if (o.fillDevice && w == 0) digests[w] = useScratch(digests[w], scratchBytes, it);
     }
     done.arrive_and_wait();  // the last iteration's line
   };
