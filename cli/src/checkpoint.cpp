@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -100,6 +101,19 @@ void printCheckpointReport(const json& report, bool asJson, const std::string& g
 // Without a PhOS session (no daemon, or the process does not use libphos.so)
 // the checkpoint is CRIU's alone.
 int localCheckpoint(const CheckpointArgs& args, const std::string& why) {
+  // A process that runs libphos.so has GPU state only phosd can save: a CRIU
+  // image of it alone would restore a job whose GPU memory is gone.
+  if (std::ifstream maps(fmt::format("/proc/{}/maps", args.pid)); maps) {
+    for (std::string line; std::getline(maps, line);) {
+      if (line.find("/libphos.so") != std::string::npos) {
+        std::fprintf(stderr,
+                     "phos checkpoint: pid %d runs under PhOS (libphos.so is loaded), but %s: its GPU state cannot "
+                     "be saved without phosd; nothing was written and it keeps running\n",
+                     args.pid, why.c_str());
+        return kExitFailure;
+      }
+    }
+  }
   checkpoint::CheckpointOptions options;
   options.image = fs::absolute(args.image).lexically_normal();
   options.leaveRunning = args.leaveRunning;
@@ -162,7 +176,7 @@ int checkpointThroughDaemon(const CheckpointArgs& args, const json& request, con
   auto stream = ipc::ControlStream::open(socket, request.dump());
   if (!stream) {
     if (stream.status().code() == Code::kUnavailable) {
-      return localCheckpoint(args, "no phosd answers at " + socket);
+      return localCheckpoint(args, stream.status().message());
     }
     std::fprintf(stderr, "phos checkpoint: %s\n", stream.status().message().c_str());
     return kExitFailure;

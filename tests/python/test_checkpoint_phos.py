@@ -341,6 +341,25 @@ def test_a_checkpoint_never_takes_the_memory_of_a_nearly_full_device(criu, phos,
     after_checkpoint(ref, restore(phos, daemon, image, app_env), asked, done)
 
 
+def test_a_job_under_phos_is_not_checkpointed_without_its_phosd(criu, phos, phosd, app_env, programs, jobs,
+                                                                tmp_path):
+    """Asked of a runtime directory where no phosd answers, the checkpoint of a job that runs libphos.so is
+    refused (a CRIU image alone would restore it without its GPU memory); the job runs on."""
+    job = Job(phos, phosd, command(programs, "client-threads"), app_env, tmp_path)
+    jobs.append(job)
+    job.wait_line(2)
+    nobody = tmp_path / "no-phosd"
+    nobody.mkdir()
+    r = subprocess.run([str(phos), "checkpoint", "--pid", str(job.pid), "--image", str(tmp_path / "image"),
+                        "--runtime-dir", str(nobody), "--leave-running"], capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert r.returncode == 1, r.stdout
+    assert f"pid {job.pid} runs under PhOS (libphos.so is loaded)" in r.stderr, r.stderr
+    assert f"no phosd at {nobody}/phosd.sock" in r.stderr, r.stderr
+    assert not (tmp_path / "image").exists()
+    assert job.proc.wait(timeout=TIMEOUT) == 0, job.err.read_text()
+
+
 def test_inspect_lists_each_module_and_the_globals_saved_with_it(criu, phos, phosd, app_env, programs, jobs,
                                                                  tmp_path):
     """phos inspect names every module of the image, and every global the checkpoint saved for it, as the
