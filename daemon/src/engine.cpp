@@ -479,6 +479,10 @@ class Engine {
     options.hooks.progress = progress;
     using Clock = std::chrono::steady_clock;
     Clock::time_point pausedAt{}, resumedAt{};
+    // Where the job's GPU stall goes (the report's "stall"): asking the
+    // session to park, the capture inside the pause, CRIU's freeze and dump,
+    // and what follows until the session serves again.
+    Clock::time_point pauseAskedAt{}, capturedAt{}, dumpedAt{};
     std::unique_ptr<StagedWrite> staged;
     double copySeconds = 0;
     Status written = Status::ok();
@@ -522,6 +526,7 @@ class Engine {
           links = measureLinks(s.driver_, devices, image::kDefaultChunkBytes);
         }
       }
+      pauseAskedAt = Clock::now();
       RETURN_IF_ERROR(s.pause(kPauseTimeout));
       paused = true;
       pausedAt = Clock::now();
@@ -532,11 +537,13 @@ class Engine {
       if (const char* dir = std::getenv("PHOS_TEST_REFERENCE_SNAPSHOT"); cow && dir != nullptr && *dir != '\0') {
         RETURN_IF_ERROR(writeReferenceSnapshot(s, deferred, dir));
       }
+      capturedAt = Clock::now();
       return Status::ok();
     };
     options.hooks.beforeFinalDump = [&](image::ImageWriter& writer) -> Status {
       if (!recopy) return Status::ok();
       // t2: the job's GPU calls wait from here until CRIU is done.
+      pauseAskedAt = Clock::now();
       RETURN_IF_ERROR(s.pause(kPauseTimeout));
       paused = true;
       pausedAt = Clock::now();
@@ -545,14 +552,17 @@ class Engine {
       if (const char* dir = std::getenv("PHOS_TEST_REFERENCE_SNAPSHOT"); dir != nullptr && *dir != '\0') {
         RETURN_IF_ERROR(writeReferenceSnapshot(s, allocationList(s), dir));
       }
-      return captureDevice(s, writer, state, gpuBytes, staged, copySeconds, progress, nullptr, recopier.get(),
-                           &recopyReport);
+      RETURN_IF_ERROR(captureDevice(s, writer, state, gpuBytes, staged, copySeconds, progress, nullptr,
+                                    recopier.get(), &recopyReport));
+      capturedAt = Clock::now();
+      return Status::ok();
     };
     options.hooks.whileFrozen = [&](image::ImageWriter& writer) -> Status {
       std::lock_guard lock(s.mutex_);
       return captureShared(s, writer, state, gpuBytes, progress);
     };
     options.hooks.afterDump = [&](bool dumped) {
+      dumpedAt = Clock::now();
       if (cow && dumped && paused) {
         written = saveConcurrently(s, *imageWriter, std::move(deferred), cowReserve, peerOffload, links, progress,
                                    cowReport, resumedAt);
@@ -652,9 +662,20 @@ class Engine {
                              : std::chrono::duration<double>((resumedAt != Clock::time_point{} ? resumedAt : Clock::now()) -
                                                              pausedAt)
                                    .count();
+    auto seconds = [](Clock::time_point from, Clock::time_point to) {
+      return from == Clock::time_point{} || to == Clock::time_point{} ? 0.0
+                                                                       : std::chrono::duration<double>(to - from).count();
+    };
+    // The parts of the stall, in order; with the job ended by the dump,
+    // "after_dump" is not a stall (nothing of it is served again).
+    json stallParts = {{"quiesce_seconds", seconds(pauseAskedAt, pausedAt)},
+                       {"capture_seconds", seconds(pausedAt, capturedAt)},
+                       {"criu_seconds", seconds(capturedAt, dumpedAt)},
+                       {"after_dump_seconds", seconds(dumpedAt, resumedAt)}};
     return {{"ok", true},
             {"report",
              {{"pid", report->pid},
+              {"stall", stallParts},
               {"image", report->image.string()},
               {"cpu_bytes", report->cpuBytes},
               {"cpu_files", report->cpuFiles},

@@ -186,6 +186,11 @@ def checkpoint(phos, daemon, pid, image, *extra):
     sessions = manifest["state"]["gpu"]["sessions"]
     assert sessions, f"the image has no GPU session (report: {report})"
     assert report["gpu_bytes"] > 0, report
+    if report["left_running"]:
+        # The stall's parts are consecutive: they add up to it.
+        parts = report["stall"]
+        total = parts["capture_seconds"] + parts["criu_seconds"] + parts["after_dump_seconds"]
+        assert abs(total - report["gpu_stall_seconds"]) < 1e-3, report
     return report
 
 
