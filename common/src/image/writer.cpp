@@ -202,11 +202,7 @@ Result<size_t> ImageWriter::addBlob(std::string name, std::string kind, uint64_t
                                     nlohmann::json attributes) {
   std::lock_guard lock(mutex_);
   if (done_) return makeError(Code::kFailedPrecondition, "the image was already committed");
-  for (const auto& b : blobs_) {
-    if (b->info.name == name) {
-      return makeError(Code::kAlreadyExists, "blob '{}' was already added", name);
-    }
-  }
+  if (names_.count(name) != 0) return makeError(Code::kAlreadyExists, "blob '{}' was already added", name);
   if (!attributes.is_object()) {
     return makeError(Code::kInvalidArgument, "attributes of blob '{}' must be an object", name);
   }
@@ -219,11 +215,20 @@ Result<size_t> ImageWriter::addBlob(std::string name, std::string kind, uint64_t
   blob->info.attributes = std::move(attributes);
   blob->info.chunks.resize(blob->info.chunkCount());
   blob->written.resize(blob->info.chunkCount());
-  fs::path path = staging_ / blob->info.file;
-  blob->fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (blob->fd < 0) return errnoError(errno, fmt::format("creating {}", path.string()));
+  // The file is created by the first chunk written (or the commit): adding
+  // blobs is cheap, since a checkpoint adds one per allocation inside the
+  // job's pause and writes them after it.
+  names_.insert(blob->info.name);
   blobs_.push_back(std::move(blob));
   return blobs_.size() - 1;
+}
+
+Status ImageWriter::openBlobFile(BlobState& blob) {
+  if (blob.fd >= 0) return Status::ok();
+  fs::path path = staging_ / blob.info.file;
+  blob.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (blob.fd < 0) return errnoError(errno, fmt::format("creating {}", path.string()));
+  return Status::ok();
 }
 
 Status ImageWriter::writeChunk(size_t blobIndex, uint64_t chunk, std::span<const std::byte> raw) {
@@ -259,6 +264,7 @@ Status ImageWriter::writeChunk(size_t blobIndex, uint64_t chunk, std::span<const
                      info.name);
   }
   record.fileOffset = blob->end;
+  RETURN_IF_ERROR(openBlobFile(*blob));
   RETURN_IF_ERROR(writeAll(blob->fd, stored.data(), stored.size(), record.fileOffset,
                            staging_ / info.file));
   blob->end += stored.size();
@@ -309,6 +315,7 @@ Status ImageWriter::commit() {
         return makeError(Code::kFailedPrecondition, "blob '{}': {} of {} chunks were written",
                          blob->info.name, blob->writtenCount, blob->info.chunkCount());
       }
+      RETURN_IF_ERROR(openBlobFile(*blob));
       if (::fsync(blob->fd) != 0) {
         return errnoError(errno, fmt::format("syncing {}", (staging_ / blob->info.file).string()));
       }

@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "phos/image/format.h"
@@ -69,12 +70,15 @@ class ImageWriter {
   ImageWriter(std::filesystem::path directory, std::filesystem::path staging,
               WriterOptions options);
   void abandon();
+  // Creates the blob's file if it has none yet (its mutex held).
+  Status openBlobFile(BlobState& blob);
 
   std::filesystem::path directory_;
   std::filesystem::path staging_;
   WriterOptions options_;
   std::mutex mutex_;  // guards blobs_ (the vector) and state_
   std::vector<std::unique_ptr<BlobState>> blobs_;
+  std::unordered_set<std::string> names_;  // of blobs_, for addBlob's check
   nlohmann::json state_ = nlohmann::json::object();
   bool done_ = false;
 };
