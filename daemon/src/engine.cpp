@@ -663,8 +663,8 @@ class Engine {
                                                              pausedAt)
                                    .count();
     auto seconds = [](Clock::time_point from, Clock::time_point to) {
-      return from == Clock::time_point{} || to == Clock::time_point{} ? 0.0
-                                                                       : std::chrono::duration<double>(to - from).count();
+      if (from == Clock::time_point{} || to == Clock::time_point{}) return 0.0;
+      return std::chrono::duration<double>(to - from).count();
     };
     // The parts of the stall, in order; with the job ended by the dump,
     // "after_dump" is not a stall (nothing of it is served again).
@@ -995,7 +995,8 @@ class Engine {
               {"peer_shadowed_chunks", stats.peerShadowedChunks},
               {"peer_shadowed_bytes", stats.peerShadowedBytes},
               {"waited_calls", stats.waitedCalls},          {"waited_seconds", stats.waitedSeconds},
-              {"given_back", stats.givenBack},              {"anything_calls", stats.anythingCalls},      {"copy_seconds", stats.copySeconds},
+              {"given_back", stats.givenBack},              {"anything_calls", stats.anythingCalls},
+              {"copy_seconds", stats.copySeconds},
               {"yielded_seconds", stats.yieldedSeconds},    {"misspeculations", found.size()}};
     if (!plan.report.is_null()) report["peer_offload"] = plan.report;
     if (status.isOk() && !found.empty()) {
@@ -1368,7 +1369,9 @@ class Engine {
     for (HandleType type : s.handles_.liveTypes()) {
       if (kSaved.count(type) != 0) continue;
       for (uint64_t id : s.handles_.ids(type)) {
-        lost.push_back({{"id", id}, {"what", fmt::format("an object of handle type {}, which the engine does not save", static_cast<int>(type))}});
+        lost.push_back({{"id", id},
+                        {"what", fmt::format("an object of handle type {}, which the engine does not save",
+                                             static_cast<int>(type))}});
       }
     }
     // A checkpoint that cannot save an object the program holds fails, naming
@@ -1955,8 +1958,9 @@ class Engine {
         ASSIGN_OR_RETURN(uint64_t context, field<uint64_t>(own, "context", "kernel function"));
         RETURN_IF_ERROR(makeCurrent(context));
         CUfunction fn = nullptr;
-        RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, KernelGetFunction)(&fn, kernel),
-                                     fmt::format("kernel {} ({}) as a function of context {}", name, hex(kid), hex(context))));
+        RETURN_IF_ERROR(
+            driverStatus(PHOS_DRIVER(d, KernelGetFunction)(&fn, kernel),
+                         fmt::format("kernel {} ({}) as a function of context {}", name, hex(kid), hex(context))));
         RETURN_IF_ERROR(restoreAttributes(
             own.value("attributes", json::object()),
             fmt::format("kernel {} ({}) in context {}", name, hex(kid), hex(context)),

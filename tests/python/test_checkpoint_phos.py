@@ -342,7 +342,8 @@ def test_a_checkpoint_never_takes_the_memory_of_a_nearly_full_device(criu, phos,
     assert running.lines() == ref
     assert done > asked, f"the job ran no iteration while the checkpoint copied: {report}"
     if mode == "cow":
-        assert report["copy_on_write"]["given_back"] >= 1, f"no allocation of the job needed the shadows' memory: {report}"
+        assert report["copy_on_write"]["given_back"] >= 1, \
+            f"no allocation of the job needed the shadows' memory: {report}"
     after_checkpoint(ref, restore(phos, daemon, image, app_env), asked, done)
 
 
