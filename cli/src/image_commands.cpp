@@ -60,8 +60,8 @@ json sessionSummary(const json& session) {
   }
   // Per module: what it is and the globals saved with it (each context's
   // copy of a library's).
-  json modules = json::array();
   if (session.contains("modules") && session["modules"].is_array()) {
+    json modules = json::array();
     for (const json& m : session["modules"]) {
       if (!m.is_object()) continue;
       json globals = json::array();
@@ -77,8 +77,8 @@ json sessionSummary(const json& session) {
                          {"image", fieldOr(m, "image", std::string())},
                          {"globals", globals}});
     }
+    out["module_list"] = modules;
   }
-  out["module_list"] = modules;
   return out;
 }
 
