@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -262,8 +263,10 @@ nlohmann::json stdioJson(const std::vector<StdioDescriptor>& stdio) {
 // a line into `request`, and waits for our answer on `reply`. This process
 // holds both FIFOs open read-write, so neither side's open() blocks; if this
 // process dies, the script reads EOF, fails, and CRIU resumes the tasks.
-// The directory's name carries our pid: one left by a killed worker is
-// removed by the next checkpoint of any worker.
+// The channel holds an flock on its directory while it lives: one left by a
+// killed worker (no lock, and older than a minute) is removed by the next
+// checkpoint of any worker. Not by pid: phosds of other pid namespaces (test
+// hosts, containers) share /tmp, and a pid one of them cannot see may live.
 class PostDumpChannel {
  public:
   static Result<std::unique_ptr<PostDumpChannel>> create(std::function<Status()> hook) {
@@ -273,6 +276,10 @@ class PostDumpChannel {
       return errnoError(errno, "creating a directory for CRIU's action script");
     }
     std::unique_ptr<PostDumpChannel> channel(new PostDumpChannel(dirTemplate, std::move(hook)));
+    channel->lock_ = ::open(dirTemplate.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (channel->lock_ < 0 || ::flock(channel->lock_, LOCK_EX) != 0) {
+      return errnoError(errno, fmt::format("locking {}", dirTemplate));
+    }
     RETURN_IF_ERROR(channel->setUp());
     return channel;
   }
@@ -296,6 +303,7 @@ class PostDumpChannel {
     }
     std::error_code ec;
     fs::remove_all(dir_, ec);
+    if (lock_ >= 0) ::close(lock_);
   }
 
   fs::path script() const { return dir_ / "action.sh"; }
@@ -318,7 +326,7 @@ class PostDumpChannel {
   PostDumpChannel(fs::path dir, std::function<Status()> hook)
       : dir_(std::move(dir)), hook_(std::move(hook)) {}
 
-  // Directories "<kPrefix><pid>.XXXXXX" of ours whose pid is gone.
+  // Directories "<kPrefix><pid>.XXXXXX" of ours that no channel holds.
   static void removeAbandonedDirectories() {
     const fs::path prefix(kPrefix);
     const std::string stem = prefix.filename().string();
@@ -332,10 +340,18 @@ class PostDumpChannel {
       if (pid <= 0 || *end != '.') continue;
       struct stat st {};
       if (::lstat(it->path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) continue;
-      if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive
+      // A channel is created, then locked: a young directory may be one
+      // between the two.
+      if (::time(nullptr) - st.st_mtime < 60) continue;
+      const int fd = ::open(it->path().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0) continue;
+      const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0;
+      ::close(fd);
+      if (held) continue;
       std::error_code removeError;
       fs::remove_all(it->path(), removeError);
-      log::get("checkpoint")->info("removed {}, left by pid {} which is gone", it->path().string(), pid);
+      log::get("checkpoint")->info("removed {}, left by phosd process {}, which no longer holds it",
+                                   it->path().string(), pid);
     }
   }
 
@@ -400,6 +416,7 @@ class PostDumpChannel {
   fs::path dir_;
   std::function<Status()> hook_;
   int request_ = -1, reply_ = -1, stop_ = -1;
+  int lock_ = -1;  // flock on dir_ while the channel lives
   std::thread thread_;
   std::atomic<bool> ran_{false};
   Status status_;

@@ -89,7 +89,7 @@ bool ServerCall::resolveFunction(uint64_t id, CUfunction* out) {
       fail(r);
       return false;
     }
-    if (cuda_api::entryPoint(entry()).publicName == std::string_view("cuFuncSetAttribute")) {
+    if (entry() == cuda_api::EntryPointId::kCuFuncSetAttribute) {
       session_.noteKernelFunction(id);
     }
     return true;

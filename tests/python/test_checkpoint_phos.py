@@ -21,6 +21,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -310,6 +311,8 @@ def test_the_next_checkpoint_removes_what_a_killed_worker_left(criu, phos, phosd
     left = pathlib.Path(f"/tmp/phos-criu-action.{ended.pid}.killed")
     left.mkdir()
     (left / "action.sh").write_text("#!/bin/sh\n")
+    an_hour_ago = time.time() - 3600
+    os.utime(left, (an_hour_ago, an_hour_ago))
     job = Job(phos, phosd, command(programs, "client-threads"), app_env, tmp_path)
     jobs.append(job)
     job.wait_line(2)
