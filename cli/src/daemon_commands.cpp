@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "byte_units.h"
+#include "phos/common/crash_report.h"
 #include "phos/common/ipc/control.h"
 #include "phos/common/log.h"
 #include "fault_tolerance.h"
@@ -82,6 +83,7 @@ int runDaemon(const DaemonArgs& args) {
     return kExitBadInput;
   }
   log::setup({.toStderr = true});
+  installCrashReport("phosd");  // its workers, forked from it, too
   daemon::DaemonOptions options;
   options.driver = args.driver;
   options.runtimeDir = dir;
