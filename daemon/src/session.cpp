@@ -696,6 +696,12 @@ Result<std::shared_ptr<HostCallChannel>> Session::hostCalls() {
   return hostCalls_;
 }
 
+void Session::forgetHandle(uint64_t id) {
+  handles_.erase(id);
+  events_.erase(id);
+  contextOfHandle_.erase(id);
+}
+
 void Session::noteContextObject(HandleType type, uint64_t id) {
   const bool owned = type == HandleType::kCUstream_st || type == HandleType::kCUevent_st ||
                      type == HandleType::kCUmod_st || type == HandleType::kCUfunc_st;

@@ -372,7 +372,8 @@ def test_a_job_under_phos_is_not_checkpointed_without_its_phosd(criu, phos, phos
 def test_inspect_lists_each_module_and_the_globals_saved_with_it(criu, phos, phosd, app_env, programs, jobs,
                                                                  tmp_path):
     """phos inspect names every module of the image, and every global the checkpoint saved for it, as the
-    manifest records them; and counts each kind of object."""
+    manifest records them; and counts each kind of object. Streams and events the job destroyed are not
+    saved (each of its 2 threads keeps 2 of each, and destroyed one of each)."""
     job = Job(phos, phosd, command(programs, "client-events"), app_env, tmp_path)
     jobs.append(job)
     job.wait_line(2)
@@ -387,6 +388,7 @@ def test_inspect_lists_each_module_and_the_globals_saved_with_it(criu, phos, pho
         [(m["id"], sorted(g["name"] for g in m["globals"])) for m in saved["modules"]]
     for kind in ("functions", "streams", "events"):
         assert session[kind] == len(saved[kind]) and session[kind] > 0, kind
+    assert (len(saved["streams"]), len(saved["events"])) == (4, 4), (saved["streams"], saved["events"])
 
     text = subprocess.run([str(phos), "inspect", str(image)], capture_output=True, text=True, timeout=TIMEOUT,
                           check=True).stdout

@@ -86,3 +86,43 @@ def test_get_proc_address_answers(shim_clients, phosd):
     # "If the specified CUDA version is greater than the driver version, the
     # API will return CUDA_ERROR_INVALID_VALUE."
     assert facts["version_too_new"] == [["CUDA_ERROR_INVALID_VALUE"]]
+
+
+CLUSTER_QUERIES = r"""
+from cuda.bindings import driver as cu
+
+def ok(result):
+    err, *values = result if isinstance(result, tuple) else (result,)
+    assert err == cu.CUresult.CUDA_SUCCESS, err
+    return values[0] if len(values) == 1 else values
+
+ok(cu.cuInit(0))
+ctx = ok(cu.cuDevicePrimaryCtxRetain(ok(cu.cuDeviceGet(0))))
+ok(cu.cuCtxSetCurrent(ctx))
+ptx = b".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k() { ret; }\n\0"
+f = ok(cu.cuModuleGetFunction(ok(cu.cuModuleLoadData(ptx)), b"k"))
+config = cu.CUlaunchConfig()
+config.gridDimX, config.gridDimY, config.gridDimZ = 16, 1, 1
+config.blockDimX, config.blockDimY, config.blockDimZ = 128, 1, 1
+for query in (cu.cuOccupancyMaxActiveClusters, cu.cuOccupancyMaxPotentialClusterSize):
+    err, value = query(f, config)
+    print(query.__name__, int(err), value if err == cu.CUresult.CUDA_SUCCESS else None)
+"""
+
+
+def test_cluster_occupancy_queries_answer_as_the_driver_does(build_dir, phosd):
+    """cuOccupancyMaxActiveClusters and cuOccupancyMaxPotentialClusterSize (cuBLAS asks them when it creates
+    a handle) reach phosd's driver with their launch configuration: under PhOS they answer what the driver
+    answers directly, and the shim never refuses them itself."""
+    pytest.importorskip("cuda.bindings")
+    import os
+    import sys
+    direct_env = dict(os.environ, LD_LIBRARY_PATH=str(build_dir / "vgpu"))
+    direct = subprocess.run([sys.executable, "-c", CLUSTER_QUERIES], env=direct_env, capture_output=True,
+                            text=True, timeout=120)
+    assert direct.returncode == 0, direct.stderr
+    under = subprocess.run([sys.executable, "-c", CLUSTER_QUERIES], env=phosd.client_env(), capture_output=True,
+                           text=True, timeout=120)
+    assert under.returncode == 0, under.stderr
+    assert under.stdout == direct.stdout and direct.stdout.count("\n") == 2, (direct.stdout, under.stdout)
+    assert "not supported by PhOS" not in under.stderr, under.stderr

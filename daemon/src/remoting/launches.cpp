@@ -141,6 +141,37 @@ CUresult launchChecked(ServerCall& c, Handle<CUfunction> f, CUstream stream, con
   return r;
 }
 
+// A CUlaunchConfig for the driver from its wire form (cuLaunchKernelEx and
+// the cluster occupancy queries): the stream resolved, the attributes copied.
+struct DriverLaunchConfig {
+  CUlaunchConfig config{};
+  std::vector<CUlaunchAttribute> attrs;
+
+  CUresult decode(ServerCall& c, const ipc::LaunchConfig& wire) {
+    if (wire.attributes.size() % sizeof(CUlaunchAttribute) != 0 ||
+        !wire.attributes.copyTo(&attrs, wire.attributes.size() / sizeof(CUlaunchAttribute))) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (const auto& a : attrs) {
+      // Attributes naming events would carry the application's virtual event ids.
+      if (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT || a.id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) {
+        return CUDA_ERROR_NOT_SUPPORTED;
+      }
+    }
+    config.gridDimX = wire.gridDimX;
+    config.gridDimY = wire.gridDimY;
+    config.gridDimZ = wire.gridDimZ;
+    config.blockDimX = wire.blockDimX;
+    config.blockDimY = wire.blockDimY;
+    config.blockDimZ = wire.blockDimZ;
+    config.sharedMemBytes = wire.sharedMemBytes;
+    if (!c.resolveStream(wire.stream, c.perThreadEntry(), &config.hStream)) return CUDA_ERROR_INVALID_HANDLE;
+    config.attrs = attrs.empty() ? nullptr : attrs.data();
+    config.numAttrs = static_cast<unsigned>(attrs.size());
+    return CUDA_SUCCESS;
+  }
+};
+
 }  // namespace
 
 CUresult cuLaunchKernel(ServerCall& c, Handle<CUfunction> f, unsigned int gx, unsigned int gy, unsigned int gz,
@@ -162,32 +193,28 @@ CUresult cuLaunchCooperativeKernel(ServerCall& c, Handle<CUfunction> f, unsigned
 
 CUresult cuLaunchKernelEx(ServerCall& c, const ipc::LaunchConfig& wire, Handle<CUfunction> f,
                           const ipc::KernelArgs& kernelParams) {
-  std::vector<CUlaunchAttribute> attrs;
-  if (wire.attributes.size() % sizeof(CUlaunchAttribute) != 0 ||
-      !wire.attributes.copyTo(&attrs, wire.attributes.size() / sizeof(CUlaunchAttribute))) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  for (const auto& a : attrs) {
-    // Attributes naming events would carry the application's virtual event ids.
-    if (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT || a.id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) {
-      return CUDA_ERROR_NOT_SUPPORTED;
-    }
-  }
-  CUlaunchConfig config{};
-  config.gridDimX = wire.gridDimX;
-  config.gridDimY = wire.gridDimY;
-  config.gridDimZ = wire.gridDimZ;
-  config.blockDimX = wire.blockDimX;
-  config.blockDimY = wire.blockDimY;
-  config.blockDimZ = wire.blockDimZ;
-  config.sharedMemBytes = wire.sharedMemBytes;
-  if (!c.resolveStream(wire.stream, c.perThreadEntry(), &config.hStream)) return CUDA_ERROR_INVALID_HANDLE;
+  DriverLaunchConfig config;
+  if (CUresult r = config.decode(c, wire); r != CUDA_SUCCESS) return r;
   if (!c.driverTable().has(EntryPointId::kCuLaunchKernelEx)) return CUDA_ERROR_NOT_SUPPORTED;
-  config.attrs = attrs.empty() ? nullptr : attrs.data();
-  config.numAttrs = static_cast<unsigned>(attrs.size());
-  return launchChecked(c, f, config.hStream, kernelParams, [&](CUfunction fn, void** params, void** extra) {
-    return PHOS_DRIVER(c.driverTable(), LaunchKernelEx)(&config, fn, params, extra);
+  return launchChecked(c, f, config.config.hStream, kernelParams, [&](CUfunction fn, void** params, void** extra) {
+    return PHOS_DRIVER(c.driverTable(), LaunchKernelEx)(&config.config, fn, params, extra);
   });
+}
+
+CUresult cuOccupancyMaxActiveClusters(ServerCall& c, int* numClusters, Handle<CUfunction> f,
+                                      const ipc::LaunchConfig& wire) {
+  DriverLaunchConfig config;
+  if (CUresult r = config.decode(c, wire); r != CUDA_SUCCESS) return r;
+  if (!c.driverTable().has(EntryPointId::kCuOccupancyMaxActiveClusters)) return CUDA_ERROR_NOT_SUPPORTED;
+  return PHOS_DRIVER(c.driverTable(), OccupancyMaxActiveClusters)(numClusters, f.real, &config.config);
+}
+
+CUresult cuOccupancyMaxPotentialClusterSize(ServerCall& c, int* clusterSize, Handle<CUfunction> f,
+                                            const ipc::LaunchConfig& wire) {
+  DriverLaunchConfig config;
+  if (CUresult r = config.decode(c, wire); r != CUDA_SUCCESS) return r;
+  if (!c.driverTable().has(EntryPointId::kCuOccupancyMaxPotentialClusterSize)) return CUDA_ERROR_NOT_SUPPORTED;
+  return PHOS_DRIVER(c.driverTable(), OccupancyMaxPotentialClusterSize)(clusterSize, f.real, &config.config);
 }
 
 }  // namespace phos::daemon::hooks

@@ -61,6 +61,22 @@ CUresult cuStreamAddCallback(ServerCall& c, Handle<CUstream> hStream, uint64_t c
   });
 }
 
+// Destroyed, the handle leaves the session (Session::forgetHandle). The
+// legacy and per-thread streams are no handles of the session to forget.
+CUresult cuStreamDestroy(ServerCall& c, Handle<CUstream> hStream) {
+  CUresult r = PHOS_DRIVER(c.driverTable(), StreamDestroy_v2)(hStream.real);
+  if (r == CUDA_SUCCESS && c.session().handles().resolve(HandleType::kCUstream_st, hStream.id) != nullptr) {
+    c.session().forgetHandle(hStream.id);
+  }
+  return r;
+}
+
+CUresult cuEventDestroy(ServerCall& c, Handle<CUevent> hEvent) {
+  CUresult r = PHOS_DRIVER(c.driverTable(), EventDestroy_v2)(hEvent.real);
+  if (r == CUDA_SUCCESS) c.session().forgetHandle(hEvent.id);
+  return r;
+}
+
 // The driver has no query for an event's flags, and a restore creates the
 // event again with them.
 CUresult cuEventCreate(ServerCall& c, uint64_t* phEvent, unsigned int flags) {

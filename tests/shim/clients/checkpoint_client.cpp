@@ -18,7 +18,8 @@
 //   --pinned    the host buffers are cuMemHostAlloc'd (else pageable memory);
 //   --events    a second stream waits for the first through cuEventRecord +
 //               cuStreamWaitEvent, folds the state, and the host waits with
-//               cuEventSynchronize.
+//               cuEventSynchronize; a stream and an event made, used once
+//               and destroyed first.
 //   --fill-device  after the workers' buffers, allocates the device full
 //               (ballast) but for K KiB, which every iteration allocates
 //               (cuMemAlloc), fills, reads back into its checksum and frees:
@@ -157,6 +158,17 @@ class Worker {
       CHECK(cuEventCreate(&produced_, CU_EVENT_DISABLE_TIMING));
       CHECK(cuEventCreate(&folded_, CU_EVENT_DEFAULT));
       CHECK(cuMemAlloc(&foldsDevice_, bytes / 2));
+      // A stream and a timed event used once and destroyed: a checkpoint
+      // must neither save nor touch them (NVIDIA's driver crashes on a
+      // destroyed event).
+      CUstream once = nullptr;
+      CUevent onceDone = nullptr;
+      CHECK(cuStreamCreate(&once, CU_STREAM_NON_BLOCKING));
+      CHECK(cuEventCreate(&onceDone, CU_EVENT_DEFAULT));
+      CHECK(cuEventRecord(onceDone, once));
+      CHECK(cuEventSynchronize(onceDone));
+      CHECK(cuEventDestroy(onceDone));
+      CHECK(cuStreamDestroy(once));
     }
   }
 
