@@ -288,12 +288,12 @@ class Session {
   bool contextDestroyed(uint64_t id) const {
     return id != 0 && destroyedContexts_.count(id) != 0 && contexts_.count(id) == 0;
   }
-  // Records that handle `id` is an object of the current context (a stream,
-  // event, module or function): it dies with the context.
   // A stream or event the application destroyed: its id must never reach the
   // driver again (a checkpoint would query or time a freed object, and
   // NVIDIA's driver crashes on one), nor come back at a restore.
   void forgetHandle(uint64_t id);
+  // Records that handle `id` is an object of the current context (a stream,
+  // event, module or function): it dies with the context.
   void noteContextObject(HandleType type, uint64_t id);
   // The queue through which the session's streams run the application's host
   // functions (created on first use; its file is removed with the session).
