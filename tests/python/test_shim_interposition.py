@@ -7,7 +7,9 @@ by cuGetProcAddress_v2, and holds its session open while the test looks at it
 in `phos ps`: a session of its pid, with the kernel launched, is the proof that
 the calls went to phosd and not to the vgpu library the client is linked with.
 """
+import os
 import subprocess
+import sys
 
 import pytest
 
@@ -115,8 +117,6 @@ def test_cluster_occupancy_queries_answer_as_the_driver_does(build_dir, phosd):
     a handle) reach phosd's driver with their launch configuration: under PhOS they answer what the driver
     answers directly, and the shim never refuses them itself."""
     pytest.importorskip("cuda.bindings")
-    import os
-    import sys
     direct_env = dict(os.environ, LD_LIBRARY_PATH=str(build_dir / "vgpu"))
     direct = subprocess.run([sys.executable, "-c", CLUSTER_QUERIES], env=direct_env, capture_output=True,
                             text=True, timeout=120)

@@ -61,13 +61,10 @@ CUresult cuStreamAddCallback(ServerCall& c, Handle<CUstream> hStream, uint64_t c
   });
 }
 
-// Destroyed, the handle leaves the session (Session::forgetHandle). The
-// legacy and per-thread streams are no handles of the session to forget.
+// Destroyed, the handle leaves the session (Session::forgetHandle).
 CUresult cuStreamDestroy(ServerCall& c, Handle<CUstream> hStream) {
   CUresult r = PHOS_DRIVER(c.driverTable(), StreamDestroy_v2)(hStream.real);
-  if (r == CUDA_SUCCESS && c.session().handles().resolve(HandleType::kCUstream_st, hStream.id) != nullptr) {
-    c.session().forgetHandle(hStream.id);
-  }
+  if (r == CUDA_SUCCESS) c.session().forgetHandle(hStream.id);
   return r;
 }
 
