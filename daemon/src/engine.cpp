@@ -1851,7 +1851,8 @@ class Engine {
       }
       void* real = nullptr;
       CUresult r;
-      // With its validator twins, as when the application loaded it.
+      // As when the application loaded it: its own image; its validator twins
+      // are loaded beside it when a twin of it first runs.
       std::shared_ptr<const PreparedModule> prepared;
       if (library) {
         CUlibrary lib = nullptr;

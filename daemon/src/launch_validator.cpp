@@ -63,7 +63,8 @@ std::shared_ptr<const PreparedModule> prepareUncached(std::string_view text) {
   } else {
     prepared->note = "no signatures: " + signatures.status().message();
   }
-  // Checkpoint twins and restore twins (they check loads too) in one module.
+  // Checkpoint twins and restore twins (they check loads too) in one twin
+  // module, loaded beside the program's own.
   auto twin = instrument::buildTwinModule(*module, {instrument::TwinMode::kCheckpoint, true}, &prepared->stats);
   if (twin.isOk()) {
     prepared->twinText = ptx::print(*twin);
@@ -99,29 +100,16 @@ std::shared_ptr<const PreparedModule> prepareModule(std::span<const char> image)
 
 namespace {
 
-// Loads the twin text when there is one, falling back to the original image;
-// a module without twins is prepared anew without them, so that nothing
-// looks for twins the driver never loaded.
+// Loads the program's own image, unchanged: outside checkpoint windows the
+// program runs its own code, whatever phosd made of it. The preparation comes
+// along for the signatures and for the twin module loaded beside it later.
 template <typename Load>
 CUresult loadPrepared(const std::vector<char>& image, std::shared_ptr<const PreparedModule>* prepared, Load load) {
-  auto p = prepareModule(image);
-  if (!p->twinText.empty()) {
-    CUresult r = load(p->twinText.c_str());
-    if (r == CUDA_SUCCESS) {
-      *prepared = std::move(p);
-      return r;
-    }
-    log::get("daemon")->warn("the driver refused a module's validator twins ({}); loading it without them",
-                             static_cast<int>(r));
-    auto plain = std::make_shared<PreparedModule>(*p);
-    plain->twinText.clear();
-    plain->note = fmt::format("the driver refused the twins (CUresult {})", static_cast<int>(r));
-    p = std::move(plain);
-  } else if (!p->note.empty()) {
-    log::get("daemon")->debug("module without validator twins: {}", p->note);
-  }
   CUresult r = load(image.data());
-  if (r == CUDA_SUCCESS) *prepared = std::move(p);
+  if (r != CUDA_SUCCESS) return r;
+  auto p = prepareModule(image);
+  if (p->twinText.empty() && !p->note.empty()) log::get("daemon")->debug("module without validator twins: {}", p->note);
+  *prepared = std::move(p);
   return r;
 }
 
@@ -152,12 +140,38 @@ void LaunchValidator::noteLibrary(CUlibrary library, std::shared_ptr<const Prepa
 
 void LaunchValidator::forgetModule(CUmodule module) {
   dropKernelsOf(module);
+  unloadTwinModules([&](const TwinModule& t) { return t.owner == module; });
   modules_.erase(module);
 }
 
 void LaunchValidator::forgetLibrary(CUlibrary library) {
   dropKernelsOf(library);
+  unloadTwinModules([&](const TwinModule& t) { return t.owner == library; });
   libraries_.erase(library);
+}
+
+// Each in its context (the caller's stays current).
+template <typename Which>
+void LaunchValidator::unloadTwinModules(Which which) {
+  CUcontext saved = nullptr;
+  PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
+  for (auto it = twinModules_.begin(); it != twinModules_.end();) {
+    if (!which(it->second)) {
+      ++it;
+      continue;
+    }
+    if (it->second.module != nullptr) {
+      PHOS_DRIVER(driver_, CtxSetCurrent)(it->second.context);
+      PHOS_DRIVER(driver_, ModuleUnload)(it->second.module);
+    }
+    it = twinModules_.erase(it);
+  }
+  PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
+}
+
+size_t LaunchValidator::twinModuleCount() const {
+  return static_cast<size_t>(
+      std::count_if(twinModules_.begin(), twinModules_.end(), [](const auto& e) { return e.second.module != nullptr; }));
 }
 
 // Its functions die with the module; a later function may get the same handle.
@@ -182,47 +196,128 @@ LaunchValidator::KernelState& LaunchValidator::stateOf(CUfunction function) {
     return k;
   }
   k.name = name;
-  CUmodule module = nullptr;
   if (driver_.has(cuda_api::EntryPointId::kCuFuncGetModule) &&
-      PHOS_DRIVER(driver_, FuncGetModule)(&module, function) == CUDA_SUCCESS) {
-    if (auto it = modules_.find(module); it != modules_.end()) {
+      PHOS_DRIVER(driver_, FuncGetModule)(&k.module, function) == CUDA_SUCCESS) {
+    if (auto it = modules_.find(k.module); it != modules_.end()) {
       k.prepared = it->second;
-      k.owner = module;
+      k.owner = k.module;
     }
+  } else {
+    k.module = nullptr;
   }
   if (k.prepared == nullptr) {
     // A library's kernel: its per-context module is not one phosd loaded.
-    for (const auto& [lib, prepared] : libraries_) {
-      if (prepared->signatures.count(k.name) != 0) {
-        k.prepared = prepared;
-        k.owner = lib;
-        break;
-      }
-    }
+    auto [library, prepared] = libraryOf(k.module, k.name);
+    k.prepared = std::move(prepared);
+    k.owner = library;
   }
   if (k.prepared == nullptr) return k;
   if (auto it = k.prepared->signatures.find(k.name); it != k.prepared->signatures.end()) k.signature = &it->second;
-  if (k.prepared->twinText.empty() || module == nullptr) return k;
+  return k;
+}
+
+std::pair<CUlibrary, std::shared_ptr<const PreparedModule>> LaunchValidator::libraryOf(CUmodule module,
+                                                                                        const std::string& kernel) {
+  std::pair<CUlibrary, std::shared_ptr<const PreparedModule>> byName{nullptr, nullptr};
+  const bool canTell = module != nullptr && driver_.has(cuda_api::EntryPointId::kCuLibraryGetModule);
+  for (const auto& [library, prepared] : libraries_) {
+    if (prepared->signatures.count(kernel) == 0) continue;
+    // Two libraries may have a kernel of that name: the twin module must be
+    // built from the very image the kernel came from.
+    CUmodule in = nullptr;
+    if (canTell && PHOS_DRIVER(driver_, LibraryGetModule)(&in, library) == CUDA_SUCCESS && in == module) {
+      return {library, prepared};
+    }
+    if (byName.second == nullptr) byName = {library, prepared};
+  }
+  return canTell ? std::pair<CUlibrary, std::shared_ptr<const PreparedModule>>{nullptr, nullptr} : byName;
+}
+
+void LaunchValidator::resolveTwin(KernelState& k) {
+  if (k.twinResolved) return;
+  k.twinResolved = true;
+  if (k.prepared == nullptr || k.prepared->twinText.empty() || k.module == nullptr) return;
   // A kernel that calls through a function pointer may store where its twin
   // cannot see: running the twin would vouch for what it never checked.
   const auto& unchecked = k.prepared->stats.kernelsWithUncheckedCalls;
-  if (std::find(unchecked.begin(), unchecked.end(), k.name) != unchecked.end()) return k;
-  // The twin lives in the same module (it shares the module's globals).
+  if (std::find(unchecked.begin(), unchecked.end(), k.name) != unchecked.end()) return;
+  CUmodule twins = twinModuleFor(k);
+  if (twins == nullptr) return;
   CUfunction twin = nullptr;
   const std::string twinName = instrument::twinName(k.name);
-  if (PHOS_DRIVER(driver_, ModuleGetFunction)(&twin, module, twinName.c_str()) != CUDA_SUCCESS) return k;
+  if (PHOS_DRIVER(driver_, ModuleGetFunction)(&twin, twins, twinName.c_str()) != CUDA_SUCCESS) return;
   size_t offset = 0, size = 0;
   for (size_t i = 0; PHOS_DRIVER(driver_, FuncGetParamInfo)(twin, i, &offset, &size) == CUDA_SUCCESS; ++i) {
     k.twinOffsets.push_back(offset);
     k.twinParamBytes = std::max(k.twinParamBytes, offset + size);
   }
-  if (k.twinOffsets.size() < 3) return k;
+  if (k.twinOffsets.size() < 3) return;
   PHOS_DRIVER(driver_, CtxGetCurrent)(&k.context);
   k.twin = twin;
-  // Absent from modules prepared without them (the driver refused both).
   const std::string restoreName = instrument::twinName(k.name, instrument::kRestoreTwinSuffix);
-  if (PHOS_DRIVER(driver_, ModuleGetFunction)(&twin, module, restoreName.c_str()) == CUDA_SUCCESS) k.restoreTwin = twin;
-  return k;
+  if (PHOS_DRIVER(driver_, ModuleGetFunction)(&twin, twins, restoreName.c_str()) == CUDA_SUCCESS) k.restoreTwin = twin;
+}
+
+// Loaded when a twin of it first runs, not with the program's module: a
+// program that is never checkpointed never pays for compiling its twins. The
+// current context is the kernel's (a launch's function is of it).
+CUmodule LaunchValidator::twinModuleFor(const KernelState& k) {
+  if (auto it = twinModules_.find(k.module); it != twinModules_.end()) return it->second.module;
+  TwinModule& entry = twinModules_[k.module];
+  entry.owner = k.owner;
+  PHOS_DRIVER(driver_, CtxGetCurrent)(&entry.context);
+  auto log = log::get("daemon");
+  CUmodule twins = nullptr;
+  if (CUresult r = PHOS_DRIVER(driver_, ModuleLoadData)(&twins, k.prepared->twinText.c_str()); r != CUDA_SUCCESS) {
+    log->warn("the driver refused the validator twins of the module of {} (CUresult {}): its kernels run without "
+              "twins",
+              k.name, static_cast<int>(r));
+    return nullptr;
+  }
+  if (Status s = fillGlobalTable(twins, k.module, k.prepared->stats.globals); !s.isOk()) {
+    log->warn("validator twins of the module of {} unusable, its kernels run without twins: {}", k.name, s.message());
+    PHOS_DRIVER(driver_, ModuleUnload)(twins);
+    return nullptr;
+  }
+  entry.module = twins;
+  return twins;
+}
+
+// The twins use the program's variables, not copies of their own
+// (docs/twins.md): slot i of the twin module's table gets the address of
+// globals[i] in the program's module.
+Status LaunchValidator::fillGlobalTable(CUmodule twins, CUmodule original, const std::vector<std::string>& globals) {
+  if (globals.empty()) return Status::ok();
+  std::vector<uint64_t> addresses;
+  for (const std::string& name : globals) {
+    CUdeviceptr address = 0;
+    size_t bytes = 0;
+    if (CUresult r = PHOS_DRIVER(driver_, ModuleGetGlobal_v2)(&address, &bytes, original, name.c_str());
+        r != CUDA_SUCCESS) {
+      return makeError(Code::kNotFound, "the program's module has no variable {} (CUresult {})", name,
+                       static_cast<int>(r));
+    }
+    addresses.push_back(address);
+  }
+  const std::string tableName(instrument::kGlobalTable);
+  CUdeviceptr table = 0;
+  size_t bytes = 0;
+  if (CUresult r = PHOS_DRIVER(driver_, ModuleGetGlobal_v2)(&table, &bytes, twins, tableName.c_str());
+      r != CUDA_SUCCESS || bytes != addresses.size() * sizeof(uint64_t)) {
+    return makeError(Code::kInternal, "the twin module's {} is missing or has {} bytes, not {} (CUresult {})",
+                     tableName, bytes, addresses.size() * sizeof(uint64_t), static_cast<int>(r));
+  }
+  if (CUresult r = PHOS_DRIVER(driver_, MemcpyHtoD_v2)(table, addresses.data(), bytes); r != CUDA_SUCCESS) {
+    return makeError(Code::kInternal, "writing the twin module's {} failed (CUresult {})", tableName,
+                     static_cast<int>(r));
+  }
+  // From pageable memory the copy may still be in flight when the call
+  // returns; a twin launched on a non-blocking stream must not overtake it.
+  if (CUresult r = PHOS_DRIVER(driver_, StreamSynchronize)(nullptr); r != CUDA_SUCCESS) {
+    return makeError(Code::kInternal, "waiting for the twin module's {} failed (CUresult {})", tableName,
+                     static_cast<int>(r));
+  }
+  return Status::ok();
 }
 
 const instrument::KernelSignature* LaunchValidator::signatureOf(CUfunction function) {
@@ -421,6 +516,7 @@ void LaunchValidator::release(CUcontext context) {
   }
   PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
   std::erase_if(kernels_, [&](auto& e) { return context == nullptr || e.second.context == context; });
+  unloadTwinModules([&](const TwinModule& t) { return context == nullptr || t.context == context; });
 }
 
 }  // namespace phos::daemon

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -49,11 +50,13 @@ struct CallAccess {
 // protocols for their windows.
 using AccessGate = std::function<void(const CallAccess&)>;
 
-// What phosd made of one module image: the image it hands the driver (the
-// original with a twin of every kernel, when the image is PTX the passes could
-// instrument) and the signature of each kernel.
+// What phosd made of one module image: the signature of each kernel and,
+// when the image is PTX the passes could instrument, its twin module
+// (docs/twins.md). The program gets its own image, unchanged; the twin module
+// is loaded beside it, in each context a twin runs in, when the first twin of
+// it is needed.
 struct PreparedModule {
-  std::string twinText;  // NUL-terminated PTX to load instead; empty: load the original
+  std::string twinText;  // NUL-terminated PTX of the twin module; empty: no twins
   std::map<std::string, instrument::KernelSignature, std::less<>> signatures;
   instrument::TwinStats stats;
   std::string note;  // why there are no twins or signatures, for the log
@@ -68,9 +71,9 @@ void setSignatureDatabase(std::shared_ptr<const instrument::SignatureDatabase> d
 // image it cannot handle gets no twins and no signatures, and says why.
 std::shared_ptr<const PreparedModule> prepareModule(std::span<const char> image);
 
-// cuModuleLoadData / cuLibraryLoadData of `image` (NUL-terminated) as phosd
-// does it: the prepared module with twins when there is one, else (and when the
-// driver refuses the twins) the original. `prepared` says what was loaded.
+// cuModuleLoadData / cuLibraryLoadData of `image` (NUL-terminated), the
+// program's own image, and its preparation (signatures, twin module text) in
+// `prepared`. The twin module is loaded later, by LaunchValidator.
 CUresult loadModule(const DriverTable& driver, const std::vector<char>& image, CUmodule* module,
                     std::shared_ptr<const PreparedModule>* prepared);
 CUresult loadLibrary(const DriverTable& driver, const std::vector<char>& image, CUlibrary* library,
@@ -110,7 +113,8 @@ class LaunchValidator {
   LaunchValidator& operator=(const LaunchValidator&) = delete;
 
   // Module life cycle (the driver's handles). A library's kernels are found by
-  // name among the libraries' prepared modules.
+  // name among the libraries' prepared modules. Forgetting a module or library
+  // unloads the twin modules loaded beside it.
   void noteModule(CUmodule module, std::shared_ptr<const PreparedModule> prepared);
   void noteLibrary(CUlibrary library, std::shared_ptr<const PreparedModule> prepared);
   void forgetModule(CUmodule module);
@@ -154,8 +158,12 @@ class LaunchValidator {
   nlohmann::json report(const std::vector<Violation>& recent) const;
 
   // Frees the report buffers of the kernels of `context` (about to be
-  // destroyed) or, with null, of every context.
+  // destroyed) and unloads its twin modules or, with null, those of every
+  // context.
   void release(CUcontext context);
+
+  // The twin modules loaded so far (tests, logs).
+  size_t twinModuleCount() const;
 
  private:
   // A kernel as phosd knows it: its twin (resolved on first use) and the
@@ -163,9 +171,11 @@ class LaunchValidator {
   // names its kernel.
   struct KernelState {
     bool resolved = false;
+    bool twinResolved = false;  // the twins were looked for (resolveTwin)
     std::string name;
     std::shared_ptr<const PreparedModule> prepared;  // keeps the signature alive
     const void* owner = nullptr;  // the CUmodule or CUlibrary it came from
+    CUmodule module = nullptr;    // the program's module holding it (a library's, in its context)
     const instrument::KernelSignature* signature = nullptr;
     CUfunction twin = nullptr;         // null: none
     CUfunction restoreTwin = nullptr;  // the one that checks loads too; same parameters
@@ -174,8 +184,27 @@ class LaunchValidator {
     size_t twinParamBytes = 0;
     CUdeviceptr report = 0;
   };
+  // A twin module loaded beside one of the program's modules.
+  struct TwinModule {
+    CUmodule module = nullptr;  // null: refused by the driver, or its table could not be filled
+    const void* owner = nullptr;  // as KernelState::owner
+    CUcontext context = nullptr;
+  };
+
   KernelState& stateOf(CUfunction function);
-  CUfunction twinFor(const KernelState& k) const {
+  // Finds the twins of `k` (loading its twin module when needed).
+  void resolveTwin(KernelState& k);
+  // The twin module beside `k.module`, loaded and its address table filled on
+  // first use; null when there is none.
+  CUmodule twinModuleFor(const KernelState& k);
+  Status fillGlobalTable(CUmodule twins, CUmodule original, const std::vector<std::string>& globals);
+  // The library among those noted whose module in the current context is
+  // `module`; by kernel name alone when the driver cannot tell.
+  std::pair<CUlibrary, std::shared_ptr<const PreparedModule>> libraryOf(CUmodule module, const std::string& kernel);
+  template <typename Which>
+  void unloadTwinModules(Which which);
+  CUfunction twinFor(KernelState& k) {
+    resolveTwin(k);
     return mode_ == ValidationMode::kValidateRestore ? k.restoreTwin : k.twin;
   }
   void dropKernelsOf(const void* owner);
@@ -185,6 +214,8 @@ class LaunchValidator {
   std::map<CUmodule, std::shared_ptr<const PreparedModule>> modules_;
   std::map<CUlibrary, std::shared_ptr<const PreparedModule>> libraries_;
   std::map<CUfunction, KernelState> kernels_;
+  // Keyed by the program's module the twins run beside.
+  std::map<CUmodule, TwinModule> twinModules_;
   ValidationCounters counters_;
 };
 

@@ -61,6 +61,7 @@ Result<ptx::Module> buildTwinModule(const ptx::Module& module, const TwinOptions
     merge(context, restore);
   }
   RETURN_IF_ERROR_CTX(passes::place_twins::run(context), "place_twins");
+  RETURN_IF_ERROR_CTX(passes::share_globals::run(context), "share_globals");
   if (stats) *stats = std::move(context.stats);
   return std::move(context.output);
 }

@@ -51,13 +51,18 @@ std::string readFile(const std::filesystem::path& p) {
 std::string statsLine(const TwinStats& s) {
   std::string kernels;
   for (const std::string& k : s.kernelsWithUncheckedCalls) kernels += " " + k;
+  std::string globals;
+  if (!s.globals.empty()) {
+    globals = " globals:";
+    for (const std::string& g : s.globals) globals += " " + g;
+  }
   return "// stats: kernels=" + std::to_string(s.kernels) +
          " functions=" + std::to_string(s.functions) +
          " checked_stores=" + std::to_string(s.checkedStores) +
          " checked_loads=" + std::to_string(s.checkedLoads) +
          " unchecked_calls=" + std::to_string(s.uncheckedCalls) +
          " unchecked_accesses=" + std::to_string(s.uncheckedAccesses) +
-         " kernels_with_unchecked_calls:" + kernels + "\n";
+         " kernels_with_unchecked_calls:" + kernels + globals + "\n";
 }
 
 struct Golden {
@@ -166,17 +171,88 @@ std::vector<const ptx::Instruction*> checkCalls(const ptx::Function& f) {
   return out;
 }
 
-TEST(Twin, LeavesTheOriginalsUnchangedAndInPlace) {
-  Result<ptx::Module> m = parseGoldenInput("twin_call_chain.golden");
+// Every name an operand of `body` refers to (call targets, variables, function
+// addresses).
+void namesUsed(const std::vector<ptx::Statement>& body, std::vector<std::string>& out) {
+  auto add = [&](auto& self, const ptx::Operand& o) -> void {
+    if (o.kind == ptx::OperandKind::kSymbol || (o.kind == ptx::OperandKind::kAddress && o.addressIsSymbol)) {
+      out.push_back(o.name);
+    }
+    for (const ptx::Operand& e : o.elements) self(self, e);
+  };
+  for (const ptx::Statement& s : body) {
+    if (const auto* i = std::get_if<ptx::Instruction>(&s.value)) {
+      for (const ptx::Operand& o : i->operands) add(add, o);
+    } else if (const auto* b = std::get_if<ptx::Block>(&s.value)) {
+      namesUsed(b->statements, out);
+    }
+  }
+}
+
+// The twin module is loaded on its own, beside the original: it defines or
+// declares every function it calls, holds no entry of the original and no
+// .global or .const variable but the address table, and names none of the
+// original's: those are reached through the table, one slot per variable.
+TEST(Twin, TheTwinModuleStandsBesideTheOriginal) {
+  for (const auto& path : goldenFiles()) {
+    SCOPED_TRACE(path.string());
+    Golden g = readGolden(path);
+    Result<ptx::Module> m = ptx::parseModule(g.input, path.filename().string());
+    ASSERT_THAT(m, IsOk());
+    TwinStats stats;
+    Result<ptx::Module> twin = buildTwinModule(*m, g.options, &stats);
+    ASSERT_THAT(twin, IsOk());
+    std::vector<std::string> used;
+    for (const ptx::ModuleItem& item : twin->items) {
+      if (const auto* f = std::get_if<ptx::Function>(&item)) {
+        if (f->isEntry) {
+          EXPECT_TRUE(isTwinName(f->name)) << f->name;
+        }
+        namesUsed(f->body, used);
+      } else if (const auto* v = std::get_if<ptx::VarDecl>(&item)) {
+        if (v->space == ptx::StateSpace::kGlobal || v->space == ptx::StateSpace::kConst) {
+          EXPECT_EQ(v->name, kGlobalTable);
+          ASSERT_EQ(v->dims.size(), 1u);
+          EXPECT_EQ(v->dims[0], stats.globals.size());
+        }
+      }
+    }
+    for (const std::string& name : used) {
+      const ptx::VarDecl* original = m->findVariable(name);
+      if (original != nullptr && (original->space == ptx::StateSpace::kGlobal ||
+                                  original->space == ptx::StateSpace::kConst)) {
+        ADD_FAILURE() << "the twin module names the original's variable " << name;
+      }
+      if (m->findFunction(name) != nullptr) {
+        EXPECT_NE(twin->findFunction(name), nullptr) << "calls " << name << " without declaring it";
+      }
+    }
+    for (const std::string& name : stats.globals) {
+      const ptx::VarDecl* original = m->findVariable(name);
+      ASSERT_NE(original, nullptr) << name;
+      EXPECT_TRUE(original->space == ptx::StateSpace::kGlobal || original->space == ptx::StateSpace::kConst);
+    }
+    EXPECT_EQ(twin->findVariable(kGlobalTable) != nullptr, !stats.globals.empty());
+  }
+}
+
+TEST(Twin, SharedGlobalsGoThroughTheTableAndConstReadsBecomeGlobalReads) {
+  Result<ptx::Module> m = parseGoldenInput("twin_shared_globals.golden");
   ASSERT_THAT(m, IsOk());
-  Result<ptx::Module> twin = buildTwinModule(*m, {});
+  TwinStats stats;
+  Result<ptx::Module> twin = buildTwinModule(*m, {TwinMode::kCheckpoint, true}, &stats);
   ASSERT_THAT(twin, IsOk());
-  ptx::Module stripped = *twin;
-  std::erase_if(stripped.items, [](const ptx::ModuleItem& item) {
-    const auto* f = std::get_if<ptx::Function>(&item);
-    return f && (f->name.ends_with(kTwinSuffix) || f->name.starts_with("__phos"));
-  });
-  EXPECT_TRUE(stripped == *m);
+  std::vector<std::string> globals = stats.globals;
+  std::sort(globals.begin(), globals.end());
+  EXPECT_EQ(globals, (std::vector<std::string>{"$str", "c_n", "c_scale", "g_buffer", "g_count"}));
+  // Per CTA: each twin block has its own, as the original's has.
+  EXPECT_NE(twin->findVariable("s_tile"), nullptr);
+  // Called by the twin of use_buffer, needs no twin of its own: copied.
+  EXPECT_NE(twin->findFunction("_Z6scaledfi"), nullptr);
+  EXPECT_EQ(twin->findFunction("use_buffer"), nullptr);
+  std::string printed = ptx::print(*twin);
+  EXPECT_EQ(printed.find("ld.const.f32"), std::string::npos) << "a .const read left in the twin module";
+  EXPECT_EQ(printed.find("ld.const.u32"), std::string::npos) << "a .const read left in the twin module";
 }
 
 TEST(Twin, AppendsTheThreeValidatorParameters) {

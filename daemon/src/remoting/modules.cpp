@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Server hooks for modules and libraries: images read from the application,
-// recorded for a restore, loaded with their validator twins; globals that
-// become session memory; enumerations that leave the twins out.
+// recorded for a restore, loaded as they are (the validator twins go in a
+// module of their own beside them, docs/twins.md); globals that become session
+// memory; enumerations that leave out any twin name.
 #include <cuda.h>
 
 #include <algorithm>
@@ -21,8 +22,9 @@ namespace {
 using cuda_api::EntryPointId;
 
 // The functions of a module (kernels of a library) the application may see:
-// all the driver lists but the validator twins phosd loaded with them
-// (docs/speculation.md), so that counts and enumerations are the module's own.
+// all the driver lists but validator twins. phosd loads its twins in modules of
+// their own now (docs/twins.md); the filter stays so that no driver or loader
+// that merges modules can ever show one to the program.
 template <typename Owner, typename Handle>
 CUresult applicationHandles(ServerCall& c, EntryPointId countId, EntryPointId enumerateId, EntryPointId nameId,
                             Owner owner, std::vector<Handle>* visible) {

@@ -32,6 +32,9 @@ inline constexpr std::string_view kAddressReg = "%__phos_addr";
 inline constexpr std::string_view kSizeReg = "%__phos_size";
 // The generated range-check function (one per module, not visible outside it).
 inline constexpr std::string_view kCheckFunction = "__phos_check";
+// Registers holding the address of an original module variable, loaded from the
+// twin module's address table (kGlobalTable in twin.h) by share_globals.
+inline constexpr std::string_view kGlobalAddressReg = "%__phos_global";
 
 // Bits of the `flags` argument of the check function.
 inline constexpr uint32_t kFlagKindMask = 0xF;         // ViolationKind
@@ -123,9 +126,20 @@ namespace load_validator_args {
 Status run(TwinContext& context);
 }
 
-// 5. Builds the output module: the original items, then (after the last original
-//    function) the check function, prototypes of the twin .funcs and the twins.
+// 5. Builds the twin module, which is loaded beside the original: the original's
+//    module-scope .shared/.local declarations and .file directives, the original
+//    functions the twins reach (calls, function addresses), the check function,
+//    prototypes of the twin .funcs and the twins. No .global or .const variable of
+//    the original is copied: share_globals makes the twins use the original's.
 namespace place_twins {
+Status run(TwinContext& context);
+}
+
+// 6. Makes every reference of the twin module to a .global or .const variable of
+//    the original go through the address table kGlobalTable (twin.h), which the
+//    loader fills with the addresses of the original module's variables, and
+//    lists the variables in TwinStats::globals.
+namespace share_globals {
 Status run(TwinContext& context);
 }
 

@@ -128,9 +128,14 @@ class Params {
 // A loaded module plus the memory it lives in.
 class Module {
  public:
+  Module() = default;
+  // A module loaded into another's memory, as two modules of one context are
+  // (a twin module beside its original).
+  explicit Module(HostDeviceMemory& memory) : memory_(&memory) {}
+
   Status load(const std::string& ptx) {
     auto loader = makeProgramLoader();
-    auto r = loader->load(ptx, memory_);
+    auto r = loader->load(ptx, *memory_);
     if (!r.isOk()) return r.status();
     program_ = std::move(r).value();
     return Status::ok();
@@ -161,17 +166,27 @@ class Module {
     config.block = block;
     config.dynamicSharedBytes = dynamicShared;
     LaunchContext context;
-    context.memory = &memory_;
+    context.memory = memory_;
     context.printf = &printf_;
     return program_->launch(k, config, buf, context);
   }
 
-  HostDeviceMemory& memory() { return memory_; }
+  HostDeviceMemory& memory() { return *memory_; }
   Program& program() { return *program_; }
   std::string printed() const { return printf_.text(); }
 
+  // Where the loader placed the module-scope variable `name` (cuModuleGetGlobal);
+  // 0 when the module has none.
+  std::uint64_t global(const std::string& name) const {
+    for (const GlobalInfo& g : program_->globals()) {
+      if (g.name == name) return g.address;
+    }
+    return 0;
+  }
+
  private:
-  HostDeviceMemory memory_;
+  HostDeviceMemory ownMemory_;
+  HostDeviceMemory* memory_ = &ownMemory_;
   CapturingPrintf printf_;
   std::unique_ptr<Program> program_;
 };

@@ -8,6 +8,7 @@
 #include <bit>
 #include <cstring>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "engine_harness.h"
@@ -53,18 +54,44 @@ struct Validator {
   }
 };
 
+// Loads the twin module of `original` into `twins` (sharing the original's
+// memory) and fills its address table as phosd does: slot i gets the address of
+// stats.globals[i] in the original module.
+Status loadBeside(const ptx::Module& original, Module& program, Module& twins, const instrument::TwinOptions& options) {
+  instrument::TwinStats stats;
+  ASSIGN_OR_RETURN(ptx::Module twin, instrument::buildTwinModule(original, options, &stats));
+  RETURN_IF_ERROR(twins.load(ptx::print(twin)));
+  if (stats.globals.empty()) return Status::ok();
+  std::vector<uint64_t> addresses;
+  for (const std::string& name : stats.globals) {
+    uint64_t address = program.global(name);
+    if (address == 0) return Status(Code::kNotFound, "the original module has no variable " + name);
+    addresses.push_back(address);
+  }
+  uint64_t table = twins.global(std::string(instrument::kGlobalTable));
+  if (table == 0) return Status(Code::kNotFound, "the twin module has no address table");
+  return twins.memory().write(table, std::as_bytes(std::span(addresses)));
+}
+
 class TwinEquivalence : public ::testing::TestWithParam<uint32_t> {
  protected:
+  // The program's own module from its own text, the twins in a module beside it.
   void load(instrument::TwinMode mode) {
-    Result<ptx::Module> original = ptx::parseModule(readFile(ptxPath("twin")), "twin.ptx");
+    const std::string text = readFile(ptxPath("twin"));
+    Result<ptx::Module> original = ptx::parseModule(text, "twin.ptx");
     ASSERT_THAT(original, IsOk());
     original_ = std::move(original).value();
+    ASSERT_THAT(module_.load(text), IsOk());
     instrument::TwinOptions options;
     options.mode = mode;
-    Result<ptx::Module> twin = instrument::buildTwinModule(original_, options);
-    ASSERT_THAT(twin, IsOk());
-    ASSERT_THAT(module_.load(ptx::print(*twin)), IsOk());
+    ASSERT_THAT(loadBeside(original_, module_, twins_, options), IsOk());
     setWorkerThreads(module_.program(), GetParam());
+    setWorkerThreads(twins_.program(), GetParam());
+  }
+
+  template <typename T>
+  T* variable(const std::string& name) {
+    return reinterpret_cast<T*>(module_.global(name));
   }
 
   Validator validator(std::vector<RangeEntry> ranges, uint32_t capacity = 64) {
@@ -116,6 +143,7 @@ class TwinEquivalence : public ::testing::TestWithParam<uint32_t> {
 
   ptx::Module original_;
   Module module_;
+  Module twins_{module_.memory()};
 };
 
 INSTANTIATE_TEST_SUITE_P(Workers, TwinEquivalence, ::testing::Values(1u, 2u),
@@ -146,7 +174,7 @@ TEST_P(TwinEquivalence, SaxpyComputesTheSameAndReportsNothingWhenAllowed) {
   float a = 1.75f;
   ASSERT_THAT(module_.launch("saxpy", {4}, {256}, Params().add(n).add(a).add(dx).add(y1)), IsOk());
   Validator v = validator({allow(dx, n, kLoadBit), allow(y2, n, kLoadBit | kStoreBit)});
-  ASSERT_THAT(module_.launch("saxpy__phos_twin", {4}, {256},
+  ASSERT_THAT(twins_.launch("saxpy__phos_twin", {4}, {256},
                              withValidator(Params().add(n).add(a).add(dx).add(y2), v)),
               IsOk());
   expectSameBits(y1, y2, n);
@@ -163,7 +191,7 @@ TEST_P(TwinEquivalence, SaxpyReportsEveryStoreToAReadOnlyRangeAndCountsPastCapac
   float a = -0.5f;
   ASSERT_THAT(module_.launch("saxpy", {1}, {128}, Params().add(n).add(a).add(dx).add(y1)), IsOk());
   Validator v = validator({allow(dx, n, kLoadBit), allow(y2, n, kLoadBit)}, 8);
-  ASSERT_THAT(module_.launch("saxpy__phos_twin", {1}, {128},
+  ASSERT_THAT(twins_.launch("saxpy__phos_twin", {1}, {128},
                              withValidator(Params().add(n).add(a).add(dx).add(y2), v)),
               IsOk());
   expectSameBits(y1, y2, n);  // a violation is reported, never prevented
@@ -192,7 +220,7 @@ TEST_P(TwinEquivalence, AtomicHistogramComputesTheSame) {
   ASSERT_THAT(module_.launch("histogram", {3}, {128}, Params().add(din).add(n).add(b1).add(nbins)),
               IsOk());
   Validator v = validator({allow(din, n, kLoadBit), allow(b2, nbins, kLoadBit | kStoreBit)});
-  ASSERT_THAT(module_.launch("histogram__phos_twin", {3}, {128},
+  ASSERT_THAT(twins_.launch("histogram__phos_twin", {3}, {128},
                              withValidator(Params().add(din).add(n).add(b2).add(nbins), v)),
               IsOk());
   expectSameBits(b1, b2, nbins);
@@ -201,7 +229,7 @@ TEST_P(TwinEquivalence, AtomicHistogramComputesTheSame) {
   // Bins readable but not writable: every atomic is reported as one.
   unsigned* b3 = module_.memory().alloc<unsigned>(nbins);
   Validator denied = validator({allow(din, n, kLoadBit), allow(b3, nbins, kLoadBit)}, 4);
-  ASSERT_THAT(module_.launch("histogram__phos_twin", {3}, {128},
+  ASSERT_THAT(twins_.launch("histogram__phos_twin", {3}, {128},
                              withValidator(Params().add(din).add(n).add(b3).add(nbins), denied)),
               IsOk());
   expectSameBits(b1, b3, nbins);
@@ -228,7 +256,7 @@ TEST_P(TwinEquivalence, StoreInADeviceFunctionIsCheckedThere) {
               IsOk());
   // out is missing from the table: the stores of putScaled are reported.
   Validator v = validator({allow(din, n, kLoadBit)}, 512);
-  ASSERT_THAT(module_.launch("scale_via_device_function__phos_twin", {2}, {256},
+  ASSERT_THAT(twins_.launch("scale_via_device_function__phos_twin", {2}, {256},
                              withValidator(Params().add(din).add(o2).add(n).add(s), v)),
               IsOk());
   expectSameBits(o1, o2, n);
@@ -258,7 +286,7 @@ TEST_P(TwinEquivalence, GenericStoreToSharedMemoryIsNotReported) {
                              Params().add(din).add(o1).add(viaShared)),
               IsOk());
   Validator v = validator({allow(din, n, kLoadBit), allow(o2, n, kStoreBit)});
-  ASSERT_THAT(module_.launch("reverse_through_shared__phos_twin", {blocks}, {threads},
+  ASSERT_THAT(twins_.launch("reverse_through_shared__phos_twin", {blocks}, {threads},
                              withValidator(Params().add(din).add(o2).add(viaShared), v)),
               IsOk());
   expectSameBits(o1, o2, n);
@@ -278,7 +306,7 @@ TEST_P(TwinEquivalence, GenericStoreToGlobalMemoryIsReported) {
   float* out = module_.memory().alloc<float>(threads);
   int viaShared = 0;
   Validator v = validator({allow(din, threads, kLoadBit)}, threads);
-  ASSERT_THAT(module_.launch("reverse_through_shared__phos_twin", {1}, {threads},
+  ASSERT_THAT(twins_.launch("reverse_through_shared__phos_twin", {1}, {threads},
                              withValidator(Params().add(din).add(out).add(viaShared), v)),
               IsOk());
   expectSameBits(in.data(), out, threads);
@@ -302,7 +330,7 @@ TEST_P(TwinEquivalence, StoreOutsideTheTableIsReportedWithAddressKindIndexAndSiz
   ASSERT_THAT(module_.launch("scatter", {1}, {64}, Params().add(o1).add(dindex).add(n)), IsOk());
   // Only the first half of out is speculated as written.
   Validator v = validator({allow(dindex, n, kLoadBit), allow(o2, size / 2, kStoreBit)});
-  ASSERT_THAT(module_.launch("scatter__phos_twin", {1}, {64},
+  ASSERT_THAT(twins_.launch("scatter__phos_twin", {1}, {64},
                              withValidator(Params().add(o2).add(dindex).add(n), v)),
               IsOk());
   expectSameBits(o1, o2, size);
@@ -336,7 +364,7 @@ TEST_P(TwinEquivalence, AccessSpanningAdjacentRangesIsAllowed) {
                            {yb, yb + 42, kLoadBit | kStoreBit, 0},
                            {yb + 42, yb + 160, kLoadBit | kStoreBit, 0},
                            {yb + 160, yb + 4 * n, kLoadBit | kStoreBit, 0}});
-  ASSERT_THAT(module_.launch("saxpy__phos_twin", {1}, {64},
+  ASSERT_THAT(twins_.launch("saxpy__phos_twin", {1}, {64},
                              withValidator(Params().add(n).add(a).add(dx).add(y2), v)),
               IsOk());
   EXPECT_EQ(v.report->count, 0u);
@@ -353,7 +381,7 @@ TEST_P(TwinEquivalence, RestoreTwinReportsLoadsOfRangesNotYetReadable) {
   ASSERT_THAT(module_.launch("saxpy", {1}, {64}, Params().add(n).add(a).add(dx).add(y1)), IsOk());
   // x not readable yet: its loads are reported; y is fully available.
   Validator v = validator({allow(y2, n, kLoadBit | kStoreBit)}, 128);
-  ASSERT_THAT(module_.launch("saxpy__phos_twin", {1}, {64},
+  ASSERT_THAT(twins_.launch("saxpy__phos_twin", {1}, {64},
                              withValidator(Params().add(n).add(a).add(dx).add(y2), v)),
               IsOk());
   expectSameBits(y1, y2, n);
@@ -367,8 +395,74 @@ TEST_P(TwinEquivalence, RestoreTwinReportsLoadsOfRangesNotYetReadable) {
   }
 }
 
-// Every module of the engine's corpus that loads also loads with its twins in
-// both modes (the daemon hands twin modules to the vgpu driver).
+// The twins read and write the program's own module variables: a pointer a
+// twin stores is the one the program's kernels use, a twin's atomics count in
+// the program's counter, and __constant__ data is read where the program put it.
+TEST_P(TwinEquivalence, TwinsShareTheProgramsModuleVariables) {
+  load(instrument::TwinMode::kCheckpoint);
+  const int n = 300;
+  auto in = randomFloats(n, 13);
+  std::vector<float> weights = {0.5f, -1.25f, 2.0f, 3.5f, -0.75f, 1.0f, 8.0f, -4.0f};
+  std::memcpy(variable<float>("c_weights"), weights.data(), sizeof(float) * weights.size());
+  *variable<int>("c_count") = n;
+  float* din = module_.memory().alloc(in);
+  float* y1 = module_.memory().alloc<float>(n);
+  float* y2 = module_.memory().alloc<float>(n);
+  ASSERT_THAT(module_.launch("set_target", {1}, {1}, Params().add(y1)), IsOk());
+  ASSERT_THAT(module_.launch("weigh_into_target", {2}, {256}, Params().add(din)), IsOk());
+  ASSERT_EQ(*variable<unsigned>("g_hits"), static_cast<unsigned>(n));
+
+  // The twin of set_target stores into the program's g_target...
+  float** target = variable<float*>("g_target");
+  uint64_t targetAddress = reinterpret_cast<uint64_t>(target);
+  Validator set = validator({{targetAddress, targetAddress + sizeof(float*), kLoadBit | kStoreBit, 0}});
+  ASSERT_THAT(twins_.launch("set_target__phos_twin", {1}, {1}, withValidator(Params().add(y2), set)), IsOk());
+  EXPECT_EQ(*target, y2);
+  EXPECT_EQ(set.report->count, 0u);
+  // ...which the twin of weigh_into_target stores through, counting in the
+  // program's g_hits, weighing with the program's c_weights.
+  unsigned* hits = variable<unsigned>("g_hits");
+  Validator weigh = validator({allow(din, n, kLoadBit), allow(y2, n, kLoadBit | kStoreBit), allow(hits, 1, kLoadBit | kStoreBit)});
+  ASSERT_THAT(twins_.launch("weigh_into_target__phos_twin", {2}, {256}, withValidator(Params().add(din), weigh)),
+              IsOk());
+  expectSameBits(y1, y2, n);
+  EXPECT_EQ(*hits, 2u * n);
+  EXPECT_EQ(weigh.report->count, 0u);
+  // The original, run after the twin, sees the pointer the twin stored.
+  float* y3 = module_.memory().alloc<float>(n);
+  *target = y3;
+  ASSERT_THAT(module_.launch("weigh_into_target", {2}, {256}, Params().add(din)), IsOk());
+  expectSameBits(y1, y3, n);
+}
+
+TEST_P(TwinEquivalence, AnAtomicOnAModuleCounterOutsideTheTableIsReportedAtTheProgramsAddress) {
+  load(instrument::TwinMode::kCheckpoint);
+  const int n = 40;
+  auto in = randomFloats(n, 14);
+  std::vector<float> weights(8, 1.0f);
+  std::memcpy(variable<float>("c_weights"), weights.data(), sizeof(float) * weights.size());
+  *variable<int>("c_count") = n;
+  float* din = module_.memory().alloc(in);
+  float* y = module_.memory().alloc<float>(n);
+  *variable<float*>("g_target") = y;
+  unsigned* hits = variable<unsigned>("g_hits");
+  Validator v = validator({allow(din, n, kLoadBit), allow(y, n, kLoadBit | kStoreBit)}, 64);
+  ASSERT_THAT(twins_.launch("weigh_into_target__phos_twin", {1}, {64}, withValidator(Params().add(din), v)), IsOk());
+  expectSameBits(in.data(), y, n);
+  EXPECT_EQ(*hits, static_cast<unsigned>(n));
+  ASSERT_EQ(v.report->count, static_cast<uint32_t>(n));
+  auto [fi, index] = site("weigh_into_target", ptx::Opcode::kAtom, ptx::StateSpace::kGlobal);
+  for (const ReportEntry& e : v.entries()) {
+    EXPECT_EQ(e.address, reinterpret_cast<uint64_t>(hits));
+    EXPECT_EQ(e.kind, static_cast<uint32_t>(ViolationKind::kAtomic));
+    EXPECT_EQ(e.function, fi);
+    EXPECT_EQ(e.instruction, index);
+  }
+}
+
+// Beside every module of the engine's corpus that loads, its twin module loads
+// too, in both modes and as phosd builds it, with its address table filled (the
+// daemon hands twin modules to the vgpu driver).
 TEST(TwinModules, LoadWhereverTheOriginalLoads) {
   size_t loaded = 0;
   for (const char* src :
@@ -382,11 +476,11 @@ TEST(TwinModules, LoadWhereverTheOriginalLoads) {
       if (!plain.load(text).isOk()) continue;
       Result<ptx::Module> original = ptx::parseModule(text, name);
       ASSERT_THAT(original, IsOk());
-      for (auto mode : {instrument::TwinMode::kCheckpoint, instrument::TwinMode::kRestore}) {
-        Result<ptx::Module> twin = instrument::buildTwinModule(*original, {mode});
-        ASSERT_THAT(twin, IsOk());
-        Module m;
-        EXPECT_THAT(m.load(ptx::print(*twin)), IsOk());
+      for (instrument::TwinOptions options : {instrument::TwinOptions{instrument::TwinMode::kCheckpoint},
+                                              instrument::TwinOptions{instrument::TwinMode::kRestore},
+                                              instrument::TwinOptions{instrument::TwinMode::kCheckpoint, true}}) {
+        Module twins(plain.memory());
+        EXPECT_THAT(loadBeside(*original, plain, twins, options), IsOk());
       }
       ++loaded;
     }

@@ -22,8 +22,9 @@ enum class TwinMode : uint8_t {
 
 // The twin ABI, shared by the generator (passes/), phosd and the tests.
 //
-// A twin of entry K is the entry `K + kTwinSuffix` in the same module (so it shares
-// the module's globals with K), with K's parameters followed by three more:
+// buildTwinModule returns a *twin module*, loaded beside the original module
+// (which the program keeps running as it is): a twin of entry K is the entry
+// `K + kTwinSuffix` in it, with K's parameters followed by three more:
 //   .param .u64 __phos_ranges        device address of RangeEntry[count]
 //   .param .u32 __phos_range_count
 //   .param .u64 __phos_report        device address of a ReportHeader + entries
@@ -34,6 +35,15 @@ inline constexpr std::string_view kTwinSuffix = "__phos_twin";
 // The restore-mode twins TwinOptions::restoreTwinsToo adds next to the
 // checkpoint twins: `K + kRestoreTwinSuffix`, with the same parameters.
 inline constexpr std::string_view kRestoreTwinSuffix = "__phos_rtwin";
+
+// The twin module holds no .global or .const variable of the original: twins
+// must read and write the original module's (a __device__ pointer one kernel
+// sets and another uses), so every reference to one goes through this table,
+//   .const .align 8 .u64 __phos_globals[N];
+// whose slot i the loader sets, after loading both modules, to the device
+// address cuModuleGetGlobal gives for TwinStats::globals[i] in the original
+// module (in the same context). Absent when the twins use no such variable.
+inline constexpr std::string_view kGlobalTable = "__phos_globals";
 
 // One allowed range, [begin, end), with what may be done in it. Entries are sorted
 // by begin and do not overlap.
@@ -90,11 +100,16 @@ struct TwinStats {
   // and tensor-map writes, ...); their kernels are listed below as well.
   uint32_t uncheckedAccesses = 0;
   std::vector<std::string> kernelsWithUncheckedCalls;
+  // The original module's variables the twin module uses, in the order of the
+  // slots of kGlobalTable.
+  std::vector<std::string> globals;
 };
 
-// Returns `module` with a twin added for every .entry (the originals unchanged),
-// built by the passes in instrument/src/passes/ in order. Fails with
-// kInvalidArgument on a module the passes cannot handle (naming function and line).
+// Returns the twin module of `module`: a twin of every .entry, the .func twins
+// and original .funcs they call, and the check function, built by the passes in
+// instrument/src/passes/ in order, to be loaded beside `module` with its
+// kGlobalTable filled (docs/twins.md). Fails with kInvalidArgument on a module
+// the passes cannot handle (naming function and line).
 Result<ptx::Module> buildTwinModule(const ptx::Module& module, const TwinOptions& options,
                                     TwinStats* stats = nullptr);
 

@@ -40,3 +40,21 @@ extern "C" __global__ void scatter(int* out, const int* index, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[index[i]] = i;
 }
+
+// Module-scope variables the twins must share with the program's module, not
+// copy: a __device__ pointer one kernel sets and another stores through, a
+// __device__ counter, __constant__ data read with and without an index.
+__device__ float* g_target;
+__device__ unsigned g_hits;
+__constant__ float c_weights[8];
+__constant__ int c_count;
+
+extern "C" __global__ void set_target(float* p) { g_target = p; }
+
+extern "C" __global__ void weigh_into_target(const float* in) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < c_count) {
+    g_target[i] = in[i] * c_weights[i & 7];
+    atomicAdd(&g_hits, 1u);
+  }
+}
