@@ -280,6 +280,8 @@ CUmodule LaunchValidator::twinModuleFor(const KernelState& k) {
     return nullptr;
   }
   entry.module = twins;
+  log->info("validator twins of the module of {} loaded beside it, {} of its variables shared", k.name,
+            k.prepared->stats.globals.size());
   return twins;
 }
 
