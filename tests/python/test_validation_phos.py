@@ -20,7 +20,8 @@ import pytest
 
 from driver_client import PRELUDE
 from job_output import wait_for
-from test_checkpoint_phos import Job, app_env, checkpoint, command, criu, jobs, programs, reference, restore  # noqa: F401
+from test_checkpoint_phos import (Job, after_checkpoint, app_env, checkpoint, command, criu, jobs,  # noqa: F401
+                                  programs, reference, restore)
 from test_shim_examples import STEPS, check_identical, direct_env, run  # noqa: F401 (direct_env is a fixture)
 
 # A Driver API client (cuda-bindings + NVRTC) with one honest and one deceiving
@@ -199,3 +200,81 @@ def test_a_restored_session_validates_as_the_checkpointed_one_did(criu, phos, ph
     launches, twins = (int(n) for n in re.search(r"validation: (\d+) launches, (\d+) as twins", summaries()[-1]).groups())
     assert launches > 0 and twins == launches, summaries()[-1]
     assert " 0 without twin, 0 reported accesses" in summaries()[-1], summaries()[-1]
+
+
+TWIN_MODULE_LOADED = "validator twins of the module of "
+
+
+def validation_summaries(phosd):
+    return [line for line in phosd.log().splitlines() if "validation:" in line]
+
+
+def twin_launches(summary):
+    launches, twins = (int(n) for n in re.search(r"validation: (\d+) launches, (\d+) as twins", summary).groups())
+    return launches, twins
+
+
+def test_twins_run_beside_the_programs_own_module(phos, phosd, app_env, programs, jobs, tmp_path):
+    """The program's module is its own image, its twins in a module beside it (docs/twins.md).
+
+    checkpoint_client's kernels count in a __device__ variable and read a
+    __device__ salt and a __constant__ table the host writes; the host prints
+    the count. Without validation no twin module is ever loaded; with it every
+    launch runs as a twin, and the twins read and write the program's variables:
+    the lines (the count included) are the uninterrupted direct run's, and no
+    twin reports its counter's atomic, which speculation names at the address
+    of the program's variable.
+    """
+    cmd = command(programs, "client-threads")
+    ref = reference(cmd, app_env)
+    plain = Job(phos, phosd, cmd, app_env, tmp_path, name="plain")
+    jobs.append(plain)
+    assert plain.proc.wait(timeout=120) == 0, plain.err.read_text()
+    assert plain.lines() == ref
+    assert TWIN_MODULE_LOADED not in phosd.log(), "a twin module was loaded for a session that never validates"
+
+    validated = Job(phos, phosd, cmd, dict(app_env, PHOS_VALIDATE="1"), tmp_path, name="validated")
+    jobs.append(validated)
+    assert validated.proc.wait(timeout=120) == 0, validated.err.read_text()
+    assert validated.lines() == ref, "the twins did not compute what the program's kernels do"
+    wait_for(lambda: len(validation_summaries(phosd)) == 1, 30, "the validated session's summary")
+    summary = validation_summaries(phosd)[-1]
+    launches, twins = twin_launches(summary)
+    assert launches > 0 and twins == launches, summary
+    assert " 0 without twin, 0 reported accesses" in summary, summary
+    loaded = [line for line in phosd.log().splitlines() if TWIN_MODULE_LOADED in line]
+    assert len(loaded) == 1 and "3 of its variables shared" in loaded[0], loaded
+
+
+def test_twins_beside_survive_a_copy_on_write_checkpoint_and_restore(criu, phos, phosd, app_env, programs, jobs,
+                                                                     tmp_path):
+    """A validated job checkpointed copy-on-write (--leave-running) ends as the
+    uninterrupted run does, and so does its image restored: its kernels' module
+    variables (a __device__ counter and salt, __constant__ data) are the
+    program's, whether a kernel ran as itself or as a twin beside it."""
+    at = 3
+    cmd = command(programs, "client-threads")
+    ref = reference(cmd, app_env)
+    running = Job(phos, phosd, cmd, dict(app_env, PHOS_VALIDATE="1"), tmp_path)
+    jobs.append(running)
+    running.wait_line(at)
+    asked = len(running.lines())
+    image = tmp_path / "image"
+    report = checkpoint(phos, phosd, running.pid, image, "--leave-running")
+    done = len(running.lines())
+    assert report["left_running"] is True
+    assert done < len(ref), "the job finished before the checkpoint"
+    assert running.proc.wait(timeout=120) == 0, running.err.read_text()
+    assert running.lines() == ref, "the original, left running, did not finish as the uninterrupted run"
+    wait_for(lambda: len(validation_summaries(phosd)) == 1, 30, "the checkpointed session's summary")
+    launches, twins = twin_launches(validation_summaries(phosd)[-1])
+    assert launches > 0 and twins == launches, validation_summaries(phosd)[-1]
+
+    after_checkpoint(ref, restore(phos, phosd, image, app_env), asked, done)
+    wait_for(lambda: len(validation_summaries(phosd)) == 2, 30, "the restored session's summary")
+    summary = validation_summaries(phosd)[-1]
+    launches, twins = twin_launches(summary)
+    assert launches > 0 and twins == launches, summary
+    assert " 0 without twin, 0 reported accesses" in summary, summary
+    # The restored session loaded its twin module anew, beside the module the restore reloaded.
+    assert sum(TWIN_MODULE_LOADED in line for line in phosd.log().splitlines()) == 2, phosd.log()[-3000:]

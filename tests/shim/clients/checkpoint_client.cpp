@@ -25,8 +25,9 @@
 //               (cuMemAlloc), fills, reads back into its checksum and frees:
 //               a checkpoint running then must not take the memory the job
 //               needs, nor fail its launches for want of memory of its own.
-// Module globals: `salt` is set through cuModuleGetGlobal once at start and read by
-// the kernels; `launches` is incremented by every kernel and printed at the end.
+// Module globals: `salt` and the __constant__ `spread` are set through
+// cuModuleGetGlobal once at start and read by the kernels; `launches` is
+// incremented by every kernel and printed at the end.
 //
 // Output: "iteration I checksum C" per iteration (C chains every worker's
 // state and folds of this iteration onto the previous C), printed once the next
@@ -70,6 +71,8 @@ namespace {
   } while (0)
 
 constexpr unsigned kSalt = 0x5eed1234u;
+constexpr unsigned kSpread[8] = {0x9e3779b9u, 0x7f4a7c15u, 0xf39cc060u, 0x5cedc834u,
+                                 0x1b873593u, 0xcc9e2d51u, 0xe6546b64u, 0x85ebca6bu};
 
 struct Options {
   int iterations = 10;
@@ -362,6 +365,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   CHECK(cuMemcpyHtoD(salt, &kSalt, sizeof kSalt));
+  CUdeviceptr spread = 0;
+  size_t spreadBytes = 0;
+  CHECK(cuModuleGetGlobal(&spread, &spreadBytes, module, "spread"));
+  if (spreadBytes != sizeof kSpread) {
+    std::fprintf(stderr, "checkpoint_client: __constant__ spread of %zu bytes, expected %zu\n", spreadBytes,
+                 sizeof kSpread);
+    return 1;
+  }
+  CHECK(cuMemcpyHtoD(spread, kSpread, sizeof kSpread));
 
   // The ballast first, leaving room for the workers' buffers and the
   // scratch: a checkpoint saves in address order, so the buffers the

@@ -5,16 +5,20 @@ extern "C" {
 
 // Module globals a restore must bring back with their contents: `salt` is
 // written once by the host (cuModuleGetGlobal + cuMemcpyHtoD) and read by
-// every mix; `launches` counts the kernels that ran, and the host prints it.
+// every mix; `launches` counts the kernels that ran, and the host prints it;
+// `spread` is __constant__ data the host writes once and mix reads at an index
+// it computes (validator twins, in a module of their own, must read the
+// program's: docs/twins.md).
 __device__ unsigned long long launches;
 __device__ unsigned int salt;
+__constant__ unsigned int spread[8];
 
 // state[i] = f(state[i], input[i]): one iteration of a worker's work.
 __global__ void mix(unsigned int* state, const unsigned int* input, int n, unsigned int tag) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i == 0) atomicAdd(&launches, 1ull);
   if (i >= n) return;
-  unsigned int v = (state[i] ^ input[i]) * 0x9e3779b1u + salt + tag;
+  unsigned int v = (state[i] ^ input[i]) * 0x9e3779b1u + salt + tag + spread[(state[i] + i) & 7];
   state[i] = v ^ (v >> 16);
 }
 
