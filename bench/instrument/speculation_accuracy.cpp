@@ -229,11 +229,13 @@ std::string_view modeName(instr::TwinMode m) {
   return m == instr::TwinMode::kCheckpoint ? "checkpoint" : "restore";
 }
 
-// A module loaded on its own arena: the twin module of one mode (which keeps the
-// originals unchanged), or the original module when no twin could be built.
+// The original module loaded on its own arena and, beside it in the same arena
+// as phosd loads it, the twin module of one mode with its address table filled
+// (docs/twins.md); no twin module when none could be built.
 struct LoadedModule {
   ArenaMemory memory;
   std::unique_ptr<vg::Program> program;
+  std::unique_ptr<vg::Program> twins;
   uint64_t mark = 0;
   bool hasTwins = false;
   std::string error;
@@ -241,6 +243,13 @@ struct LoadedModule {
 
   std::optional<size_t> function(std::string_view name) const {
     const auto& fs = program->functions();
+    for (size_t i = 0; i < fs.size(); ++i) {
+      if (fs[i].name == name) return i;
+    }
+    return std::nullopt;
+  }
+  std::optional<size_t> twinFunction(std::string_view name) const {
+    const auto& fs = twins->functions();
     for (size_t i = 0; i < fs.size(); ++i) {
       if (fs[i].name == name) return i;
     }
@@ -254,13 +263,30 @@ struct LoadedModule {
   }
 };
 
-Status loadInto(LoadedModule& m, const std::string& text, uint32_t workers) {
-  auto r = vg::engine::makeProgramLoader()->load(text, m.memory);
-  if (!r.isOk()) return r.status();
-  m.program = std::move(r).value();
-  vg::engine::setWorkerThreads(*m.program, workers);
+Result<std::unique_ptr<vg::Program>> loadProgram(LoadedModule& m, const std::string& text, uint32_t workers) {
+  ASSIGN_OR_RETURN(std::unique_ptr<vg::Program> program, vg::engine::makeProgramLoader()->load(text, m.memory));
+  vg::engine::setWorkerThreads(*program, workers);
   m.mark = m.memory.mark();
-  return Status::ok();
+  return program;
+}
+
+// Loads the twin module beside the original and points its table at the
+// original's variables, as phosd does.
+Status loadTwins(LoadedModule& m, const ptx::Module& twins, uint32_t workers) {
+  ASSIGN_OR_RETURN(m.twins, loadProgram(m, ptx::print(twins), workers));
+  if (m.stats.globals.empty()) return Status::ok();
+  std::vector<uint64_t> addresses;
+  for (const std::string& name : m.stats.globals) {
+    const vg::GlobalInfo* g = m.global(name);
+    if (g == nullptr) return makeError(Code::kNotFound, "the original module has no variable {}", name);
+    addresses.push_back(g->address);
+  }
+  for (const auto& g : m.twins->globals()) {
+    if (g.name == instr::kGlobalTable) {
+      return m.memory.write(g.address, std::as_bytes(std::span(addresses)));
+    }
+  }
+  return makeError(Code::kNotFound, "the twin module has no {}", instr::kGlobalTable);
 }
 
 // The memory of one prepared launch: its buffers, and the module's globals, as
@@ -421,7 +447,7 @@ std::vector<instr::RangeEntry> rangeTable(const instr::LaunchAccessSet& set) {
   return out;
 }
 
-Status launchRaw(LoadedModule& m, size_t function, const LaunchSpec& spec,
+Status launchRaw(LoadedModule& m, vg::Program& program, size_t function, const LaunchSpec& spec,
                  std::span<const std::byte> params) {
   vg::LaunchConfig config;
   config.grid = {spec.grid.x, spec.grid.y, spec.grid.z};
@@ -431,7 +457,7 @@ Status launchRaw(LoadedModule& m, size_t function, const LaunchSpec& spec,
   vg::LaunchContext context;
   context.memory = &m.memory;
   context.printf = &sink;
-  return m.program->launch(function, config, params, context);
+  return program.launch(function, config, params, context);
 }
 
 // The twin's parameter buffer: the original's, then the three ABI words.
@@ -509,7 +535,7 @@ void runLaunch(LoadedModule& m, instr::TwinMode mode, const LaunchSpec& spec,
   instr::LaunchAccessSet set = speculate(m, sig, p);
 
   vg::engine::setRecordAccesses(*m.program, primary);
-  Status st = launchRaw(m, function, spec, p.params);
+  Status st = launchRaw(m, *m.program, function, spec, p.params);
   vg::engine::setRecordAccesses(*m.program, false);
   if (!st.isOk()) {
     (primary ? out.error : twin.error) = "original: " + st.message();
@@ -550,7 +576,7 @@ void runLaunch(LoadedModule& m, instr::TwinMode mode, const LaunchSpec& spec,
     twin.error = m.error;
     return;
   }
-  auto twinFunction = m.function(instr::twinName(f.name));
+  auto twinFunction = m.twinFunction(instr::twinName(f.name));
   if (!twinFunction) {
     twin.error = "no twin entry " + instr::twinName(f.name);
     return;
@@ -562,14 +588,14 @@ void runLaunch(LoadedModule& m, instr::TwinMode mode, const LaunchSpec& spec,
     return;
   }
   auto tp =
-      twinParams(f, m.program->functions()[*twinFunction], p, static_cast<uint32_t>(table.size()));
+      twinParams(f, m.twins->functions()[*twinFunction], p, static_cast<uint32_t>(table.size()));
   if (!tp.isOk()) {
     twin.error = tp.status().message();
     return;
   }
   p.restore();
   resetTwinTables(p, table);
-  st = launchRaw(m, *twinFunction, spec, *tp);
+  st = launchRaw(m, *m.twins, *twinFunction, spec, *tp);
   if (!st.isOk()) {
     twin.error = "twin: " + st.message();
     return;
@@ -577,7 +603,7 @@ void runLaunch(LoadedModule& m, instr::TwinMode mode, const LaunchSpec& spec,
   twin.ran = true;
   const auto& listed = m.stats.kernelsWithUncheckedCalls;
   twin.staticFallback = std::find(listed.begin(), listed.end(), f.name) != listed.end();
-  twin.laneInstructions = vg::engine::lastLaunchStats(*m.program).laneInstructions;
+  twin.laneInstructions = vg::engine::lastLaunchStats(*m.twins).laneInstructions;
   std::memcpy(&twin.reported, reinterpret_cast<const void*>(p.report), sizeof(uint32_t));
   twin.mismatch = firstDifference(p, expected, p.capture());
   twin.outputsIdentical = twin.mismatch.empty();
@@ -587,21 +613,22 @@ void runLaunch(LoadedModule& m, instr::TwinMode mode, const LaunchSpec& spec,
     // machine hits both alike. The inputs are restored before each batch only: the
     // launches of a batch run on what the previous one left, which changes values,
     // not the work (the corpus kernels' control flow does not depend on them).
-    auto batch = [&](size_t fn, std::span<const std::byte> params, uint32_t count, Status* s) {
+    auto batch = [&](vg::Program& program, size_t fn, std::span<const std::byte> params, uint32_t count,
+                     Status* s) {
       p.restore();
       resetTwinTables(p, table);
       auto t0 = Clock::now();
-      for (uint32_t k = 0; k < count && s->isOk(); ++k) *s = launchRaw(m, fn, spec, params);
+      for (uint32_t k = 0; k < count && s->isOk(); ++k) *s = launchRaw(m, program, fn, spec, params);
       return std::chrono::duration<double>(Clock::now() - t0).count() / count;
     };
     Status s1, s2;
-    double once = batch(function, p.params, 1, &s1);
+    double once = batch(*m.program, function, p.params, 1, &s1);
     uint32_t count = 1;
     while (s1.isOk() && once * count < options.minBatchSeconds && count < 4096) count *= 2;
     std::vector<double> original, instrumented;
     for (uint32_t r = 0; r < options.repetitions && s1.isOk() && s2.isOk(); ++r) {
-      original.push_back(batch(function, p.params, count, &s1));
-      instrumented.push_back(batch(*twinFunction, *tp, count, &s2));
+      original.push_back(batch(*m.program, function, p.params, count, &s1));
+      instrumented.push_back(batch(*m.twins, *twinFunction, *tp, count, &s2));
     }
     twin.seconds = median(instrumented);
     twin.baselineSeconds = median(original);
@@ -662,22 +689,19 @@ Result<std::vector<LaunchOutcome>> runModule(const ModuleInput& input,
     auto m = std::make_unique<LoadedModule>();
     instr::TwinOptions to;
     to.mode = mode;
+    // Accuracy is measured on the original module even without twins.
+    auto program = loadProgram(*m, text, options.workers);
+    RETURN_IF_ERROR_CTX(program.status(), input.path);
+    m->program = std::move(program).value();
     auto twins = instr::buildTwinModule(module, to, &m->stats);
     if (twins.isOk()) {
-      Status st = loadInto(*m, ptx::print(*twins), options.workers);
+      Status st = loadTwins(*m, *twins, options.workers);
       if (st.isOk())
         m->hasTwins = true;
       else
         m->error = fmt::format("{} twin module does not load: {}", modeName(mode), st.message());
     } else {
       m->error = fmt::format("{} twins not built: {}", modeName(mode), twins.status().message());
-    }
-    if (!m->hasTwins) {
-      // Accuracy is still measured, on the original module.
-      std::string why = m->error;
-      m = std::make_unique<LoadedModule>();
-      m->error = why;
-      RETURN_IF_ERROR_CTX(loadInto(*m, text, options.workers), input.path);
     }
     loaded.push_back(std::move(m));
   }
