@@ -236,6 +236,8 @@ struct LoadedModule {
   ArenaMemory memory;
   std::unique_ptr<vg::Program> program;
   std::unique_ptr<vg::Program> twins;
+  // Kernels that reach a call through a function pointer (see runLaunch).
+  std::set<std::string> callThroughPointers;
   uint64_t mark = 0;
   bool hasTwins = false;
   std::string error;
@@ -268,6 +270,52 @@ Result<std::unique_ptr<vg::Program>> loadProgram(LoadedModule& m, const std::str
   vg::engine::setWorkerThreads(*program, workers);
   m.mark = m.memory.mark();
   return program;
+}
+
+// Whether `body` calls through a register (a function pointer); the names it
+// calls directly go to `callees`.
+bool callsThroughPointer(const std::vector<ptx::Statement>& body, std::vector<std::string>& callees) {
+  bool found = false;
+  for (const ptx::Statement& s : body) {
+    if (const auto* block = std::get_if<ptx::Block>(&s.value)) {
+      found = callsThroughPointer(block->statements, callees) || found;
+      continue;
+    }
+    const auto* inst = std::get_if<ptx::Instruction>(&s.value);
+    if (inst == nullptr || inst->opcode != ptx::Opcode::kCall) continue;
+    for (const ptx::Operand& o : inst->operands) {
+      if (o.kind == ptx::OperandKind::kList) continue;  // the return values
+      if (o.kind == ptx::OperandKind::kRegister) found = true;
+      if (o.kind == ptx::OperandKind::kSymbol) callees.push_back(o.name);
+      break;
+    }
+  }
+  return found;
+}
+
+// The kernels of `module` that reach a call through a function pointer.
+std::set<std::string> kernelsCallingThroughPointers(const ptx::Module& module) {
+  std::map<std::string, const ptx::Function*> defined;
+  for (const ptx::ModuleItem& item : module.items) {
+    if (const auto* f = std::get_if<ptx::Function>(&item); f && f->hasBody) defined[f->name] = f;
+  }
+  std::set<std::string> out;
+  for (const auto& [name, kernel] : defined) {
+    if (!kernel->isEntry) continue;
+    std::set<std::string> seen;
+    std::vector<std::string> pending = {name};
+    while (!pending.empty()) {
+      std::string next = std::move(pending.back());
+      pending.pop_back();
+      auto it = defined.find(next);
+      if (it == defined.end() || !seen.insert(next).second) continue;
+      if (callsThroughPointer(it->second->body, pending)) {
+        out.insert(name);
+        break;
+      }
+    }
+  }
+  return out;
 }
 
 // Loads the twin module beside the original and points its table at the
@@ -576,6 +624,23 @@ void runLaunch(LoadedModule& m, instr::TwinMode mode, const LaunchSpec& spec,
     twin.error = m.error;
     return;
   }
+  if (m.callThroughPointers.count(f.name) != 0) {
+    // The pointer is the program's, into the original module: the twin, in a
+    // module of its own, cannot follow it. The generator lists such kernels
+    // (kernelsWithUncheckedCalls) and phosd runs them as themselves; so does
+    // this harness.
+    p.restore();
+    st = launchRaw(m, *m.program, function, spec, p.params);
+    if (!st.isOk()) {
+      twin.error = "original in place of the twin: " + st.message();
+      return;
+    }
+    twin.ran = true;
+    twin.staticFallback = true;
+    twin.mismatch = firstDifference(p, expected, p.capture());
+    twin.outputsIdentical = twin.mismatch.empty();
+    return;
+  }
   auto twinFunction = m.twinFunction(instr::twinName(f.name));
   if (!twinFunction) {
     twin.error = "no twin entry " + instr::twinName(f.name);
@@ -693,6 +758,7 @@ Result<std::vector<LaunchOutcome>> runModule(const ModuleInput& input,
     auto program = loadProgram(*m, text, options.workers);
     RETURN_IF_ERROR_CTX(program.status(), input.path);
     m->program = std::move(program).value();
+    m->callThroughPointers = kernelsCallingThroughPointers(module);
     auto twins = instr::buildTwinModule(module, to, &m->stats);
     if (twins.isOk()) {
       Status st = loadTwins(*m, *twins, options.workers);
