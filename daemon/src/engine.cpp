@@ -1591,6 +1591,10 @@ class Engine {
     std::vector<PendingBuffer> pending;
     Status done = rebuild(s, *reader, st, progress, eager ? nullptr : &pending);
     if (!done.isOk()) return done.withContext(fmt::format("restoring {}", dir));
+    // Twins run from the job's first launch on when it validates or loads its
+    // memory concurrently: compiled now, before it runs again, not when its
+    // first launches ask for them (docs/twins.md).
+    if (s.validator_.mode() != ValidationMode::kOff || !pending.empty()) s.validator_.loadTwinModules();
     restored.validation = s.validator_.mode();
     if (pending.empty()) return restored;
     // Concurrent restore: the gate holds back every call that touches memory

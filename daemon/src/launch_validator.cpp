@@ -132,22 +132,26 @@ LaunchValidator::~LaunchValidator() = default;
 
 void LaunchValidator::noteModule(CUmodule module, std::shared_ptr<const PreparedModule> prepared) {
   modules_[module] = std::move(prepared);
+  PHOS_DRIVER(driver_, CtxGetCurrent)(&moduleContexts_[module]);
 }
 
 void LaunchValidator::noteLibrary(CUlibrary library, std::shared_ptr<const PreparedModule> prepared) {
   libraries_[library] = std::move(prepared);
+  PHOS_DRIVER(driver_, CtxGetCurrent)(&libraryContexts_[library]);
 }
 
 void LaunchValidator::forgetModule(CUmodule module) {
   dropKernelsOf(module);
   unloadTwinModules([&](const TwinModule& t) { return t.owner == module; });
   modules_.erase(module);
+  moduleContexts_.erase(module);
 }
 
 void LaunchValidator::forgetLibrary(CUlibrary library) {
   dropKernelsOf(library);
   unloadTwinModules([&](const TwinModule& t) { return t.owner == library; });
   libraries_.erase(library);
+  libraryContexts_.erase(library);
 }
 
 // Each in its context (the caller's stays current).
@@ -258,30 +262,64 @@ void LaunchValidator::resolveTwin(KernelState& k) {
   if (PHOS_DRIVER(driver_, ModuleGetFunction)(&twin, twins, restoreName.c_str()) == CUDA_SUCCESS) k.restoreTwin = twin;
 }
 
+void LaunchValidator::loadTwinModules() {
+  auto what = [](const PreparedModule& p) {
+    return p.signatures.empty() ? std::string("a module") : p.signatures.begin()->first;
+  };
+  CUcontext saved = nullptr;
+  PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
+  for (const auto& [module, prepared] : modules_) {
+    auto context = moduleContexts_.find(module);
+    if (prepared->twinText.empty() || context == moduleContexts_.end() || context->second == nullptr) continue;
+    PHOS_DRIVER(driver_, CtxSetCurrent)(context->second);
+    twinModuleFor(module, module, *prepared, what(*prepared));
+  }
+  for (const auto& [library, prepared] : libraries_) {
+    auto context = libraryContexts_.find(library);
+    if (prepared->twinText.empty() || context == libraryContexts_.end() || context->second == nullptr ||
+        !driver_.has(cuda_api::EntryPointId::kCuLibraryGetModule)) {
+      continue;
+    }
+    PHOS_DRIVER(driver_, CtxSetCurrent)(context->second);
+    CUmodule module = nullptr;
+    if (PHOS_DRIVER(driver_, LibraryGetModule)(&module, library) == CUDA_SUCCESS) {
+      twinModuleFor(module, library, *prepared, what(*prepared));
+    }
+  }
+  PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
+}
+
 // Loaded when a twin of it first runs, not with the program's module: a
 // program that is never checkpointed never pays for compiling its twins. The
 // current context is the kernel's (a launch's function is of it).
 CUmodule LaunchValidator::twinModuleFor(const KernelState& k) {
-  if (auto it = twinModules_.find(k.module); it != twinModules_.end()) return it->second.module;
-  TwinModule& entry = twinModules_[k.module];
-  entry.owner = k.owner;
+  return twinModuleFor(k.module, k.owner, *k.prepared, k.name);
+}
+
+// The twin module beside `module` in the current context; `what` names it in
+// the log (one of its kernels).
+CUmodule LaunchValidator::twinModuleFor(CUmodule module, const void* owner, const PreparedModule& prepared,
+                                        std::string_view what) {
+  if (auto it = twinModules_.find(module); it != twinModules_.end()) return it->second.module;
+  TwinModule& entry = twinModules_[module];
+  entry.owner = owner;
   PHOS_DRIVER(driver_, CtxGetCurrent)(&entry.context);
   auto log = log::get("daemon");
   CUmodule twins = nullptr;
-  if (CUresult r = PHOS_DRIVER(driver_, ModuleLoadData)(&twins, k.prepared->twinText.c_str()); r != CUDA_SUCCESS) {
+  if (CUresult r = PHOS_DRIVER(driver_, ModuleLoadData)(&twins, prepared.twinText.c_str()); r != CUDA_SUCCESS) {
     log->warn("the driver refused the validator twins of the module of {} (CUresult {}): its kernels run without "
               "twins",
-              k.name, static_cast<int>(r));
+              what, static_cast<int>(r));
     return nullptr;
   }
-  if (Status s = fillGlobalTable(twins, k.module, k.prepared->stats.globals); !s.isOk()) {
-    log->warn("validator twins of the module of {} unusable, its kernels run without twins: {}", k.name, s.message());
+  if (Status s = fillGlobalTable(twins, module, prepared.stats.globals); !s.isOk()) {
+    log->warn("validator twins of the module of {} unusable, its kernels run without twins: {}", what, s.message());
     PHOS_DRIVER(driver_, ModuleUnload)(twins);
     return nullptr;
   }
   entry.module = twins;
-  log->info("validator twins of the module of {} loaded beside it, {} of its variables shared", k.name,
-            k.prepared->stats.globals.size());
+  log->info("validator twins of the module of {} loaded beside it, {} of its variables shared", what,
+            prepared.stats.globals.size());
   return twins;
 }
 

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -121,6 +122,13 @@ class LaunchValidator {
   void forgetLibrary(CUlibrary library);
 
   void setMode(ValidationMode mode) { mode_ = mode; }
+
+  // Loads the twin module beside every noted module now, each in the context it
+  // was loaded in (a library's beside its module in the context current when
+  // it was noted; in other contexts at its first twin launch there), so that the first launches of a window do not wait for the twins'
+  // compilation. A restore calls it before the job runs again; otherwise twin
+  // modules are loaded when a twin of them first runs.
+  void loadTwinModules();
   ValidationMode mode() const { return mode_; }
 
   // The signature of `function` (nullptr: none known). A context must be current.
@@ -197,6 +205,7 @@ class LaunchValidator {
   // The twin module beside `k.module`, loaded and its address table filled on
   // first use; null when there is none.
   CUmodule twinModuleFor(const KernelState& k);
+  CUmodule twinModuleFor(CUmodule module, const void* owner, const PreparedModule& prepared, std::string_view what);
   Status fillGlobalTable(CUmodule twins, CUmodule original, const std::vector<std::string>& globals);
   // The library among those noted whose module in the current context is
   // `module`; by kernel name alone when the driver cannot tell.
@@ -212,6 +221,9 @@ class LaunchValidator {
   const DriverTable& driver_;
   ValidationMode mode_ = ValidationMode::kOff;
   std::map<CUmodule, std::shared_ptr<const PreparedModule>> modules_;
+  // Current when the module or library was noted.
+  std::map<CUmodule, CUcontext> moduleContexts_;
+  std::map<CUlibrary, CUcontext> libraryContexts_;
   std::map<CUlibrary, std::shared_ptr<const PreparedModule>> libraries_;
   std::map<CUfunction, KernelState> kernels_;
   // Keyed by the program's module the twins run beside.

@@ -213,6 +213,26 @@ TEST_F(LaunchValidatorTest, TwinsUseTheProgramsVariablesAndGoWithItsModule) {
   PHOS_DRIVER(*d_, MemFree_v2)(out);
 }
 
+// A restore loads the twin modules before the job runs again: its first twin
+// launches find them.
+TEST_F(LaunchValidatorTest, LoadTwinModulesLoadsEachModulesOnceInItsContext) {
+  LaunchValidator v(*d_);
+  v.noteModule(module_, prepared_);
+  CHECK_CU(PHOS_DRIVER(*d_, CtxSetCurrent)(nullptr));
+  v.loadTwinModules();
+  EXPECT_EQ(v.twinModuleCount(), 1u);
+  CUcontext current = nullptr;
+  CHECK_CU(PHOS_DRIVER(*d_, CtxGetCurrent)(&current));
+  EXPECT_EQ(current, nullptr) << "the caller's context changed";
+  CHECK_CU(PHOS_DRIVER(*d_, CtxSetCurrent)(context_));
+  v.setMode(ValidationMode::kValidateRestore);
+  EXPECT_TRUE(v.hasTwin(function("weigh")));
+  v.loadTwinModules();
+  EXPECT_EQ(v.twinModuleCount(), 1u);
+  v.release(nullptr);
+  EXPECT_EQ(v.twinModuleCount(), 0u);
+}
+
 // A twin module the driver refuses leaves the program's module as it is and
 // its kernels without twins.
 TEST_F(LaunchValidatorTest, ARefusedTwinModuleLeavesTheKernelsWithoutTwins) {
