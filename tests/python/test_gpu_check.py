@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The dry run of scripts/gpu-check (docs/gpu.md): the bundle that goes to a GPU
 host builds here, and the check's whole sequence runs from it on vgpu, so that
-it works whenever a GPU host is there. Each job (Driver API, nvcc, cuda.core,
-CuPy, numba-cuda) runs directly and under phos run, is checkpointed with
+it works whenever a GPU host is there. Each job (Driver API, validated twins,
+nvcc, cuda.core, CuPy, numba-cuda) runs directly and under phos run, is checkpointed with
 stop-the-world, copy-on-write and recopy while it runs, and each image is
 restored; the check itself compares every run with the direct one."""
 import json
@@ -45,7 +45,7 @@ def test_the_gpu_check_passes_on_vgpu(bundle, tmp_path):
     results = json.loads((out / "gpu-check.json").read_text())
     assert r.returncode == 0, r.stdout + r.stderr + (out / "gpu-check.log").read_text()[-8000:]
     assert results["failed"] == [] and results["skipped"] == ["pytorch"], results
-    assert set(results["passed"]) == {"host", "driver-api", "nvcc", "cuda-core", "cupy", "numba"}, results
+    assert set(results["passed"]) == {"host", "driver-api", "twins", "nvcc", "cuda-core", "cupy", "numba"}, results
     for part in results["parts"]:
         if part["name"] in ("host", "pytorch"):
             continue
@@ -53,7 +53,10 @@ def test_the_gpu_check_passes_on_vgpu(bundle, tmp_path):
         for mode in ("stop", "cow", "recopy"):
             assert figures[mode]["gpu_stall_seconds"] > 0 and figures[mode]["restored_run_seconds"] > 0, \
                 (part["name"], mode)
-    assert "passed: host driver-api nvcc cuda-core cupy numba" in r.stdout, r.stdout
+    assert "passed: host driver-api twins nvcc cuda-core cupy numba" in r.stdout, r.stdout
+    # Every launch of the validated job ran as a twin, in the original session and the three restored ones.
+    twins = next(p for p in results["parts"] if p["name"] == "twins")["figures"]
+    assert len(twins["validated_sessions"]) == 4 and twins["twin_modules_loaded"] == 4, twins
     for name in ("gpu-check.log", "phosd.log"):
         assert (out / name).stat().st_size > 0, name
 
@@ -70,6 +73,6 @@ def test_the_gpu_check_names_an_unknown_part(bundle, tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "scripts/gpu-check"), str(tmp_path / "out"), "--bundle", str(bundle),
                         "--only", "nvcc,tensorflow"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
-    assert "gpu-check: no part tensorflow (the parts: host, driver-api, nvcc, pytorch, cuda-core, cupy, numba)" \
+    assert "gpu-check: no part tensorflow (the parts: host, driver-api, twins, nvcc, pytorch, cuda-core, cupy, numba)" \
         in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()

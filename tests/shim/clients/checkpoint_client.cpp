@@ -5,7 +5,7 @@
 //
 //   checkpoint_client [--iterations N] [--sleep-ms MS] [--threads N] [--inflight]
 //                     [--pinned] [--events] [--kernels K] [--rounds R] [--words W]
-//                     [--fill-device --scratch-kib K]
+//                     [--fill-device --scratch-kib K] [--ptx FILE]
 //
 // Each of --threads workers has its own stream, device state and host buffers;
 // every iteration it copies an input in (cuMemcpyHtoDAsync), mixes it into its
@@ -86,6 +86,7 @@ struct Options {
   int words = 16384;  // 32-bit words of each worker's state
   bool fillDevice = false;
   int scratchKib = 2048;  // --fill-device: what is left free, and used every iteration
+  std::string ptx = PHOS_CHECKPOINT_KERNELS_PTX;  // the kernels' module (scripts/gpu-bundle carries a copy)
 };
 
 // FNV-1a, 64 bits: a checksum with no dependency, folded in a fixed order.
@@ -319,6 +320,8 @@ bool parse(int argc, char** argv, Options& o) {
       o.fillDevice = true;
     else if (a == "--scratch-kib")
       ok = number(o.scratchKib, 4, 1 << 20);
+    else if (a == "--ptx" && i + 1 < argc)
+      o.ptx = argv[++i];
     else
       ok = false;
     if (!ok) {
@@ -349,7 +352,7 @@ int main(int argc, char** argv) {
   // the final line reports it.
   CHECK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 4096));
   CUmodule module = nullptr;
-  CHECK(cuModuleLoad(&module, PHOS_CHECKPOINT_KERNELS_PTX));
+  CHECK(cuModuleLoad(&module, o.ptx.c_str()));
   Kernels k;
   CHECK(cuModuleGetFunction(&k.mix, module, "mix"));
   CHECK(cuModuleGetFunction(&k.churn, module, "churn"));
