@@ -64,8 +64,11 @@ class DeviceHeap {
   size_t mappedBytes(CUdeviceptr address) const;
   size_t granularity() const { return granularity_; }
 
- private:
+  // Reserves the range now (allocate and allocateAt do it when first
+  // needed); CUDA_SUCCESS if it already is.
   CUresult reserve();
+
+ private:
   CUresult map(CUdeviceptr address, size_t mapped);
   size_t round(size_t bytes) const { return (bytes + granularity_ - 1) / granularity_ * granularity_; }
 

@@ -1736,6 +1736,29 @@ class Engine {
       ASSIGN_OR_RETURN(int device, field<int>(h, "device", "heap"));
       ASSIGN_OR_RETURN(heapBases[device], field<uint64_t>(h, "base", "heap"));
     }
+    // NVIDIA's driver chooses where a module's variables go from what the
+    // process holds when it loads the module. The session reserved its ranges
+    // before its first module (Session::reserveHeap) and made its first
+    // driver allocations of its own (the copiers' staging) later: so here, the
+    // ranges first, then the modules, then every copy.
+    for (const auto& [device, base] : heapBases) {
+      auto in = std::find_if(s.contexts_.begin(), s.contexts_.end(), [&](const auto& c) { return c.second.device == device; });
+      if (in == s.contexts_.end()) continue;  // no context on it now: reserved with its first allocation
+      RETURN_IF_ERROR(makeCurrent(in->first));
+      auto& heap = s.heaps_[device];
+      heap = std::make_unique<DeviceHeap>(d, device, base, true);
+      if (CUresult r = heap->reserve(); r != CUDA_SUCCESS) {
+        return makeError(Code::kFailedPrecondition, "cannot reserve the range of device {} at {} again (CUresult {})",
+                         device, hex(base), static_cast<int>(r));
+      }
+    }
+    struct EagerCopy {
+      uint64_t context;
+      int device;
+      size_t blob;
+      CUdeviceptr address;
+    };
+    std::vector<EagerCopy> eagerCopies;  // after the modules
     std::map<int, std::unique_ptr<ChunkCopier>> copiers;
     auto copierFor = [&](int device) -> Result<ChunkCopier*> {
       auto& c = copiers[device];
@@ -1815,8 +1838,7 @@ class Engine {
         deferred->push_back({blob, address, bytes, real});
         continue;
       }
-      ASSIGN_OR_RETURN(ChunkCopier * copier, copierFor(device));
-      RETURN_IF_ERROR(copier->load(reader, blob, address, advance));
+      eagerCopies.push_back({context, device, blob, address});
     }
 
     // Modules and libraries, loaded again in creation order; their globals.
@@ -1919,9 +1941,13 @@ class Engine {
         if (g.value("taken", false)) {
           s.allocations_[address] = {address, bytes, holder, real, globalDevice};
         }
-        ASSIGN_OR_RETURN(ChunkCopier * copier, copierFor(globalDevice));
-        RETURN_IF_ERROR(copier->load(reader, blob, address, advance));
+        eagerCopies.push_back({holder, globalDevice, blob, address});
       }
+    }
+    for (const EagerCopy& e : eagerCopies) {
+      if (e.context != 0) RETURN_IF_ERROR(makeCurrent(e.context));
+      ASSIGN_OR_RETURN(ChunkCopier * copier, copierFor(e.device));
+      RETURN_IF_ERROR(copier->load(reader, e.blob, e.address, advance));
     }
     for (const json& m : st.value("library_modules", json::array())) {
       ASSIGN_OR_RETURN(uint64_t mid, field<uint64_t>(m, "id", "library module"));

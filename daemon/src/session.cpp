@@ -373,6 +373,15 @@ CUresult Session::allocateDevice(int device, size_t bytes, CUdeviceptr* address)
   return r;
 }
 
+void Session::reserveHeap(int device) {
+  auto& heap = heaps_[device];
+  if (heap == nullptr) heap = std::make_unique<DeviceHeap>(driver_, device, DeviceHeap::windowBase(id_, device), false);
+  if (CUresult r = heap->reserve(); r != CUDA_SUCCESS) {
+    log::get("daemon")->debug("session {}: the range of device {} is not reserved yet (CUresult {})", id_, device,
+                              static_cast<int>(r));
+  }
+}
+
 CUresult Session::freeDevice(CUdeviceptr address) {
   const Allocation* a = findAllocation(address);
   if (a == nullptr || a->address != address || a->module != nullptr) return CUDA_ERROR_INVALID_VALUE;

@@ -215,6 +215,12 @@ class Session {
   CUresult allocateDevice(int device, size_t bytes, CUdeviceptr* address);
   // Frees what allocateDevice gave (after the session's work is done).
   CUresult freeDevice(CUdeviceptr address);
+  // Reserves the heap's range of `device` before the session's first module
+  // there: NVIDIA's driver chooses where a module's variables go from what
+  // the process already holds, and a restore, which reserves the range before
+  // it loads modules, must find the same layout (docs/checkpoint.md). A
+  // driver without the VMM API is left alone (its cuMemAlloc says so).
+  void reserveHeap(int device);
   // Gives a range of `device`'s heap back at once, whatever still uses it
   // (the stream-ordered allocator, once a free's event has completed), and
   // how many bytes its mapping holds.

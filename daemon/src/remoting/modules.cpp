@@ -114,6 +114,7 @@ CUresult loadModuleImage(ServerCall& c, uint64_t* module, const ipc::ImageRef& r
   if (CUresult r = readImage(c, ref, &image); r != CUDA_SUCCESS) return r;
   CUmodule m = nullptr;
   std::shared_ptr<const PreparedModule> prepared;
+  c.session().reserveHeap(c.session().currentDevice());
   CUresult r = loadModule(c.driverTable(), image, &m, &prepared);
   if (r != CUDA_SUCCESS) return r;
   c.session().noteModule(+1);
@@ -131,6 +132,7 @@ CUresult loadLibraryImage(ServerCall& c, uint64_t* library, const ipc::ImageRef&
   if (CUresult r = readImage(c, ref, &image); r != CUDA_SUCCESS) return r;
   CUlibrary lib = nullptr;
   std::shared_ptr<const PreparedModule> prepared;
+  c.session().reserveHeap(c.session().currentDevice());
   CUresult r = loadLibrary(c.driverTable(), image, &lib, &prepared);
   if (r != CUDA_SUCCESS) return r;
   c.session().noteModule(+1);
