@@ -1116,7 +1116,11 @@ class Engine {
       int device = 0;
       if (auto ctx = s.contexts_.find(rec->context); ctx != s.contexts_.end()) device = ctx->second.device;
       json globals = json::array();
-      json entry = {{"id", id}, {"library", rec->library}, {"context", rec->context}, {"image", name}};
+      json entry = {{"id", id},
+                    {"library", rec->library},
+                    {"context", rec->context},
+                    {"image", name},
+                    {"after_device_memory", rec->afterDeviceMemory}};
       // Every global of every kind of image (PTX, fatbin, cubin), in every
       // context that has its own copy: a module's, or, for a library
       // (context-independent), each context of the session's.
@@ -1797,6 +1801,9 @@ class Engine {
       }
       s.memoryPools_.restoreCurrent(device, pool);
     }
+    // Mapped where the job first mapped device memory among its module loads
+    // (below): NVIDIA's driver makes room of its own at the first mapping.
+    auto mapAllocations = [&]() -> Status {
     for (const json& a : st.value("allocations", json::array())) {
       ASSIGN_OR_RETURN(CUdeviceptr address, field<uint64_t>(a, "address", "allocation"));
       ASSIGN_OR_RETURN(uint64_t bytes, field<uint64_t>(a, "bytes", "allocation"));
@@ -1840,15 +1847,26 @@ class Engine {
       }
       eagerCopies.push_back({context, device, blob, address});
     }
+    s.mappedDeviceMemory_ = !s.allocations_.empty();
+    return Status::ok();
+    };
 
     // Modules and libraries, loaded again in creation order; their globals.
+    // Those the job loaded before it had device memory come before the
+    // allocations, as they did (images without the mark: after).
+    bool mapped = false;
     for (const json& m : st.value("modules", json::array())) {
+      if (!mapped && m.value("after_device_memory", true)) {
+        RETURN_IF_ERROR(mapAllocations());
+        mapped = true;
+      }
       ASSIGN_OR_RETURN(uint64_t mid, field<uint64_t>(m, "id", "module"));
       const bool library = m.value("library", false);
       const uint64_t context = m.value("context", uint64_t{0});
       auto imageBlob = reader.findBlob(m.value("image", std::string()));
       if (!imageBlob) return makeError(Code::kDataLoss, "the image of module {} is missing", hex(mid));
-      ModuleRecord rec{library, std::vector<char>(reader.manifest().blobs[*imageBlob].size), context};
+      ModuleRecord rec{library, std::vector<char>(reader.manifest().blobs[*imageBlob].size), context,
+                       m.value("after_device_memory", true)};
       RETURN_IF_ERROR(reader.read(*imageBlob, 0, std::as_writable_bytes(std::span(rec.image))));
       if (rec.image.empty() || rec.image.back() != '\0') rec.image.push_back('\0');
       // Each context's copy of the globals goes back where the application
@@ -1944,6 +1962,7 @@ class Engine {
         eagerCopies.push_back({holder, globalDevice, blob, address});
       }
     }
+    if (!mapped) RETURN_IF_ERROR(mapAllocations());
     for (const EagerCopy& e : eagerCopies) {
       if (e.context != 0) RETURN_IF_ERROR(makeCurrent(e.context));
       ASSIGN_OR_RETURN(ChunkCopier * copier, copierFor(e.device));

@@ -370,6 +370,7 @@ CUresult Session::allocateDevice(int device, size_t bytes, CUdeviceptr* address)
     relief_(device);
     r = heap->allocate(bytes, address);
   }
+  if (r == CUDA_SUCCESS) mappedDeviceMemory_ = true;
   return r;
 }
 

@@ -53,6 +53,10 @@ struct ModuleRecord {
   bool library = false;
   std::vector<char> image;
   uint64_t context = 0;
+  // The session had mapped device memory when it was loaded: a restore
+  // repeats that order (NVIDIA's driver places a module's variables after
+  // what it made room for at the first mapping).
+  bool afterDeviceMemory = false;
 };
 
 // Pinned host memory: a shared-memory file mapped at the same address in the
@@ -234,7 +238,10 @@ class Session {
   MemoryPools& memoryPools() { return memoryPools_; }
   // The device of the current context (0 without one).
   int currentDevice() const;
-  void recordModule(uint64_t id, ModuleRecord record) { moduleRecords_[id] = std::move(record); }
+  void recordModule(uint64_t id, ModuleRecord record) {
+    record.afterDeviceMemory = mappedDeviceMemory_;
+    moduleRecords_[id] = std::move(record);
+  }
   void forgetModule(uint64_t id) { moduleRecords_.erase(id); }
   EventState& event(uint64_t id) { return events_[id]; }
   const EventState* findEvent(uint64_t id) const {
@@ -397,6 +404,7 @@ class Session {
   std::shared_ptr<KernelOutput> output_ = std::make_shared<KernelOutput>();
   std::vector<std::byte> replyBuffer_;
   std::map<int, std::unique_ptr<DeviceHeap>> heaps_;
+  bool mappedDeviceMemory_ = false;  // ever, by allocateDevice (or a restore)
   MemoryPools memoryPools_{driver_};  // after heaps_: its pending frees give heap ranges back
   std::map<uint64_t, ModuleRecord> moduleRecords_;  // by module or library id
   LaunchValidator validator_{driver_};
