@@ -177,8 +177,9 @@ def jobs():
         job.stop()
 
 
-def checkpoint(phos, daemon, pid, image, *extra):
-    r = subprocess.run([str(phos), "checkpoint", "--pid", str(pid), "--image", str(image),
+def checkpoint(phos, daemon, pid, image, *extra, prefix=()):
+    """`prefix`: what runs phos where the daemon is (difftest.py: a test host's `testhosts exec`)."""
+    r = subprocess.run([*prefix, str(phos), "checkpoint", "--pid", str(pid), "--image", str(image),
                         "--runtime-dir", str(daemon.runtime_dir), "--json", *extra],
                        capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 0, f"phos checkpoint failed ({r.returncode}): {r.stderr}\n{daemon.log()[-4000:]}"
