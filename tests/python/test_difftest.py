@@ -1,13 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
 """A few fixed cases of the differential checkpoint/restore tester (difftest.py):
 random Driver API programs of phos-difftest-job, checkpointed and restored with
-each protocol, every segment's lines the uninterrupted run's byte for byte.
+each protocol (and migrated between test hosts), every segment's lines the
+uninterrupted run's byte for byte.
 scripts/soak runs the same without end; these keep CI to a few seconds each
 (small step counts, short pauses).
 """
 import pytest
 
-from difftest import Case, Point, Runner
+import difftest
+from difftest import Case, Point, Runner, TestHosts
 from private_daemon import PrivateDaemon
 from test_checkpoint_phos import criu  # noqa: F401 (a fixture)
 
@@ -92,6 +94,40 @@ def test_files_of_a_restored_session_outlive_a_starting_phosd(criu, runner):  # 
                             features="-threads"))
     finally:
         runner.before_checkpoint = None
+
+
+def test_a_job_migrated_there_and_back_is_the_uninterrupted_run(criu, runner, tmp_path, capsys):  # noqa: F811
+    """Live migration as a protocol (first: what makes no sense is refused,
+    naming why). Seed 8 runs on test host h1, is migrated
+    to h2 with pre-copy while its memory is copied slowly, checkpointed there
+    copy-on-write (left running, restored in h2), and the restored job is
+    migrated back to h1 stop-the-world. Each migrated segment (the job's lines
+    in a file of the target's) must go on from a line within its migration's
+    window, byte for byte. Then --explain against a ground truth whose step 7
+    has one item changed names that item in a migrated segment: the items are
+    read from the target's file too."""
+    for argv, said in ((["--at", "3:migrate,eager"], "phos migrate chooses how the target restores"),
+                       (["--at", "3:migrate,leave"], "a migration ends the job here"),
+                       (["--at", "3:cow,stop"], "stop is a flag of migrate only"),
+                       (["--at", "3:migrate", "--migrate", "no"], "--at 3:migrate is a migration, but --migrate no")):
+        with pytest.raises(SystemExit) as exited:
+            difftest.main(["--seed", "8", *argv])
+        assert exited.value.code == 2 and said in capsys.readouterr().err, argv
+    why = TestHosts.missing()
+    if why:
+        pytest.skip(why)
+    points = [Point(2, "migrate"), Point(4, "cow", True), Point(6, "migrate", stop_the_world=True)]
+    case = Case(8, steps=8, sleep_ms=60, slow=True, points=points)
+    outcome = passes(runner, case)
+    assert (outcome.checkpoints, outcome.migrations) == (3, 2), outcome
+    try:
+        lines, items = runner.truth(case, explain=True)
+        item = sorted(items[7])[0]
+        runner.truths[tuple(case.job_args(True, sleep=False))] = (lines, {**items, 7: {**items[7], item: "0" * 16}})
+        explanation = runner.explain(case, tmp_path)
+    finally:
+        runner.truths.clear()
+    assert "(migrated to h" in explanation and f"step 7: {item} " in explanation, explanation
 
 
 def test_a_divergence_is_found_and_named(runner):
