@@ -1703,6 +1703,8 @@ class Engine {
         if (PHOS_DRIVER(d, CtxGetLimit)(&now, which) == CUDA_SUCCESS && now != value.get<size_t>()) {
           RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, CtxSetLimit)(which, value.get<size_t>()),
                                    fmt::format("setting limit {} of context {} again", limit, hex(vid))));
+          log::get("daemon")->debug("restore: limit {} of context {} set to {} (the fresh context had {})", limit,
+                                    hex(vid), value.get<size_t>(), now);
         }
       }
       if (c.contains("cache_config")) {
@@ -1950,11 +1952,19 @@ class Engine {
         }
         if (address != was) {
           // The application, or device memory a kernel wrote, may hold the
-          // old address: nothing can make them agree.
+          // old address: nothing can make them agree. What holds that address
+          // now, when the driver says (docs/gpu.md: where NVIDIA's driver
+          // places modules).
+          CUdeviceptr base = 0;
+          size_t size = 0;
+          std::string holds;
+          if (PHOS_DRIVER(d, MemGetAddressRange_v2)(&base, &size, was) == CUDA_SUCCESS) {
+            holds = fmt::format("; {} is in a driver allocation of {} bytes at {} now", hex(was), size, hex(base));
+          }
           return makeError(Code::kFailedPrecondition,
-                           "global {} of module {} was at {} and the driver placed it at {} now{}", name, hex(mid),
+                           "global {} of module {} was at {} and the driver placed it at {} now{}{}", name, hex(mid),
                            hex(was), hex(address),
-                           g.value("taken", false) ? "; the application holds the old address" : "");
+                           g.value("taken", false) ? "; the application holds the old address" : "", holds);
         }
         if (g.value("taken", false)) {
           s.allocations_[address] = {address, bytes, holder, real, globalDevice};
