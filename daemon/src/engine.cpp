@@ -1095,7 +1095,7 @@ class Engine {
                                                    {{"device", a.device}, {"address", address}, {"context", a.context}}));
       copies.push_back({blob, address, a.bytes, a.device});
       allocations.push_back({{"address", address}, {"bytes", a.bytes}, {"device", a.device}, {"context", a.context},
-                             {"pool", a.pool}, {"blob", name}});
+                             {"pool", a.pool}, {"blob", name}, {"order", a.order}});
     }
     state["allocations"] = allocations;
 
@@ -1120,7 +1120,7 @@ class Engine {
                     {"library", rec->library},
                     {"context", rec->context},
                     {"image", name},
-                    {"after_device_memory", rec->afterDeviceMemory}};
+                    {"order", rec->order}};
       // Every global of every kind of image (PTX, fatbin, cubin), in every
       // context that has its own copy: a module's, or, for a library
       // (context-independent), each context of the session's.
@@ -1803,10 +1803,23 @@ class Engine {
       }
       s.memoryPools_.restoreCurrent(device, pool);
     }
-    // Mapped where the job first mapped device memory among its module loads
-    // (below): NVIDIA's driver makes room of its own at the first mapping.
-    auto mapAllocations = [&]() -> Status {
-    for (const json& a : st.value("allocations", json::array())) {
+    // Allocations and modules come back in the order the job made them
+    // (Session::nextOrder_): the allocations made before a module are mapped
+    // before it is loaded. Images without the order: allocations first.
+    const json allocationList = st.value("allocations", json::array());
+    std::vector<const json*> byOrder;
+    for (const json& a : allocationList) byOrder.push_back(&a);
+    std::stable_sort(byOrder.begin(), byOrder.end(), [](const json* x, const json* y) {
+      return x->value("order", uint64_t{0}) < y->value("order", uint64_t{0});
+    });
+    size_t nextAllocation = 0;
+    uint64_t lastOrder = 0;
+    auto mapAllocationsBefore = [&](uint64_t limit) -> Status {
+    for (; nextAllocation < byOrder.size() && byOrder[nextAllocation]->value("order", uint64_t{0}) < limit;
+         ++nextAllocation) {
+      const json& a = *byOrder[nextAllocation];
+      const uint64_t order = a.value("order", uint64_t{0});
+      lastOrder = std::max(lastOrder, order);
       ASSIGN_OR_RETURN(CUdeviceptr address, field<uint64_t>(a, "address", "allocation"));
       ASSIGN_OR_RETURN(uint64_t bytes, field<uint64_t>(a, "bytes", "allocation"));
       ASSIGN_OR_RETURN(int device, field<int>(a, "device", "allocation"));
@@ -1828,7 +1841,7 @@ class Engine {
                          device, hex(address), static_cast<int>(r));
       }
       const uint64_t poolId = a.value("pool", uint64_t{0});
-      s.allocations_[address] = {address, bytes, context, nullptr, device, poolId};
+      s.allocations_[address] = {address, bytes, context, nullptr, device, poolId, order};
       if (poolId != 0) {
         MemoryPool* pool = s.memoryPools_.find(poolId);
         if (pool == nullptr) {
@@ -1849,26 +1862,21 @@ class Engine {
       }
       eagerCopies.push_back({context, device, blob, address});
     }
-    s.mappedDeviceMemory_ = !s.allocations_.empty();
     return Status::ok();
     };
 
     // Modules and libraries, loaded again in creation order; their globals.
-    // Those the job loaded before it had device memory come before the
-    // allocations, as they did (images without the mark: after).
-    bool mapped = false;
     for (const json& m : st.value("modules", json::array())) {
-      if (!mapped && m.value("after_device_memory", true)) {
-        RETURN_IF_ERROR(mapAllocations());
-        mapped = true;
-      }
+      const uint64_t order = m.value("order", std::numeric_limits<uint64_t>::max());
+      RETURN_IF_ERROR(mapAllocationsBefore(order));
+      if (order != std::numeric_limits<uint64_t>::max()) lastOrder = std::max(lastOrder, order);
       ASSIGN_OR_RETURN(uint64_t mid, field<uint64_t>(m, "id", "module"));
       const bool library = m.value("library", false);
       const uint64_t context = m.value("context", uint64_t{0});
       auto imageBlob = reader.findBlob(m.value("image", std::string()));
       if (!imageBlob) return makeError(Code::kDataLoss, "the image of module {} is missing", hex(mid));
       ModuleRecord rec{library, std::vector<char>(reader.manifest().blobs[*imageBlob].size), context,
-                       m.value("after_device_memory", true)};
+                       order == std::numeric_limits<uint64_t>::max() ? 0 : order};
       RETURN_IF_ERROR(reader.read(*imageBlob, 0, std::as_writable_bytes(std::span(rec.image))));
       if (rec.image.empty() || rec.image.back() != '\0') rec.image.push_back('\0');
       // Each context's copy of the globals goes back where the application
@@ -1972,7 +1980,8 @@ class Engine {
         eagerCopies.push_back({holder, globalDevice, blob, address});
       }
     }
-    if (!mapped) RETURN_IF_ERROR(mapAllocations());
+    RETURN_IF_ERROR(mapAllocationsBefore(std::numeric_limits<uint64_t>::max()));
+    s.nextOrder_ = lastOrder + 1;
     for (const EagerCopy& e : eagerCopies) {
       if (e.context != 0) RETURN_IF_ERROR(makeCurrent(e.context));
       ASSIGN_OR_RETURN(ChunkCopier * copier, copierFor(e.device));

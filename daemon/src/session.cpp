@@ -349,7 +349,10 @@ bool Session::ownsRange(CUdeviceptr p, size_t bytes) const {
   return false;
 }
 
-void Session::addAllocation(const Allocation& a) { allocations_[a.address] = a; }
+void Session::addAllocation(const Allocation& a) {
+  Allocation& added = allocations_[a.address] = a;
+  if (added.order == 0) added.order = nextOrder_++;
+}
 
 int Session::currentDevice() const {
   auto it = contexts_.find(currentContext_);
@@ -370,7 +373,6 @@ CUresult Session::allocateDevice(int device, size_t bytes, CUdeviceptr* address)
     relief_(device);
     r = heap->allocate(bytes, address);
   }
-  if (r == CUDA_SUCCESS) mappedDeviceMemory_ = true;
   return r;
 }
 

@@ -44,6 +44,7 @@ struct Allocation {
   void* module = nullptr;
   int device = 0;
   uint64_t pool = 0;  // the memory pool (handle) of a stream-ordered allocation
+  uint64_t order = 0;  // Session::nextOrder when it was made (0: not yet numbered)
 };
 
 // What re-creates a module or library at restore: its original image (as the
@@ -53,10 +54,8 @@ struct ModuleRecord {
   bool library = false;
   std::vector<char> image;
   uint64_t context = 0;
-  // The session had mapped device memory when it was loaded: a restore
-  // repeats that order (NVIDIA's driver places a module's variables after
-  // what it made room for at the first mapping).
-  bool afterDeviceMemory = false;
+  // Session::nextOrder when it was loaded (0: not yet numbered).
+  uint64_t order = 0;
 };
 
 // Pinned host memory: a shared-memory file mapped at the same address in the
@@ -239,7 +238,7 @@ class Session {
   // The device of the current context (0 without one).
   int currentDevice() const;
   void recordModule(uint64_t id, ModuleRecord record) {
-    record.afterDeviceMemory = mappedDeviceMemory_;
+    if (record.order == 0) record.order = nextOrder_++;
     moduleRecords_[id] = std::move(record);
   }
   void forgetModule(uint64_t id) { moduleRecords_.erase(id); }
@@ -404,7 +403,11 @@ class Session {
   std::shared_ptr<KernelOutput> output_ = std::make_shared<KernelOutput>();
   std::vector<std::byte> replyBuffer_;
   std::map<int, std::unique_ptr<DeviceHeap>> heaps_;
-  bool mappedDeviceMemory_ = false;  // ever, by allocateDevice (or a restore)
+  // Numbers device allocations and module loads in the order the job made
+  // them: NVIDIA's driver chooses where a module's variables go from what
+  // the process did before, and a restore repeats that order
+  // (docs/checkpoint.md).
+  uint64_t nextOrder_ = 1;
   MemoryPools memoryPools_{driver_};  // after heaps_: its pending frees give heap ranges back
   std::map<uint64_t, ModuleRecord> moduleRecords_;  // by module or library id
   LaunchValidator validator_{driver_};
