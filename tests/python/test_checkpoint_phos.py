@@ -374,7 +374,8 @@ def test_inspect_lists_each_module_and_the_globals_saved_with_it(criu, phos, pho
                                                                  tmp_path):
     """phos inspect names every module of the image, and every global the checkpoint saved for it, as the
     manifest records them; and counts each kind of object. Streams and events the job destroyed are not
-    saved (each of its 2 threads keeps 2 of each, and destroyed one of each)."""
+    saved (each of its 2 threads keeps 2 of each, and destroyed one of each). The client loads its module
+    before any allocation, and the image says so (a restore repeats the order, docs/checkpoint.md)."""
     job = Job(phos, phosd, command(programs, "client-events"), app_env, tmp_path)
     jobs.append(job)
     job.wait_line(2)
@@ -382,6 +383,9 @@ def test_inspect_lists_each_module_and_the_globals_saved_with_it(criu, phos, pho
     checkpoint(phos, phosd, job.pid, image, "--leave-running")
     saved = json.loads((image / "manifest.json").read_text())["state"]["gpu"]["sessions"][0]
     assert any(m["globals"] for m in saved["modules"]), "the client's modules have globals"
+    (module,) = saved["modules"]
+    orders = [a["order"] for a in saved["allocations"]]
+    assert 0 < module["order"] < min(orders) and len(set(orders)) == len(orders), (module["order"], orders)
 
     session = json.loads(subprocess.run([str(phos), "inspect", str(image), "--json"], capture_output=True,
                                         text=True, timeout=TIMEOUT, check=True).stdout)["sessions"][0]

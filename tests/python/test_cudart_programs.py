@@ -133,7 +133,10 @@ def test_restored_concurrently_or_eagerly(criu, phos, phosd, cudart_dir, env, tm
 
 def test_image_names_every_global_of_the_fatbin(criu, phos, phosd, cudart_dir, env, tmp_path):
     """A runtime program's image: its module is nvcc's fatbin, and both of its
-    globals (a __device__ and a __constant__) are saved."""
+    globals (a __device__ and a __constant__) are saved. The runtime loads the
+    module after the program's allocations, and the image says so: a restore
+    repeats that order, on which NVIDIA's driver's placement of the globals
+    depends (docs/checkpoint.md)."""
     job = Job(phos, phosd, train(cudart_dir), env, tmp_path)
     try:
         job.wait_line(2)
@@ -144,6 +147,8 @@ def test_image_names_every_global_of_the_fatbin(criu, phos, phosd, cudart_dir, e
     (module,) = manifest["state"]["gpu"]["sessions"][0]["modules"]
     assert module["globals_enumerated"] is True
     assert {g["name"] for g in module["globals"]} == {"gSteps", "kLearningRate"}
+    orders = [a["order"] for a in manifest["state"]["gpu"]["sessions"][0]["allocations"]]
+    assert len(orders) == 5 and len(set(orders)) == 5 and 0 < max(orders) < module["order"], (orders, module["order"])
 
 
 def test_driver_api_program_linked_with_lcuda(phos, phosd, cudart_dir, env):

@@ -2,6 +2,7 @@
 // Entry points: modules, libraries and kernels, the linker, function attributes, launches, occupancy.
 #include "entry.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -411,7 +412,12 @@ CUresult CUDAAPI cuModuleUnload(CUmodule hmod) {
 CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
   return call(__func__, [&](Driver&) -> Status {
     RETURN_IF_ERROR(requireNonNull(mode, "mode"));
-    *mode = CU_MODULE_EAGER_LOADING;
+    // As NVIDIA's driver since CUDA 12.2: lazy unless CUDA_MODULE_LOADING says
+    // EAGER. vgpu loads everything at once either way; the mode tells the
+    // runtime when to load its modules (at its first use of one: after the
+    // program's first allocations, as on a GPU).
+    const char* loading = std::getenv("CUDA_MODULE_LOADING");
+    *mode = loading != nullptr && std::string_view(loading) == "EAGER" ? CU_MODULE_EAGER_LOADING : CU_MODULE_LAZY_LOADING;
     return Status::ok();
   });
 }
