@@ -505,6 +505,9 @@ class Engine {
     json recopyReport;
     const ValidationMode validationBefore = s.validator_.mode();
     options.hooks.beforeDump = [&](image::ImageWriter& writer) -> Status {
+      // The window validates every launch: its twins compiled now, while the
+      // application runs, not by its first launches in the window.
+      if (cow || recopy) s.prepareTwinModules();
       if (recopy) {
         Status copied = precopy(s, staged, recopier, progress, recopyReport, outgoing.get());
         if (copied.isOk() || copied.code() != Code::kResourceExhausted) return copied;

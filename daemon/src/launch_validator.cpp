@@ -262,17 +262,20 @@ void LaunchValidator::resolveTwin(KernelState& k) {
   if (PHOS_DRIVER(driver_, ModuleGetFunction)(&twin, twins, restoreName.c_str()) == CUDA_SUCCESS) k.restoreTwin = twin;
 }
 
-void LaunchValidator::loadTwinModules() {
+std::vector<LaunchValidator::TwinLoad> LaunchValidator::twinLoadsPending() {
   auto what = [](const PreparedModule& p) {
     return p.signatures.empty() ? std::string("a module") : p.signatures.begin()->first;
   };
+  std::vector<TwinLoad> pending;
   CUcontext saved = nullptr;
   PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
   for (const auto& [module, prepared] : modules_) {
     auto context = moduleContexts_.find(module);
-    if (prepared->twinText.empty() || context == moduleContexts_.end() || context->second == nullptr) continue;
-    PHOS_DRIVER(driver_, CtxSetCurrent)(context->second);
-    twinModuleFor(module, module, *prepared, what(*prepared));
+    if (prepared->twinText.empty() || context == moduleContexts_.end() || context->second == nullptr ||
+        twinModules_.count(module) != 0) {
+      continue;
+    }
+    pending.push_back({module, module, context->second, prepared, what(*prepared)});
   }
   for (const auto& [library, prepared] : libraries_) {
     auto context = libraryContexts_.find(library);
@@ -282,11 +285,47 @@ void LaunchValidator::loadTwinModules() {
     }
     PHOS_DRIVER(driver_, CtxSetCurrent)(context->second);
     CUmodule module = nullptr;
-    if (PHOS_DRIVER(driver_, LibraryGetModule)(&module, library) == CUDA_SUCCESS) {
-      twinModuleFor(module, library, *prepared, what(*prepared));
+    if (PHOS_DRIVER(driver_, LibraryGetModule)(&module, library) == CUDA_SUCCESS && twinModules_.count(module) == 0) {
+      pending.push_back({module, library, context->second, prepared, what(*prepared)});
     }
   }
   PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
+  return pending;
+}
+
+void LaunchValidator::loadTwins(TwinLoad& load) const {
+  CUcontext saved = nullptr;
+  PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
+  PHOS_DRIVER(driver_, CtxSetCurrent)(load.context);
+  load.twins = compileTwins(load.module, *load.prepared, load.what);
+  load.loaded = true;
+  PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
+}
+
+void LaunchValidator::keepTwins(const TwinLoad& load) {
+  if (!load.loaded) return;
+  // The program may have unloaded its module meanwhile, or a launch loaded
+  // the twins itself.
+  const bool alive = load.owner == load.module ? modules_.count(load.module) != 0
+                                               : libraries_.count(static_cast<CUlibrary>(const_cast<void*>(load.owner))) != 0;
+  if (!alive || twinModules_.count(load.module) != 0) {
+    if (load.twins != nullptr) {
+      CUcontext saved = nullptr;
+      PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
+      PHOS_DRIVER(driver_, CtxSetCurrent)(load.context);
+      PHOS_DRIVER(driver_, ModuleUnload)(load.twins);
+      PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
+    }
+    return;
+  }
+  twinModules_[load.module] = {load.twins, load.owner, load.context};
+}
+
+void LaunchValidator::loadTwinModules() {
+  for (TwinLoad& load : twinLoadsPending()) {
+    loadTwins(load);
+    keepTwins(load);
+  }
 }
 
 // Loaded when a twin of it first runs, not with the program's module: a
@@ -301,9 +340,17 @@ CUmodule LaunchValidator::twinModuleFor(const KernelState& k) {
 CUmodule LaunchValidator::twinModuleFor(CUmodule module, const void* owner, const PreparedModule& prepared,
                                         std::string_view what) {
   if (auto it = twinModules_.find(module); it != twinModules_.end()) return it->second.module;
-  TwinModule& entry = twinModules_[module];
-  entry.owner = owner;
+  TwinModule entry{nullptr, owner, nullptr};
   PHOS_DRIVER(driver_, CtxGetCurrent)(&entry.context);
+  entry.module = compileTwins(module, prepared, what);
+  twinModules_[module] = entry;
+  return entry.module;
+}
+
+// Driver calls only (no state of the validator): the twin module of
+// `prepared` loaded in the current context, its table filled from `module`'s
+// variables; null (said in the log) when the driver refuses it.
+CUmodule LaunchValidator::compileTwins(CUmodule module, const PreparedModule& prepared, std::string_view what) const {
   auto log = log::get("daemon");
   CUmodule twins = nullptr;
   if (CUresult r = PHOS_DRIVER(driver_, ModuleLoadData)(&twins, prepared.twinText.c_str()); r != CUDA_SUCCESS) {
@@ -317,7 +364,6 @@ CUmodule LaunchValidator::twinModuleFor(CUmodule module, const void* owner, cons
     PHOS_DRIVER(driver_, ModuleUnload)(twins);
     return nullptr;
   }
-  entry.module = twins;
   log->info("validator twins of the module of {} loaded beside it, {} of its variables shared", what,
             prepared.stats.globals.size());
   return twins;
@@ -326,7 +372,8 @@ CUmodule LaunchValidator::twinModuleFor(CUmodule module, const void* owner, cons
 // The twins use the program's variables, not copies of their own
 // (docs/twins.md): slot i of the twin module's table gets the address of
 // globals[i] in the program's module.
-Status LaunchValidator::fillGlobalTable(CUmodule twins, CUmodule original, const std::vector<std::string>& globals) {
+Status LaunchValidator::fillGlobalTable(CUmodule twins, CUmodule original,
+                                       const std::vector<std::string>& globals) const {
   if (globals.empty()) return Status::ok();
   std::vector<uint64_t> addresses;
   for (const std::string& name : globals) {

@@ -125,10 +125,30 @@ class LaunchValidator {
 
   // Loads the twin module beside every noted module now, each in the context it
   // was loaded in (a library's beside its module in the context current when
-  // it was noted; in other contexts at its first twin launch there), so that the first launches of a window do not wait for the twins'
-  // compilation. A restore calls it before the job runs again; otherwise twin
-  // modules are loaded when a twin of them first runs.
+  // it was noted; in other contexts at its first twin launch there), so that
+  // the first launches of a window do not wait for the twins' compilation. A
+  // restore calls it before the job runs again; otherwise a twin launch
+  // loads what it needs.
   void loadTwinModules();
+
+  // The same in three steps, so that a checkpoint loads the twin modules
+  // before its window while the application runs on
+  // (Session::prepareTwinModules): what is to be loaded (under the
+  // session's lock), each loaded (driver calls only: no lock), each kept
+  // (under the lock; unloaded if the program's module went meanwhile or a
+  // launch loaded its twins first).
+  struct TwinLoad {
+    CUmodule module = nullptr;  // the program's module the twins go beside
+    const void* owner = nullptr;
+    CUcontext context = nullptr;
+    std::shared_ptr<const PreparedModule> prepared;
+    std::string what;  // one of its kernels, for the log
+    CUmodule twins = nullptr;
+    bool loaded = false;
+  };
+  std::vector<TwinLoad> twinLoadsPending();
+  void loadTwins(TwinLoad& load) const;
+  void keepTwins(const TwinLoad& load);
   ValidationMode mode() const { return mode_; }
 
   // The signature of `function` (nullptr: none known). A context must be current.
@@ -206,7 +226,8 @@ class LaunchValidator {
   // first use; null when there is none.
   CUmodule twinModuleFor(const KernelState& k);
   CUmodule twinModuleFor(CUmodule module, const void* owner, const PreparedModule& prepared, std::string_view what);
-  Status fillGlobalTable(CUmodule twins, CUmodule original, const std::vector<std::string>& globals);
+  CUmodule compileTwins(CUmodule module, const PreparedModule& prepared, std::string_view what) const;
+  Status fillGlobalTable(CUmodule twins, CUmodule original, const std::vector<std::string>& globals) const;
   // The library among those noted whose module in the current context is
   // `module`; by kernel name alone when the driver cannot tell.
   std::pair<CUlibrary, std::shared_ptr<const PreparedModule>> libraryOf(CUmodule module, const std::string& kernel);

@@ -376,6 +376,17 @@ CUresult Session::allocateDevice(int device, size_t bytes, CUdeviceptr* address)
   return r;
 }
 
+void Session::prepareTwinModules() {
+  std::vector<LaunchValidator::TwinLoad> loads;
+  {
+    std::lock_guard lock(mutex_);
+    loads = validator_.twinLoadsPending();
+  }
+  for (LaunchValidator::TwinLoad& load : loads) validator_.loadTwins(load);
+  std::lock_guard lock(mutex_);
+  for (const LaunchValidator::TwinLoad& load : loads) validator_.keepTwins(load);
+}
+
 void Session::reserveHeap(int device) {
   auto& heap = heaps_[device];
   if (heap == nullptr) heap = std::make_unique<DeviceHeap>(driver_, device, DeviceHeap::windowBase(id_, device), false);

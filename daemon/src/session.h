@@ -224,6 +224,11 @@ class Session {
   // it loads modules, must find the same layout (docs/checkpoint.md). A
   // driver without the VMM API is left alone (its cuMemAlloc says so).
   void reserveHeap(int device);
+  // Loads the validator's twin modules not loaded yet, compiling them while
+  // the application's calls go on (the lock is held only to list and keep
+  // them): a checkpoint calls it before its window, whose first launches
+  // would otherwise wait for the compilation (docs/twins.md).
+  void prepareTwinModules();
   // Gives a range of `device`'s heap back at once, whatever still uses it
   // (the stream-ordered allocator, once a free's event has completed), and
   // how many bytes its mapping holds.

@@ -233,6 +233,34 @@ TEST_F(LaunchValidatorTest, LoadTwinModulesLoadsEachModulesOnceInItsContext) {
   EXPECT_EQ(v.twinModuleCount(), 0u);
 }
 
+// A checkpoint loads the twin modules before its window without holding the
+// session (Session::prepareTwinModules): listed, loaded, then kept only if the
+// program's module is still there and no launch loaded them first.
+TEST_F(LaunchValidatorTest, TwinModulesLoadedAheadOfAWindowAreKeptOnlyForLiveModules) {
+  LaunchValidator v(*d_);
+  v.noteModule(module_, prepared_);
+  auto loads = v.twinLoadsPending();
+  ASSERT_EQ(loads.size(), 1u);
+  v.loadTwins(loads[0]);
+  ASSERT_NE(loads[0].twins, nullptr);
+  EXPECT_EQ(v.twinModuleCount(), 0u) << "kept before keepTwins";
+  v.keepTwins(loads[0]);
+  EXPECT_EQ(v.twinModuleCount(), 1u);
+  EXPECT_TRUE(v.twinLoadsPending().empty()) << "listed again once kept";
+  v.setMode(ValidationMode::kValidate);
+  EXPECT_TRUE(v.hasTwin(function("weigh")));
+  v.release(nullptr);
+
+  LaunchValidator gone(*d_);
+  gone.noteModule(module_, prepared_);
+  auto late = gone.twinLoadsPending();
+  ASSERT_EQ(late.size(), 1u);
+  gone.loadTwins(late[0]);
+  gone.forgetModule(module_);  // the program unloaded it while its twins compiled
+  gone.keepTwins(late[0]);
+  EXPECT_EQ(gone.twinModuleCount(), 0u);
+}
+
 // A twin module the driver refuses leaves the program's module as it is and
 // its kernels without twins.
 TEST_F(LaunchValidatorTest, ARefusedTwinModuleLeavesTheKernelsWithoutTwins) {
