@@ -380,6 +380,9 @@ struct ModuleInstance {
   CUfunction fn[kKernelCount] = {};
   CUdeviceptr counter = 0, array = 0, table = 0, ptr = 0, ptrWords = 0;
   int ptrTarget = -1;  // the buffer g_ptr names (-1: null)
+  // The stream slot of the kernel that set g_ptr to null when its buffer went
+  // (release): the next set_ptr is ordered after it, or the two race.
+  int ptrStream = -1;
   int dynamicShared = 0;  // func-attrs: the opt-in of reduce_shared
 };
 
@@ -845,6 +848,7 @@ class Job {
       orderOn(s, {id});
       launch(m, kSetPtr, 1, 1, 32, 0, s, {&null, &zero}, {8, 4});
       m.ptrTarget = -1;
+      m.ptrStream = s;
     }
     if ((b.kind == Kind::kAsync || b.kind == Kind::kPool) && rng_.chance(80)) {
       const int s = pickStream();
@@ -1382,6 +1386,12 @@ class Job {
       std::vector<int> order = {target};
       if (m.ptrTarget >= 0) order.push_back(m.ptrTarget);
       orderOn(s, order);
+      if (m.ptrStream >= 0 && m.ptrStream != s && streams_[m.ptrStream].alive) {
+        StreamSlot& from = streams_[m.ptrStream];
+        CHECK(cuEventRecord(from.sync, from.handle));
+        CHECK(cuStreamWaitEvent(streams_[s].handle, from.sync, 0));
+      }
+      m.ptrStream = -1;
       launch(m, kSetPtr, 1, 1, 32, 0, s, {&p, &words}, {8, 4});
       trace("module %d g_ptr -> buffer %d", m.id, target);
       m.ptrTarget = target;
