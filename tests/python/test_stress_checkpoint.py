@@ -6,7 +6,7 @@ iteration runs under phos run. The test waits a random time, checkpoints it
 with a random protocol (stop-the-world, soft recopy, or soft copy-on-write and
 soft recopy with --leave-running, after which the original is killed),
 restores the image (concurrently or --eager, at random), and so on, until the
-job ends or the number of cycles is reached (PHOS_STRESS_CYCLES, default 40;
+job ends or the number of cycles is reached (PHOS_STRESS_CYCLES, default 20;
 PHOS_STRESS_SEED makes a run repeatable). Every restored run's lines must be
 the uninterrupted run's from a line within its checkpoint's window, and the
 job must end with the uninterrupted run's last line.
@@ -91,7 +91,7 @@ def roomy_pids():
 
 def test_random_checkpoints_and_restores(criu, roomy_pids, phos, build_dir, start_phosd, tmp_path):
     pytest.importorskip("cuda.bindings.nvrtc")
-    cycles = int(os.environ.get("PHOS_STRESS_CYCLES", "40"))
+    cycles = int(os.environ.get("PHOS_STRESS_CYCLES", "20"))
     seed = int(os.environ.get("PHOS_STRESS_SEED", str(random.randrange(1 << 30))))
     rng = random.Random(seed)
     # A cycle lets the job run at least one iteration: the job outlasts the cycles.
