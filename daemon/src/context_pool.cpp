@@ -3,6 +3,7 @@
 #include "context_pool.h"
 
 #include <chrono>
+#include <utility>
 
 #include "phos/common/log.h"
 
@@ -81,19 +82,27 @@ void ContextPool::retire(CUcontext context, int device) {
   wake_.notify_all();
 }
 
+void ContextPool::hold(int delta) {
+  {
+    std::lock_guard lock(mutex_);
+    holds_ += delta;
+  }
+  wake_.notify_all();
+}
+
 void ContextPool::refill() {
   std::unique_lock lock(mutex_);
   for (;;) {
     wake_.wait(lock, [&] {
-      if (stop_ || !retired_.empty()) return true;
+      if (stop_ || (!retired_.empty() && holds_ == 0)) return true;
       for (const auto& pool : free_) {
         if (static_cast<int>(pool.size()) < perDevice_) return true;
       }
       return false;
     });
     if (stop_) return;
-    auto retired = std::move(retired_);
-    retired_.clear();
+    std::vector<std::pair<CUcontext, int>> retired;
+    if (holds_ == 0) retired = std::exchange(retired_, {});
     lock.unlock();
     for (auto [ctx, device] : retired) PHOS_DRIVER(driver_, CtxDestroy_v2)(ctx);
     lock.lock();

@@ -30,6 +30,21 @@ class ContextPool {
   // creates a replacement in the background.
   void retire(CUcontext context, int device);
 
+  // While one is held, retired contexts are kept, and destroyed when the last
+  // goes: a checkpoint's or restore's own streams may be in a context the
+  // application destroys meanwhile, and NVIDIA's driver faults on a stream
+  // of a destroyed context (vgpu reports an error).
+  class Hold {
+   public:
+    explicit Hold(ContextPool& pool) : pool_(pool) { pool_.hold(+1); }
+    ~Hold() { pool_.hold(-1); }
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+
+   private:
+    ContextPool& pool_;
+  };
+
   struct Stats {
     int device;
     int free;
@@ -41,6 +56,7 @@ class ContextPool {
  private:
   Result<CUcontext> create(int device, unsigned flags);
   void refill();
+  void hold(int delta);
 
   const DriverTable& driver_;
   int perDevice_;
@@ -49,6 +65,7 @@ class ContextPool {
   std::vector<std::vector<CUcontext>> free_;
   std::vector<std::pair<CUcontext, int>> retired_;
   uint64_t misses_ = 0;
+  int holds_ = 0;
   bool stop_ = false;
   std::thread refiller_;
 };

@@ -470,6 +470,9 @@ class Engine {
     }
     const bool cow = mode == "cow" && options.leaveRunning;
     bool recopy = mode == "recopy";
+    // The protocols' streams outlive any context the job destroys meanwhile
+    // (its end, a cuCtxDestroy): declared first, released last.
+    ContextPool::Hold contextsKept(s.pool_);
     options.protocol = cow ? "soft-copy-on-write" : recopy ? "soft-recopy" : "stop-the-world";
 
     json state;
