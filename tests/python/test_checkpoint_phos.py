@@ -238,12 +238,11 @@ def test_killed_and_restored_twice(criu, phos, phosd, app_env, programs, jobs, t
     assert second == first, "restoring the same image twice gave different lines"
 
 
-@pytest.mark.parametrize("job", list(JOBS))
-def test_left_running_and_restored(criu, phos, phosd, app_env, programs, jobs, tmp_path, job):
-    at = 3
-    cmd = command(programs, job)
-    ref = reference(cmd, app_env)
-    running = Job(phos, phosd, cmd, app_env, tmp_path)
+def left_running(phos, phosd, cmd, env, ref, jobs, tmp_path, at=3):
+    """`cmd` under phos run, checkpointed with --leave-running at line `at`; it must go on to the
+    uninterrupted end. Returns the image and the lines printed when the checkpoint was asked and
+    when it returned."""
+    running = Job(phos, phosd, cmd, env, tmp_path)
     jobs.append(running)
     running.wait_line(at)
     asked = len(running.lines())
@@ -254,7 +253,14 @@ def test_left_running_and_restored(criu, phos, phosd, app_env, programs, jobs, t
     assert done < len(ref), "the job finished before the checkpoint"
     assert running.proc.wait(timeout=TIMEOUT) == 0, running.err.read_text()
     assert running.lines() == ref, "the original, left running, did not finish as the uninterrupted run"
+    return image, asked, done
 
+
+@pytest.mark.parametrize("job", list(JOBS))
+def test_left_running_and_restored(criu, phos, phosd, app_env, programs, jobs, tmp_path, job):
+    cmd = command(programs, job)
+    ref = reference(cmd, app_env)
+    image, asked, done = left_running(phos, phosd, cmd, app_env, ref, jobs, tmp_path)
     # Its pid is free again: the image comes back as the same process.
     after_checkpoint(ref, restore(phos, phosd, image, app_env), asked, done)
 

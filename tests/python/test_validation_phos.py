@@ -21,7 +21,7 @@ import pytest
 from driver_client import PRELUDE
 from job_output import wait_for
 from test_checkpoint_phos import (Job, after_checkpoint, app_env, checkpoint, command, criu, jobs,  # noqa: F401
-                                  programs, reference, restore)
+                                  left_running, programs, reference, restore)
 from test_shim_examples import STEPS, check_identical, direct_env, run  # noqa: F401 (direct_env is a fixture)
 
 # A Driver API client (cuda-bindings + NVRTC) with one honest and one deceiving
@@ -252,20 +252,9 @@ def test_twins_beside_survive_a_copy_on_write_checkpoint_and_restore(criu, phos,
     uninterrupted run does, and so does its image restored: its kernels' module
     variables (a __device__ counter and salt, __constant__ data) are the
     program's, whether a kernel ran as itself or as a twin beside it."""
-    at = 3
     cmd = command(programs, "client-threads")
     ref = reference(cmd, app_env)
-    running = Job(phos, phosd, cmd, dict(app_env, PHOS_VALIDATE="1"), tmp_path)
-    jobs.append(running)
-    running.wait_line(at)
-    asked = len(running.lines())
-    image = tmp_path / "image"
-    report = checkpoint(phos, phosd, running.pid, image, "--leave-running")
-    done = len(running.lines())
-    assert report["left_running"] is True
-    assert done < len(ref), "the job finished before the checkpoint"
-    assert running.proc.wait(timeout=120) == 0, running.err.read_text()
-    assert running.lines() == ref, "the original, left running, did not finish as the uninterrupted run"
+    image, asked, done = left_running(phos, phosd, cmd, dict(app_env, PHOS_VALIDATE="1"), ref, jobs, tmp_path)
     wait_for(lambda: len(validation_summaries(phosd)) == 1, 30, "the checkpointed session's summary")
     launches, twins = twin_launches(validation_summaries(phosd)[-1])
     assert launches > 0 and twins == launches, validation_summaries(phosd)[-1]
