@@ -1749,12 +1749,14 @@ class Engine {
       ASSIGN_OR_RETURN(heapBases[device], field<uint64_t>(h, "base", "heap"));
     }
     // NVIDIA's driver chooses where a module's variables go from what the
-    // process holds when it loads the module. The session reserved its ranges
-    // before its first module (Session::reserveHeap) and made its first
+    // process did before it loaded the module. The session reserved its
+    // ranges before its first module (Session::reserveHeap) and made the
     // driver allocations of its own (the copiers' staging) later: so here, the
-    // ranges first, then the modules, then every copy.
+    // ranges first, then the allocations and modules in the job's order, then
+    // every copy.
     for (const auto& [device, base] : heapBases) {
-      auto in = std::find_if(s.contexts_.begin(), s.contexts_.end(), [&](const auto& c) { return c.second.device == device; });
+      auto in = std::find_if(s.contexts_.begin(), s.contexts_.end(),
+                             [&](const auto& c) { return c.second.device == device; });
       if (in == s.contexts_.end()) continue;  // no context on it now: reserved with its first allocation
       RETURN_IF_ERROR(makeCurrent(in->first));
       auto& heap = s.heaps_[device];
@@ -1821,54 +1823,54 @@ class Engine {
     size_t nextAllocation = 0;
     uint64_t lastOrder = 0;
     auto mapAllocationsBefore = [&](uint64_t limit) -> Status {
-    for (; nextAllocation < byOrder.size() && byOrder[nextAllocation]->value("order", uint64_t{0}) < limit;
-         ++nextAllocation) {
-      const json& a = *byOrder[nextAllocation];
-      const uint64_t order = a.value("order", uint64_t{0});
-      lastOrder = std::max(lastOrder, order);
-      ASSIGN_OR_RETURN(CUdeviceptr address, field<uint64_t>(a, "address", "allocation"));
-      ASSIGN_OR_RETURN(uint64_t bytes, field<uint64_t>(a, "bytes", "allocation"));
-      ASSIGN_OR_RETURN(int device, field<int>(a, "device", "allocation"));
-      ASSIGN_OR_RETURN(uint64_t context, field<uint64_t>(a, "context", "allocation"));
-      ASSIGN_OR_RETURN(size_t blob, blobOf(reader, a, "allocation"));
-      RETURN_IF_ERROR(makeCurrent(context));
-      auto& heap = s.heaps_[device];
-      if (heap == nullptr) {
-        auto base = heapBases.find(device);
-        if (base == heapBases.end()) {
-          return makeError(Code::kDataLoss, "allocation {} is on device {}, whose range the image does not name",
-                           hex(address), device);
+      for (; nextAllocation < byOrder.size() && byOrder[nextAllocation]->value("order", uint64_t{0}) < limit;
+           ++nextAllocation) {
+        const json& a = *byOrder[nextAllocation];
+        const uint64_t order = a.value("order", uint64_t{0});
+        lastOrder = std::max(lastOrder, order);
+        ASSIGN_OR_RETURN(CUdeviceptr address, field<uint64_t>(a, "address", "allocation"));
+        ASSIGN_OR_RETURN(uint64_t bytes, field<uint64_t>(a, "bytes", "allocation"));
+        ASSIGN_OR_RETURN(int device, field<int>(a, "device", "allocation"));
+        ASSIGN_OR_RETURN(uint64_t context, field<uint64_t>(a, "context", "allocation"));
+        ASSIGN_OR_RETURN(size_t blob, blobOf(reader, a, "allocation"));
+        RETURN_IF_ERROR(makeCurrent(context));
+        auto& heap = s.heaps_[device];
+        if (heap == nullptr) {
+          auto base = heapBases.find(device);
+          if (base == heapBases.end()) {
+            return makeError(Code::kDataLoss, "allocation {} is on device {}, whose range the image does not name",
+                             hex(address), device);
+          }
+          heap = std::make_unique<DeviceHeap>(d, device, base->second, true);
         }
-        heap = std::make_unique<DeviceHeap>(d, device, base->second, true);
-      }
-      CUresult r = heap->allocateAt(address, bytes);
-      if (r != CUDA_SUCCESS) {
-        return makeError(Code::kFailedPrecondition, "cannot map {} bytes of device {} at {} again (CUresult {})", bytes,
-                         device, hex(address), static_cast<int>(r));
-      }
-      const uint64_t poolId = a.value("pool", uint64_t{0});
-      s.allocations_[address] = {address, bytes, context, nullptr, device, poolId, order};
-      if (poolId != 0) {
-        MemoryPool* pool = s.memoryPools_.find(poolId);
-        if (pool == nullptr) {
-          return makeError(Code::kDataLoss, "allocation {} is of memory pool {}, which the image does not have",
-                           hex(address), hex(poolId));
+        CUresult r = heap->allocateAt(address, bytes);
+        if (r != CUDA_SUCCESS) {
+          return makeError(Code::kFailedPrecondition, "cannot map {} bytes of device {} at {} again (CUresult {})",
+                           bytes, device, hex(address), static_cast<int>(r));
         }
-        pool->used += bytes;
-        pool->reserved += heap->mappedBytes(address);
+        const uint64_t poolId = a.value("pool", uint64_t{0});
+        s.allocations_[address] = {address, bytes, context, nullptr, device, poolId, order};
+        if (poolId != 0) {
+          MemoryPool* pool = s.memoryPools_.find(poolId);
+          if (pool == nullptr) {
+            return makeError(Code::kDataLoss, "allocation {} is of memory pool {}, which the image does not have",
+                             hex(address), hex(poolId));
+          }
+          pool->used += bytes;
+          pool->reserved += heap->mappedBytes(address);
+        }
+        if (reader.manifest().blobs[blob].size != bytes) {
+          return makeError(Code::kDataLoss, "allocation {} is {} bytes, its blob {}", hex(address), bytes,
+                           reader.manifest().blobs[blob].size);
+        }
+        if (deferred != nullptr) {
+          ASSIGN_OR_RETURN(CUcontext real, contextReal(context));
+          deferred->push_back({blob, address, bytes, real});
+          continue;
+        }
+        eagerCopies.push_back({context, device, blob, address});
       }
-      if (reader.manifest().blobs[blob].size != bytes) {
-        return makeError(Code::kDataLoss, "allocation {} is {} bytes, its blob {}", hex(address), bytes,
-                         reader.manifest().blobs[blob].size);
-      }
-      if (deferred != nullptr) {
-        ASSIGN_OR_RETURN(CUcontext real, contextReal(context));
-        deferred->push_back({blob, address, bytes, real});
-        continue;
-      }
-      eagerCopies.push_back({context, device, blob, address});
-    }
-    return Status::ok();
+      return Status::ok();
     };
 
     // Modules and libraries, loaded again in creation order; their globals.

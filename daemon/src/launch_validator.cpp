@@ -174,8 +174,8 @@ void LaunchValidator::unloadTwinModules(Which which) {
 }
 
 size_t LaunchValidator::twinModuleCount() const {
-  return static_cast<size_t>(
-      std::count_if(twinModules_.begin(), twinModules_.end(), [](const auto& e) { return e.second.module != nullptr; }));
+  auto loaded = [](const auto& e) { return e.second.module != nullptr; };
+  return static_cast<size_t>(std::count_if(twinModules_.begin(), twinModules_.end(), loaded));
 }
 
 // Its functions die with the module; a later function may get the same handle.
@@ -306,8 +306,9 @@ void LaunchValidator::keepTwins(const TwinLoad& load) {
   if (!load.loaded) return;
   // The program may have unloaded its module meanwhile, or a launch loaded
   // the twins itself.
-  const bool alive = load.owner == load.module ? modules_.count(load.module) != 0
-                                               : libraries_.count(static_cast<CUlibrary>(const_cast<void*>(load.owner))) != 0;
+  const auto library = static_cast<CUlibrary>(const_cast<void*>(load.owner));
+  const bool alive =
+      load.owner == load.module ? modules_.count(load.module) != 0 : libraries_.count(library) != 0;
   if (!alive || twinModules_.count(load.module) != 0) {
     if (load.twins != nullptr) {
       CUcontext saved = nullptr;

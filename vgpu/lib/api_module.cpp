@@ -417,7 +417,8 @@ CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
     // runtime when to load its modules (at its first use of one: after the
     // program's first allocations, as on a GPU).
     const char* loading = std::getenv("CUDA_MODULE_LOADING");
-    *mode = loading != nullptr && std::string_view(loading) == "EAGER" ? CU_MODULE_EAGER_LOADING : CU_MODULE_LAZY_LOADING;
+    const bool eager = loading != nullptr && std::string_view(loading) == "EAGER";
+    *mode = eager ? CU_MODULE_EAGER_LOADING : CU_MODULE_LAZY_LOADING;
     return Status::ok();
   });
 }

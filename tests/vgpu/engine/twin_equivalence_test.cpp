@@ -422,7 +422,8 @@ TEST_P(TwinEquivalence, TwinsShareTheProgramsModuleVariables) {
   // ...which the twin of weigh_into_target stores through, counting in the
   // program's g_hits, weighing with the program's c_weights.
   unsigned* hits = variable<unsigned>("g_hits");
-  Validator weigh = validator({allow(din, n, kLoadBit), allow(y2, n, kLoadBit | kStoreBit), allow(hits, 1, kLoadBit | kStoreBit)});
+  Validator weigh =
+      validator({allow(din, n, kLoadBit), allow(y2, n, kLoadBit | kStoreBit), allow(hits, 1, kLoadBit | kStoreBit)});
   ASSERT_THAT(twins_.launch("weigh_into_target__phos_twin", {2}, {256}, withValidator(Params().add(din), weigh)),
               IsOk());
   expectSameBits(y1, y2, n);
