@@ -1611,6 +1611,7 @@ class Engine {
     // not loaded yet, and launches run as restore twins, which check loads
     // too, until loadConcurrently() has loaded everything.
     auto loading = std::make_shared<OnDemandRestore>(d, reader, std::move(pending));
+    loading->keepContexts(pool);
     if (Status prepared = loading->prepare(); !prepared.isOk()) {
       return prepared.withContext(fmt::format("restoring {}", dir));
     }

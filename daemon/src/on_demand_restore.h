@@ -22,6 +22,7 @@
 #include <mutex>
 #include <vector>
 
+#include "context_pool.h"
 #include "context_streams.h"
 #include "driver_table.h"
 #include "launch_validator.h"
@@ -59,6 +60,10 @@ class OnDemandRestore {
   OnDemandRestore(const OnDemandRestore&) = delete;
   OnDemandRestore& operator=(const OnDemandRestore&) = delete;
 
+  // Keeps the contexts the job destroys while its memory loads until this
+  // object, and its streams in them, are gone (ContextPool::Hold).
+  void keepContexts(ContextPool& pool) { contextsKept_ = std::make_unique<ContextPool::Hold>(pool); }
+
   // Creates the private streams and staging buffers; before gate() is installed.
   Status prepare();
   // The session's access gate for the window (valid while this object lives).
@@ -91,6 +96,7 @@ class OnDemandRestore {
   void before(const CallAccess& access);
   Entry* pickLocked();
 
+  std::unique_ptr<ContextPool::Hold> contextsKept_;  // first: released after the streams and staging
   const DriverTable& driver_;
   std::shared_ptr<const image::ImageReader> reader_;
   size_t chunkBytes_ = 0;  // the largest chunk of the blobs
