@@ -88,9 +88,11 @@ def test_eager_restore_loads_everything_first(criu, phos, slow_phosd, app_env, p
 
 
 # Iterates over six buffers with kernels and prints a checksum per iteration.
-# With a non-zero last argument, each iteration first copies words of the
-# last buffer through a kernel whose arguments name only the first one: its
-# speculated read set misses what it reads.
+# With a non-zero last argument, each step is preceded by a kernel that copies
+# words of the last buffer through arguments naming only the first one: its
+# speculated read set misses what it reads. Before every step, not once per
+# iteration: a checkpoint taken after an iteration's first launch would
+# otherwise leave the restored job's next such launch after the loads end.
 CLIENT = PRELUDE + r'''
 import time
 src = b"""
@@ -123,12 +125,12 @@ for i, b in enumerate(bufs):
     ok(cu.cuMemsetD32(b, i + 1, words))
 for k in range(1, iterations + 1):
     total = 0
-    if misspeculate:
-        launch(peek, (int(bufs[0]), np.uint64), (int(bufs[-1]) - int(bufs[0]), np.int64), (1024, np.uint32),
-               (int(out), np.uint64))
-        ok(cu.cuMemcpyDtoH(host.ctypes.data, out, 4096))
-        total += int(host[:1024].astype(np.uint64).sum())
     for b in bufs:
+        if misspeculate:
+            launch(peek, (int(bufs[0]), np.uint64), (int(bufs[-1]) - int(bufs[0]), np.int64), (1024, np.uint32),
+                   (int(out), np.uint64))
+            ok(cu.cuMemcpyDtoH(host.ctypes.data, out, 4096))
+            total += int(host[:1024].astype(np.uint64).sum())
         launch(step, (int(b), np.uint64), (words, np.uint32), (k, np.uint32))
         ok(cu.cuMemcpyDtoH(host.ctypes.data, b, words * 4))
         total = (total * 31 + int(host.astype(np.uint64).sum())) % (1 << 61)
