@@ -17,6 +17,9 @@ STATE = pathlib.Path("/run/phos-testhosts")
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="namespaces need root"),
     pytest.mark.skipif(shutil.which("tini") is None, reason="tini is not installed (scripts/setup)"),
+    # The default set of test hosts is one per machine: its users run one at a time
+    # (scripts/test runs the suite with pytest-xdist --dist loadgroup).
+    pytest.mark.xdist_group("testhosts"),
 ]
 
 
