@@ -22,8 +22,12 @@ started by `phos run` (bandwidth model on, as configured), in one run:
      uninterrupted run's.
 
 Prints medians and the ratios against stop-the-world and eager restore, writes
-everything as JSON to --out; exits 1 if any output differs from the baseline,
-77 (skipped) without CRIU or root.
+everything as JSON to --out and, per state shape, a timeline PNG beside it
+(protocols-<MiB>mib-<allocations>.png): for the median run of each protocol and
+restore, the job's steps over time with phosd's phases shaded (the checkpoint
+report's "timeline", the restore report's gpu_rebuilt/running seconds and its
+loads). Exits 1 if any output differs from the baseline, 77 (skipped) without
+CRIU or root.
 """
 import argparse
 import json
@@ -42,6 +46,11 @@ from checkpoint_bench import (Failure, Job, can_checkpoint, fail_run, modelled_p
 
 PROTOCOLS = ["stop", "cow", "recopy"]
 RESTORES = ["eager", "concurrent"]
+
+
+def step_times(job, since):
+    """The job's step lines, as seconds since `since`."""
+    return [t - since for t, text in job.lines if text.startswith("step ")]
 
 
 def stall_around(job, asked, answered, gap):
@@ -72,7 +81,8 @@ def checkpoint_once(a, run, env, runtime_dir, image, mode, reference, gap):
     return {"stall_s": stall_around(job, asked, answered, gap), "gpu_stall_s": report.get("gpu_stall_seconds"),
             "total_s": report.get("total_seconds"), "cli_wall_s": answered - asked, "protocol": report.get("protocol"),
             "copy_on_write": report.get("copy_on_write"), "recopy": report.get("recopy"),
-            "lines": (lines_asked, lines_done)}
+            "lines": (lines_asked, lines_done), "stall_parts": report.get("stall"),
+            "timeline": report.get("timeline"), "steps_s": step_times(job, asked)}
 
 
 def restore_once(a, env, runtime_dir, image, eager, reference, window):
@@ -92,7 +102,9 @@ def restore_once(a, env, runtime_dir, image, eager, reference, window):
     if not window[0] <= len(prefix) <= window[1] or prefix + job.texts() != reference:
         fail_run("the restored job's output does not complete the uninterrupted run's")
     return {"until_next_step_s": job.lines[0][0] - started, "restore_s": report.get("restore_seconds"),
-            "concurrent_load": report.get("concurrent_load"), "eager": report.get("eager")}
+            "running_s": report.get("running_seconds"), "gpu_rebuilt_s": report.get("gpu_rebuilt_seconds"),
+            "concurrent_load": report.get("concurrent_load"), "eager": report.get("eager"),
+            "steps_s": step_times(job, started)}
 
 
 def median(rows, key):
@@ -136,6 +148,70 @@ def measure(a, size, tensors, runtime_dir, work, env):
     row["restore"]["concurrent"]["ratio_to_eager"] = \
         row["restore"]["concurrent"]["median_until_next_step_s"] / eager if eager else None
     return row
+
+
+# phosd's checkpoint phases, between the boundaries of its report's "timeline".
+CHECKPOINT_PHASES = [("before_dump", "pause_asked", "before the pause (twins, staging; recopy: copies, CRIU pre-dump)",
+                      "#cfe8cf"),
+                     ("pause_asked", "paused", "quiesce", "#f6d55c"),
+                     ("paused", "captured", "capture in the pause", "#ed553b"),
+                     ("captured", "dumped", "CRIU freeze and dump", "#a05195"),
+                     ("dumped", "resumed", "until the job runs again", "#665191"),
+                     ("resumed", "saved", "saving while the job runs", "#3caea3")]
+RESTORE_PHASES = [("GPU session re-created (eager: with its memory)", "#7eb0d5"),
+                  ("CRIU restores the process", "#fd7f6f"),
+                  ("device memory loads while the job runs (its launches run as restore twins)", "#b2e061")]
+
+
+def median_run(runs, key):
+    ordered = sorted((r for r in runs if r.get(key) is not None), key=lambda r: r[key])
+    return ordered[len(ordered) // 2] if ordered else None
+
+
+def draw_timelines(row, png):
+    """One lane per protocol and restore: the job's steps (ticks) and phosd's phases (shaded), from the request."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    lanes = []
+    for mode in PROTOCOLS:
+        run = median_run(row["checkpoint"][mode]["runs"], "stall_s")
+        t = (run or {}).get("timeline") or {}
+        spans = [(t[a], t[b], label, color) for a, b, label, color in CHECKPOINT_PHASES if a in t and b in t]
+        lanes.append((f"checkpoint {mode}\nstall {run['stall_s']:.3f} s", run["steps_s"], spans))
+    for kind in RESTORES:
+        run = median_run(row["restore"][kind]["runs"], "until_next_step_s")
+        rebuilt, running = run.get("gpu_rebuilt_s"), run.get("running_s")
+        spans = []
+        if rebuilt is not None and running is not None:
+            spans += [(0.0, rebuilt, *RESTORE_PHASES[0]), (rebuilt, running, *RESTORE_PHASES[1])]
+            load = (run.get("concurrent_load") or {}).get("load_seconds")
+            if load:
+                spans.append((running, running + load, *RESTORE_PHASES[2]))
+        lanes.append((f"restore {kind}\nnext step {run['until_next_step_s']:.3f} s", run["steps_s"], spans))
+    end = max([s[1] for _, _, spans in lanes for s in spans] + [0.0])
+    end = max(end, max((steps[0] for _, steps, _ in lanes if steps), default=0.0)) + 2 * row["median_step_s"] + 0.2
+    fig, ax = plt.subplots(figsize=(11, 0.9 * len(lanes) + 1.6))
+    seen = set()
+    for y, (name, steps, spans) in enumerate(reversed(lanes)):
+        for a, b, label, color in spans:
+            ax.broken_barh([(a, max(b - a, 1e-4))], (y - 0.35, 0.7), color=color,
+                           label=None if label in seen else label)
+            seen.add(label)
+        xs = [x for x in steps if -1.0 <= x <= end]
+        ax.vlines(xs, y - 0.4, y + 0.4, color="black", lw=0.8, label=None if "step" in seen else "a step of the job")
+        seen.add("step")
+    ax.set_yticks(range(len(lanes)), [name for name, _, _ in reversed(lanes)], fontsize=8)
+    ax.set_xlim(-0.5, end)
+    ax.axvline(0, color="grey", ls="--", lw=0.8)
+    ax.set_xlabel("seconds since phos checkpoint / phos restore started (phosd's phases from its receipt of the "
+                  "request)", fontsize=8)
+    ax.set_title(f"mlp-train, {row['state_mib']} MiB in {row['state_tensors']} allocation(s): "
+                 f"median runs", fontsize=9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
 
 
 def fmt(value, spec):
@@ -201,6 +277,10 @@ def main():
             print(f"{row['state_mib']:>4} MiB {row['state_tensors']:>6} {kind:>11} "
                   f"{fmt(r['median_until_next_step_s'], '>12.3f')}s "
                   f"{fmt(r.get('ratio_to_eager'), '>7.2f')}")
+    for row in results["sizes"]:
+        png = pathlib.Path(a.out).with_name(f"protocols-{row['state_mib']}mib-{row['state_tensors']}.png")
+        draw_timelines(row, png)
+        print(f"timeline: {png}")
     return write_results(results, a.out, failure,
                          "every checkpointed and restored run printed the uninterrupted run's lines")
 

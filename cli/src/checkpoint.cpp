@@ -325,6 +325,7 @@ class GpuRestore {
                        answer.value("error", std::string("no reason given")));
     }
     session_ = answer.value("session", json());
+    rebuiltAt_ = std::chrono::steady_clock::now();
     return Status::ok();
   }
 
@@ -360,7 +361,10 @@ class GpuRestore {
   }
 
   bool used() const { return session_.has_value(); }
-  // When phosd gave the restored process its session back (if it did).
+  // When phosd had re-created the GPU session (with its memory, unless it
+  // loads concurrently), and when it gave the restored process its session
+  // back (if it did).
+  std::optional<std::chrono::steady_clock::time_point> rebuiltAt() const { return rebuiltAt_; }
   std::optional<std::chrono::steady_clock::time_point> adoptedAt() const { return adoptedAt_; }
   const std::string& adoptError() const { return adoptError_; }
   // After finish(): why the process was ended to be restored again eagerly
@@ -433,7 +437,7 @@ class GpuRestore {
   std::optional<ipc::ControlStream> stream_;
   std::optional<json> session_;
   std::string adoptError_;
-  std::optional<std::chrono::steady_clock::time_point> adoptedAt_;
+  std::optional<std::chrono::steady_clock::time_point> rebuiltAt_, adoptedAt_;
   const bool eager_;
   const bool waitForLoads_;
   std::thread watcher_;
@@ -515,6 +519,9 @@ int restoreOnce(const RestoreArgs& args, bool eager, std::string& rollback) {
               {"gpu_session", gpu.used()},
               {"eager", eager},
               {"detached", args.detach}};
+  if (auto rebuilt = gpu.rebuiltAt()) {
+    out["gpu_rebuilt_seconds"] = std::chrono::duration<double>(*rebuilt - start).count();
+  }
   if (!gpu.loads().is_null()) out["concurrent_load"] = gpu.loads();
   if (!gpu.loadError().empty()) out["load_error"] = gpu.loadError();
   if (report->exitCode) out["exit_code"] = *report->exitCode;

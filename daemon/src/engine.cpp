@@ -484,8 +484,11 @@ class Engine {
     Clock::time_point pausedAt{}, resumedAt{};
     // Where the job's GPU stall goes (the report's "stall"): asking the
     // session to park, the capture inside the pause, CRIU's freeze and dump,
-    // and what follows until the session serves again.
-    Clock::time_point pauseAskedAt{}, capturedAt{}, dumpedAt{};
+    // and what follows until the session serves again. With the start of our
+    // part (after CRIU's pre-dump), the end of the saving after the dump and
+    // the request's start, the report's "timeline" places them in time.
+    const Clock::time_point startedAt = Clock::now();
+    Clock::time_point pauseAskedAt{}, capturedAt{}, dumpedAt{}, beforeDumpAt{}, savedAt{};
     std::unique_ptr<StagedWrite> staged;
     double copySeconds = 0;
     Status written = Status::ok();
@@ -508,6 +511,7 @@ class Engine {
     json recopyReport;
     const ValidationMode validationBefore = s.validator_.mode();
     options.hooks.beforeDump = [&](image::ImageWriter& writer) -> Status {
+      beforeDumpAt = Clock::now();
       // The window validates every launch: its twins compiled now, while the
       // application runs, not by its first launches in the window.
       if (cow || recopy) s.prepareTwinModules();
@@ -574,6 +578,7 @@ class Engine {
                                    cowReport, resumedAt);
         paused = false;
         copySeconds = cowReport.value("copy_seconds", 0.0);
+        savedAt = Clock::now();
         return;
       }
       // Without --leave-running the process is gone after a good dump: its
@@ -593,6 +598,7 @@ class Engine {
         }
         staged.reset();
       }
+      savedAt = Clock::now();
     };
     options.hooks.beforeCommit = [&] { return written; };
     // CRIU's end of the page relay (migration): our copy closes once CRIU has
@@ -678,10 +684,20 @@ class Engine {
                        {"capture_seconds", seconds(pausedAt, capturedAt)},
                        {"criu_seconds", seconds(capturedAt, dumpedAt)},
                        {"after_dump_seconds", seconds(dumpedAt, resumedAt)}};
+    // Seconds from the request's start to each boundary it reached, in order
+    // (docs/checkpoint.md, "Where the time goes").
+    json timeline = json::object();
+    const std::pair<const char*, Clock::time_point> boundaries[] = {
+        {"before_dump", beforeDumpAt}, {"pause_asked", pauseAskedAt}, {"paused", pausedAt}, {"captured", capturedAt},
+        {"dumped", dumpedAt},          {"resumed", resumedAt},        {"saved", savedAt},   {"finished", Clock::now()}};
+    for (const auto& [name, at] : boundaries) {
+      if (at != Clock::time_point{}) timeline[name] = seconds(startedAt, at);
+    }
     return {{"ok", true},
             {"report",
              {{"pid", report->pid},
               {"stall", stallParts},
+              {"timeline", timeline},
               {"image", report->image.string()},
               {"cpu_bytes", report->cpuBytes},
               {"cpu_files", report->cpuFiles},

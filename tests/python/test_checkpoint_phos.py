@@ -193,6 +193,14 @@ def checkpoint(phos, daemon, pid, image, *extra, prefix=()):
         parts = report["stall"]
         total = parts["capture_seconds"] + parts["criu_seconds"] + parts["after_dump_seconds"]
         assert abs(total - report["gpu_stall_seconds"]) < 1e-3, report
+    # The timeline's boundaries come in order, and place the stall's parts.
+    timeline = report["timeline"]
+    order = ["before_dump", "pause_asked", "paused", "captured", "dumped", "resumed", "saved", "finished"]
+    reached = [timeline[k] for k in order if k in timeline]
+    assert reached == sorted(reached) and reached[0] >= 0, report
+    assert {"paused", "captured", "dumped", "finished"} <= timeline.keys(), report
+    if report["left_running"]:
+        assert abs(timeline["resumed"] - timeline["paused"] - report["gpu_stall_seconds"]) < 1e-3, report
     return report
 
 
@@ -204,6 +212,7 @@ def restore(phos, daemon, image, env):
     assert r.returncode == 0, f"phos restore exited with {r.returncode}: {r.stderr}\n{daemon.log()[-4000:]}"
     report = json.loads(r.stderr.strip().splitlines()[-1])
     assert report["gpu_session"] is True, report
+    assert 0 < report["gpu_rebuilt_seconds"] <= report["running_seconds"], report
     return r.stdout.splitlines()
 
 
