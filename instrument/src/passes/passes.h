@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "phos/common/status.h"
+#include "phos/instrument/check_function.h"
 #include "phos/instrument/twin.h"
 #include "phos/ptx/ast.h"
 
@@ -31,16 +32,16 @@ inline constexpr std::string_view kReportReg = "%__phos_report";
 inline constexpr std::string_view kAddressReg = "%__phos_addr";
 inline constexpr std::string_view kSizeReg = "%__phos_size";
 // The generated range-check function (one per module, not visible outside it).
-inline constexpr std::string_view kCheckFunction = "__phos_check";
+inline constexpr std::string_view kCheckFunction = kCheckFunctionName;
 // Registers holding the address of an original module variable, loaded from the
 // twin module's address table (kGlobalTable in twin.h) by share_globals.
 inline constexpr std::string_view kGlobalAddressReg = "%__phos_global";
 
 // Bits of the `flags` argument of the check function.
-inline constexpr uint32_t kFlagKindMask = 0xF;         // ViolationKind
-inline constexpr uint32_t kFlagNeedShift = 4;          // RangeEntry::access bits needed
-inline constexpr uint32_t kFlagGlobalSpace = 1u << 8;  // .global address: cvta to generic
-inline constexpr uint32_t kFlagGeneric = 1u << 9;      // generic: check only if global
+inline constexpr uint32_t kFlagKindMask = kCheckFlagKindMask;
+inline constexpr uint32_t kFlagNeedShift = kCheckFlagNeedShift;
+inline constexpr uint32_t kFlagGlobalSpace = kCheckFlagGlobalSpace;
+inline constexpr uint32_t kFlagGeneric = kCheckFlagGeneric;
 
 // How one instruction touches global memory, as far as the twin is concerned.
 struct Access {

@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <span>
 #include <vector>
 
 #include "engine_harness.h"
+#include "phos/instrument/check_function.h"
 #include "phos/instrument/twin.h"
 #include "phos/ptx/parser.h"
 #include "phos/ptx/printer.h"
@@ -459,6 +461,152 @@ TEST_P(TwinEquivalence, AnAtomicOnAModuleCounterOutsideTheTableIsReportedAtThePr
     EXPECT_EQ(e.function, fi);
     EXPECT_EQ(e.instruction, index);
   }
+}
+
+// vgpu runs calls to the range check natively (Builtin::kPhosCheck); with
+// PHOS_VGPU_INTERPRET_CHECK=1 it interprets the check's PTX, as a GPU runs it.
+// Both must leave the same report for any access: inside, across adjacent
+// ranges, across gaps, lacking a bit, generic shared or local addresses, past
+// the top of the address space, and more violations than the report holds.
+struct Probe {
+  uint64_t address;
+  uint32_t size, flags, instruction, function;
+};
+static_assert(sizeof(Probe) == 24);
+
+std::string checkProbeModule() {
+  return std::string(".version 8.0\n.target sm_80\n.address_size 64\n") + std::string(instrument::kCheckFunctionText) +
+         R"(
+.visible .entry probe(.param .u64 probe_probes, .param .u32 probe_n, .param .u64 probe_ranges,
+                      .param .u32 probe_count, .param .u64 probe_report)
+{
+	.reg .pred 	%p<2>;
+	.reg .b32 	%r<10>;
+	.reg .b64 	%rd<8>;
+	ld.param.u64 	%rd1, [probe_probes];
+	ld.param.u32 	%r1, [probe_n];
+	ld.param.u64 	%rd2, [probe_ranges];
+	ld.param.u32 	%r2, [probe_count];
+	ld.param.u64 	%rd3, [probe_report];
+	mov.u32 	%r3, %ctaid.x;
+	mov.u32 	%r4, %ntid.x;
+	mov.u32 	%r5, %tid.x;
+	mad.lo.s32 	%r3, %r3, %r4, %r5;
+	setp.ge.u32 	%p1, %r3, %r1;
+	@%p1 bra 	$probe_done;
+	mul.wide.u32 	%rd4, %r3, 24;
+	add.s64 	%rd4, %rd1, %rd4;
+	ld.global.u64 	%rd5, [%rd4];
+	ld.global.u32 	%r6, [%rd4+8];
+	ld.global.u32 	%r7, [%rd4+12];
+	ld.global.u32 	%r8, [%rd4+16];
+	ld.global.u32 	%r9, [%rd4+20];
+	call 	__phos_check, (%rd5, %r6, %r7, %r8, %r9, %rd2, %r2, %rd3);
+$probe_done:
+	ret;
+}
+)";
+}
+
+TEST_P(TwinEquivalence, TheNativeRangeCheckReportsWhatItsPtxReports) {
+  // Ranges 0x1000 apart from 0x10000, 0x800 long: every third one adjacent to
+  // the next (with other bits), the others followed by a gap.
+  std::vector<RangeEntry> ranges;
+  std::mt19937 rng(GetParam() * 7919u + 5u);
+  for (uint64_t i = 0; i < 40; ++i) {
+    const uint64_t begin = 0x10000 + i * 0x1000;
+    const uint64_t end = begin + (i % 3 == 0 ? 0x1000 : 0x800);
+    ranges.push_back({begin, end, static_cast<uint32_t>(1 + rng() % 3), 0});
+  }
+  std::vector<Probe> probes;
+  constexpr uint64_t kShared = 0x0001'0000'0000'0000ull, kLocal = 0x0002'0000'0000'0000ull;
+  for (uint32_t i = 0; i < 1500; ++i) {
+    uint64_t address = 0xF000 + rng() % (0x1000 * 42);
+    auto flags = static_cast<uint32_t>(1 + rng() % 3);   // kind
+    flags |= static_cast<uint32_t>(1 + rng() % 3) << 4;  // bits needed
+    if (rng() % 4 == 0) flags |= instrument::kCheckFlagGlobalSpace;
+    if (rng() % 4 == 0) {
+      flags |= instrument::kCheckFlagGeneric;
+      if (rng() % 2 == 0) address += rng() % 2 == 0 ? kShared : kLocal;
+    }
+    probes.push_back({address, static_cast<uint32_t>(1 + rng() % 32), flags, static_cast<uint32_t>(rng() % 1000),
+                      static_cast<uint32_t>(rng() % 50)});
+  }
+  for (const RangeEntry& r : ranges) {  // at each edge of each range
+    for (uint64_t at : {r.begin - 1, r.begin, r.end - 4, r.end - 3}) {
+      probes.push_back({at, 4, 1u | (static_cast<uint32_t>(1 + rng() % 3) << 4), static_cast<uint32_t>(at % 997), 7});
+    }
+  }
+  probes.push_back({0x10000 + 0x1000 - 4, 8, 1u | (1u << 4), 1, 2});   // across two adjacent ranges
+  probes.push_back({0xFFFF'FFFF'FFFF'FFF0ull, 32, 1u | (1u << 4), 3, 4});  // wraps past the top
+
+  auto run = [&](bool interpret, uint32_t capacity, uint64_t* laneInstructions) {
+    if (interpret) setenv("PHOS_VGPU_INTERPRET_CHECK", "1", 1);
+    Module m;
+    Status loaded = m.load(checkProbeModule());
+    unsetenv("PHOS_VGPU_INTERPRET_CHECK");
+    EXPECT_THAT(loaded, IsOk());
+    setWorkerThreads(m.program(), GetParam());
+    Probe* dprobes = m.memory().alloc(probes);
+    RangeEntry* dranges = m.memory().alloc(ranges);
+    std::vector<std::byte> bytes(sizeof(ReportHeader) + capacity * sizeof(ReportEntry));
+    auto* report = reinterpret_cast<ReportHeader*>(m.memory().alloc(bytes));
+    report->capacity = capacity;
+    const uint32_t n = static_cast<uint32_t>(probes.size());
+    EXPECT_THAT(m.launch("probe", {(n + 127) / 128}, {128},
+                         Params().add(dprobes).add(n).add(dranges).add(static_cast<uint32_t>(ranges.size())).add(report)),
+                IsOk());
+    if (laneInstructions != nullptr) *laneInstructions = lastLaunchStats(m.program()).laneInstructions;
+    std::vector<ReportEntry> entries(reinterpret_cast<ReportEntry*>(report + 1),
+                                     reinterpret_cast<ReportEntry*>(report + 1) + std::min(report->count, capacity));
+    // The order of the entries is the order of the atomics, which the
+    // divergent paths of a warp do not fix: compared as sets.
+    std::sort(entries.begin(), entries.end(), [](const ReportEntry& a, const ReportEntry& b) {
+      return std::memcmp(&a, &b, sizeof(ReportEntry)) < 0;
+    });
+    return std::pair{report->count, entries};
+  };
+  auto same = [](const ReportEntry& x, const ReportEntry& y) { return std::memcmp(&x, &y, sizeof(ReportEntry)) == 0; };
+  const auto all = static_cast<uint32_t>(probes.size());
+  uint64_t nativeInstructions = 0, interpretedInstructions = 0;
+  auto [nativeCount, native] = run(false, all, &nativeInstructions);
+  auto [interpretedCount, interpreted] = run(true, all, &interpretedInstructions);
+  // Some accesses pass, some fail.
+  EXPECT_GT(interpretedCount, 300u);
+  EXPECT_LT(interpretedCount, all);
+  EXPECT_EQ(nativeCount, interpretedCount);
+  ASSERT_EQ(native.size(), interpreted.size());
+  EXPECT_TRUE(std::equal(native.begin(), native.end(), interpreted.begin(), same));
+  // A report too small: the count goes on, and each entry written is a violation.
+  auto [overflowCount, overflow] = run(false, 8, nullptr);
+  EXPECT_EQ(overflowCount, interpretedCount);
+  ASSERT_EQ(overflow.size(), 8u);
+  for (const ReportEntry& e : overflow) {
+    EXPECT_TRUE(std::any_of(interpreted.begin(), interpreted.end(), [&](const ReportEntry& x) { return same(x, e); }));
+  }
+  EXPECT_LT(nativeInstructions * 3, interpretedInstructions) << "the native check was not used";
+}
+
+// A function named like the range check with another body is not PhOS's: it
+// runs as written (here, one that counts each violation twice).
+TEST(NativeRangeCheck, AFunctionOfTheSameNameWithAnotherBodyRunsAsWritten) {
+  std::string text = checkProbeModule();
+  const std::string once = "atom.global.add.u32 \t%r15, [%rd12], 1;";
+  const size_t at = text.find(once);
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, once.size(), "atom.global.add.u32 \t%r15, [%rd12], 2;");
+  Module m;
+  ASSERT_THAT(m.load(text), IsOk());
+  std::vector<RangeEntry> ranges = {{0x10000, 0x10100, 3, 0}};
+  std::vector<Probe> probes = {{0x10000, 4, 2u | (2u << 4), 0, 0}, {0x20000, 4, 2u | (2u << 4), 1, 0},
+                               {0x30000, 4, 1u | (1u << 4), 2, 0}};
+  Probe* dprobes = m.memory().alloc(probes);
+  RangeEntry* dranges = m.memory().alloc(ranges);
+  std::vector<std::byte> bytes(sizeof(ReportHeader) + 64 * sizeof(ReportEntry));
+  auto* report = reinterpret_cast<ReportHeader*>(m.memory().alloc(bytes));
+  report->capacity = 64;
+  ASSERT_THAT(m.launch("probe", {1}, {32}, Params().add(dprobes).add(3u).add(dranges).add(1u).add(report)), IsOk());
+  EXPECT_EQ(report->count, 4u);  // two violations, each counted twice
 }
 
 // Beside every module of the engine's corpus that loads, its twin module loads

@@ -83,7 +83,9 @@ struct Inst {
   uint32_t target = 0;    // bra: target pc
   uint32_t rpc = 0;       // bra: reconvergence pc (immediate post-dominator)
   int32_t callee = -1;    // call: function index
-  enum class Builtin : uint8_t { kNone, kVprintf, kAssertFail, kMalloc, kFree } builtin =
+  // kPhosCheck: a call to PhOS's range check (phos/instrument/check_function.h),
+  // run natively with the effects of its body.
+  enum class Builtin : uint8_t { kNone, kVprintf, kAssertFail, kMalloc, kFree, kPhosCheck } builtin =
       Builtin::kNone;
   const ptx::Instruction* source = nullptr;  // for fault messages
   bool ignoreSrc = false;  // cp.async: the fourth operand is ignore-src (a predicate), not src-size

@@ -17,6 +17,8 @@
 
 #include "device_printf.h"
 #include "float_ops.h"
+#include "phos/instrument/check_function.h"
+#include "phos/instrument/twin.h"
 #include "phos/ptx/printer.h"
 
 namespace phos::vgpu::engine::detail {
@@ -841,11 +843,93 @@ class BlockRunner {
         // The device heap is not modelled: malloc returns NULL, as when it is exhausted.
         for (uint32_t m = exec; m; m &= m - 1) setCallResult(f, in, std::countr_zero(m), 0, 8);
         return Step::kContinue;
+      case Inst::Builtin::kPhosCheck:
+        for (uint32_t m = exec; m; m &= m - 1) {
+          if (!phosCheck(w, f, in, std::countr_zero(m))) return Step::kStop;
+        }
+        return Step::kContinue;
       case Inst::Builtin::kFree:
       case Inst::Builtin::kNone:
         return Step::kContinue;
     }
     return Step::kContinue;
+  }
+
+  // One lane's call to PhOS's range check, with the effects of its body
+  // (phos/instrument/check_function.h) in the same order: the same loads of
+  // the range table, the same atomic on the report's count and the same
+  // stores of its entry, each resolved as that body's ld/atom/st would be (a
+  // fault names the call). vgpu's cvta.global and cvta.to.global are the
+  // identity, and isspacep.global is "neither shared nor local".
+  bool phosCheck(Warp& w, Frame& f, const Inst& in, int lane) {
+    auto u32 = [&](size_t i) { return static_cast<uint32_t>(callArg(w, f, in, i, lane)); };
+    uint64_t address = callArg(w, f, in, 0, lane);
+    const uint32_t size = u32(1), flags = u32(2), instruction = u32(3), function = u32(4);
+    const uint64_t ranges = callArg(w, f, in, 5, lane);
+    const uint32_t count = u32(6);
+    const uint64_t report = callArg(w, f, in, 7, lane);
+    if ((flags & instrument::kCheckFlagGeneric) != 0 &&
+        (address - kSharedWindow < kWindowSize || address - kLocalWindow < kWindowSize)) {
+      return true;  // not a global address: unchecked
+    }
+    auto load = [&](uint64_t at, uint32_t bytes, uint64_t& value) {
+      const uint8_t* p = resolve(w, f, in, StateSpace::kGlobal, AddrBase::kRegister, at, bytes, bytes, lane, false);
+      if (p == nullptr) return false;
+      value = 0;
+      std::memcpy(&value, p, bytes);
+      return true;
+    };
+    auto store = [&](uint64_t at, uint32_t bytes, uint64_t value) {
+      uint8_t* p = resolve(w, f, in, StateSpace::kGlobal, AddrBase::kRegister, at, bytes, bytes, lane, true);
+      if (p == nullptr) return false;
+      std::memcpy(p, &value, bytes);
+      return true;
+    };
+    const uint32_t kind = flags & instrument::kCheckFlagKindMask;
+    const uint32_t need = (flags >> instrument::kCheckFlagNeedShift) & 3;
+    const uint64_t end = address + size;
+    auto entry = [&](uint32_t i) { return ranges + uint64_t{i} * sizeof(instrument::RangeEntry); };
+    // The last entry beginning at or before the address.
+    uint32_t lo = 0, hi = count;
+    while (lo < hi) {
+      const uint32_t mid = (lo + hi) >> 1;
+      uint64_t begin = 0;
+      if (!load(entry(mid), 8, begin)) return false;
+      if (begin > address) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    bool allowed = false;
+    if (lo != 0) {
+      uint64_t covered = address;
+      for (uint32_t i = lo - 1;;) {
+        uint64_t begin = 0, rangeEnd = 0, access = 0;
+        if (!load(entry(i), 8, begin) || !load(entry(i) + 8, 8, rangeEnd) || !load(entry(i) + 16, 4, access)) {
+          return false;
+        }
+        if (begin > covered || rangeEnd <= covered || (access & need) != need) break;
+        if (rangeEnd >= end) {
+          allowed = true;
+          break;
+        }
+        covered = rangeEnd;
+        if (++i >= count) break;
+      }
+    }
+    if (allowed) return true;
+    // atom.global.add.u32 on the count; the entry only below the capacity.
+    uint8_t* counter = resolve(w, f, in, StateSpace::kGlobal, AddrBase::kRegister, report, 4, 4, lane, true);
+    if (counter == nullptr) return false;
+    if (recording_) recordAccess(report, 4, true, false);
+    const uint32_t old = atomicRmw<uint32_t>(counter, ptx::AtomOp::kAdd, Type::kU32, 1, 0);
+    uint64_t capacity = 0;
+    if (!load(report + 4, 4, capacity)) return false;
+    if (old >= capacity) return true;
+    const uint64_t at = report + uint64_t{old} * sizeof(instrument::ReportEntry);
+    return store(at + 8, 8, address) && store(at + 16, 4, instruction) && store(at + 20, 4, kind) &&
+           store(at + 24, 4, function) && store(at + 28, 4, size);
   }
 
   // Generic-address resolution without raising a fault (printf arguments).

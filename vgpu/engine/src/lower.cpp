@@ -4,9 +4,14 @@
 #include "lower.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <string_view>
 
+#include "phos/instrument/check_function.h"
+#include "phos/ptx/parser.h"
+#include "phos/ptx/printer.h"
 #include "postdom.h"
 
 namespace phos::vgpu::engine::detail {
@@ -16,6 +21,30 @@ using ptx::OperandKind;
 using ptx::StateSpace;
 
 uint32_t alignUp(uint32_t v, uint32_t a) { return a ? (v + a - 1) / a * a : v; }
+
+// Whether `f` is PhOS's range check, as place_twins writes it, to the letter:
+// its calls then run natively (Inst::Builtin::kPhosCheck), with the same
+// effects as its body. PHOS_VGPU_INTERPRET_CHECK=1 (read when a module is
+// loaded) interprets it instead, as a GPU runs it: the instruction counts a
+// GPU would see, and the reference of the native path's tests.
+bool isPhosCheck(const ptx::Function& f) {
+  if (f.name != instrument::kCheckFunctionName || !f.hasBody) return false;
+  if (const char* interpret = std::getenv("PHOS_VGPU_INTERPRET_CHECK");
+      interpret != nullptr && *interpret != '\0' && std::string_view(interpret) != "0") {
+    return false;
+  }
+  static const std::string canonical = [] {
+    std::string text = ".version 7.0\n.target sm_80\n.address_size 64\n";
+    text += instrument::kCheckFunctionText;
+    auto m = ptx::parseModule(text, "<phos check function>");
+    if (!m.isOk()) return std::string();
+    for (const ptx::ModuleItem& item : m->items) {
+      if (const auto* g = std::get_if<ptx::Function>(&item)) return ptx::print(*g);
+    }
+    return std::string();
+  }();
+  return !canonical.empty() && ptx::print(f) == canonical;
+}
 
 uint32_t declAlign(const ptx::VarDecl& d) {
   if (d.align) return d.align;
@@ -512,6 +541,9 @@ class FunctionLowering {
           return makeError(Code::kNotSupported, "line {}: call to external function {}",
                            in.line, f->name);
         }
+      } else if (f->name == instrument::kCheckFunctionName && args.elems.size() == 8 && rets.elems.empty() &&
+                 isPhosCheck(*f)) {
+        inst.builtin = Inst::Builtin::kPhosCheck;
       }
       callee.kind = OpndKind::kImm;
       callee.imm = static_cast<uint64_t>(index);
