@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -541,9 +542,10 @@ class FunctionLowering {
           return makeError(Code::kNotSupported, "line {}: call to external function {}",
                            in.line, f->name);
         }
-      } else if (f->name == instrument::kCheckFunctionName && args.elems.size() == 8 && rets.elems.empty() &&
-                 isPhosCheck(*f)) {
-        inst.builtin = Inst::Builtin::kPhosCheck;
+      } else if (f->name == instrument::kCheckFunctionName && args.elems.size() == 8 && rets.elems.empty()) {
+        auto known = isPhosCheck_.try_emplace(index, false);
+        if (known.second) known.first->second = isPhosCheck(*f);
+        if (known.first->second) inst.builtin = Inst::Builtin::kPhosCheck;
       }
       callee.kind = OpndKind::kImm;
       callee.imm = static_cast<uint64_t>(index);
@@ -612,6 +614,7 @@ class FunctionLowering {
   const std::unordered_map<std::string, Sym>& moduleSyms_;
   const std::unordered_map<std::string, int32_t>& functionIndex_;
   const std::vector<const ptx::Function*>& functions_;
+  std::map<int32_t, bool> isPhosCheck_;  // by function index: printed once per function lowered
   std::vector<std::unordered_map<std::string, Sym>> scopes_;
   std::unordered_map<std::string, uint32_t> labels_;
   std::vector<std::pair<uint32_t, std::string>> branchLabels_;
