@@ -2,6 +2,7 @@
 """Fixtures for the Python end-to-end tests: paths of the built programs, and private daemons."""
 import os
 import pathlib
+import stat
 
 import pytest
 
@@ -10,9 +11,33 @@ from private_daemon import PrivateDaemon
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+# Directories above the build that other users could not enter, and their modes.
+_opened = []
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "hostile: what a hostile local user tries (docs/security.md); "
                                        "scripts/test --suite hostile runs only these")
+    # The multi-user tests run the build's programs as another user: the build
+    # may lie under a directory others cannot enter (a fresh clone in a mktemp
+    # directory), so they may pass through it (o+x), as an install would. Once,
+    # for the whole run, in pytest's main process (not in pytest-xdist's
+    # workers): a job checkpointed with one mode of its working directory is
+    # refused by CRIU's restore under another.
+    if hasattr(config, "workerinput") or os.geteuid() != 0:
+        return
+    build = pathlib.Path(os.environ.get("PHOS_BUILD_DIR", ROOT / "build")).resolve()
+    for d in [build, *build.parents]:
+        if d.exists() and not d.stat().st_mode & stat.S_IXOTH:
+            mode = d.stat().st_mode
+            os.chmod(d, mode | stat.S_IXOTH)
+            _opened.append((d, mode))
+
+
+def pytest_unconfigure(config):
+    for d, mode in reversed(_opened):
+        os.chmod(d, stat.S_IMODE(mode))
+    _opened.clear()
 
 
 @pytest.fixture(scope="session")
