@@ -872,7 +872,18 @@ class BlockRunner {
         (address - kSharedWindow < kWindowSize || address - kLocalWindow < kWindowSize)) {
       return true;  // not a global address: unchecked
     }
+    // When the whole table is readable (and aligned, and no access is being
+    // recorded), every load the body makes of it would resolve: they are
+    // read directly, without a mapping lookup each.
+    const uint64_t tableBytes = uint64_t{count} * sizeof(instrument::RangeEntry);
+    const bool tableReadable = !recording_ && ranges % 8 == 0 && ranges + tableBytes >= ranges &&
+                               (count == 0 || l_.context.memory->isAccessible(ranges, tableBytes));
     auto load = [&](uint64_t at, uint32_t bytes, uint64_t& value) {
+      if (tableReadable && at >= ranges && at + bytes <= ranges + tableBytes) {
+        value = 0;
+        std::memcpy(&value, reinterpret_cast<const void*>(at), bytes);
+        return true;
+      }
       const uint8_t* p = resolve(w, f, in, StateSpace::kGlobal, AddrBase::kRegister, at, bytes, bytes, lane, false);
       if (p == nullptr) return false;
       value = 0;
