@@ -28,7 +28,10 @@ from test_checkpoint_phos import (TIMEOUT, Job, after_checkpoint, app_env, comma
                                   reference)
 from test_image_trust import probe  # noqa: F401
 
-pytestmark = pytest.mark.hostile
+# One worker runs the whole module: a test moves the probe user's own
+# /tmp/phos-driver-UID aside, which would break that user's jobs in the
+# other tests if they ran beside it.
+pytestmark = [pytest.mark.hostile, pytest.mark.xdist_group("probe-user")]
 
 USER_CRIU = pathlib.Path("/opt/phos/criu/bin/criu-user")
 
