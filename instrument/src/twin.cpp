@@ -3,6 +3,7 @@
 #include "phos/instrument/twin.h"
 
 #include <algorithm>
+#include <map>
 
 #include "passes/passes.h"
 
@@ -64,6 +65,38 @@ Result<ptx::Module> buildTwinModule(const ptx::Module& module, const TwinOptions
   RETURN_IF_ERROR_CTX(passes::share_globals::run(context), "share_globals");
   if (stats) *stats = std::move(context.stats);
   return std::move(context.output);
+}
+
+std::vector<RangeEntry> rangeTable(const LaunchAccessSet& sets) {
+  // Each boundary: how the count of covering reads and writes changes there.
+  std::map<uint64_t, std::pair<int64_t, int64_t>> edges;
+  for (const Buffer& b : sets.reads) {
+    if (b.size == 0) continue;
+    ++edges[b.base].first;
+    --edges[b.base + b.size].first;
+  }
+  for (const Buffer& b : sets.writes) {
+    if (b.size == 0) continue;
+    ++edges[b.base].second;
+    --edges[b.base + b.size].second;
+  }
+  std::vector<RangeEntry> table;
+  int64_t readers = 0, writers = 0;
+  uint64_t from = 0;
+  for (const auto& [at, change] : edges) {
+    const uint32_t bits = writers > 0 ? 3u : readers > 0 ? 1u : 0u;
+    if (bits != 0 && from < at) {
+      if (!table.empty() && table.back().end == from && table.back().access == bits) {
+        table.back().end = at;
+      } else {
+        table.push_back({from, at, bits, 0});
+      }
+    }
+    readers += change.first;
+    writers += change.second;
+    from = at;
+  }
+  return table;
 }
 
 }  // namespace phos::instrument

@@ -21,8 +21,10 @@ struct Buffer {
   friend bool operator==(const Buffer&, const Buffer&) = default;
 };
 
-// What a launch may read and write, at buffer granularity: whole allocations,
-// sorted by base, no duplicates. A buffer in `writes` may also be read.
+// What a launch may read and write: whole allocations as speculateLaunch
+// names them, or the parts of them AccessBounds::narrow leaves
+// (access_bounds.h); sorted by base, no duplicates. A range in `writes` may
+// also be read.
 struct LaunchAccessSet {
   std::vector<Buffer> reads;
   std::vector<Buffer> writes;

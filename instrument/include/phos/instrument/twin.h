@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "phos/common/status.h"
+#include "phos/instrument/speculation.h"
 #include "phos/ptx/ast.h"
 
 namespace phos::instrument {
@@ -54,6 +55,13 @@ struct RangeEntry {
   uint32_t reserved = 0;
 };
 static_assert(sizeof(RangeEntry) == 24);
+
+// The range table of a launch's speculated sets: reads may be loaded, writes
+// loaded and stored. The sets' ranges may overlap (a buffer read whole and
+// written in part, access_bounds.h): each stretch gets the union of the
+// access bits of the ranges covering it, adjacent stretches with the same
+// bits are one entry.
+std::vector<RangeEntry> rangeTable(const LaunchAccessSet& sets);
 
 // The report buffer: a header, then `capacity` entries. A violating access does
 // atom.global.add.u32 on `count` and writes its entry if the old count is below
