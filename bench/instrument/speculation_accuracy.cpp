@@ -23,6 +23,7 @@
 #include <string_view>
 
 #include "launch_table.h"
+#include "phos/instrument/access_bounds.h"
 #include "phos/instrument/signature.h"
 #include "phos/instrument/speculation.h"
 #include "phos/instrument/twin.h"
@@ -437,15 +438,30 @@ Result<PreparedLaunch> prepare(LoadedModule& m, const LaunchSpec& spec, const vg
   return p;
 }
 
+// As phosd speculates: buffers from the signature, narrowed by `bounds` (when
+// given) to the bytes the launch's accesses can reach.
 instr::LaunchAccessSet speculate(const LoadedModule& m, const instr::KernelSignature& sig,
-                                 const PreparedLaunch& p) {
-  instr::BufferLookup buffers = [&](uint64_t address) { return m.memory.find(address); };
+                                 const instr::AccessBounds* bounds, const LaunchSpec& spec,
+                                 const PreparedLaunch& p, const HarnessOptions& options, uint64_t* wholeWriteBytes) {
+  instr::BufferLookup buffers = [&](uint64_t address) -> std::optional<instr::Buffer> {
+    std::optional<instr::Buffer> b = m.memory.find(address);
+    if (b && options.widenBuffers != 0) {
+      return instr::Buffer{b->base - options.widenBuffers, b->size + 2 * options.widenBuffers};
+    }
+    return b;
+  };
   instr::GlobalLookup globals = [&](std::string_view name) -> std::optional<instr::Buffer> {
     const vg::GlobalInfo* g = m.global(name);
     if (g == nullptr) return std::nullopt;
     return instr::Buffer{g->address, g->size};
   };
-  return instr::speculateLaunch(sig, p.params, buffers, globals);
+  instr::LaunchAccessSet set = instr::speculateLaunch(sig, p.params, buffers, globals);
+  for (const auto& b : set.writes) *wholeWriteBytes += b.size;
+  if (bounds != nullptr) {
+    const instr::LaunchShape shape{{spec.grid.x, spec.grid.y, spec.grid.z}, {spec.block.x, spec.block.y, spec.block.z}};
+    bounds->narrow(set, p.params, shape, buffers, globals);
+  }
+  return set;
 }
 
 // Bytes of `ranges` not covered by any of `allowed` (both sorted); the first one
@@ -476,24 +492,6 @@ uint64_t uncovered(const std::vector<vg::ByteRange>& ranges,
   return missing;
 }
 
-std::vector<instr::RangeEntry> rangeTable(const instr::LaunchAccessSet& set) {
-  std::map<uint64_t, instr::RangeEntry> byBegin;
-  for (const instr::Buffer& b : set.reads) {
-    auto& e = byBegin[b.base];
-    e.begin = b.base;
-    e.end = std::max(e.end, b.base + b.size);
-    e.access |= 1;
-  }
-  for (const instr::Buffer& b : set.writes) {
-    auto& e = byBegin[b.base];
-    e.begin = b.base;
-    e.end = std::max(e.end, b.base + b.size);
-    e.access |= 3;
-  }
-  std::vector<instr::RangeEntry> out;
-  for (auto& [begin, e] : byBegin) out.push_back(e);
-  return out;
-}
 
 Status launchRaw(LoadedModule& m, vg::Program& program, size_t function, const LaunchSpec& spec,
                  std::span<const std::byte> params) {
@@ -570,7 +568,7 @@ double median(std::vector<double> v) {
 // Runs one launch in one loaded module: the original (recorded when `primary`),
 // then its twin on the same inputs.
 void runLaunch(LoadedModule& m, instr::TwinMode mode, const LaunchSpec& spec,
-               const instr::KernelSignature& sig, size_t function, bool primary,
+               const instr::KernelSignature& sig, const instr::AccessBounds* bounds, size_t function, bool primary,
                const HarnessOptions& options, LaunchOutcome& out) {
   TwinRun& twin = mode == instr::TwinMode::kCheckpoint ? out.checkpoint : out.restore;
   const vg::FunctionInfo& f = m.program->functions()[function];
@@ -580,7 +578,8 @@ void runLaunch(LoadedModule& m, instr::TwinMode mode, const LaunchSpec& spec,
     return;
   }
   PreparedLaunch& p = *prepared;
-  instr::LaunchAccessSet set = speculate(m, sig, p);
+  uint64_t wholeWriteBytes = 0;
+  instr::LaunchAccessSet set = speculate(m, sig, bounds, spec, p, options, &wholeWriteBytes);
 
   vg::engine::setRecordAccesses(*m.program, primary);
   Status st = launchRaw(m, *m.program, function, spec, p.params);
@@ -597,6 +596,7 @@ void runLaunch(LoadedModule& m, instr::TwinMode mode, const LaunchSpec& spec,
     vg::AccessRecord record = vg::engine::lastLaunchAccesses(*m.program);
     out.incomplete = set.incomplete;
     for (const auto& b : set.writes) out.speculatedWriteBytes += b.size;
+    out.wholeWriteBytes = wholeWriteBytes;
     for (const auto& r : record.writes) out.actualWriteBytes += r.end - r.begin;
     std::optional<vg::ByteRange> firstWrite, firstRead;
     out.writeMissed = uncovered(record.writes, set.writes, &firstWrite) > 0;
@@ -774,6 +774,10 @@ Result<std::vector<LaunchOutcome>> runModule(const ModuleInput& input,
 
   std::vector<LaunchOutcome> outcomes;
   for (const auto& s : signatures) {
+    std::shared_ptr<const instr::AccessBounds> bounds;
+    if (const ptx::Function* f = module.findFunction(s.name); options.narrow && f != nullptr) {
+      bounds = instr::AccessBounds::analyze(module, *f, s);
+    }
     std::string key = tableKey(s.name);
     auto launches = launchesFor(key);
     if (launches.empty()) {
@@ -795,7 +799,7 @@ Result<std::vector<LaunchOutcome>> runModule(const ModuleInput& input,
           o.error = "entry not in the loaded module";
           break;
         }
-        runLaunch(m, modes[i], *spec, s, *function, i == 0, options, o);
+        runLaunch(m, modes[i], *spec, s, bounds.get(), *function, i == 0, options, o);
         if (!o.ran) break;
       }
       outcomes.push_back(std::move(o));
@@ -857,11 +861,11 @@ std::string formatAccuracyTable(const std::vector<LaunchOutcome>& outcomes) {
                    "source", "kernels", "failed", "launches", "failed", "reported", "undetected",
                    "false+", "mismatch", "errors", "overtracing");
   Totals all;
-  uint64_t allSpec = 0, allActual = 0;
+  uint64_t allSpec = 0, allActual = 0, allWhole = 0;
   for (const auto& source : sources) {
     std::vector<LaunchOutcome> rows;
     std::set<std::string> kernels, failedKernels;
-    uint64_t spec = 0, actual = 0;
+    uint64_t spec = 0, actual = 0, whole = 0;
     uint32_t reported = 0;
     for (const auto& o : outcomes) {
       if (o.source != source || o.unsupported) continue;
@@ -871,6 +875,7 @@ std::string formatAccuracyTable(const std::vector<LaunchOutcome>& outcomes) {
       if (o.ran) {
         spec += o.speculatedWriteBytes;
         actual += o.actualWriteBytes;
+        whole += o.wholeWriteBytes;
         if (o.checkpoint.reported > 0 || o.restore.reported > 0) ++reported;
       }
     }
@@ -883,14 +888,16 @@ std::string formatAccuracyTable(const std::vector<LaunchOutcome>& outcomes) {
     if (source.rfind("deliberate", 0) != 0) {
       allSpec += spec;
       allActual += actual;
+      allWhole += whole;
     }
   }
   Totals t = totals(outcomes);
   s += fmt::format(
       "undetected mis-speculations: {}  (launches {}, failed speculation {}, false alarms {}, "
-      "twin output mismatches {}, errors {}); over-tracing {} (all but the deliberate cases)\n",
+      "twin output mismatches {}, errors {}); over-tracing {}, {} with whole buffers (all but the deliberate "
+      "cases)\n",
       t.undetected, t.launches, t.failed, t.falseAlarms, t.mismatches, t.errors + t.twinErrors,
-      ratio(allSpec, allActual));
+      ratio(allSpec, allActual), ratio(allWhole, allActual));
   if (t.unsupported > 0) {
     std::set<std::string> names;
     for (const auto& o : outcomes) {
@@ -1002,6 +1009,7 @@ nlohmann::json toJson(const std::vector<LaunchOutcome>& outcomes) {
                         {"incomplete", o.incomplete},
                         {"miss", o.missDetail},
                         {"speculated_write_bytes", o.speculatedWriteBytes},
+                        {"whole_buffer_write_bytes", o.wholeWriteBytes},
                         {"actual_write_bytes", o.actualWriteBytes},
                         {"lane_instructions", o.laneInstructions},
                         {"undetected", o.undetectedCheckpoint() || o.undetectedRestore()},

@@ -41,6 +41,13 @@ struct HarnessOptions {
   // Negative control of the harness itself: give the twins one range allowing
   // everything, so no twin can report and every miss must come out undetected.
   bool permissiveRanges = false;
+  // Narrow the speculated buffers to the bytes the accesses can reach
+  // (AccessBounds), as phosd does; false: whole buffers.
+  bool narrow = true;
+  // Speculation sees each buffer this many bytes larger on either side, as if
+  // the launch worked on a window of a larger allocation: what narrowing must
+  // cut back (0: the buffers as they are).
+  uint64_t widenBuffers = 0;
 };
 
 // What one twin (one mode) did in one launch.
@@ -74,7 +81,8 @@ struct LaunchOutcome {
   bool readMissed = false;   // a byte read outside reads ∪ writes
   bool incomplete = false;   // LaunchAccessSet::incomplete
   std::string missDetail;    // first missed range, for the table
-  uint64_t speculatedWriteBytes = 0;
+  uint64_t speculatedWriteBytes = 0;  // after narrowing (HarnessOptions::narrow)
+  uint64_t wholeWriteBytes = 0;       // the same sets at buffer granularity
   uint64_t actualWriteBytes = 0;
   uint64_t laneInstructions = 0;  // the original's
   double seconds = 0;             // the original's median (when measured)

@@ -6,7 +6,9 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -33,6 +35,16 @@ std::shared_ptr<const instrument::SignatureDatabase>& signatureDatabase() {
   return database;
 }
 
+// PHOS_SPECULATION_BOUNDS=0: speculation per whole buffer, as before access
+// bounds (a baseline for benchmarks; docs/speculation.md).
+bool boundsEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("PHOS_SPECULATION_BOUNDS");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return enabled;
+}
+
 bool looksLikePtx(std::string_view text) {
   return text.find(".version") != std::string_view::npos && text.find(".target") != std::string_view::npos;
 }
@@ -57,6 +69,11 @@ std::shared_ptr<const PreparedModule> prepareUncached(std::string_view text) {
         if (Status s = instrument::applyDeclaration(sig, *declared); !s.isOk()) {
           log->warn("signature database entry of {} ignored: {}", sig.name, s.message());
         }
+      }
+      if (const ptx::Function* f = boundsEnabled() ? module->findFunction(sig.name) : nullptr; f && f->isEntry) {
+        auto bounds = instrument::AccessBounds::analyze(*module, *f, sig);
+        if (!bounds->useful()) log->debug("{}: speculation stays per buffer: {}", sig.name, bounds->why());
+        prepared->bounds.emplace(sig.name, std::move(bounds));
       }
       prepared->signatures.emplace(sig.name, std::move(sig));
     }
@@ -217,6 +234,7 @@ LaunchValidator::KernelState& LaunchValidator::stateOf(CUfunction function) {
   }
   if (k.prepared == nullptr) return k;
   if (auto it = k.prepared->signatures.find(k.name); it != k.prepared->signatures.end()) k.signature = &it->second;
+  if (auto it = k.prepared->bounds.find(k.name); it != k.prepared->bounds.end()) k.bounds = it->second.get();
   return k;
 }
 
@@ -414,7 +432,8 @@ const instrument::KernelSignature* LaunchValidator::signatureOf(CUfunction funct
 
 LaunchAccessSet LaunchValidator::speculate(CUfunction function, void** kernelParams,
                                            std::span<const std::byte> packed,
-                                           const instrument::BufferLookup& buffers) {
+                                           const instrument::BufferLookup& buffers,
+                                           const instrument::LaunchShape* shape) {
   const KernelState& k = stateOf(function);
   std::vector<std::byte> bytes;
   if (!packed.empty()) {
@@ -441,7 +460,9 @@ LaunchAccessSet LaunchValidator::speculate(CUfunction function, void** kernelPar
     }
     return Buffer{address, size};
   };
-  return instrument::speculateLaunch(*k.signature, bytes, buffers, globals);
+  LaunchAccessSet sets = instrument::speculateLaunch(*k.signature, bytes, buffers, globals);
+  if (k.bounds != nullptr && shape != nullptr) k.bounds->narrow(sets, bytes, *shape, buffers, globals);
+  return sets;
 }
 
 CUresult LaunchValidator::launchTwin(CUfunction function, void** kernelParams, std::span<const std::byte> packed,
@@ -472,13 +493,7 @@ CUresult LaunchValidator::launchTwin(CUfunction function, void** kernelParams, s
       return r;
     }
   }
-  // The table: reads may be loaded, writes loaded and stored; sorted, merged
-  // where a buffer is in both sets.
-  std::map<uint64_t, RangeEntry> ranges;
-  for (const Buffer& b : sets.reads) ranges[b.base] = {b.base, b.base + b.size, 1, 0};
-  for (const Buffer& b : sets.writes) ranges[b.base] = {b.base, b.base + b.size, 3, 0};
-  std::vector<RangeEntry> table;
-  for (auto& [base, e] : ranges) table.push_back(e);
+  const std::vector<RangeEntry> table = instrument::rangeTable(sets);
   // The table lives as long as the launch may run: it is freed with the
   // stream-ordered allocator after it, or kept until the kernel's report is
   // collected when that allocator is missing.

@@ -20,6 +20,7 @@
 
 #include "driver_table.h"
 #include "phos/common/status.h"
+#include "phos/instrument/access_bounds.h"
 #include "phos/instrument/signature.h"
 #include "phos/instrument/speculation.h"
 #include "phos/instrument/twin.h"
@@ -59,6 +60,9 @@ using AccessGate = std::function<void(const CallAccess&)>;
 struct PreparedModule {
   std::string twinText;  // NUL-terminated PTX of the twin module; empty: no twins
   std::map<std::string, instrument::KernelSignature, std::less<>> signatures;
+  // Of each kernel with a signature: what narrows its speculated buffers to
+  // the bytes its accesses reach (none when PHOS_SPECULATION_BOUNDS=0).
+  std::map<std::string, std::shared_ptr<const instrument::AccessBounds>, std::less<>> bounds;
   instrument::TwinStats stats;
   std::string note;  // why there are no twins or signatures, for the log
 };
@@ -160,9 +164,12 @@ class LaunchValidator {
   // The speculated sets of launching `function` with `params` (kernelParams
   // pointers, or the packed `extra` buffer when `packed` is not empty), matched
   // against `buffers`. A kernel without signature gets the opaque speculation.
+  // With the launch's `shape`, the buffers are narrowed to the bytes the
+  // kernel's accesses can reach (access_bounds.h); without, they stay whole.
   instrument::LaunchAccessSet speculate(CUfunction function, void** kernelParams,
                                         std::span<const std::byte> packed,
-                                        const instrument::BufferLookup& buffers);
+                                        const instrument::BufferLookup& buffers,
+                                        const instrument::LaunchShape* shape = nullptr);
 
   // Launches the twin of `function` instead of it, checking against `sets`.
   // Returns CUDA_ERROR_NOT_FOUND when the function has no twin (the caller
@@ -205,6 +212,7 @@ class LaunchValidator {
     const void* owner = nullptr;  // the CUmodule or CUlibrary it came from
     CUmodule module = nullptr;    // the program's module holding it (a library's, in its context)
     const instrument::KernelSignature* signature = nullptr;
+    const instrument::AccessBounds* bounds = nullptr;
     CUfunction twin = nullptr;         // null: none
     CUfunction restoreTwin = nullptr;  // the one that checks loads too; same parameters
     CUcontext context = nullptr;

@@ -822,11 +822,13 @@ TEST_F(RingDecoder, CopiesAndSetsPassTheGateWithExactRanges) {
   for (const auto& a : calls) EXPECT_FALSE(a.kernel);
 }
 
-TEST_F(RingDecoder, LaunchPassesTheGateWithTheBufferItsArgumentNames) {
+TEST_F(RingDecoder, LaunchPassesTheGateWithTheBytesItsArgumentAndGridReach) {
   ASSERT_NO_FATAL_FAILURE(c().loadModule());
   GateLog log;
   c().session().setAccessGate(log.gate());
-  // A pointer into the middle of the allocation names the whole allocation.
+  // A pointer into the middle of the allocation: fill's threads store
+  // p[tid.x], so the launch writes the 32 words from there (access bounds,
+  // docs/speculation.md), not the whole allocation.
   const uint64_t p = c().device + 128;
   const uint32_t n = 32;
   EXPECT_EQ(c().call(launchHeader(c()).u32(2).blob(&p, 8).blob(&n, 4)).result, CUDA_SUCCESS);
@@ -836,8 +838,7 @@ TEST_F(RingDecoder, LaunchPassesTheGateWithTheBufferItsArgumentNames) {
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_TRUE(calls[0].kernel);
   EXPECT_FALSE(calls[0].incomplete);
-  // fill only stores through p.
-  EXPECT_THAT(calls[0].writes, ::testing::ElementsAre(instrument::Buffer{c().device, Client::kBytes}));
+  EXPECT_THAT(calls[0].writes, ::testing::ElementsAre(instrument::Buffer{p, n * 4}));
   EXPECT_TRUE(calls[0].reads.empty());
 }
 

@@ -94,13 +94,13 @@ void noteLaunch(ServerCall& c, uint64_t fid, CUfunction f) {
 // instead, checked against the buffers speculation expects it to touch
 // (docs/speculation.md). Without a twin the original runs.
 CUresult validatedLaunch(ServerCall& c, CUfunction f, KernelParams& params, CUstream stream,
-                         const LaunchValidator::LaunchFn& launch) {
+                         const instrument::LaunchShape& shape, const LaunchValidator::LaunchFn& launch) {
   LaunchValidator& validator = c.session().validator();
   Session& session = c.session();
   const bool validating = validator.mode() != ValidationMode::kOff;
   if (!validating && !session.hasAccessGate()) return launch(f, params.kernelParams(), params.extraArgs());
   auto sets = validator.speculate(f, params.kernelParams(), params.extraBuffer(),
-                                  [&](uint64_t address) { return session.bufferAt(address); });
+                                  [&](uint64_t address) { return session.bufferAt(address); }, &shape);
   const CallAccess access{sets.reads, sets.writes, true, sets.incomplete, !validating || !validator.hasTwin(f)};
   session.passGate(access);
   // A call that may touch anything passes a protocol's gate only once every
@@ -131,12 +131,12 @@ CUresult validatedLaunch(ServerCall& c, CUfunction f, KernelParams& params, CUst
 }
 
 template <typename Launch>
-CUresult launchChecked(ServerCall& c, Handle<CUfunction> f, CUstream stream, const ipc::KernelArgs& args,
-                       Launch&& driverLaunch) {
+CUresult launchChecked(ServerCall& c, Handle<CUfunction> f, CUstream stream, const instrument::LaunchShape& shape,
+                       const ipc::KernelArgs& args, Launch&& driverLaunch) {
   if (f.real == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   KernelParams params(args);
   if (CUresult r = checkParams(c, f.real, params); r != CUDA_SUCCESS) return r;
-  CUresult r = validatedLaunch(c, f.real, params, stream, driverLaunch);
+  CUresult r = validatedLaunch(c, f.real, params, stream, shape, driverLaunch);
   if (r == CUDA_SUCCESS) noteLaunch(c, f.id, f.real);
   return r;
 }
@@ -177,7 +177,8 @@ struct DriverLaunchConfig {
 CUresult cuLaunchKernel(ServerCall& c, Handle<CUfunction> f, unsigned int gx, unsigned int gy, unsigned int gz,
                         unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared, Handle<CUstream> stream,
                         const ipc::KernelArgs& kernelParams) {
-  return launchChecked(c, f, stream.real, kernelParams, [&](CUfunction fn, void** params, void** extra) {
+  return launchChecked(c, f, stream.real, {{gx, gy, gz}, {bx, by, bz}}, kernelParams,
+                       [&](CUfunction fn, void** params, void** extra) {
     return PHOS_DRIVER(c.driverTable(), LaunchKernel)(fn, gx, gy, gz, bx, by, bz, shared, stream.real, params, extra);
   });
 }
@@ -185,7 +186,8 @@ CUresult cuLaunchKernel(ServerCall& c, Handle<CUfunction> f, unsigned int gx, un
 CUresult cuLaunchCooperativeKernel(ServerCall& c, Handle<CUfunction> f, unsigned int gx, unsigned int gy,
                                    unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz,
                                    unsigned int shared, Handle<CUstream> stream, const ipc::KernelArgs& kernelParams) {
-  return launchChecked(c, f, stream.real, kernelParams, [&](CUfunction fn, void** params, void**) {
+  return launchChecked(c, f, stream.real, {{gx, gy, gz}, {bx, by, bz}}, kernelParams,
+                       [&](CUfunction fn, void** params, void**) {
     return PHOS_DRIVER(c.driverTable(), LaunchCooperativeKernel)(fn, gx, gy, gz, bx, by, bz, shared, stream.real,
                                                                  params);
   });
@@ -196,7 +198,9 @@ CUresult cuLaunchKernelEx(ServerCall& c, const ipc::LaunchConfig& wire, Handle<C
   DriverLaunchConfig config;
   if (CUresult r = config.decode(c, wire); r != CUDA_SUCCESS) return r;
   if (!c.driverTable().has(EntryPointId::kCuLaunchKernelEx)) return CUDA_ERROR_NOT_SUPPORTED;
-  return launchChecked(c, f, config.config.hStream, kernelParams, [&](CUfunction fn, void** params, void** extra) {
+  const CUlaunchConfig& l = config.config;
+  const instrument::LaunchShape shape{{l.gridDimX, l.gridDimY, l.gridDimZ}, {l.blockDimX, l.blockDimY, l.blockDimZ}};
+  return launchChecked(c, f, l.hStream, shape, kernelParams, [&](CUfunction fn, void** params, void** extra) {
     return PHOS_DRIVER(c.driverTable(), LaunchKernelEx)(&config.config, fn, params, extra);
   });
 }
