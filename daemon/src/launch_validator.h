@@ -29,13 +29,15 @@ namespace phos::daemon {
 
 // What one API call will read and write of the session's GPU state (device
 // allocations, module globals, pinned host ranges), known before the call runs
-// (DESIGN.md section 6): exact byte ranges for the APIs whose specification says
-// them (copies, sets), whole buffers speculated from the arguments for kernels.
+// (docs/checkpoint.md): exact byte ranges for the APIs whose specification says
+// them (copies, sets), for kernels the buffers speculated from the arguments,
+// narrowed to the bytes the launch can reach (access_bounds.h): may-write, not
+// must-write.
 // Application memory that is not pinned is CPU state and not listed.
 struct CallAccess {
   std::vector<instrument::Buffer> reads;   // [base, base + size)
   std::vector<instrument::Buffer> writes;  // may also be read
-  bool kernel = false;      // speculated from a launch's arguments (buffer level)
+  bool kernel = false;      // speculated from a launch's arguments
   bool incomplete = false;  // the kernel reaches memory speculation cannot name
   bool unchecked = false;   // a launch that runs without a twin: nothing checks its writes
   bool everything = false;  // may end any of it (a module unloaded, a context destroyed)

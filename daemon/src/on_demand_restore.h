@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Concurrent restore (DESIGN.md section 6): the GPU half of a restore whose
+// Concurrent restore (docs/checkpoint.md): the GPU half of a restore whose
 // application runs before its device memory is back.
 //
 // The engine re-creates the session with every buffer mapped at its address

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Soft copy-on-write (DESIGN.md section 6): the GPU half of a checkpoint whose
+// Soft copy-on-write (docs/checkpoint.md): the GPU half of a checkpoint whose
 // image is the state at the quiesce point t1, saved while the application runs.
 //
 // The engine quiesces the session, describes its GPU state, lets CRIU dump the

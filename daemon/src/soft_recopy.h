@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Soft recopy (DESIGN.md section 6): the GPU half of a checkpoint whose image is
+// Soft recopy (docs/checkpoint.md): the GPU half of a checkpoint whose image is
 // the state at the end t2, copied mostly while the application runs (the
 // protocol migration uses).
 //

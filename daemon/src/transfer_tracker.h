@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // TransferTracker: whether the application has transfers of its own pending,
-// so that the concurrent protocols' copies give way to them (DESIGN.md section
-// 6: the application's transfers first).
+// so that the concurrent protocols' copies give way to them (the application's
+// transfers first, docs/checkpoint.md).
 //
 // The session's serving thread brackets each of the application's copies
 // between its memory and the device with begin()/end(). A synchronous copy is

@@ -2,7 +2,7 @@
 // The checkpoint image format: manifest schema, blobs of chunked data, codecs.
 #pragma once
 
-// An image is a directory (DESIGN.md section 4):
+// An image is a directory (docs/image-format.md):
 //
 //   manifest.json   format name and version, the engine's state description,
 //                   the table of blobs and their chunks, the cpu/ file list
