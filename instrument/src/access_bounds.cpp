@@ -8,10 +8,12 @@
 // parameter buffer, module variables, addresses of the local or shared
 // windows, or something opaque (a 64-bit value read from memory). An operand
 // is the hull of the definitions of its register that reach it (reaching
-// definitions over the kernel's branches): a definition that reaches itself
-// (a loop's induction variable), or a path from the entry with none, leaves
-// it unbounded. Where a value comes from is kept per register over all its
-// definitions, without regard to order.
+// definitions over the kernel's branches), each cut by the condition of the
+// branch edge nearest the use that compares the register. A definition that
+// reaches itself is unbounded, except a loop's induction variable that only
+// grows and is capped where the loop branches back; so is a path from the
+// entry with no definition. Where a value comes from is kept per register
+// over all its definitions, without regard to order.
 #include "phos/instrument/access_bounds.h"
 
 #include <algorithm>
@@ -167,6 +169,27 @@ void coalesce(std::vector<Buffer>& v) {
   v = std::move(out);
 }
 
+// What a conditional branch says on one of its edges: `a cmp b` as `setp`
+// compared them right before the branch (`holds`), or its negation.
+struct EdgeFact {
+  uint32_t setp = 0;
+  ptx::CmpOp cmp = ptx::CmpOp::kNone;
+  Type type = Type::kNone;
+  Operand a, b;
+  bool holds = true;
+};
+
+// A definition that reaches a use (-1: the entry, none), and the branch
+// edge nearest the use that bounds the register on that way (-1: none).
+struct ReachingDef {
+  int32_t def = -1;
+  int32_t fact = -1;
+  friend bool operator<(const ReachingDef& x, const ReachingDef& y) {
+    return x.def != y.def ? x.def < y.def : x.fact < y.fact;
+  }
+  friend bool operator==(const ReachingDef&, const ReachingDef&) = default;
+};
+
 }  // namespace
 
 struct AccessBounds::Program {
@@ -178,7 +201,8 @@ struct AccessBounds::Program {
   // The definitions of register `r` that may reach instruction `i` (-1: a path
   // from the entry with none), for the registers the accesses' addresses use,
   // transitively.
-  std::map<std::pair<uint32_t, std::string>, std::vector<int32_t>> reaching;
+  std::map<std::pair<uint32_t, std::string>, std::vector<ReachingDef>> reaching;
+  std::vector<EdgeFact> facts;
   // Where each register's value may come from, over all its definitions.
   std::unordered_map<std::string, Source> sources;
   std::map<std::string, uint32_t, std::less<>> paramOffsets;  // kernel parameter name -> offset
@@ -270,21 +294,115 @@ class Evaluator {
 
   // Register `name` as instruction `at` reads it: the hull of the definitions
   // reaching it, with where it may come from over all its definitions.
-  Value use(uint32_t at, const std::string& name) {
+  Value use(uint32_t at, const std::string& name, int32_t except = -1) {
     Value v;
     auto reach = program_.reaching.find(std::pair<uint32_t, std::string>(at, name));
-    if (reach != program_.reaching.end() && !reach->second.empty()) {
+    if (reach != program_.reaching.end()) {
       bool first = true;
-      for (int32_t d : reach->second) {
-        Value one = d < 0 ? Value{} : definition(static_cast<uint32_t>(d));
+      for (const ReachingDef& r : reach->second) {
+        if (r.def == except && except >= 0) continue;
+        Value one = r.def < 0 ? Value{} : definition(static_cast<uint32_t>(r.def));
+        if (r.fact >= 0) {
+          std::optional<Value> refined = refine(one, name, program_.facts[r.fact]);
+          if (!refined) continue;  // no value gets this way
+          one = *refined;
+        }
         v = first ? one : hull(v, one);
         first = false;
         if (!v.bounded) break;
       }
+      if (first) v = Value{};  // no way at all: unbounded rather than empty
     }
     static_cast<Source&>(v) = {};
     if (auto it = program_.sources.find(name); it != program_.sources.end()) v.take(it->second);
     return v;
+  }
+
+  // `v`, the value of register `name`, on an edge where `fact` holds; nullopt
+  // when no value of `v` satisfies it. Only bounded values are refined.
+  std::optional<Value> refine(Value v, const std::string& name, const EdgeFact& fact) {
+    const bool subjectA = fact.a.kind == OperandKind::kRegister && fact.a.name == name;
+    const Operand& other = subjectA ? fact.b : fact.a;
+    v = as(v, fact.type);
+    if (!v.bounded) return v;
+    const Value b = operand(fact.setp, other, fact.type);
+    if (!b.bounded) return v;
+    // The relation of the subject to the other operand, on this edge.
+    ptx::CmpOp cmp = fact.cmp;
+    switch (cmp) {
+      case ptx::CmpOp::kLo: cmp = ptx::CmpOp::kLt; break;
+      case ptx::CmpOp::kLs: cmp = ptx::CmpOp::kLe; break;
+      case ptx::CmpOp::kHi: cmp = ptx::CmpOp::kGt; break;
+      case ptx::CmpOp::kHs: cmp = ptx::CmpOp::kGe; break;
+      default: break;
+    }
+    if (!fact.holds) {
+      switch (cmp) {
+        case ptx::CmpOp::kLt: cmp = ptx::CmpOp::kGe; break;
+        case ptx::CmpOp::kLe: cmp = ptx::CmpOp::kGt; break;
+        case ptx::CmpOp::kGt: cmp = ptx::CmpOp::kLe; break;
+        case ptx::CmpOp::kGe: cmp = ptx::CmpOp::kLt; break;
+        case ptx::CmpOp::kEq: cmp = ptx::CmpOp::kNe; break;
+        case ptx::CmpOp::kNe: cmp = ptx::CmpOp::kEq; break;
+        default: return v;
+      }
+    }
+    if (!subjectA) {  // b cmp subject, turned around
+      switch (cmp) {
+        case ptx::CmpOp::kLt: cmp = ptx::CmpOp::kGt; break;
+        case ptx::CmpOp::kLe: cmp = ptx::CmpOp::kGe; break;
+        case ptx::CmpOp::kGt: cmp = ptx::CmpOp::kLt; break;
+        case ptx::CmpOp::kGe: cmp = ptx::CmpOp::kLe; break;
+        default: break;
+      }
+    }
+    switch (cmp) {
+      case ptx::CmpOp::kLt: v.hi = std::min(v.hi, b.hi - 1); break;
+      case ptx::CmpOp::kLe: v.hi = std::min(v.hi, b.hi); break;
+      case ptx::CmpOp::kGt: v.lo = std::max(v.lo, b.lo + 1); break;
+      case ptx::CmpOp::kGe: v.lo = std::max(v.lo, b.lo); break;
+      case ptx::CmpOp::kEq:
+        v.lo = std::max(v.lo, b.lo);
+        v.hi = std::min(v.hi, b.hi);
+        break;
+      default: break;
+    }
+    if (v.lo > v.hi) return std::nullopt;
+    return v;
+  }
+
+  // `add r, r, step` with step >= 0 (a loop's induction variable), in
+  // definition `d`: r starts from its other definitions and only grows, and
+  // the branch that loops back bounds it from above. Unbounded unless every
+  // way around the loop passes such a branch.
+  Value induction(uint32_t d, const Instruction& inst, Type t) {
+    const std::string& r = inst.operands[1].name;
+    const Value step = operand(d, inst.operands[2], t);
+    auto reach = program_.reaching.find(std::pair<uint32_t, std::string>(d, r));
+    if (!step.bounded || step.lo < 0 || reach == program_.reaching.end()) return Value{};
+    const Value start = as(use(d, r, static_cast<int32_t>(d)), t);
+    if (!start.bounded || start.lo < 0) return Value{};
+    Wide top = start.hi;
+    for (const ReachingDef& rd : reach->second) {
+      if (rd.def != static_cast<int32_t>(d)) continue;
+      if (rd.fact < 0) return Value{};  // around the loop with no bound
+      // Every value around the loop is at least start.lo (no wrap, checked
+      // below), so the branch's bound is what caps it.
+      const EdgeFact& fact = program_.facts[rd.fact];
+      if (!integerType(fact.type)) return Value{};
+      const uint32_t width = ptx::typeSize(fact.type) * 8;
+      const Wide typeMax = ptx::isSignedType(fact.type) ? (Wide{1} << (width - 1)) - 1 : (Wide{1} << width) - 1;
+      if (start.lo > typeMax) return Value{};
+      Value around = Value::constant(start.lo);
+      around.hi = typeMax;
+      std::optional<Value> capped = refine(around, r, fact);
+      if (!capped) continue;
+      if (!capped->bounded || capped->hi >= typeMax) return Value{};
+      top = std::max(top, capped->hi);
+    }
+    Value v = Value::constant(start.lo + step.lo);
+    v.hi = top + step.hi;
+    return result(v, ptx::typeSize(t) * 8);
   }
 
   Value operand(uint32_t at, const Operand& op, Type t) {
@@ -346,6 +464,10 @@ class Evaluator {
       case Opcode::kAdd:
       case Opcode::kSub: {
         if (inst.m.has(ptx::Flag::kSat) || ops.size() != 3) return Value{};
+        if (inst.opcode == Opcode::kAdd && ops[1].kind == OperandKind::kRegister && ops[1].name == ops[0].name &&
+            !isSpecial(ops[1])) {
+          return induction(at, inst, t);
+        }
         Value a = arg(1, t), b = arg(2, t);
         Value r;
         if (a.bounded && b.bounded) {
@@ -520,8 +642,8 @@ bool modelled(Opcode op) {
 // Where the destinations of `inst` may come from, given the sources known so
 // far: the union of its operands', except for loads (a pointer word of the
 // parameters; a wide value from memory is opaque), cvta of the local and
-// shared windows, and operations not modelled with a result wide enough to be
-// a pointer.
+// shared windows, scaled values (below), and operations not modelled with a
+// result wide enough to be a pointer.
 Source sourceOf(const Instruction& inst, const AccessBounds::Program& program) {
   Source s;
   const Type t = inst.m.type();
@@ -561,17 +683,35 @@ Source sourceOf(const Instruction& inst, const AccessBounds::Program& program) {
       for (const Operand& e : o.elements) add(e);
     }
   };
-  for (size_t i = 1; i < inst.operands.size(); ++i) add(inst.operands[i]);
+  // A product, quotient or shift is a scaled index, never an address: an
+  // element size times a stride or an index read from memory (an embedding's
+  // row number) does not make the address it is added to come from there.
+  // mad's addend is the base it is added to.
+  size_t first = 1;
+  switch (inst.opcode) {
+    case Opcode::kMul: case Opcode::kShl: case Opcode::kShr: case Opcode::kDiv: case Opcode::kRem:
+      first = inst.operands.size();
+      break;
+    case Opcode::kMad:
+      first = 3;
+      break;
+    default:
+      break;
+  }
+  for (size_t i = first; i < inst.operands.size(); ++i) add(inst.operands[i]);
   if (inst.opcode != Opcode::kCvta && !modelled(inst.opcode) && ptx::typeSize(t) >= 8) s.opaque = true;
   return s;
 }
 
 // Reaching definitions, asked per (instruction, register) by walking the
 // branches backwards from the instruction until a definition of the register
-// that always executes.
+// that always executes. On the way, the first conditional branch edge whose
+// condition names the register (nearest the use, with no definition of it in
+// between) is noted with each definition found beyond it.
 class Reaching {
  public:
-  Reaching(const std::vector<Instruction>& instructions, const std::vector<ptx::FlatInstruction>& flat)
+  Reaching(const std::vector<Instruction>& instructions, const std::vector<ptx::FlatInstruction>& flat,
+           std::vector<EdgeFact>& facts)
       : instructions_(instructions), predecessors_(instructions.size()) {
     const size_t n = instructions.size();
     for (size_t i = 0; i < n; ++i) {
@@ -579,52 +719,78 @@ class Reaching {
       const bool guarded = inst.guard.present();
       bool fallsThrough = true;
       if (inst.opcode == Opcode::kBra) {
-        if (flat[i].target >= 0 && static_cast<size_t>(flat[i].target) < n) {
-          predecessors_[flat[i].target].push_back(static_cast<uint32_t>(i));
+        const int32_t target = flat[i].target;
+        // The condition and its negation, when setp computed it right before.
+        int32_t taken = -1, notTaken = -1;
+        if (guarded && i > 0 && target != static_cast<int32_t>(i + 1)) {
+          const Instruction& setp = instructions[i - 1];
+          if (setp.opcode == Opcode::kSetp && !setp.guard.present() && setp.operands.size() == 3 &&
+              setp.operands[0].kind == OperandKind::kRegister && setp.operands[0].name == inst.guard.reg &&
+              setp.m.boolOp == ptx::BoolOp::kNone && integerType(setp.m.type())) {
+            EdgeFact f{static_cast<uint32_t>(i - 1), setp.m.cmp, setp.m.type(), setp.operands[1], setp.operands[2],
+                       !inst.guard.negated};
+            taken = static_cast<int32_t>(facts.size());
+            facts.push_back(f);
+            f.holds = !f.holds;
+            notTaken = static_cast<int32_t>(facts.size());
+            facts.push_back(f);
+          }
+        }
+        if (target >= 0 && static_cast<size_t>(target) < n) {
+          predecessors_[target].push_back({static_cast<uint32_t>(i), taken});
         }
         fallsThrough = guarded;
+        if (fallsThrough && i + 1 < n) predecessors_[i + 1].push_back({static_cast<uint32_t>(i), notTaken});
+        fallsThrough = false;
       } else if (inst.opcode == Opcode::kRet || inst.opcode == Opcode::kExit || inst.opcode == Opcode::kTrap) {
         fallsThrough = guarded;
       }
-      if (fallsThrough && i + 1 < n) predecessors_[i + 1].push_back(static_cast<uint32_t>(i));
+      if (fallsThrough && i + 1 < n) predecessors_[i + 1].push_back({static_cast<uint32_t>(i), -1});
       std::vector<std::string> written;
       destinations(inst, written);
       for (std::string& r : written) defines_[r].push_back(static_cast<uint32_t>(i));
     }
   }
 
-  // The definitions of `reg` reaching instruction `at`; -1 for the entry.
-  // Counts the instructions it visits in `steps`.
-  std::vector<int32_t> of(uint32_t at, const std::string& reg, size_t& steps) const {
-    std::vector<int32_t> found;
+  // The definitions of `reg` reaching instruction `at`, each with the fact
+  // bounding it on its way. Counts the instructions it visits in `steps`.
+  std::vector<ReachingDef> of(uint32_t at, const std::string& reg, const std::vector<EdgeFact>& facts,
+                              size_t& steps) const {
     auto defs = defines_.find(reg);
-    if (defs == defines_.end()) return {-1};
-    std::vector<bool> seen(instructions_.size(), false);
-    std::vector<uint32_t> stack;
-    bool entry = at == 0;
-    for (uint32_t p : predecessors_[at]) stack.push_back(p);
+    if (defs == defines_.end()) return {{-1, -1}};
+    auto names = [&](int32_t fact) {
+      if (fact < 0) return false;
+      const EdgeFact& f = facts[fact];
+      return (f.a.kind == OperandKind::kRegister && f.a.name == reg) ||
+             (f.b.kind == OperandKind::kRegister && f.b.name == reg);
+    };
+    std::set<ReachingDef> found;
+    std::set<std::pair<uint32_t, int32_t>> seen;
+    std::vector<std::pair<uint32_t, int32_t>> stack;  // (instruction, fact so far)
+    auto enter = [&](uint32_t i, int32_t fact) {
+      for (const auto& [p, edge] : predecessors_[i]) stack.emplace_back(p, fact >= 0 ? fact : names(edge) ? edge : -1);
+    };
+    if (at == 0) found.insert({-1, -1});
+    enter(at, -1);
     while (!stack.empty()) {
-      const uint32_t i = stack.back();
+      const auto [i, fact] = stack.back();
       stack.pop_back();
-      if (seen[i]) continue;
-      seen[i] = true;
+      if (!seen.emplace(i, fact).second) continue;
       ++steps;
       if (std::binary_search(defs->second.begin(), defs->second.end(), i)) {
-        found.push_back(static_cast<int32_t>(i));
+        found.insert({static_cast<int32_t>(i), fact});
         if (!instructions_[i].guard.present()) continue;  // it always writes the register
       }
-      if (i == 0) entry = true;
-      for (uint32_t p : predecessors_[i]) stack.push_back(p);
+      if (i == 0) found.insert({-1, fact});
+      enter(i, fact);
     }
-    if (entry) found.push_back(-1);
-    std::sort(found.begin(), found.end());
-    return found;
+    return {found.begin(), found.end()};
   }
 
  private:
   const std::vector<Instruction>& instructions_;
-  std::vector<std::vector<uint32_t>> predecessors_;
-  std::unordered_map<std::string, std::vector<uint32_t>> defines_;  // sorted instruction indices
+  std::vector<std::vector<std::pair<uint32_t, int32_t>>> predecessors_;  // (instruction, fact of the edge)
+  std::unordered_map<std::string, std::vector<uint32_t>> defines_;       // sorted instruction indices
 };
 
 // Work the reaching-definitions walk may do for one kernel before it gives up.
@@ -719,7 +885,7 @@ std::shared_ptr<const AccessBounds> AccessBounds::analyze(const ptx::Module& mod
   }
 
   // Reaching definitions of every register the addresses use, transitively.
-  const Reaching reaching(body, flat);
+  const Reaching reaching(body, flat, program->facts);
   std::vector<std::pair<uint32_t, std::string>> work;
   for (const MemoryAccess& m : program->accesses) {
     std::vector<std::string> regs;
@@ -731,14 +897,24 @@ std::shared_ptr<const AccessBounds> AccessBounds::analyze(const ptx::Module& mod
     auto [at, reg] = std::move(work.back());
     work.pop_back();
     if (program->reaching.count(std::pair<uint32_t, std::string>(at, reg)) != 0) continue;
-    std::vector<int32_t> defs = reaching.of(at, reg, steps);
+    std::vector<ReachingDef> defs = reaching.of(at, reg, program->facts, steps);
     if (steps > kMaxSteps) return done("too large to follow");
-    for (int32_t d : defs) {
-      if (d < 0 || !program->definitions.emplace(static_cast<uint32_t>(d), body[d]).second) continue;
-      const Instruction& inst = body[d];
+    for (const ReachingDef& r : defs) {
+      if (r.fact >= 0) {
+        // The bound a branch compares the register with, where it compares.
+        const EdgeFact& f = program->facts[r.fact];
+        std::vector<std::string> regs;
+        registersOf(f.a, regs);
+        registersOf(f.b, regs);
+        for (std::string& other : regs) {
+          if (other != reg) work.emplace_back(f.setp, std::move(other));
+        }
+      }
+      if (r.def < 0 || !program->definitions.emplace(static_cast<uint32_t>(r.def), body[r.def]).second) continue;
+      const Instruction& inst = body[r.def];
       std::vector<std::string> regs;
       for (size_t k = 1; k < inst.operands.size(); ++k) registersOf(inst.operands[k], regs);
-      for (std::string& r : regs) work.emplace_back(static_cast<uint32_t>(d), std::move(r));
+      for (std::string& other : regs) work.emplace_back(static_cast<uint32_t>(r.def), std::move(other));
     }
     program->reaching.emplace(std::pair<uint32_t, std::string>(at, std::move(reg)), std::move(defs));
   }

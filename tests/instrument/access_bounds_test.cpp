@@ -22,10 +22,11 @@ using ::testing::HasSubstr;
 
 const Buffer kIn{0x7000'0000'0000, 1 << 20};
 const Buffer kOut{0x7000'1000'0000, 1 << 20};
+const Buffer kIndex{0x7000'2000'0000, 1 << 16};
 const Buffer kGlobal{0x7100'0000'0000, 64};
 
 std::optional<Buffer> lookup(uint64_t address) {
-  for (const Buffer& b : {kIn, kOut}) {
+  for (const Buffer& b : {kIn, kOut, kIndex}) {
     if (address >= b.base && address < b.base + b.size) return b;
   }
   return std::nullopt;
@@ -157,8 +158,8 @@ TEST(AccessBounds, AScalarParameterSelectsTheRowWritten) {
   EXPECT_THAT(next.after.writes, ElementsAre(Buffer{kOut.base + 101 * 1024, 1024}));
 }
 
-// out[i] = sum over t < n of in[t * stride + i]: the loop's index has two
-// definitions, so reads of `in` stay whole; the write is bounded.
+// out[i] = sum over t < 8 of in[t * stride + i]: the loop's index grows from
+// 0 by 1, and the branch that loops back caps it below 8.
 const char* kLoop = R"(
 .visible .entry colsum(.param .u64 colsum_param_0, .param .u64 colsum_param_1, .param .u32 colsum_param_2)
 {
@@ -181,7 +182,7 @@ $L__loop:
 	ld.global.f32 %f2, [%rd6];
 	add.f32 %f1, %f1, %f2;
 	add.s32 %r3, %r3, 1;
-	setp.lt.s32 %p1, %r3, 8;
+	setp.CMP.s32 %p1, %r3, 8;
 	@%p1 bra $L__loop;
 	mul.wide.u32 %rd7, %r2, 4;
 	add.s64 %rd8, %rd4, %rd7;
@@ -190,10 +191,70 @@ $L__loop:
 }
 )";
 
-TEST(AccessBounds, ALoopIndexLeavesItsBufferWholeAndTheOthersNarrowed) {
-  auto n = launch(kLoop, params({kIn.base, kOut.base}, {64}), {{1, 1, 1}, {64, 1, 1}});
+std::string loop(const char* cmp) {
+  std::string text = kLoop;
+  text.replace(text.find("CMP"), 3, cmp);
+  return text;
+}
+
+TEST(AccessBounds, ALoopIndexCappedByTheBranchThatLoopsBackIsBounded) {
+  // t < 8, stride 64, 64 threads: words 0 to 7 * 64 + 63 of `in`.
+  auto n = launch(loop("lt"), params({kIn.base, kOut.base}, {64}), {{1, 1, 1}, {64, 1, 1}});
+  EXPECT_THAT(n.after.reads, ElementsAre(Buffer{kIn.base, 2048}));
+  EXPECT_THAT(n.after.writes, ElementsAre(Buffer{kOut.base, 256}));
+}
+
+TEST(AccessBounds, ALoopIndexNoBranchCapsLeavesItsBufferWholeAndTheOthersNarrowed) {
+  // t != 8 says nothing of how far t goes.
+  auto n = launch(loop("ne"), params({kIn.base, kOut.base}, {64}), {{1, 1, 1}, {64, 1, 1}});
   EXPECT_THAT(n.after.reads, ElementsAre(kIn));
   EXPECT_THAT(n.after.writes, ElementsAre(Buffer{kOut.base, 256}));
+}
+
+// The grid-stride loop nvcc -O3 writes for
+//   for (i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) y[i] += x[i];
+// the test before the loop and the one at its end both cap i below n.
+const char* kGridStride = R"(
+.visible .entry stride(.param .u64 stride_param_0, .param .u64 stride_param_1, .param .u32 stride_param_2)
+{
+	.reg .pred %p<3>;
+	.reg .f32 %f<4>;
+	.reg .b32 %r<8>;
+	.reg .b64 %rd<8>;
+	ld.param.u64 %rd3, [stride_param_0];
+	ld.param.u64 %rd4, [stride_param_1];
+	ld.param.u32 %r6, [stride_param_2];
+	mov.u32 %r1, %ntid.x;
+	mov.u32 %r2, %ctaid.x;
+	mov.u32 %r3, %tid.x;
+	mad.lo.s32 %r7, %r2, %r1, %r3;
+	setp.ge.s32 %p1, %r7, %r6;
+	@%p1 bra $L__done;
+	mov.u32 %r4, %nctaid.x;
+	mul.lo.s32 %r5, %r1, %r4;
+	cvta.to.global.u64 %rd1, %rd3;
+	cvta.to.global.u64 %rd2, %rd4;
+$L__loop:
+	mul.wide.s32 %rd5, %r7, 4;
+	add.s64 %rd6, %rd1, %rd5;
+	ld.global.f32 %f1, [%rd6];
+	add.s64 %rd7, %rd2, %rd5;
+	ld.global.f32 %f2, [%rd7];
+	add.f32 %f3, %f1, %f2;
+	st.global.f32 [%rd7], %f3;
+	add.s32 %r7, %r7, %r5;
+	setp.lt.s32 %p2, %r7, %r6;
+	@%p2 bra $L__loop;
+$L__done:
+	ret;
+}
+)";
+
+TEST(AccessBounds, AGridStrideLoopIsBoundedByItsCount) {
+  // n = 1000 elements, 2 blocks of 128 threads going round: y[0, 1000) of a window.
+  auto n = launch(kGridStride, params({kIn.base, kOut.base + 4096}, {1000}), {{2, 1, 1}, {128, 1, 1}});
+  EXPECT_THAT(n.after.writes, ElementsAre(Buffer{kOut.base + 4096, 4000}));
+  EXPECT_THAT(n.after.reads, ElementsAre(Buffer{kIn.base, 4000}, Buffer{kOut.base + 4096, 4000}));
 }
 
 // *(*pp + tid.x) = 1: the address comes from memory.
@@ -375,6 +436,41 @@ $L__join:
 TEST(AccessBounds, DefinitionsOnTwoBranchesGiveTheHullOfBoth) {
   auto n = launch(kBranches, params({kOut.base}, {1}), {{1, 1, 1}, {1, 1, 1}});
   EXPECT_THAT(n.after.writes, ElementsAre(Buffer{kOut.base + 16, 20}));
+}
+
+// out[i] = table[idx[i]] with 64-bit indices, as an embedding lookup: the
+// row read comes from memory, so the table is read whole; the indices read
+// and the output written are the thread's.
+const char* kGather = R"(
+.visible .entry gather(.param .u64 gather_param_0, .param .u64 gather_param_1, .param .u64 gather_param_2)
+{
+	.reg .f32 %f<2>;
+	.reg .b32 %r<2>;
+	.reg .b64 %rd<14>;
+	ld.param.u64 %rd1, [gather_param_0];
+	ld.param.u64 %rd2, [gather_param_1];
+	ld.param.u64 %rd3, [gather_param_2];
+	cvta.to.global.u64 %rd4, %rd1;
+	cvta.to.global.u64 %rd5, %rd2;
+	cvta.to.global.u64 %rd6, %rd3;
+	mov.u32 %r1, %tid.x;
+	mul.wide.u32 %rd7, %r1, 8;
+	add.s64 %rd8, %rd5, %rd7;
+	ld.global.u64 %rd9, [%rd8];
+	shl.b64 %rd10, %rd9, 2;
+	add.s64 %rd11, %rd4, %rd10;
+	ld.global.f32 %f1, [%rd11];
+	mul.wide.u32 %rd12, %r1, 4;
+	add.s64 %rd13, %rd6, %rd12;
+	st.global.f32 [%rd13], %f1;
+	ret;
+}
+)";
+
+TEST(AccessBounds, AnIndexReadFromMemoryLeavesOnlyTheTableItIndexesWhole) {
+  auto n = launch(kGather, params({kIn.base, kIndex.base, kOut.base + 64}), {{1, 1, 1}, {32, 1, 1}});
+  EXPECT_THAT(n.after.reads, ElementsAre(kIn, Buffer{kIndex.base, 256}));
+  EXPECT_THAT(n.after.writes, ElementsAre(Buffer{kOut.base + 64, 128}));
 }
 
 TEST(RangeTable, APartWrittenInsideABufferReadWholeSplitsIt) {

@@ -191,11 +191,10 @@ TEST(SpeculationAccuracy, NarrowedSetsOfWindowsCoverEveryAccessAndLittleMore) {
               launches, cut, static_cast<double>(narrowed) / static_cast<double>(actual),
               static_cast<double>(whole) / static_cast<double>(actual));
   EXPECT_GE(launches, 60u);
-  // Kernels that index by thread and block are narrowed (42 of 87 launches on
-  // 2026-11-27); the rest stay whole: grid-stride loops (the loop's condition
-  // does not bound its index yet), calls (-G code, struct arguments),
-  // indices read from memory (histograms), wmma.
-  EXPECT_GE(cut * 5, launches * 2);
+  // Kernels that index by thread and block, or loop up to a bound, are
+  // narrowed (51 of 87 launches on 2026-11-27); the rest stay whole: calls
+  // (-G code, struct arguments), numba's histogram, wmma, cp.async.
+  EXPECT_GE(cut * 2, launches);
   EXPECT_LT(narrowed * 3, whole * 2);
 }
 

@@ -6,12 +6,13 @@
 // counts as writing all of it. Most kernels address memory as a pointer
 // parameter plus an offset made of the thread and block indices, the launch
 // dimensions and scalar parameters (`y[i * n + j]`, `cache[pos * dim + t]`).
-// The analysis keeps, for each register defined exactly once, how its value is
-// computed; at a launch, where every parameter and dimension is known, it
+// The analysis keeps, for the registers each address uses, the definitions that
+// reach it and the branch conditions that bound them on the way (a loop's
+// `i < n`); at a launch, where every parameter and dimension is known, it
 // evaluates each access's address as an interval. An access whose address is a
 // parameter word plus a bounded offset narrows that word's buffer to the bytes
-// it can reach; anything else (an address loaded from memory, a loop's
-// induction variable, a call) leaves the buffer whole, or every buffer.
+// it can reach; anything else (an address loaded from memory, an index no
+// branch bounds, a call) leaves the buffer whole, or every buffer.
 //
 // Soundness does not rest on this analysis alone: the narrowed ranges are the
 // range table the twins check each access against, so an access outside them is
