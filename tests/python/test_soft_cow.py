@@ -201,6 +201,84 @@ def test_cow_image_is_the_state_at_the_quiesce_point(criu, phos, slow_copies, tm
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
+# One 48 MiB buffer of which each iteration updates a 64 KiB window, the
+# window moving down from the end (the saving loop goes up from the start), as
+# a KV cache or an embedding table is updated; prints a line per iteration.
+WINDOW_BYTES = 64 << 10
+WINDOW_CLIENT = PRELUDE + r'''
+src = b"""
+extern "C" __global__ void update(unsigned* a, unsigned n, unsigned k) {
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        a[i] = a[i] * 1664525u + k;
+}
+"""
+total, window = int(sys.argv[1]), int(sys.argv[2])
+ptx = compile_ptx(src)
+ok(cu.cuInit(0))
+ctx = ok(cu.cuDevicePrimaryCtxRetain(ok(cu.cuDeviceGet(0))))
+ok(cu.cuCtxSetCurrent(ctx))
+update = ok(cu.cuModuleGetFunction(ok(cu.cuModuleLoadData(ptx)), b"update"))
+buf = int(ok(cu.cuMemAlloc(total)))
+ok(cu.cuMemsetD32(buf, 7, total // 4))
+k = 0
+while True:
+    k += 1
+    at = buf + total - (k % (total // window - 1) + 1) * window
+    holders = [np.array([at], dtype=np.uint64), np.array([window // 4], dtype=np.uint32), np.array([k], dtype=np.uint32)]
+    args = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
+    ok(cu.cuLaunchKernel(update, 16, 1, 1, 128, 1, 1, 0, 0, args.ctypes.data, 0))
+    ok(cu.cuCtxSynchronize())
+    print(k, flush=True)
+'''
+
+
+def cow_of_a_window_client(phos, start_phosd, tmp_path, name, **env):
+    """Copy-on-write of WINDOW_CLIENT with slow copies; the image is checked against the state at t1."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    reference = tmp_path / f"reference-{name}"
+    reference.mkdir()
+    phosd = start_phosd(PHOS_VGPU_BANDWIDTH_SCALE=2000, PHOS_TEST_REFERENCE_SNAPSHOT=reference, **env)
+    client_env = phosd.client_env(PHOS=phos)
+    client_env["LD_LIBRARY_PATH"] = ":".join(["/usr/local/cuda/lib64", client_env.get("LD_LIBRARY_PATH", "")])
+    client_env.pop("LD_PRELOAD")
+    out = tmp_path / f"{name}.out"
+    with open(out, "w") as o, open(tmp_path / f"{name}.err", "w") as e:
+        proc = subprocess.Popen([str(phos), "run", "--runtime-dir", str(phosd.runtime_dir), "--", sys.executable,
+                                 "-c", WINDOW_CLIENT, str(BUFFERS * BUFFER_BYTES), str(WINDOW_BYTES)],
+                                env=client_env, stdin=subprocess.DEVNULL, stdout=o, stderr=e, start_new_session=True)
+    try:
+        wait_for(lambda: len(lines(out)) >= 3 or proc.poll() is not None, TIMEOUT, "3 iterations of the client")
+        assert proc.poll() is None, (tmp_path / f"{name}.err").read_text()
+        image = tmp_path / f"image-{name}"
+        report = checkpoint(phos, phosd, proc.pid, image)
+        before = len(lines(out))
+        wait_for(lambda: len(lines(out)) > before, TIMEOUT, "the client after the checkpoint")
+    finally:
+        proc.kill()
+        proc.wait()
+    manifest = json.loads((image / "manifest.json").read_text())
+    [allocation] = manifest["state"]["gpu"]["sessions"][0]["allocations"]
+    assert read_blob(image, manifest, allocation["blob"]) == (reference / hex(allocation["address"])).read_bytes(), \
+        "the image differs from the state at t1"
+    assert report["protocol"] == "soft-copy-on-write" and report["copy_on_write"]["misspeculations"] == 0, report
+    return report["copy_on_write"]
+
+
+def test_a_step_that_writes_a_window_of_one_large_buffer_shadows_only_that_window(criu, phos, start_phosd,
+                                                                                  tmp_path):
+    """Access bounds (docs/speculation.md): the launch's write set is the 64 KiB
+    window its arguments and grid reach, not the 48 MiB buffer, so the gate
+    shadows the chunks the windows fall in, not every chunk not saved yet. The
+    same job against a daemon that speculates whole buffers shadows more."""
+    narrowed = cow_of_a_window_client(phos, start_phosd, tmp_path, "bounds")
+    whole = cow_of_a_window_client(phos, start_phosd, tmp_path, "whole", PHOS_SPECULATION_BOUNDS="0")
+    chunk = 4 << 20
+    print(f"shadowed: {narrowed['shadowed_bytes']} bytes in {narrowed['shadowed_chunks']} chunks with access bounds, "
+          f"{whole['shadowed_bytes']} in {whole['shadowed_chunks']} (waited {whole['waited_calls']}) with whole buffers")
+    assert narrowed["shadowed_bytes"] <= 3 * chunk, narrowed
+    assert whole["shadowed_bytes"] + whole["waited_calls"] * chunk > 2 * narrowed["shadowed_bytes"], (narrowed, whole)
+
+
 def test_checkpoints_in_a_row_of_one_session(criu, phos, phosd, tmp_path):
     """Each copy-on-write checkpoint registers a staging buffer with the driver
     and must unregister it: a registration left behind covered the next one's
