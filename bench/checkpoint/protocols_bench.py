@@ -3,12 +3,14 @@
 # What the concurrent protocols buy: the job's stall per checkpoint protocol, and its time to run again per restore.
 """Usage: protocols_bench.py --phos PHOS --mlp MLP_TRAIN --out FILE
                              [--sizes MIB,...] [--repeats N] [--iterations N] [--sleep-ms MS] [--at STEP]
+                             [--tensors N,...] [--whole-buffers]
 
 For each state size (mlp-train --state-mib; default 256,1024, or
 $PHOS_BENCH_PROTOCOL_SIZES), held in one allocation and in 1 MiB allocations
-(--state-tensors: speculation is per buffer, so a step that updates a 1 MiB
-window of one big buffer is taken to write all of it), against a private phosd
-started by `phos run` (bandwidth model on, as configured), in one run:
+(--state-tensors; --tensors chooses other counts; each step updates a 1 MiB
+window of the state), against a
+private phosd started by `phos run` (bandwidth model on, as configured), in one
+run:
 
   1. baseline: the job uninterrupted; its median time between step lines;
   2. per protocol (stop, cow, recopy), --repeats times: `phos checkpoint
@@ -19,7 +21,10 @@ started by `phos run` (bandwidth model on, as configured), in one run:
   3. per restore (eager, concurrent), --repeats times, of the stop-the-world
      image: the time from starting `phos restore` to the job's next step line,
      and what the concurrent loads did; the restored output must complete the
-     uninterrupted run's.
+     uninterrupted run's;
+  4. with --whole-buffers, cow and recopy again against a second phosd whose
+     speculation stays per whole buffer (PHOS_SPECULATION_BOUNDS=0): the
+     baseline of dirty tracking below the buffer (docs/speculation.md).
 
 Prints medians and the ratios against stop-the-world and eager restore, writes
 everything as JSON to --out and, per state shape, a timeline PNG beside it
@@ -112,9 +117,39 @@ def median(rows, key):
     return statistics.median(values) if values else None
 
 
+def job_argv(a, runtime_dir, size, tensors):
+    return [a.phos, "run", "--runtime-dir", str(runtime_dir), "--", a.mlp, "--iterations", str(a.iterations),
+            "--sleep-ms", str(a.sleep_ms), "--state-mib", str(size), "--state-tensors", str(tensors)]
+
+
+def measure_whole_buffers(a, row, runtime_dir, work, env):
+    """cow and recopy of the same job against a phosd that speculates whole buffers (its env says so)."""
+    run = job_argv(a, runtime_dir, row["state_mib"], row["state_tensors"])
+    base = Job(run, env)
+    if base.finish(a.timeout) != 0:
+        fail_run(f"the uninterrupted job (whole buffers) failed:\n{base.stderr}")
+    reference = base.texts()
+    gap = statistics.median(step_gaps(base.lines))
+    image = work / f"image-whole-{row['state_mib']}"
+    out = {}
+    for mode in ("cow", "recopy"):
+        runs = []
+        for _ in range(a.repeats):
+            shutil.rmtree(image, ignore_errors=True)
+            runs.append(checkpoint_once(a, run, env, runtime_dir, image, mode, reference, gap))
+        shutil.rmtree(image, ignore_errors=True)
+        stall = median(runs, "stall_s")
+        ours = row["checkpoint"][mode]["median_stall_s"]
+        out[mode] = {"median_stall_s": stall, "median_gpu_stall_s": median(runs, "gpu_stall_s"),
+                     "median_total_s": median(runs, "total_s"),
+                     "stall_ratio_to_stop": stall / row["checkpoint"]["stop"]["median_stall_s"]
+                     if row["checkpoint"]["stop"]["median_stall_s"] else None,
+                     "bounds_stall_ratio": ours / stall if stall else None, "runs": runs}
+    return out
+
+
 def measure(a, size, tensors, runtime_dir, work, env):
-    run = [a.phos, "run", "--runtime-dir", str(runtime_dir), "--", a.mlp, "--iterations", str(a.iterations),
-           "--sleep-ms", str(a.sleep_ms), "--state-mib", str(size), "--state-tensors", str(tensors)]
+    run = job_argv(a, runtime_dir, size, tensors)
     base = Job(run, env)
     if base.finish(a.timeout) != 0:
         fail_run(f"the uninterrupted job failed:\n{base.stderr}")
@@ -230,34 +265,44 @@ def main():
     p.add_argument("--sleep-ms", type=int, default=20)
     p.add_argument("--at", type=int, default=6)
     p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--tensors", type=parse_sizes, default=None,
+                   help="allocations the state is held in (default: 1 and one per MiB)")
+    p.add_argument("--whole-buffers", action="store_true",
+                   help="also run cow and recopy with speculation per whole buffer (PHOS_SPECULATION_BOUNDS=0)")
     a = p.parse_args()
     if not can_checkpoint(a.phos, "protocols_bench"):
         return 77
 
     runtime_dir = pathlib.Path(tempfile.mkdtemp(prefix="phos-bench-proto-", dir="/tmp"))
+    whole_dir = pathlib.Path(tempfile.mkdtemp(prefix="phos-bench-proto-whole-", dir="/tmp"))
     work = pathlib.Path(tempfile.mkdtemp(prefix="phos-bench-proto-images-"))
     env = dict(os.environ, PHOS_RUNTIME_DIR=str(runtime_dir))
-    for name in ("LD_PRELOAD", "PHOS_LOG_STDERR"):
+    for name in ("LD_PRELOAD", "PHOS_LOG_STDERR", "PHOS_SPECULATION_BOUNDS"):
         env.pop(name, None)
+    whole_env = dict(env, PHOS_RUNTIME_DIR=str(whole_dir), PHOS_SPECULATION_BOUNDS="0")
     _, pcie_gbps, scale, source = modelled_pcie_bytes_per_s(env)
-    results = {"benchmark": "protocols", "iterations": a.iterations, "sleep_ms": a.sleep_ms, "at_line": a.at,
+    results = {"benchmark": "protocols", "whole_buffers_baseline": a.whole_buffers, "iterations": a.iterations, "sleep_ms": a.sleep_ms, "at_line": a.at,
                "repeats": a.repeats, "pcie_gbps": pcie_gbps, "bandwidth_scale": scale, "sizes": []}
     failure = None
     try:
         for size in a.sizes:
-            for tensors in sorted({1, max(size, 1)}):
+            for tensors in sorted({max(1, min(t, size)) for t in (a.tensors or [1, size])}):
                 print(f"state {size} MiB in {tensors} allocation(s) ...", flush=True)
                 try:
-                    results["sizes"].append(measure(a, size, tensors, runtime_dir, work, env))
+                    row = measure(a, size, tensors, runtime_dir, work, env)
+                    if a.whole_buffers:
+                        row["whole_buffers"] = measure_whole_buffers(a, row, whole_dir, work, whole_env)
+                    results["sizes"].append(row)
                 except Failure as e:
                     failure = f"state {size} MiB in {tensors} allocation(s): {e}"
                     break
             if failure:
                 break
     finally:
-        subprocess.run([a.phos, "daemon", "--stop", "--runtime-dir", str(runtime_dir)], env=env,
-                       capture_output=True, timeout=60)
-        shutil.rmtree(runtime_dir, ignore_errors=True)
+        for d in (runtime_dir, whole_dir):
+            subprocess.run([a.phos, "daemon", "--stop", "--runtime-dir", str(d)], env=env, capture_output=True,
+                           timeout=60)
+            shutil.rmtree(d, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
 
     print(f"mlp-train --iterations {a.iterations} --sleep-ms {a.sleep_ms}, checkpoint (--leave-running) after line "
@@ -270,6 +315,10 @@ def main():
             print(f"{row['state_mib']:>4} MiB {row['state_tensors']:>6} {mode:>9} {fmt(c['median_stall_s'], '>9.3f')}s "
                   f"{fmt(c['median_gpu_stall_s'], '>14.3f')}s {fmt(c['median_total_s'], '>6.2f')}s "
                   f"{fmt(c.get('stall_ratio_to_stop'), '>11.2f')}")
+        for mode, c in row.get("whole_buffers", {}).items():
+            print(f"{row['state_mib']:>4} MiB {row['state_tensors']:>6} {mode + '/whole':>9} "
+                  f"{fmt(c['median_stall_s'], '>9.3f')}s {fmt(c['median_gpu_stall_s'], '>14.3f')}s "
+                  f"{fmt(c['median_total_s'], '>6.2f')}s {fmt(c.get('stall_ratio_to_stop'), '>11.2f')}")
     print(f"{'state':>8} {'allocs':>6} {'restore':>11} {'to next step':>13} {'/eager':>7}")
     for row in results["sizes"]:
         for kind in RESTORES:
