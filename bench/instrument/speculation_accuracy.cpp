@@ -492,7 +492,6 @@ uint64_t uncovered(const std::vector<vg::ByteRange>& ranges,
   return missing;
 }
 
-
 Status launchRaw(LoadedModule& m, vg::Program& program, size_t function, const LaunchSpec& spec,
                  std::span<const std::byte> params) {
   vg::LaunchConfig config;
