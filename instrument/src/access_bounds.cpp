@@ -400,9 +400,14 @@ class Evaluator {
       if (!capped->bounded || capped->hi >= typeMax) return Value{};
       top = std::max(top, capped->hi);
     }
+    // No value may reach the sign bit of the add's width: past it the same
+    // bits compare as negative in a signed test, and the index would not only
+    // grow.
+    const uint32_t bits = ptx::typeSize(t) * 8;
+    if (bits == 0 || bits > 64 || top + step.hi >= (Wide{1} << (bits - 1))) return Value{};
     Value v = Value::constant(start.lo + step.lo);
     v.hi = top + step.hi;
-    return result(v, ptx::typeSize(t) * 8);
+    return result(v, bits);
   }
 
   Value operand(uint32_t at, const Operand& op, Type t) {
