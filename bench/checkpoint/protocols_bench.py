@@ -8,9 +8,8 @@
 For each state size (mlp-train --state-mib; default 256,1024, or
 $PHOS_BENCH_PROTOCOL_SIZES), held in one allocation and in 1 MiB allocations
 (--state-tensors; --tensors chooses other counts; each step updates a 1 MiB
-window of the state), against a
-private phosd started by `phos run` (bandwidth model on, as configured), in one
-run:
+window of the state), against a private phosd started by `phos run` (bandwidth
+model on, as configured), in one run:
 
   1. baseline: the job uninterrupted; its median time between step lines;
   2. per protocol (stop, cow, recopy), --repeats times: `phos checkpoint
@@ -281,8 +280,9 @@ def main():
         env.pop(name, None)
     whole_env = dict(env, PHOS_RUNTIME_DIR=str(whole_dir), PHOS_SPECULATION_BOUNDS="0")
     _, pcie_gbps, scale, source = modelled_pcie_bytes_per_s(env)
-    results = {"benchmark": "protocols", "whole_buffers_baseline": a.whole_buffers, "iterations": a.iterations, "sleep_ms": a.sleep_ms, "at_line": a.at,
-               "repeats": a.repeats, "pcie_gbps": pcie_gbps, "bandwidth_scale": scale, "sizes": []}
+    results = {"benchmark": "protocols", "whole_buffers_baseline": a.whole_buffers, "iterations": a.iterations,
+               "sleep_ms": a.sleep_ms, "at_line": a.at, "repeats": a.repeats, "pcie_gbps": pcie_gbps,
+               "bandwidth_scale": scale, "sizes": []}
     failure = None
     try:
         for size in a.sizes:

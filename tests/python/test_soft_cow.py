@@ -224,7 +224,8 @@ k = 0
 while True:
     k += 1
     at = buf + total - (k % (total // window - 1) + 1) * window
-    holders = [np.array([at], dtype=np.uint64), np.array([window // 4], dtype=np.uint32), np.array([k], dtype=np.uint32)]
+    holders = [np.array([at], dtype=np.uint64), np.array([window // 4], dtype=np.uint32),
+               np.array([k], dtype=np.uint32)]
     args = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
     ok(cu.cuLaunchKernel(update, 16, 1, 1, 128, 1, 1, 0, 0, args.ctypes.data, 0))
     ok(cu.cuCtxSynchronize())
@@ -274,7 +275,8 @@ def test_a_step_that_writes_a_window_of_one_large_buffer_shadows_only_that_windo
     whole = cow_of_a_window_client(phos, start_phosd, tmp_path, "whole", PHOS_SPECULATION_BOUNDS="0")
     chunk = 4 << 20
     print(f"shadowed: {narrowed['shadowed_bytes']} bytes in {narrowed['shadowed_chunks']} chunks with access bounds, "
-          f"{whole['shadowed_bytes']} in {whole['shadowed_chunks']} (waited {whole['waited_calls']}) with whole buffers")
+          f"{whole['shadowed_bytes']} in {whole['shadowed_chunks']} (waited {whole['waited_calls']}) with whole "
+          "buffers")
     assert narrowed["shadowed_bytes"] <= 3 * chunk, narrowed
     assert whole["shadowed_bytes"] + whole["waited_calls"] * chunk > 2 * narrowed["shadowed_bytes"], (narrowed, whole)
 
