@@ -151,7 +151,6 @@ struct MemoryAccess {
   uint8_t kinds = 0;  // AccessKind bits
 };
 
-// One interval per buffer, merged.
 void addRange(std::vector<Buffer>& ranges, uint64_t begin, uint64_t end) {
   if (begin < end) ranges.push_back({begin, end - begin});
 }
@@ -215,6 +214,21 @@ struct AccessBounds::Program {
 namespace {
 
 bool isSpecial(const Operand& o) { return ptx::specialRegister(o.name).has_value(); }
+
+// Where in the launch's parameter buffer `ld.param` reads, when it reads one
+// scalar of the kernel's own parameters; nullopt for anything else.
+std::optional<uint64_t> paramOffset(const Instruction& inst, const AccessBounds::Program& program) {
+  if (inst.opcode != Opcode::kLd || !ptx::isParamSpace(inst.m.space) || inst.operands.size() != 2 ||
+      inst.m.vectorWidth != 1) {
+    return std::nullopt;
+  }
+  const Operand& a = inst.operands[1];
+  auto param = program.paramOffsets.find(a.name);
+  if (a.kind != OperandKind::kAddress || !a.addressIsSymbol || param == program.paramOffsets.end() || a.value < 0) {
+    return std::nullopt;
+  }
+  return uint64_t{param->second} + static_cast<uint64_t>(a.value);
+}
 
 // The registers (not special ones) an operand reads.
 void registersOf(const Operand& o, std::vector<std::string>& out) {
@@ -592,20 +606,10 @@ class Evaluator {
   Value load(const Instruction& inst) const {
     const Type t = inst.m.type();
     const uint32_t size = ptx::typeSize(t);
-    if (!ptx::isParamSpace(inst.m.space) || inst.operands.size() != 2 || inst.m.vectorWidth != 1 ||
-        !integerType(t)) {
-      return Value{};
-    }
-    const Operand& a = inst.operands[1];
-    auto param = program_.paramOffsets.find(a.name);
-    if (a.kind != OperandKind::kAddress || !a.addressIsSymbol || param == program_.paramOffsets.end() ||
-        a.value < 0) {
-      return Value{};
-    }
-    const uint64_t at = uint64_t{param->second} + static_cast<uint64_t>(a.value);
-    if (at + size > params_.size()) return Value{};
+    const std::optional<uint64_t> at = paramOffset(inst, program_);
+    if (!at || !integerType(t) || *at + size > params_.size()) return Value{};
     uint64_t raw = 0;
-    std::memcpy(&raw, params_.data() + at, size);
+    std::memcpy(&raw, params_.data() + *at, size);
     Wide v = raw;
     if (ptx::isSignedType(t) && size < 8 && (raw >> (size * 8 - 1)) != 0) v -= Wide{1} << (size * 8);
     if (ptx::isSignedType(t) && size == 8) v = static_cast<int64_t>(raw);
@@ -653,17 +657,11 @@ Source sourceOf(const Instruction& inst, const AccessBounds::Program& program) {
   Source s;
   const Type t = inst.m.type();
   if (inst.opcode == Opcode::kLd) {
-    const Operand& a = inst.operands.size() == 2 ? inst.operands[1] : Operand{};
-    auto param = program.paramOffsets.find(a.name);
-    if (ptx::isParamSpace(inst.m.space) && a.kind == OperandKind::kAddress && a.addressIsSymbol &&
-        param != program.paramOffsets.end()) {
-      const int64_t at = int64_t{param->second} + a.value;
-      if (ptx::typeSize(t) == 8 && inst.m.vectorWidth == 1 && at >= 0 && at % 8 == 0) {
-        s.words.insert(static_cast<uint32_t>(at));
-      }
-      return s;
+    if (const std::optional<uint64_t> at = paramOffset(inst, program)) {
+      if (ptx::typeSize(t) == 8 && *at % 8 == 0) s.words.insert(static_cast<uint32_t>(*at));
+    } else {
+      s.opaque = ptx::typeSize(t) >= 8;  // narrower values are indices at most
     }
-    s.opaque = ptx::typeSize(t) >= 8;  // narrower values are indices at most
     return s;
   }
   if (inst.opcode == Opcode::kCvta && inst.m.space != ptx::StateSpace::kGlobal) {
@@ -744,8 +742,7 @@ class Reaching {
         if (target >= 0 && static_cast<size_t>(target) < n) {
           predecessors_[target].push_back({static_cast<uint32_t>(i), taken});
         }
-        fallsThrough = guarded;
-        if (fallsThrough && i + 1 < n) predecessors_[i + 1].push_back({static_cast<uint32_t>(i), notTaken});
+        if (guarded && i + 1 < n) predecessors_[i + 1].push_back({static_cast<uint32_t>(i), notTaken});
         fallsThrough = false;
       } else if (inst.opcode == Opcode::kRet || inst.opcode == Opcode::kExit || inst.opcode == Opcode::kTrap) {
         fallsThrough = guarded;
