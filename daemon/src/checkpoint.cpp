@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
@@ -28,6 +29,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "phos/common/log.h"
@@ -251,31 +253,38 @@ nlohmann::json stdioJson(const std::vector<StdioDescriptor>& stdio) {
   return list;
 }
 
-// --- CRIU's post-dump action, run in this process --------------------------
+// --- CRIU's pre-dump and post-dump actions, run in this process ------------
 
 // CRIU runs `--action-script` for each step of a dump with the step in
-// CRTOOLS_SCRIPT_ACTION. At "post-dump" it has written its images and still
-// holds the tasks frozen; a script that exits non-zero makes CRIU resume them
-// and fail the dump (verified with CRIU 4.1.1 here: /proc/P/stat shows 't'
-// during the script, and the task runs on after a failing one).
+// CRTOOLS_SCRIPT_ACTION. At "pre-dump" it has started up (about 30 ms here:
+// its kernel probes) and is about to freeze the tasks, which still run. At
+// "post-dump" it has written its images and still holds the tasks frozen. A
+// script that exits non-zero makes CRIU fail the dump: before the freeze it
+// never stops the tasks, after it it resumes them (verified with CRIU 4.1.1
+// here: /proc/P/stat shows 't' during post-dump, and the task runs on after a
+// failing one).
 //
 // The script is generated into a private directory with two FIFOs: it writes
-// a line into `request`, and waits for our answer on `reply`. This process
-// holds both FIFOs open read-write, so neither side's open() blocks; if this
-// process dies, the script reads EOF, fails, and CRIU resumes the tasks.
-// The channel holds an flock on its directory while it lives: one left by a
-// killed worker (no lock, and older than a minute) is removed by the next
-// checkpoint of any worker. Not by pid: phosds of other pid namespaces (test
-// hosts, containers) share /tmp, and a pid one of them cannot see may live.
-class PostDumpChannel {
+// the step's name as a line into `request`, and waits for our answer on
+// `reply`. This process holds both FIFOs open read-write, so neither side's
+// open() blocks; if this process dies, the script reads EOF, fails, and CRIU
+// resumes the tasks. The channel holds an flock on its directory while it
+// lives: one left by a killed worker (no lock, and older than a minute) is
+// removed by the next checkpoint of any worker. Not by pid: phosds of other
+// pid namespaces (test hosts, containers) share /tmp, and a pid one of them
+// cannot see may live.
+class ActionChannel {
  public:
-  static Result<std::unique_ptr<PostDumpChannel>> create(std::function<Status()> hook) {
+  enum Step { kPreDump, kPostDump };
+  using Hooks = std::map<Step, std::function<Status()>>;
+
+  static Result<std::unique_ptr<ActionChannel>> create(Hooks hooks) {
     removeAbandonedDirectories();
     std::string dirTemplate = fmt::format("{}{}.XXXXXX", kPrefix, ::getpid());
     if (::mkdtemp(dirTemplate.data()) == nullptr) {
       return errnoError(errno, "creating a directory for CRIU's action script");
     }
-    std::unique_ptr<PostDumpChannel> channel(new PostDumpChannel(dirTemplate, std::move(hook)));
+    std::unique_ptr<ActionChannel> channel(new ActionChannel(dirTemplate, std::move(hooks)));
     channel->lock_ = ::open(dirTemplate.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (channel->lock_ < 0 || ::flock(channel->lock_, LOCK_EX) != 0) {
       return errnoError(errno, fmt::format("locking {}", dirTemplate));
@@ -296,7 +305,7 @@ class PostDumpChannel {
     return Status::ok();
   }
 
-  ~PostDumpChannel() {
+  ~ActionChannel() {
     stop();
     for (int fd : {request_, reply_, stop_}) {
       if (fd >= 0) ::close(fd);
@@ -316,15 +325,19 @@ class PostDumpChannel {
     thread_.join();
   }
 
-  // After stop(): whether CRIU reached post-dump, and the hook's outcome.
-  bool ran() const { return ran_; }
-  const Status& status() const { return status_; }
+  // After stop(): whether CRIU reached `step`, and its hook's outcome.
+  bool ran(Step step) const { return outcomes_.contains(step); }
+  Status status(Step step) const {
+    auto it = outcomes_.find(step);
+    return it == outcomes_.end() ? Status::ok() : it->second;
+  }
 
  private:
   static constexpr const char* kPrefix = "/tmp/phos-criu-action.";
 
-  PostDumpChannel(fs::path dir, std::function<Status()> hook)
-      : dir_(std::move(dir)), hook_(std::move(hook)) {}
+  static const char* name(Step step) { return step == kPreDump ? "pre-dump" : "post-dump"; }
+
+  ActionChannel(fs::path dir, Hooks hooks) : dir_(std::move(dir)), hooks_(std::move(hooks)) {}
 
   // Directories "<kPrefix><pid>.XXXXXX" of ours that no channel holds.
   static void removeAbandonedDirectories() {
@@ -369,15 +382,17 @@ class PostDumpChannel {
     }
     stop_ = ::eventfd(0, EFD_CLOEXEC);
     if (stop_ < 0) return errnoError(errno, "eventfd");
+    std::string steps;
+    for (const auto& [step, hook] : hooks_) steps += fmt::format("{}{}", steps.empty() ? "" : "|", name(step));
     std::string text = fmt::format(
         "#!/bin/sh\n"
-        "# Generated by PhOS (pid {}) for one checkpoint: CRIU's post-dump step runs\n"
-        "# the checkpoint's while-frozen hook in that process and fails if it fails.\n"
-        "[ \"$CRTOOLS_SCRIPT_ACTION\" = post-dump ] || exit 0\n"
-        "echo post-dump > '{}' || exit 1\n"
+        "# Generated by PhOS (pid {}) for one checkpoint: CRIU's steps {} run the\n"
+        "# checkpoint's hooks for them in that process, and fail if they fail.\n"
+        "case \"$CRTOOLS_SCRIPT_ACTION\" in {}) ;; *) exit 0 ;; esac\n"
+        "echo \"$CRTOOLS_SCRIPT_ACTION\" > '{}' || exit 1\n"
         "read -r answer < '{}' || exit 1\n"
         "[ \"$answer\" = ok ]\n",
-        ::getpid(), request.string(), reply.string());
+        ::getpid(), steps, steps, request.string(), reply.string());
     {
       std::ofstream out(script());
       out << text;
@@ -396,7 +411,8 @@ class PostDumpChannel {
       pollfd fds[2] = {{request_, POLLIN, 0}, {stop_, POLLIN, 0}};
       if (::poll(fds, 2, -1) < 0) {
         if (errno == EINTR) continue;
-        status_ = errnoError(errno, "waiting for CRIU's post-dump script");
+        // The script then waits for ever, and CRIU with it.
+        log::get("checkpoint")->error("waiting for CRIU's action script: {}", std::strerror(errno));
         return;
       }
       if (fds[1].revents != 0) return;
@@ -404,22 +420,28 @@ class PostDumpChannel {
       ssize_t n = ::read(request_, buf, sizeof buf);
       if (n <= 0) continue;
       line.append(buf, static_cast<size_t>(n));
-      if (line.find('\n') == std::string::npos) continue;
+      const size_t end = line.find('\n');
+      if (end == std::string::npos) continue;
+      const std::string said = line.substr(0, end);
       line.clear();
-      ran_ = true;
-      status_ = hook_();
-      std::string answer = status_.isOk() ? "ok\n" : "fail\n";
+      bool ok = false;
+      for (auto& [step, hook] : hooks_) {
+        if (said != name(step)) continue;
+        outcomes_[step] = hook();
+        ok = outcomes_[step].isOk();
+      }
+      std::string answer = ok ? "ok\n" : "fail\n";
       (void)!::write(reply_, answer.data(), answer.size());
     }
   }
 
   fs::path dir_;
-  std::function<Status()> hook_;
+  Hooks hooks_;
   int request_ = -1, reply_ = -1, stop_ = -1;
   int lock_ = -1;  // flock on dir_ while the channel lives
   std::thread thread_;
-  std::atomic<bool> ran_{false};
-  Status status_;
+  // Written by the serving thread, read after stop() joined it.
+  std::map<Step, Status> outcomes_;
 };
 
 // --- Progress of the CPU phase ----------------------------------------------
@@ -645,9 +667,6 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
     }
   }
 
-  if (hooks.beforeFinalDump) {
-    RETURN_IF_ERROR_CTX(hooks.beforeFinalDump(*writer), fmt::format("before dumping pid {}", pid));
-  }
   std::vector<std::string> argv =
       criuBinary->command({"dump", "-t", std::to_string(pid), "-D", cpu.string(), "-o", "dump.log"});
   argv.push_back(options.leaveRunning ? "--leave-running" : "--leave-stopped");
@@ -669,9 +688,12 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
     argv.insert(argv.end(), {"--page-server", "--ps-socket", std::to_string(kPageServerFd)});
     dumpOptions.passFds.emplace_back(options.pageServerSocket, kPageServerFd);
   }
-  std::unique_ptr<PostDumpChannel> channel;
-  if (hooks.whileFrozen) {
-    ASSIGN_OR_RETURN(channel, PostDumpChannel::create([&] { return hooks.whileFrozen(*writer); }));
+  std::unique_ptr<ActionChannel> channel;
+  ActionChannel::Hooks actions;
+  if (hooks.beforeFreeze) actions[ActionChannel::kPreDump] = [&] { return hooks.beforeFreeze(*writer); };
+  if (hooks.whileFrozen) actions[ActionChannel::kPostDump] = [&] { return hooks.whileFrozen(*writer); };
+  if (!actions.empty()) {
+    ASSIGN_OR_RETURN(channel, ActionChannel::create(std::move(actions)));
     argv.insert(argv.end(), {"--action-script", channel->script().string()});
   }
   // CRIU as the job's user writes into cpu/ through a descriptor (fd 21): the
@@ -704,11 +726,16 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
   if (!dump) return std::move(dump).status().withContext("running CRIU");
   if (dump->exitCode != 0) {
     // CRIU resumes the process when a dump fails; the writer drops the staging directory.
-    if (channel && channel->ran() && !channel->status().isOk()) {
+    if (channel && !channel->status(ActionChannel::kPreDump).isOk()) {
+      return makeError(Code::kFailedPrecondition,
+                       "the checkpoint's step before pid {} was frozen failed, so CRIU did not freeze it: {}",
+                       pid, channel->status(ActionChannel::kPreDump).message());
+    }
+    if (channel && !channel->status(ActionChannel::kPostDump).isOk()) {
       return makeError(Code::kFailedPrecondition,
                        "the checkpoint's step while pid {} was frozen failed, so CRIU resumed "
                        "it: {}",
-                       pid, channel->status().message());
+                       pid, channel->status(ActionChannel::kPostDump).message());
     }
     // Gone, or a zombie its parent has not reaped yet.
     if (auto now = readProcess(pid); !now.isOk() || now->state == 'Z' || now->state == 'X') {
@@ -719,12 +746,15 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
   }
   StoppedTree stopped(pid);
   if (!options.leaveRunning) stopped.arm();
-  if (channel && !channel->ran()) {
-    // CRIU succeeded without running the script: the GPU half never saw the
-    // frozen process, so the image would be inconsistent.
-    return makeError(Code::kInternal,
-                     "CRIU dumped pid {} without running its post-dump action script {}", pid,
-                     channel->script().string());
+  // CRIU succeeded without running a step of the script: the GPU half never
+  // saw the process about to freeze, or frozen, so the image would be
+  // inconsistent.
+  for (auto [step, hook, said] : {std::tuple(ActionChannel::kPreDump, bool(hooks.beforeFreeze), "pre-dump"),
+                                  std::tuple(ActionChannel::kPostDump, bool(hooks.whileFrozen), "post-dump")}) {
+    if (hook && !channel->ran(step)) {
+      return makeError(Code::kInternal, "CRIU dumped pid {} without running its {} action script {}", pid, said,
+                       channel->script().string());
+    }
   }
   afterDump.call(true);
   if (hooks.beforeCommit) {

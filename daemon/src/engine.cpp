@@ -525,7 +525,7 @@ class Engine {
     std::shared_ptr<SoftRecopy> recopier;
     json recopyReport;
     const ValidationMode validationBefore = s.validator_.mode();
-    options.hooks.beforeDump = [&](image::ImageWriter& writer) -> Status {
+    options.hooks.beforeDump = [&](image::ImageWriter&) -> Status {
       beforeDumpAt = Clock::now();
       // The window validates every launch: its twins compiled now, while the
       // application runs, not by its first launches in the window.
@@ -551,34 +551,30 @@ class Engine {
           links = measureLinks(s.driver_, devices, image::kDefaultChunkBytes);
         }
       }
+      return Status::ok();
+    };
+    // The cut (t1 of copy-on-write, t2 of recopy): CRIU has started and is
+    // about to freeze the process; the job's GPU calls wait from here until
+    // CRIU is done (or, for copy-on-write, until the copy's window opens).
+    options.hooks.beforeFreeze = [&](image::ImageWriter& writer) -> Status {
       pauseAskedAt = Clock::now();
       RETURN_IF_ERROR(s.pause(kPauseTimeout));
       paused = true;
       pausedAt = Clock::now();
       imageWriter = &writer;
       std::lock_guard lock(s.mutex_);
-      RETURN_IF_ERROR(captureDevice(s, writer, state, gpuBytes, staged, copySeconds, progress,
-                                    cow ? &deferred : nullptr));
-      if (const char* dir = std::getenv("PHOS_TEST_REFERENCE_SNAPSHOT"); cow && dir != nullptr && *dir != '\0') {
-        RETURN_IF_ERROR(writeReferenceSnapshot(s, deferred, dir));
+      const char* snapshot = std::getenv("PHOS_TEST_REFERENCE_SNAPSHOT");
+      const bool wantSnapshot = snapshot != nullptr && *snapshot != '\0';
+      if (recopy) {
+        RETURN_IF_ERROR(endRecopyWindow(s, *recopier, validationBefore, recopyReport));
+        if (wantSnapshot) RETURN_IF_ERROR(writeReferenceSnapshot(s, allocationList(s), snapshot));
+        RETURN_IF_ERROR(captureDevice(s, writer, state, gpuBytes, staged, copySeconds, progress, nullptr,
+                                      recopier.get(), &recopyReport));
+      } else {
+        RETURN_IF_ERROR(captureDevice(s, writer, state, gpuBytes, staged, copySeconds, progress,
+                                      cow ? &deferred : nullptr));
+        if (cow && wantSnapshot) RETURN_IF_ERROR(writeReferenceSnapshot(s, deferred, snapshot));
       }
-      capturedAt = Clock::now();
-      return Status::ok();
-    };
-    options.hooks.beforeFinalDump = [&](image::ImageWriter& writer) -> Status {
-      if (!recopy) return Status::ok();
-      // t2: the job's GPU calls wait from here until CRIU is done.
-      pauseAskedAt = Clock::now();
-      RETURN_IF_ERROR(s.pause(kPauseTimeout));
-      paused = true;
-      pausedAt = Clock::now();
-      std::lock_guard lock(s.mutex_);
-      RETURN_IF_ERROR(endRecopyWindow(s, *recopier, validationBefore, recopyReport));
-      if (const char* dir = std::getenv("PHOS_TEST_REFERENCE_SNAPSHOT"); dir != nullptr && *dir != '\0') {
-        RETURN_IF_ERROR(writeReferenceSnapshot(s, allocationList(s), dir));
-      }
-      RETURN_IF_ERROR(captureDevice(s, writer, state, gpuBytes, staged, copySeconds, progress, nullptr,
-                                    recopier.get(), &recopyReport));
       capturedAt = Clock::now();
       return Status::ok();
     };

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The GPU half's hooks around CRIU (criu suite): their order, that the process
-// is frozen during whileFrozen, and what a failing hook leaves behind.
+// runs during beforeFreeze and is frozen during whileFrozen, and what a failing
+// hook leaves behind.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -28,6 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::phos::testing::IsOk;
 using ::phos::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -103,8 +105,8 @@ TEST(CheckpointHooks, RunInOrderWithTheProcessFrozenInBetween) {
   CountingChild child;
   fs::path image = freshImagePath("order");
   std::vector<std::string> calls;
-  char stateWhileFrozen = '?';
-  uint64_t before = 0, after = 0;
+  char stateWhileFrozen = '?', stateBeforeFreeze = '?';
+  uint64_t before = 0, after = 0, countedBeforeFreeze = 0;
   std::vector<nlohmann::json> progress;
   CheckpointOptions options;
   options.image = image;
@@ -115,6 +117,18 @@ TEST(CheckpointHooks, RunInOrderWithTheProcessFrozenInBetween) {
     // A GPU blob, as the engine would write one.
     std::vector<std::byte> bytes(1000, std::byte{0x5a});
     auto blob = writer.addBlob("gpu/0/0x7f0000000000", "gpu-memory", bytes.size(), {{"device", 0}});
+    if (!blob) return blob.status();
+    return writer.writeBlob(*blob, bytes);
+  };
+  options.hooks.beforeFreeze = [&](image::ImageWriter& writer) {
+    calls.push_back("beforeFreeze");
+    stateBeforeFreeze = processState(child.pid());
+    countedBeforeFreeze = child.count();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    countedBeforeFreeze = child.count() - countedBeforeFreeze;
+    // CRIU waits for this step: what is written here is in the image.
+    std::vector<std::byte> bytes(24, std::byte{0x33});
+    auto blob = writer.addBlob("gpu/0/0x7f0000100000", "gpu-memory", bytes.size(), {{"device", 0}});
     if (!blob) return blob.status();
     return writer.writeBlob(*blob, bytes);
   };
@@ -136,11 +150,14 @@ TEST(CheckpointHooks, RunInOrderWithTheProcessFrozenInBetween) {
 
   auto report = checkpointProcess(child.pid(), options);
   ASSERT_THAT(report, IsOk());
-  EXPECT_THAT(calls, ElementsAre("beforeDump", "whileFrozen", "afterDump(true)"));
+  EXPECT_THAT(calls, ElementsAre("beforeDump", "beforeFreeze", "whileFrozen", "afterDump(true)"));
+  EXPECT_TRUE(stateBeforeFreeze != 't' && stateBeforeFreeze != 'T')
+      << "state during beforeFreeze: " << stateBeforeFreeze;
+  EXPECT_GT(countedBeforeFreeze, 0u) << "the child must still run while beforeFreeze runs";
   EXPECT_TRUE(stateWhileFrozen == 't' || stateWhileFrozen == 'T')
       << "state during whileFrozen: " << stateWhileFrozen;
   EXPECT_EQ(before, after) << "the child counted while CRIU held it frozen";
-  EXPECT_EQ(report->gpuBytes, 1000u);
+  EXPECT_EQ(report->gpuBytes, 1024u);
   // Left running: it counts again.
   uint64_t resumed = child.count();
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -221,6 +238,35 @@ TEST(CheckpointHooks, FailingWhileFrozenResumesTheProcessAndWritesNothing) {
   EXPECT_FALSE(partialLeft(image));
 }
 
+TEST(CheckpointHooks, FailingBeforeFreezeNeverFreezesTheProcessAndWritesNothing) {
+  CountingChild child;
+  fs::path image = freshImagePath("freeze-fails");
+  std::vector<std::string> calls;
+  CheckpointOptions options;
+  options.image = image;  // without --leave-running: a failure must still keep it alive
+  options.hooks.beforeFreeze = [&](image::ImageWriter&) {
+    calls.push_back("beforeFreeze");
+    return Status(Code::kUnavailable, "session 3 is still serving a call after 5000 ms");
+  };
+  options.hooks.whileFrozen = [&](image::ImageWriter&) {
+    calls.push_back("whileFrozen");
+    return Status::ok();
+  };
+  options.hooks.afterDump = [&](bool dumped) {
+    calls.push_back(dumped ? "afterDump(true)" : "afterDump(false)");
+  };
+  auto report = checkpointProcess(child.pid(), options);
+  EXPECT_THAT(report, StatusIs(Code::kFailedPrecondition,
+                               AllOf(HasSubstr("before pid " + std::to_string(child.pid()) + " was frozen failed"),
+                                     HasSubstr("still serving a call after 5000 ms"))));
+  EXPECT_THAT(calls, ElementsAre("beforeFreeze", "afterDump(false)"));
+  uint64_t count = child.count();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_GT(child.count(), count) << "the child must run on after a failed checkpoint";
+  EXPECT_FALSE(fs::exists(image));
+  EXPECT_FALSE(partialLeft(image));
+}
+
 TEST(CheckpointHooks, FailingBeforeDumpRunsNoCriu) {
   CountingChild child;
   fs::path image = freshImagePath("before-fails");
@@ -230,6 +276,10 @@ TEST(CheckpointHooks, FailingBeforeDumpRunsNoCriu) {
   options.hooks.beforeDump = [&](image::ImageWriter&) {
     calls.push_back("beforeDump");
     return Status(Code::kUnavailable, "the GPU did not drain");
+  };
+  options.hooks.beforeFreeze = [&](image::ImageWriter&) {
+    calls.push_back("beforeFreeze");
+    return Status::ok();
   };
   options.hooks.whileFrozen = [&](image::ImageWriter&) {
     calls.push_back("whileFrozen");

@@ -5,8 +5,8 @@
 // The CPU state goes through CRIU into the image's cpu/, with the process, its
 // standard descriptors, the CRIU run and timings in the manifest; the GPU half
 // (phosd's engine) joins through CheckpointHooks and the restore hooks. The
-// order of the steps and how whileFrozen runs inside CRIU's post-dump step are
-// in docs/checkpoint.md.
+// order of the steps and how beforeFreeze and whileFrozen run inside CRIU's
+// pre-dump and post-dump steps are in docs/checkpoint.md.
 #include <sys/types.h>
 
 #include <filesystem>
@@ -26,12 +26,15 @@ namespace phos::checkpoint {
 // Every hook is optional.
 struct CheckpointHooks {
   // The image's staging directory exists; CRIU has not run; the process runs.
-  // (Stop-the-world: drain the session's GPU work and copy device memory.)
+  // (What can be prepared while the job runs: twins, host memory, recopy's
+  // copies.)
   std::function<Status(image::ImageWriter&)> beforeDump;
-  // After CRIU's pre-dump, right before the final dump; the process runs.
-  // (Soft recopy: the GPU state is quiesced here, so that the image is the
-  // state at the dump.)
-  std::function<Status(image::ImageWriter&)> beforeFinalDump;
+  // CRIU's final dump has started and is about to freeze the process (its
+  // pre-dump action script, after CRIU's own start-up and after any memory
+  // pre-dump); the process still runs. The GPU state is quiesced here, so that
+  // the job's GPU calls wait for CRIU's freeze and dump, not for its start. A
+  // failure makes CRIU give up before freezing.
+  std::function<Status(image::ImageWriter&)> beforeFreeze;
   // CRIU has written its images and still holds the process frozen (its
   // post-dump action script): state the process's CPU could still change,
   // such as shared-memory files. A failure makes CRIU resume the process.
