@@ -509,20 +509,34 @@ class CpuProgress {
 
 // --- Pre-dump -----------------------------------------------------------------
 
-// `pre-dump --track-mem` needs the kernel's soft-dirty bits; CRIU says whether
-// they work with `check --feature mem_dirty_track` (exit 0).
-Result<bool> dirtyTrackingWorks(const criu::CriuBinary& criu, std::string& reason) {
-  ASSIGN_OR_RETURN(ProcessOutput run,
-                   runCapture(criu.command({"check", "--feature", "mem_dirty_track"})));
-  if (run.exitCode == 0) return true;
+// Why `criu check --feature mem_dirty_track` said no, in its last line.
+std::string dirtyTrackingReason(const ProcessOutput& run) {
   std::string said = run.out + run.err;
   while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
   if (auto nl = said.rfind('\n'); nl != std::string::npos) said = said.substr(nl + 1);
-  reason = fmt::format(
-      "the kernel does not track dirty pages (criu check --feature mem_dirty_track: {})",
-      said.empty() ? fmt::format("exit {}", run.exitCode) : said);
-  return false;
+  return fmt::format("the kernel does not track dirty pages (criu check --feature mem_dirty_track: {})",
+                     said.empty() ? fmt::format("exit {}", run.exitCode) : said);
 }
+
+// `pre-dump --track-mem` needs the kernel's soft-dirty bits; CRIU says whether
+// they work with `check --feature mem_dirty_track` (exit 0). The answer is the
+// running kernel's: asked once per CRIU binary (about 30 ms each time).
+Result<bool> dirtyTrackingWorks(const criu::CriuBinary& criu, std::string& reason) {
+  static std::mutex mutex;
+  static std::map<std::vector<std::string>, std::pair<bool, std::string>> known;
+  const std::vector<std::string> line = criu.command({"check", "--feature", "mem_dirty_track"});
+  std::lock_guard lock(mutex);
+  if (auto it = known.find(line); it != known.end()) {
+    reason = it->second.second;
+    return it->second.first;
+  }
+  ASSIGN_OR_RETURN(ProcessOutput run, runCapture(line));
+  const bool works = run.exitCode == 0;
+  if (!works) reason = dirtyTrackingReason(run);
+  known[line] = {works, reason};
+  return works;
+}
+
 
 std::vector<std::string> withShellJob(std::vector<std::string> argv, bool shellJob) {
   if (shellJob) argv.push_back("--shell-job");
