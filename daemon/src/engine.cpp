@@ -248,15 +248,23 @@ class StagedWrite {
   }
   std::byte* data() const { return data_; }
 
-  // Writes every chunk of `items` on `threads` threads.
-  void start(image::ImageWriter& writer, std::vector<Item> items, unsigned threads) {
+  // The chunks of `items` are to be written into `writer` (once started).
+  void plan(image::ImageWriter& writer, std::vector<Item> items) {
+    writer_ = &writer;
     items_ = std::move(items);
     for (const Item& item : items_) {
       for (uint64_t at = 0; at < item.bytes; at += image::kDefaultChunkBytes) chunks_.push_back({&item, at});
       total_ += item.bytes;
     }
+  }
+
+  // Writes the planned chunks on a thread per core (at most 4); once.
+  void start() {
+    if (started_ || writer_ == nullptr) return;
+    started_ = true;
+    const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
     for (unsigned t = 0; t < threads; ++t) {
-      workers_.emplace_back([this, &writer] {
+      workers_.emplace_back([this, &writer = *writer_] {
         for (size_t i = next_++; i < chunks_.size() && !failed_.load(); i = next_++) {
           const auto& [item, at] = chunks_[i];
           const uint64_t n = std::min<uint64_t>(image::kDefaultChunkBytes, item->bytes - at);
@@ -279,8 +287,10 @@ class StagedWrite {
     join();
   }
 
-  // Waits for the writing threads; reports {"phase": "write"} progress.
+  // Waits for the writing threads (started now if they were not); reports
+  // {"phase": "write"} progress.
   Status finish(const ProgressFn& progress) {
+    start();
     PhaseProgress phase(progress, "write", total_);
     phase.start();
     uint64_t reported = 0;
@@ -307,6 +317,8 @@ class StagedWrite {
   HostRegistration registration_{driver_};
   std::byte* data_ = nullptr;
   uint64_t bytes_ = 0;
+  image::ImageWriter* writer_ = nullptr;
+  bool started_ = false;
   std::vector<Item> items_;
   std::vector<std::pair<const Item*, uint64_t>> chunks_;
   uint64_t total_ = 0;
@@ -575,6 +587,10 @@ class Engine {
                                       cow ? &deferred : nullptr));
         if (cow && wantSnapshot) RETURN_IF_ERROR(writeReferenceSnapshot(s, deferred, snapshot));
       }
+      // The staged chunks are written into the image while CRIU dumps when the
+      // job ends with the dump; a job left running gets the CPU for CRIU's
+      // freeze, and the writes start once it runs again (afterDump).
+      if (staged != nullptr && !leaveRunning) staged->start();
       capturedAt = Clock::now();
       return Status::ok();
     };
@@ -1538,9 +1554,7 @@ class Engine {
       (*recopyReport)["recopied_bytes"] = recopier != nullptr ? recopied : total;
     }
     PHOS_DRIVER(d, CtxSetCurrent)(nullptr);
-    if (staged != nullptr) {
-      staged->start(writer, std::move(items), std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
-    }
+    if (staged != nullptr) staged->plan(writer, std::move(items));
     gpuBytes += total;
     return Status::ok();
   }
