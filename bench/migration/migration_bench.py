@@ -117,6 +117,11 @@ def one_migration(hosts, args, size, dirty, mode, work):
     return {
         "size_mib": size, "dirty_mib_per_step": dirty, "mode": mode, "protocol": report["protocol"],
         "downtime_seconds": m.get("downtime_seconds"),
+        # Its parts: the source's quiesce to the hand-over (CRIU's dump, the image written here), the hand-over
+        # until "go", and on the target phos restore until the job is served.
+        "downtime_parts": {"dump_seconds": m.get("dump_seconds"), "transfer_seconds": m.get("transfer_seconds"),
+                           "target_running_seconds": m.get("target_report", {}).get("running_seconds")},
+        "stall_parts": report.get("stall"),
         "job_gap_seconds": max(around) - step if around else None,
         "median_step_seconds": step,
         "total_seconds": answered - asked,
@@ -187,6 +192,11 @@ def main():
                           f"(job saw {r['job_gap_seconds']:.3f} s)  total {r['total_seconds']:.2f} s  "
                           f"sent running {r['precopy_wire_bytes'] / 2**20:.0f} MiB, stopped "
                           f"{r['stopped_wire_bytes'] / 2**20:.0f} MiB", flush=True)
+                    parts = r["downtime_parts"]
+                    if all(v is not None for v in parts.values()):
+                        print(f"{'':27s}downtime: dump {parts['dump_seconds']:.3f} s, hand-over "
+                              f"{parts['transfer_seconds']:.3f} s, target restore {parts['target_running_seconds']:.3f} s",
+                              flush=True)
     finally:
         hosts.down()
         shutil.rmtree(work, ignore_errors=True)
