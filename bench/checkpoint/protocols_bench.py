@@ -82,7 +82,13 @@ def checkpoint_once(a, run, env, runtime_dir, image, mode, reference, gap):
     lines_done = len(job.lines)
     if job.finish(a.timeout) != 0 or job.texts() != reference:
         fail_run(f"the job checkpointed with --mode {mode} did not finish as the uninterrupted run:\n{job.stderr}")
+    # The copy engine's rate: device memory into host memory, per second of copying (stop-the-world: inside the
+    # pause; copy-on-write: until every chunk was in host memory, the job's own transfers given way to included).
+    cow = report.get("copy_on_write") or {}
+    copied, seconds = (cow.get("copied_bytes"), cow.get("copy_seconds")) if mode == "cow" else \
+        (report.get("gpu_bytes"), report.get("gpu_copy_seconds"))
     return {"stall_s": stall_around(job, asked, answered, gap), "gpu_stall_s": report.get("gpu_stall_seconds"),
+            "copy_bytes_per_s": copied / seconds if copied and seconds else None,
             "total_s": report.get("total_seconds"), "cli_wall_s": answered - asked, "protocol": report.get("protocol"),
             "copy_on_write": report.get("copy_on_write"), "recopy": report.get("recopy"),
             "lines": (lines_asked, lines_done), "stall_parts": report.get("stall"),
@@ -167,6 +173,7 @@ def measure(a, size, tensors, runtime_dir, work, env):
                 shutil.move(image, work / f"stop-{size}")
         row["checkpoint"][mode] = {"median_stall_s": median(runs, "stall_s"),
                                    "median_gpu_stall_s": median(runs, "gpu_stall_s"),
+                                   "median_copy_bytes_per_s": median(runs, "copy_bytes_per_s"),
                                    "median_total_s": median(runs, "total_s"), "runs": runs}
         shutil.rmtree(image, ignore_errors=True)
     for kind in RESTORES:
@@ -319,6 +326,12 @@ def main():
             print(f"{row['state_mib']:>4} MiB {row['state_tensors']:>6} {mode + '/whole':>9} "
                   f"{fmt(c['median_stall_s'], '>9.3f')}s {fmt(c['median_gpu_stall_s'], '>14.3f')}s "
                   f"{fmt(c['median_total_s'], '>6.2f')}s {fmt(c.get('stall_ratio_to_stop'), '>11.2f')}")
+    link = pcie_gbps * 1e9 / scale if scale else None
+    for row in results["sizes"]:
+        rates = {mode: row["checkpoint"][mode].get("median_copy_bytes_per_s") for mode in ("stop", "cow")}
+        if link and all(rates.values()):
+            print(f"{row['state_mib']:>4} MiB {row['state_tensors']:>6} copy engine: stop {rates['stop'] / link:.0%}, "
+                  f"cow {rates['cow'] / link:.0%} of the modelled link ({link / 1e9:.2f} GB/s)")
     print(f"{'state':>8} {'allocs':>6} {'restore':>11} {'to next step':>13} {'/eager':>7}")
     for row in results["sizes"]:
         for kind in RESTORES:
