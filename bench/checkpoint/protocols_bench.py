@@ -82,11 +82,11 @@ def checkpoint_once(a, run, env, runtime_dir, image, mode, reference, gap):
     lines_done = len(job.lines)
     if job.finish(a.timeout) != 0 or job.texts() != reference:
         fail_run(f"the job checkpointed with --mode {mode} did not finish as the uninterrupted run:\n{job.stderr}")
-    # The copy engine's rate: device memory into host memory, per second of copying (stop-the-world: inside the
-    # pause; copy-on-write: until every chunk was in host memory, the job's own transfers given way to included).
+    # The copy engine's rate: device memory per second of copying (stop-the-world: into host memory, inside the
+    # pause; copy-on-write: into the image, chunk by chunk, the job's own transfers given way to included).
     cow = report.get("copy_on_write") or {}
-    copied, seconds = (cow.get("copied_bytes"), cow.get("copy_seconds")) if mode == "cow" else \
-        (report.get("gpu_bytes"), report.get("gpu_copy_seconds"))
+    copied = report.get("gpu_bytes")
+    seconds = cow.get("copy_seconds") if mode == "cow" else report.get("gpu_copy_seconds")
     return {"stall_s": stall_around(job, asked, answered, gap), "gpu_stall_s": report.get("gpu_stall_seconds"),
             "copy_bytes_per_s": copied / seconds if copied and seconds else None,
             "total_s": report.get("total_seconds"), "cli_wall_s": answered - asked, "protocol": report.get("protocol"),

@@ -1014,39 +1014,28 @@ class Engine {
     }
     s.resume();  // the application runs from here on
     resumedAt = std::chrono::steady_clock::now();
-    // The window ends once every chunk of t1 is in host memory (the image's
-    // writes may go on): the twins' reports of everything launched in it.
-    std::vector<Violation> found;
-    Status closing = Status::ok();
-    bool closed = false;
-    auto closeTheWindow = [&] {
-      if (std::exchange(closed, true)) return;
-      if (Status paused = s.pause(kPauseTimeout); paused.isOk()) {
-        {
-          std::lock_guard lock(s.mutex_);
-          found = closeWindow(s, before);
-          s.setAccessGate({});
-          s.setMemoryRelief({});
-          s.validator_.setMode(before);
-          s.transfers_.track(false);
-        }
-        s.resume();
-      } else {
-        log::get("daemon")->warn("session {}: copy-on-write window not closed: {}", s.id(), paused.message());
-        closing = makeError(Code::kFailedPrecondition,
-                            "the window could not be closed to read the validator's reports: {}", paused.message());
-      }
-    };
     if (status.isOk()) {
       PhaseProgress phase(progress, "gpu-memory", total);
       phase.start();
-      // Host memory for chunks copied ahead of the image's writes: up to the
-      // whole state, within a quarter of what is available and 1 GiB.
-      const uint64_t hostBytes = std::min({total, stagingBudget() / 2, uint64_t{1} << 30});
-      status = protocol->run([&](uint64_t n) { phase.advance(n); }, hostBytes, [&] { closeTheWindow(); });
+      status = protocol->run([&](uint64_t n) { phase.advance(n); });
     }
-    closeTheWindow();
-    if (status.isOk() && !closing.isOk()) status = closing;
+    // The window ends: the twins' reports of everything launched in it.
+    std::vector<Violation> found;
+    if (Status paused = s.pause(kPauseTimeout); paused.isOk()) {
+      {
+        std::lock_guard lock(s.mutex_);
+        found = closeWindow(s, before);
+        s.setAccessGate({});
+        s.setMemoryRelief({});
+        s.validator_.setMode(before);
+        s.transfers_.track(false);
+      }
+      s.resume();
+    } else if (status.isOk()) {
+      log::get("daemon")->warn("session {}: copy-on-write window not closed: {}", s.id(), paused.message());
+      status = makeError(Code::kFailedPrecondition, "the window could not be closed to read the validator's reports: {}",
+                         paused.message());
+    }
     const SoftCowStats stats = protocol->stats();
     uint64_t reserveBytes = 0;
     for (const DeviceSpace& space : spaces) reserveBytes += space.reserveBytes;
@@ -1056,8 +1045,7 @@ class Engine {
               {"peer_shadowed_bytes", stats.peerShadowedBytes},
               {"waited_calls", stats.waitedCalls},          {"waited_seconds", stats.waitedSeconds},
               {"given_back", stats.givenBack},              {"anything_calls", stats.anythingCalls},
-              {"copy_seconds", stats.copySeconds},          {"save_seconds", stats.saveSeconds},
-              {"copied_bytes", stats.copiedBytes},
+              {"copy_seconds", stats.copySeconds},
               {"yielded_seconds", stats.yieldedSeconds},    {"misspeculations", found.size()}};
     if (!plan.report.is_null()) report["peer_offload"] = plan.report;
     if (status.isOk() && !found.empty()) {

@@ -5,11 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <deque>
-#include <optional>
-#include <span>
-#include <thread>
-#include <vector>
 
 #include <fmt/format.h>
 
@@ -232,165 +227,21 @@ void SoftCopyOnWrite::protect(std::unique_lock<std::mutex>& lock, Entry& e) {
   }
 }
 
-namespace {
-
-// Writes chunks into an image on threads of their own, in the order they
-// were added; each chunk is known by the staging slot it is written from.
-class ChunkWriters {
- public:
-  ChunkWriters(image::ImageWriter& writer, size_t slots) : writer_(writer), done_(slots), bytes_(slots) {
-    for (unsigned t = 0; t < std::clamp(std::thread::hardware_concurrency(), 1u, 2u); ++t) {
-      threads_.emplace_back([this] { work(); });
-    }
-  }
-  ~ChunkWriters() {
-    {
-      std::lock_guard lock(mutex_);
-      stopping_ = true;
-    }
-    changed_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-  ChunkWriters(const ChunkWriters&) = delete;
-  ChunkWriters& operator=(const ChunkWriters&) = delete;
-
-  void add(size_t slot, size_t blob, uint64_t chunk, std::span<const std::byte> bytes) {
-    {
-      std::lock_guard lock(mutex_);
-      done_[slot].reset();
-      queue_.push_back({slot, blob, chunk, bytes});
-    }
-    changed_.notify_all();
-  }
-  // The bytes written from `slot`, once they are in the image, or the error.
-  Result<uint64_t> wait(size_t slot) {
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return done_[slot].has_value(); });
-    Status st = *done_[slot];
-    if (!st.isOk()) return st;
-    return bytes_[slot];
-  }
-
- private:
-  struct Job {
-    size_t slot;
-    size_t blob;
-    uint64_t chunk;
-    std::span<const std::byte> bytes;
-  };
-  void work() {
-    std::unique_lock lock(mutex_);
-    for (;;) {
-      changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      Job job = queue_.front();
-      queue_.pop_front();
-      lock.unlock();
-      Status st = writer_.writeChunk(job.blob, job.chunk, job.bytes);
-      lock.lock();
-      bytes_[job.slot] = job.bytes.size();
-      done_[job.slot] = std::move(st);
-      changed_.notify_all();
-    }
-  }
-
-  image::ImageWriter& writer_;
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::deque<Job> queue_;
-  std::vector<std::optional<Status>> done_;  // per slot: its last chunk's outcome
-  std::vector<uint64_t> bytes_;              // per slot: its last chunk's size
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
-};
-
-}  // namespace
-
-Status SoftCopyOnWrite::run(const std::function<void(uint64_t)>& advanced, uint64_t hostBytes,
-                            const std::function<void()>& copied) {
+Status SoftCopyOnWrite::run(const std::function<void(uint64_t)>& advanced) {
   const auto start = Clock::now();
-  // Chunks go through slots of one registered host region. A chunk is copied
-  // into a free slot; once it has arrived, the writer threads write it into
-  // the image from there. The copies run ahead of the writes by as many slots as the region
-  // holds, so the copy engine is not held to the image's write rate (ext4
-  // here: about 450 MB/s, below a modelled 1 GB/s link). One chunk copied,
-  // waited for and written in turn kept the copy engine busy 42% of the time
-  // at 1 GB/s.
-  const size_t slotCount =
-      std::clamp<size_t>(hostBytes / std::max<size_t>(chunkBytes_, 1), 2, std::max<size_t>(entries_.size(), 2));
-  struct Slot {
-    std::byte* data = nullptr;
-    Entry* entry = nullptr;  // its copy is in flight
-    bool fromShadow = false;
-    CUdeviceptr source = 0;
-    CUcontext context = nullptr;
-    CUstream stream = nullptr;
-    bool writing = false;  // queued to the writers, or being written
-  };
-  StagingBuffer region(driver_, slotCount * chunkBytes_);
-  std::vector<Slot> slots(slotCount);
-  ChunkWriters writers(writer_, slotCount);
-  // On every way out, no copy still lands in the region about to be freed.
-  auto drainCopies = [&] {
-    for (Slot& slot : slots) {
-      if (slot.entry == nullptr) continue;
-      PHOS_DRIVER(driver_, CtxSetCurrent)(slot.context);
-      PHOS_DRIVER(driver_, StreamSynchronize)(slot.stream);
-      slot.entry = nullptr;
-    }
-  };
-  struct OnExit {
-    std::function<void()> run;
-    ~OnExit() { run(); }
-  } drained{drainCopies};
+  StagingBuffer staging(driver_, chunkBytes_);
+  Status status = Status::ok();
   auto fail = [&](Status failure) {
-    drainCopies();
     std::lock_guard lock(mutex_);
     failed_ = true;
     changed_.notify_all();
     return failure;
   };
-  // The chunk written from slot `k` is in the image (and counted), or its error.
-  auto written = [&](size_t k) -> Status {
-    if (!slots[k].writing) return Status::ok();
-    slots[k].writing = false;
-    ASSIGN_OR_RETURN(uint64_t bytes, writers.wait(k));
-    advanced(bytes);
-    return Status::ok();
-  };
-  // Waits for the copy in flight in slot `k`: t1's bytes are then in host
-  // memory, so the chunk is saved (the device's bytes may change from here)
-  // and goes to the writers.
-  auto land = [&](size_t k) -> Status {
-    Slot& slot = slots[k];
-    if (slot.entry == nullptr) return Status::ok();
-    Entry* e = slot.entry;
-    CUresult r = PHOS_DRIVER(driver_, CtxSetCurrent)(slot.context);
-    if (r == CUDA_SUCCESS) r = PHOS_DRIVER(driver_, StreamSynchronize)(slot.stream);
-    slot.entry = nullptr;
-    if (r != CUDA_SUCCESS) {
-      return driverStatus(r, fmt::format("saving device memory at {:#x}{} (cuStreamSynchronize)", e->buffer.address,
-                                         slot.fromShadow ? fmt::format(" from its shadow at {:#x}", slot.source) : ""));
-    }
-    writers.add(k, e->buffer.blob, e->chunk, {slot.data, e->buffer.bytes});
-    slot.writing = true;
-    std::lock_guard lock(mutex_);
-    stats_.copiedBytes += e->buffer.bytes;
-    e->state = State::kSaved;
-    if (e->shadow != 0) {
-      PHOS_DRIVER(driver_, MemFree_v2)(e->shadow);  // its context is current
-      e->shadow = 0;
-      releaseShadow(*e);
-    }
-    changed_.notify_all();
-    return Status::ok();
-  };
   if (!entries_.empty()) {
     Status ready = driverStatus(PHOS_DRIVER(driver_, CtxSetCurrent)(entries_.begin()->second.buffer.context),
                                 "making a context current");
-    if (ready.isOk()) ready = region.allocate();
+    if (ready.isOk()) ready = staging.allocate();
     if (!ready.isOk()) return fail(ready);
-    for (size_t k = 0; k < slotCount; ++k) slots[k].data = region.data() + k * chunkBytes_;
   }
   std::unique_lock lock(mutex_);
   auto cursor = entries_.begin();
@@ -421,7 +272,7 @@ Status SoftCopyOnWrite::run(const std::function<void(uint64_t)>& advanced, uint6
     }
     return nullptr;
   };
-  for (size_t k = 0;; k = (k + 1) % slotCount) {
+  for (;;) {
     // The application's own transfers first, unless a writer waits for us.
     if (transfers_ != nullptr && next_ == nullptr) {
       lock.unlock();
@@ -431,50 +282,44 @@ Status SoftCopyOnWrite::run(const std::function<void(uint64_t)>& advanced, uint6
     }
     Entry* e = pick();
     if (e == nullptr) break;
-    Slot& slot = slots[k];
-    slot.fromShadow = e->state == State::kShadowed;
-    slot.source = slot.fromShadow ? e->shadow : e->buffer.address;
-    if (!slot.fromShadow) e->state = State::kSaving;
+    const bool fromShadow = e->state == State::kShadowed;
+    const CUdeviceptr source = fromShadow ? e->shadow : e->buffer.address;
+    if (!fromShadow) e->state = State::kSaving;
     lock.unlock();
 
-    // This slot's last chunk is in the image before it is reused.
-    if (Status st = written(k); !st.isOk()) return fail(st);
     // A shadow is read in its own device's context (a peer's, perhaps).
-    slot.context = slot.fromShadow ? e->shadowContext : e->buffer.context;
-    slot.stream = copyStreams_.of(slot.context);
+    const CUcontext context = fromShadow ? e->shadowContext : e->buffer.context;
+    CUstream stream = copyStreams_.of(context);
+    const uint64_t bytes = e->buffer.bytes;
     const char* step = "cuCtxSetCurrent";
-    CUresult r = PHOS_DRIVER(driver_, CtxSetCurrent)(slot.context);
+    CUresult r = PHOS_DRIVER(driver_, CtxSetCurrent)(context);
     if (r == CUDA_SUCCESS) {
       step = "cuMemcpyDtoHAsync";
-      r = PHOS_DRIVER(driver_, MemcpyDtoHAsync_v2)(slot.data, slot.source, e->buffer.bytes, slot.stream);
+      r = PHOS_DRIVER(driver_, MemcpyDtoHAsync_v2)(staging.data(), source, bytes, stream);
+    }
+    if (r == CUDA_SUCCESS) {
+      step = "cuStreamSynchronize";
+      r = PHOS_DRIVER(driver_, StreamSynchronize)(stream);
     }
     if (r != CUDA_SUCCESS) {
-      return fail(driverStatus(r, fmt::format("saving device memory at {:#x}{} ({})", e->buffer.address,
-                                              slot.fromShadow ? fmt::format(" from its shadow at {:#x}", slot.source)
-                                                              : "",
-                                              step)));
+      status = driverStatus(r, fmt::format("saving device memory at {:#x}{} ({})", e->buffer.address,
+                                           fromShadow ? fmt::format(" from its shadow at {:#x}", source) : "", step));
+    } else {
+      status = writer_.writeChunk(e->buffer.blob, e->chunk, {staging.data(), bytes});
     }
-    slot.entry = e;
-    // One chunk in flight: the job's own transfers, and its writes to the
-    // chunk being copied, wait for one chunk at most. (Two in flight kept the
-    // copy engine busier on vgpu, 81-94% of the link against 53-72%, but a
-    // job that writes a buffer of two chunks then waited for both copies.)
-    if (Status st = land(k); !st.isOk()) return fail(st);
+    if (!status.isOk()) return fail(status);
+    advanced(bytes);
+
     lock.lock();
+    e->state = State::kSaved;
+    if (e->shadow != 0) {
+      PHOS_DRIVER(driver_, MemFree_v2)(e->shadow);  // its context is current
+      e->shadow = 0;
+      releaseShadow(*e);
+    }
+    changed_.notify_all();
   }
-  lock.unlock();
-  for (size_t k = 0; k < slotCount; ++k) {
-    if (Status st = land(k); !st.isOk()) return fail(st);
-  }
-  lock.lock();
   stats_.copySeconds = std::chrono::duration<double>(Clock::now() - start).count();
-  lock.unlock();
-  if (copied) copied();
-  for (size_t k = 0; k < slotCount; ++k) {
-    if (Status st = written(k); !st.isOk()) return fail(st);
-  }
-  lock.lock();
-  stats_.saveSeconds = std::chrono::duration<double>(Clock::now() - start).count();
   lock.unlock();
   PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
   return Status::ok();

@@ -53,9 +53,7 @@ struct SoftCowStats {
   uint64_t givenBack = 0;         // allocations of the application that needed the shadows' memory
   double waitedSeconds = 0;       // how long those calls waited in total
   uint64_t anythingCalls = 0;     // calls that may write anything (a launch without twin, an unload)
-  double copySeconds = 0;         // run(): until every chunk was in host memory
-  double saveSeconds = 0;         // run(): until every chunk was in the image
-  uint64_t copiedBytes = 0;       // run(): device memory copied into host memory
+  double copySeconds = 0;         // run(): the first chunk to the last
   double yieldedSeconds = 0;      // run() gave way to the application's own transfers
 };
 
@@ -80,13 +78,8 @@ class SoftCopyOnWrite {
   AccessGate gate();
   // Saves every buffer, on the calling thread, and returns when all are in
   // the image (or the first error; writers are then let through, since the
-  // image is discarded anyway). `advanced(n)` reports progress. Up to
-  // `hostBytes` of page-locked host memory (at least two chunks) hold chunks
-  // copied and not written into the image yet. `copied()` is called once
-  // every chunk is in host memory (the device's bytes are no longer needed;
-  // the writes may still run).
-  Status run(const std::function<void(uint64_t)>& advanced, uint64_t hostBytes,
-             const std::function<void()>& copied = {});
+  // image is discarded anyway). `advanced(n)` reports progress.
+  Status run(const std::function<void(uint64_t)>& advanced);
   // The application needs the device memory the shadows hold on `device`:
   // no new shadows there for the rest of the window (writers wait for the
   // saving loop instead), and back once those it holds are saved and freed,
