@@ -424,9 +424,15 @@ class ActionChannel {
       if (end == std::string::npos) continue;
       const std::string said = line.substr(0, end);
       line.clear();
+      // Each step runs its hook once: the FIFOs may be the job user's (lendTo),
+      // and a step asked for again fails the dump instead of running twice.
       bool ok = false;
       for (auto& [step, hook] : hooks_) {
         if (said != name(step)) continue;
+        if (outcomes_.contains(step)) {
+          outcomes_[step] = makeError(Code::kFailedPrecondition, "CRIU's {} step was asked for twice", said);
+          break;
+        }
         outcomes_[step] = hook();
         ok = outcomes_[step].isOk();
       }

@@ -267,6 +267,38 @@ TEST(CheckpointHooks, FailingBeforeFreezeNeverFreezesTheProcessAndWritesNothing)
   EXPECT_FALSE(partialLeft(image));
 }
 
+// The action script's FIFOs may be the job user's (CRIU dumps as that user):
+// a step asked for again, as that user could, fails the dump; the hook never
+// runs twice.
+TEST(CheckpointHooks, AStepAskedForTwiceFailsTheDumpAndRunsItsHookOnce) {
+  CountingChild child;
+  fs::path image = freshImagePath("asked-twice");
+  int beforeFreezeCalls = 0;
+  CheckpointOptions options;
+  options.image = image;
+  options.leaveRunning = true;
+  options.hooks.beforeFreeze = [&](image::ImageWriter&) {
+    ++beforeFreezeCalls;
+    // This process's channel: /tmp/phos-criu-action.<pid>.XXXXXX/request.
+    const std::string stem = "phos-criu-action." + std::to_string(::getpid()) + ".";
+    for (const auto& entry : fs::directory_iterator("/tmp")) {
+      if (!entry.path().filename().string().starts_with(stem)) continue;
+      std::ofstream request(entry.path() / "request");
+      request << "pre-dump\n" << std::flush;
+    }
+    return Status::ok();
+  };
+  options.hooks.whileFrozen = [&](image::ImageWriter&) { return Status::ok(); };
+  auto report = checkpointProcess(child.pid(), options);
+  EXPECT_THAT(report, StatusIs(Code::kFailedPrecondition, HasSubstr("CRIU's pre-dump step was asked for twice")));
+  EXPECT_EQ(beforeFreezeCalls, 1);
+  uint64_t count = child.count();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_GT(child.count(), count) << "the child must run on after a failed checkpoint";
+  EXPECT_FALSE(fs::exists(image));
+  EXPECT_FALSE(partialLeft(image));
+}
+
 TEST(CheckpointHooks, FailingBeforeDumpRunsNoCriu) {
   CountingChild child;
   fs::path image = freshImagePath("before-fails");
