@@ -29,7 +29,6 @@
 #include <sstream>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 #include "phos/common/log.h"
@@ -325,8 +324,14 @@ class ActionChannel {
     thread_.join();
   }
 
-  // After stop(): whether CRIU reached `step`, and its hook's outcome.
-  bool ran(Step step) const { return outcomes_.contains(step); }
+  // After stop(): a step with a hook that CRIU never reached (nullptr if
+  // none), and a step's outcome.
+  const char* missedStep() const {
+    for (const auto& [step, hook] : hooks_) {
+      if (!outcomes_.contains(step)) return name(step);
+    }
+    return nullptr;
+  }
   Status status(Step step) const {
     auto it = outcomes_.find(step);
     return it == outcomes_.end() ? Status::ok() : it->second;
@@ -769,12 +774,9 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
   // CRIU succeeded without running a step of the script: the GPU half never
   // saw the process about to freeze, or frozen, so the image would be
   // inconsistent.
-  for (auto [step, hook, said] : {std::tuple(ActionChannel::kPreDump, bool(hooks.beforeFreeze), "pre-dump"),
-                                  std::tuple(ActionChannel::kPostDump, bool(hooks.whileFrozen), "post-dump")}) {
-    if (hook && !channel->ran(step)) {
-      return makeError(Code::kInternal, "CRIU dumped pid {} without running its {} action script {}", pid, said,
-                       channel->script().string());
-    }
+  if (const char* missed = channel ? channel->missedStep() : nullptr; missed != nullptr) {
+    return makeError(Code::kInternal, "CRIU dumped pid {} without running its {} action script {}", pid, missed,
+                     channel->script().string());
   }
   afterDump.call(true);
   if (hooks.beforeCommit) {
