@@ -145,6 +145,7 @@ class Entry:
         self.epilogue = False
         self.posted = 'never'
         self.extras = []      # [(name, type)] outputs beyond the parameters
+        self.lane = None      # (direction, host parameter, byte-count parameter)
 
     def param(self, name):
         return next((p for p in self.params if p.name == name), None)
@@ -230,7 +231,8 @@ def classify(model, policy, where):
     return entries
 
 
-ANNOTATION_KEYS = {'why', 'server', 'client', 'posted', 'params', 'reply', 'revisions'}
+ANNOTATION_KEYS = {'why', 'server', 'client', 'posted', 'params', 'reply', 'revisions', 'lane'}
+LANE_DIRECTIONS = {'to_device': 'toDevice', 'from_device': 'fromDevice'}
 
 
 def check_annotation(name, a, variants, where):
@@ -263,6 +265,15 @@ def check_annotation(name, a, variants, where):
     for ename, etype in a.get('reply', {}).items():
         if etype not in EXTRA_TYPES:
             raise Error(f'{where}: remoted.{name}.reply.{ename}: type must be one of {", ".join(EXTRA_TYPES)}')
+    if 'lane' in a:
+        lane = a['lane']
+        if not (isinstance(lane, list) and len(lane) == 3 and lane[0] in LANE_DIRECTIONS):
+            raise Error(f'{where}: remoted.{name}.lane: ["to_device" or "from_device", host parameter, byte count]')
+        if a.get('server') != 'hook':
+            raise Error(f'{where}: remoted.{name}.lane: a copy through a lane needs "server": "hook"')
+        for pname in lane[1:]:
+            if not any(v.param(pname) for v in variants):
+                raise Error(f'{where}: remoted.{name}.lane: {pname} is not a parameter of {name}')
     if a.get('reply') and (a.get('server') != 'hook' or 'epilogue' not in a.get('client', [])):
         raise Error(f'{where}: remoted.{name}: reply extras need a server hook and a client epilogue')
 
@@ -274,6 +285,7 @@ def apply_annotation(v, a, current, where):
     v.epilogue = 'epilogue' in a.get('client', [])
     v.posted = a.get('posted', 'never')
     v.extras = list(a.get('reply', {}).items())
+    v.lane = tuple(a['lane']) if 'lane' in a else None
     overrides = a.get('params', {})
     # The launch's `extra` travels with its kernel parameters.
     if any(parse_encoding(t)[0] == 'kernel_params' for t in overrides.values()) and v.param('extra') is not None:
@@ -608,7 +620,11 @@ def emit_client(entries):
         else:
             if e.posted == 'hook':
                 body.append(f'if (posted::{e.public}({", ".join(p.name for p in e.params)})) return call.post();')
-            body.append('ReplyReader reply = call.run();')
+            if e.lane:
+                direction, host, count = e.lane
+                body.append(f'ReplyReader reply = call.run(LaneCopy::{LANE_DIRECTIONS[direction]}({host}, {count}));')
+            else:
+                body.append('ReplyReader reply = call.run();')
             body.append('if (!reply.ok()) return reply.result();')
             body.append(f'wire::{s}_Reply rep;')
             body.append('wire::get(reply.decoder(), rep);')

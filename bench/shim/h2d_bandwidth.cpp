@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Host-to-device copy bandwidth from pageable and from pinned memory: the same program runs directly on vgpu and through libphos.so + phosd.
+// Copy bandwidth between the device and pageable or pinned memory, both ways: the same program runs directly on vgpu
+// and through libphos.so + phosd.
 #include <cuda.h>
 
 #include <algorithm>
@@ -70,20 +71,32 @@ int main(int argc, char** argv) {
     CU_CHECK(cuMemcpyHtoDAsync(d, pinned, bytes, stream));
     CU_CHECK(cuStreamSynchronize(stream));
   });
-  // The data arrived: read back one byte per page.
   std::vector<unsigned char> back(bytes);
-  CU_CHECK(cuMemcpyDtoH(back.data(), d, bytes));
+  double toPageable = gbps([&] { CU_CHECK(cuMemcpyDtoH(back.data(), d, bytes)); });
+  double toPinned = gbps([&] {
+    CU_CHECK(cuMemcpyDtoHAsync(pinned, d, bytes, stream));
+    CU_CHECK(cuStreamSynchronize(stream));
+  });
+  // The data arrived both ways: one byte per page.
   for (size_t i = 0; i < bytes; i += 4096) {
     if (back[i] != pageable[i]) {
       std::fprintf(stderr, "h2d_bandwidth: wrong data at offset %zu\n", i);
       return 1;
     }
   }
-  std::printf("%zu MiB, median of %d: pageable %.2f GB/s, pinned %.2f GB/s\n", bytes >> 20, reps, fromPageable,
-              fromPinned);
+  for (size_t i = 0; i < bytes; i += 4096) {
+    if (static_cast<unsigned char*>(pinned)[i] != pageable[i]) {
+      std::fprintf(stderr, "h2d_bandwidth: wrong data at offset %zu of the pinned copy\n", i);
+      return 1;
+    }
+  }
+  std::printf("%zu MiB, median of %d: to the device from pageable %.2f GB/s, from pinned %.2f GB/s; "
+              "from the device to pageable %.2f GB/s, to pinned %.2f GB/s\n",
+              bytes >> 20, reps, fromPageable, fromPinned, toPageable, toPinned);
   if (!out.empty()) {
     std::ofstream(out) << "{\"bytes\": " << bytes << ", \"reps\": " << reps << ", \"pageable_gbps\": " << fromPageable
-                       << ", \"pinned_gbps\": " << fromPinned << "}\n";
+                       << ", \"pinned_gbps\": " << fromPinned
+                       << ", \"d2h_pageable_gbps\": " << toPageable << ", \"d2h_pinned_gbps\": " << toPinned << "}\n";
   }
   CU_CHECK(cuStreamDestroy(stream));
   CU_CHECK(cuMemFreeHost(pinned));

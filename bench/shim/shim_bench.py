@@ -7,8 +7,8 @@
 Measures, against direct vgpu as the baseline:
   - kernel launch latency: asynchronous enqueue and launch+synchronize round
     trip (bench/vgpu/launch_latency.cpp, bandwidth model off);
-  - host-to-device copy bandwidth from pageable and from pinned memory
-    (h2d_bandwidth.cpp, bandwidth model on: PCIe 25 GB/s per direction);
+  - copy bandwidth between the device and pageable or pinned memory, both
+    ways (h2d_bandwidth.cpp, bandwidth model on: PCIe 25 GB/s per direction);
   - slowdown of the C++ training example (examples/mlp), wall time of whole
     runs, direct and under PhOS alternating, and that both print the same.
 Prints the figures and writes them as JSON to --out.
@@ -108,11 +108,13 @@ def main():
         shim = run_json([a.h2d], d.client_env(a.libphos))
         results["h2d"] = {
             kind: {"direct_gbps": direct[kind], "phos_gbps": shim[kind], "ratio": shim[kind] / direct[kind]}
-            for kind in ("pageable_gbps", "pinned_gbps")
+            for kind in ("pageable_gbps", "pinned_gbps", "d2h_pageable_gbps", "d2h_pinned_gbps")
         }
-        print("host-to-device bandwidth (GB/s)              direct      phos     ratio")
+        print("copy bandwidth (GB/s)                        direct      phos     ratio")
+        names = {"pageable_gbps": "to the device from pageable", "pinned_gbps": "to the device from pinned",
+                 "d2h_pageable_gbps": "from the device to pageable", "d2h_pinned_gbps": "from the device to pinned"}
         for kind, r in results["h2d"].items():
-            print(f"  {kind[:-5]:43} {r['direct_gbps']:9.2f} {r['phos_gbps']:9.2f} {r['ratio']:8.3f}")
+            print(f"  {names[kind]:43} {r['direct_gbps']:9.2f} {r['phos_gbps']:9.2f} {r['ratio']:8.3f}")
 
         cmd = [a.mlp, "--iterations", str(a.iterations)]
         direct_times, shim_times = [], []

@@ -84,6 +84,14 @@ class RequestBuilder {
     h.thread = 1;
     raw(&h, sizeof(h));
   }
+  // Adds CallFlags to the header's (a lane: ipc::laneFlags).
+  RequestBuilder& flags(uint32_t f) {
+    ipc::CallHeader h;
+    std::memcpy(&h, bytes_.data(), sizeof(h));
+    h.flags |= f;
+    std::memcpy(bytes_.data(), &h, sizeof(h));
+    return *this;
+  }
   RequestBuilder& u8(uint8_t v) { return raw(&v, sizeof(v)); }
   RequestBuilder& u32(uint32_t v) { return raw(&v, sizeof(v)); }
   RequestBuilder& i32(int32_t v) { return raw(&v, sizeof(v)); }

@@ -1583,7 +1583,9 @@ class Engine {
       ASSIGN_OR_RETURN(size_t blob, writer.addBlob("session/ring", "call-ring", snap.bytes.size()));
       RETURN_IF_ERROR(writer.writeBlob(blob, snap.bytes));
       state["ring"] = {{"path", s.ringPath_}, {"blob", "session/ring"}, {"read_position", snap.readPosition},
-                       {"slot_count", s.ring_->geometry().slotCount}, {"slot_bytes", s.ring_->geometry().slotBytes}};
+                       {"slot_count", s.ring_->geometry().slotCount}, {"slot_bytes", s.ring_->geometry().slotBytes},
+                       {"lane_count", s.ring_->geometry().laneCount},
+                       {"lane_slot_bytes", s.ring_->geometry().laneSlotBytes}};
     }
     std::lock_guard lock(s.hostCallsMutex_);
     if (s.hostCalls_ != nullptr) {
@@ -1721,7 +1723,9 @@ class Engine {
     // Its contents, the application's pending calls, come last.
     const json& ring = st["ring"];
     ASSIGN_OR_RETURN(size_t ringBlob, blobOf(reader, ring, "ring"));
-    ipc::RingGeometry geometry{ring.value("slot_count", 0u), ring.value("slot_bytes", 0u)};
+    // Images of rings without transfer lanes name none.
+    ipc::RingGeometry geometry{ring.value("slot_count", 0u), ring.value("slot_bytes", 0u), ring.value("lane_count", 0u),
+                               ring.value("lane_slot_bytes", 0u)};
     ASSIGN_OR_RETURN(auto created, ipc::CallRing::create(ringPath, geometry, &s.ringLock_));
     s.ringPath_ = ringPath;  // from here on stop() removes it
     ASSIGN_OR_RETURN(uint64_t lastSerial, field<uint64_t>(st, "handles_last_serial", "session"));

@@ -88,13 +88,13 @@ void HostCallChannel::run(ipc::HostCallKind kind, uint64_t function, uint64_t us
   slot->stream = stream;
   slot->state.store(ipc::kHostCallRequested, std::memory_order_release);
   queue_->doorbell.fetch_add(1);
-  ipc::hostCallWake(&queue_->doorbell);
+  ipc::futexWake(&queue_->doorbell);
   for (;;) {
     uint32_t state = slot->state.load(std::memory_order_acquire);
     if (state == ipc::kHostCallDone) break;
     // The application is gone: its slot is never released, the queue dies with the session.
     if (gone()) return;
-    ipc::hostCallWait(&slot->state, state, kLivenessPeriod);
+    ipc::futexWait(&slot->state, state, kLivenessPeriod);
   }
   slot->state.store(ipc::kHostCallFree, std::memory_order_release);
 }

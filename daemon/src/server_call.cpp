@@ -144,6 +144,11 @@ uint64_t ServerCall::exportHandle(HandleType type, CUresult result, void* real) 
   return id;
 }
 
+std::optional<ipc::TransferLane> ServerCall::lane() const {
+  if ((header_.flags & ipc::kCallThroughLane) == 0) return std::nullopt;
+  return session_.transferLane(ipc::callLane(header_.flags));
+}
+
 void ServerCall::send() {
   if (sent_) return;
   sent_ = true;

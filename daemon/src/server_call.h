@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "driver_table.h"
+#include "phos/common/ipc/transfer_lane.h"
 #include "phos/common/ipc/wire.h"
 #include "phos/common/ipc/wire_codec.h"
 #include "phos/cuda_api/dispatch.h"
@@ -52,6 +54,9 @@ class ServerCall {
   const ipc::CallHeader& header() const { return header_; }
   cuda_api::EntryPointId entry() const { return static_cast<cuda_api::EntryPointId>(header_.entry); }
   bool expectsReply() const { return expectsReply_; }
+  // The transfer lane that carries the application's side of this copy
+  // (ipc::kCallThroughLane), if the call names one the session has.
+  std::optional<ipc::TransferLane> lane() const;
   ipc::Decoder& args() { return args_; }
 
   // True when every argument was read and nothing is left over. Otherwise

@@ -136,6 +136,8 @@ void Session::stop() {
   // Registered in a context of the session (portable): unregistered while
   // one is current, so that the next session's range at this address can be.
   for (const auto& entry : pinned_) unregisterPinned(entry.second);
+  if (lanesRegistered_) PHOS_DRIVER(driver_, MemHostUnregister)(lanesBase_);
+  lanesRegistered_ = false;
   PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
   currentReal_ = nullptr;
   for (auto& [vid, ctx] : contexts_) {
@@ -229,6 +231,10 @@ std::span<const std::byte> Session::serveOne(std::span<const std::byte> request,
     servers_[header.entry](call);
     if (!call.answered()) call.fail(CUDA_ERROR_UNKNOWN);  // a server function forgot to answer
   }
+  // The application's half of a lane copy stops at once if the call ended
+  // before its last chunk (a failure, an unused lane); a finished copy
+  // leaves the application only the chunks already produced to take.
+  if (auto lane = call.lane()) ipc::abandon(*lane);
   if (auto log = log::get("daemon"); log->should_log(spdlog::level::debug) && wellFormed &&
       header.entry < cuda_api::kEntryPointCount) {
     ipc::Decoder decoded(call.replyBytes());
@@ -550,6 +556,24 @@ Result<CUstream> Session::perThreadStream(uint64_t thread) {
   }
   perThreadStreams_[key] = s;
   return s;
+}
+
+std::optional<ipc::TransferLane> Session::transferLane(uint32_t index) const {
+  if (!ring_.has_value() || index >= ring_->geometry().laneCount) return std::nullopt;
+  return ring_->lane(index);
+}
+
+void Session::registerLanes() {
+  if (lanesRegistered_ || !ring_.has_value() || ring_->geometry().laneCount == 0) return;
+  const ipc::TransferLane first = ring_->lane(0);
+  const ipc::TransferLane last = ring_->lane(ring_->geometry().laneCount - 1);
+  lanesBase_ = reinterpret_cast<std::byte*>(first.words);
+  lanesBytes_ = static_cast<size_t>(last.buffers[1] + last.bufferBytes - lanesBase_);
+  // Registered, the driver copies to and from the lanes by DMA; a driver that
+  // refuses copies them all the same, through its own staging.
+  lanesRegistered_ = PHOS_DRIVER(driver_, MemHostRegister_v2)(lanesBase_, lanesBytes_, CU_MEMHOSTREGISTER_PORTABLE) ==
+                     CUDA_SUCCESS;
+  if (!lanesRegistered_) log::get("daemon")->debug("session {}: the driver did not register the transfer lanes", id_);
 }
 
 Status Session::readApplication(uintptr_t address, void* out, size_t bytes) const {

@@ -30,6 +30,8 @@
 #include "memory_pools.h"
 #include "transfer_tracker.h"
 #include "phos/common/ipc/call_ring.h"
+#include "phos/common/ipc/transfer_lane.h"
+#include "phos/common/subprocess.h"
 #include "server_call.h"
 
 namespace phos::daemon {
@@ -188,6 +190,7 @@ class Session {
 
   uint64_t id() const { return id_; }
   pid_t pid() const { return pid_; }
+  bool applicationAlive() const { return !processEnded(pid_); }
   uid_t uid() const { return uid_; }
   const std::string& ringPath() const { return ringPath_; }
   SessionInfo info() const;
@@ -285,6 +288,11 @@ class Session {
     deferred_ = CUDA_SUCCESS;
     return r;
   }
+
+  // Transfer lane `index` of the session's ring (none past its last), and
+  // the lanes registered with the driver (once, at their first use).
+  std::optional<ipc::TransferLane> transferLane(uint32_t index) const;
+  void registerLanes();
 
   // Application memory (process_vm_readv/writev).
   Status readApplication(uintptr_t address, void* out, size_t bytes) const;
@@ -405,6 +413,9 @@ class Session {
   std::atomic<int64_t> modules_{0};
   uint64_t pinnedSerial_ = 0;
   std::map<uint64_t, CopyStaging> staging_;  // by context
+  bool lanesRegistered_ = false;
+  std::byte* lanesBase_ = nullptr;
+  size_t lanesBytes_ = 0;
   std::shared_ptr<KernelOutput> output_ = std::make_shared<KernelOutput>();
   std::vector<std::byte> replyBuffer_;
   std::map<int, std::unique_ptr<DeviceHeap>> heaps_;

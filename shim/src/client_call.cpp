@@ -12,6 +12,7 @@
 
 #include "api_trace.h"
 #include "connection.h"
+#include "phos/common/ipc/transfer_lane.h"
 #include "phos/common/log.h"
 #include "phos/cuda_api/api_table.h"
 #include "phos/cuda_api/client_hooks.h"
@@ -111,7 +112,35 @@ static void forwardKernelOutput() {
 ReplyReader ClientCall::run() {
   if (CUresult r = ready(); r != CUDA_SUCCESS) return ReplyReader(logged(id_, r, "PhOS cannot send the call"));
   auto reply = replyBuffer();
-  auto n = Connection::instance().ring().call(encoder_.written(), reply);
+  return finishRun(Connection::instance().ring().call(encoder_.written(), reply), reply);
+}
+
+ReplyReader ClientCall::run(const LaneCopy& copy) {
+  if (copy.bytes < kLaneMinBytes || ready() != CUDA_SUCCESS) return run();
+  Connection& c = Connection::instance();
+  auto claimed = c.claimLane();
+  if (!claimed || !claimed->lane().carries(copy.bytes)) return run();
+  const ipc::TransferLane& lane = claimed->lane();
+  // The header leads the request: name the lane in its flags.
+  ipc::CallHeader header;
+  std::memcpy(&header, requestBuffer().data(), sizeof(header));
+  header.flags |= ipc::laneFlags(claimed->index());
+  std::memcpy(requestBuffer().data(), &header, sizeof(header));
+  ipc::resetLane(lane);
+  auto reply = replyBuffer();
+  ipc::CallRing& ring = c.ring();
+  auto n = ring.call(encoder_.written(), reply, [&](const std::function<bool()>& replied) {
+    auto over = [&] { return replied() || !ring.ownerAlive().isOk(); };
+    if (copy.direction == LaneCopy::kToDevice) {
+      ipc::feedLane(lane, copy.host, copy.bytes, over);
+    } else {
+      ipc::drainLane(lane, copy.host, copy.bytes, over);
+    }
+  });
+  return finishRun(std::move(n), reply);
+}
+
+ReplyReader ClientCall::finishRun(Result<size_t> n, std::span<std::byte> reply) {
   if (!n.isOk()) return ReplyReader(logged(id_, daemonGone(n.status()), n.status().message()));
   ipc::ReplyHeader h{};
   if (*n >= sizeof(h)) {

@@ -9,6 +9,7 @@
 #include <span>
 
 #include "phos/common/ipc/wire.h"
+#include "phos/common/status.h"
 #include "phos/cuda_api/dispatch.h"
 
 namespace phos::shim {
@@ -51,6 +52,17 @@ class ReplyReader {
   ipc::Decoder decoder_;
 };
 
+// The application's pageable side of a copy, which may travel through one of
+// the ring's transfer lanes (ipc/transfer_lane.h) instead of being read or
+// written by phosd.
+struct LaneCopy {
+  enum Direction { kToDevice, kFromDevice } direction;
+  void* host;
+  size_t bytes;
+  static LaneCopy toDevice(const void* src, size_t bytes) { return {kToDevice, const_cast<void*>(src), bytes}; }
+  static LaneCopy fromDevice(void* dst, size_t bytes) { return {kFromDevice, dst, bytes}; }
+};
+
 class ClientCall {
  public:
   explicit ClientCall(cuda_api::EntryPointId id);
@@ -60,6 +72,10 @@ class ClientCall {
   ipc::Encoder& args() { return encoder_; }
   // Sends the call and waits for its reply.
   ReplyReader run();
+  // The same for a copy whose host side may travel through a lane: copies of
+  // at least kLaneMinBytes do when a lane is free.
+  ReplyReader run(const LaneCopy& copy);
+  static constexpr size_t kLaneMinBytes = 1u << 20;
   // Sends the call without waiting: CUDA_SUCCESS once it is in the ring.
   CUresult post();
 
@@ -67,6 +83,7 @@ class ClientCall {
 
  private:
   CUresult ready() const;
+  ReplyReader finishRun(Result<size_t> n, std::span<std::byte> reply);
   cuda_api::EntryPointId id_;
   ipc::Encoder encoder_;
 };

@@ -123,7 +123,7 @@ void runHostCall(ipc::HostCallSlot* slot) {
     fn(reinterpret_cast<void*>(slot->userData));
   }
   slot->state.store(ipc::kHostCallDone, std::memory_order_release);
-  ipc::hostCallWake(&slot->state);
+  ipc::futexWake(&slot->state);
 }
 
 [[noreturn]] void dispatchHostCalls(ipc::HostCallQueue* queue) {
@@ -139,7 +139,7 @@ void runHostCall(ipc::HostCallSlot* slot) {
         }
       }
     }
-    ipc::hostCallWait(&queue->doorbell, bell, std::chrono::seconds(1));
+    ipc::futexWait(&queue->doorbell, bell, std::chrono::seconds(1));
   }
 }
 

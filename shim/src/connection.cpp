@@ -131,6 +131,19 @@ void Connection::setParamSizes(uint64_t function, std::vector<uint32_t> sizes) {
   paramSizes_[function] = std::move(sizes);
 }
 
+std::optional<Connection::LaneClaim> Connection::claimLane() {
+  if (!ring_.has_value()) return std::nullopt;
+  const uint32_t lanes = ring_->geometry().laneCount;
+  uint32_t inUse = lanesInUse_.load(std::memory_order_relaxed);
+  for (uint32_t i = 0; i < lanes; ++i) {
+    const uint32_t bit = 1u << i;
+    if ((inUse & bit) != 0) continue;
+    if ((lanesInUse_.fetch_or(bit, std::memory_order_acquire) & bit) == 0) return LaneClaim(lanesInUse_, i, ring_->lane(i));
+    inUse = lanesInUse_.load(std::memory_order_relaxed);
+  }
+  return std::nullopt;
+}
+
 const char* Connection::intern(std::string_view value) {
   std::unique_lock lock(mutex_);
   auto it = strings_.find(value);
@@ -145,6 +158,7 @@ void Connection::forgetAfterFork() {
   new (&mutex_) std::shared_mutex();
   ring_.reset();
   session_ = 0;
+  lanesInUse_.store(0);
   contexts_.clear();
   primaries_.clear();
   paramSizes_.clear();

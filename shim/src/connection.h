@@ -6,6 +6,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -14,9 +15,11 @@
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "phos/common/ipc/call_ring.h"
+#include "phos/common/ipc/transfer_lane.h"
 
 namespace phos::shim {
 
@@ -57,6 +60,30 @@ class Connection {
   std::optional<std::vector<uint32_t>> paramSizes(uint64_t function) const;
   void setParamSizes(uint64_t function, std::vector<uint32_t> sizes);
 
+  // A transfer lane of the ring, the calling thread's until the claim goes
+  // (none while every lane is in use by other threads).
+  class LaneClaim {
+   public:
+    LaneClaim(std::atomic<uint32_t>& inUse, uint32_t index, ipc::TransferLane lane)
+        : inUse_(&inUse), index_(index), lane_(lane) {}
+    LaneClaim(LaneClaim&& other) noexcept
+        : inUse_(std::exchange(other.inUse_, nullptr)), index_(other.index_), lane_(other.lane_) {}
+    LaneClaim(const LaneClaim&) = delete;
+    LaneClaim& operator=(const LaneClaim&) = delete;
+    LaneClaim& operator=(LaneClaim&&) = delete;
+    ~LaneClaim() {
+      if (inUse_ != nullptr) inUse_->fetch_and(~(1u << index_), std::memory_order_release);
+    }
+    uint32_t index() const { return index_; }
+    const ipc::TransferLane& lane() const { return lane_; }
+
+   private:
+    std::atomic<uint32_t>* inUse_;
+    uint32_t index_;
+    ipc::TransferLane lane_;
+  };
+  std::optional<LaneClaim> claimLane();
+
   // A copy of `value` that lives as long as the process: strings the
   // application may keep pointers to (cuFuncGetName).
   const char* intern(std::string_view value);
@@ -82,6 +109,7 @@ class Connection {
   std::map<int, PrimaryRef> primaries_;
   std::map<uint64_t, std::vector<uint32_t>> paramSizes_;
   std::set<std::string, std::less<>> strings_;
+  std::atomic<uint32_t> lanesInUse_{0};  // bit i: lane i is claimed
 };
 
 // The calling thread's context stack (virtual ids), as CUDA keeps it per thread.

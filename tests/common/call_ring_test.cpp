@@ -2,6 +2,7 @@
 // Tests of the shared-memory call ring: ordering, back-pressure, processes,
 // daemon death, malformed rings, and checkpoint snapshots.
 #include "phos/common/ipc/call_ring.h"
+#include "phos/common/ipc/transfer_lane.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -285,6 +286,44 @@ TEST_F(CallRingTest, CreateRejectsBadGeometry) {
   EXPECT_THAT(CallRing::create(path_, {6, 256}), StatusIs(Code::kInvalidArgument));
   EXPECT_THAT(CallRing::create(path_, {8, 100}), StatusIs(Code::kInvalidArgument));
   EXPECT_THAT(CallRing::create("/nonexistent-dir/ring", {8, 256}), StatusIs(Code::kNotFound));
+}
+
+TEST_F(CallRingTest, CreateRejectsBadLaneGeometry) {
+  EXPECT_THAT(CallRing::create(path_, {8, 256, RingGeometry::kMaxLanes + 1, 4096}),
+              StatusIs(Code::kInvalidArgument, HasSubstr("transfer lanes")));
+  EXPECT_THAT(CallRing::create(path_, {8, 256, 1, 1000}), StatusIs(Code::kInvalidArgument, HasSubstr("4096")));
+  EXPECT_THAT(CallRing::create(path_, {8, 256, 0, 0}), IsOk());
+}
+
+// Both processes see a lane's words and buffers at the same place of the
+// file; a snapshot holds the ring without its lanes, and restores only into
+// a ring with the same lanes (the application's mapping covers them).
+TEST_F(CallRingTest, LanesAreSharedAndLeftOutOfSnapshots) {
+  auto daemon = CallRing::create(path_, {8, 256, 2, 8192});
+  ASSERT_THAT(daemon, IsOk());
+  auto client = CallRing::open(path_);
+  ASSERT_THAT(client, IsOk());
+  EXPECT_EQ(client->geometry().laneCount, 2u);
+  EXPECT_EQ(client->geometry().laneSlotBytes, 8192u);
+  TransferLane mine = client->lane(1), theirs = daemon->lane(1);
+  EXPECT_EQ(mine.bufferBytes, 8192u);
+  mine.buffers[1][8191] = std::byte{0x5a};
+  mine.words->produced.store(3);
+  EXPECT_EQ(theirs.buffers[1][8191], std::byte{0x5a});
+  EXPECT_EQ(theirs.words->produced.load(), 3u);
+  EXPECT_NE(daemon->lane(0).words, theirs.words);
+
+  CallRing::Snapshot snap = daemon->snapshot();
+  EXPECT_EQ(snap.bytes.size(), 4096u + 8 * 256);
+  std::string restoredPath = ringPath("lanes");
+  auto other = CallRing::create(restoredPath, {8, 256, 1, 8192});
+  ASSERT_THAT(other, IsOk());
+  EXPECT_THAT(other->restoreSnapshot(snap), StatusIs(Code::kInvalidArgument, HasSubstr("transfer lanes")));
+  unlink(restoredPath.c_str());
+  auto same = CallRing::create(restoredPath, {8, 256, 2, 8192});
+  ASSERT_THAT(same, IsOk());
+  EXPECT_THAT(same->restoreSnapshot(snap), IsOk());
+  unlink(restoredPath.c_str());
 }
 
 // Checkpoint: calls queued at the quiesce point survive a snapshot into a

@@ -10,9 +10,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -26,6 +28,7 @@
 #include "context_pool.h"
 #include "driver_table.h"
 #include "phos/common/ipc/call_ring.h"
+#include "phos/common/ipc/transfer_lane.h"
 #include "ring_requests.h"
 #include "server_call.h"
 #include "session.h"
@@ -145,10 +148,10 @@ struct Reply {
 // A session served by its own thread, and the client end of its ring.
 class Client {
  public:
-  Client(uint64_t id, pid_t pid) {
+  Client(uint64_t id, pid_t pid, ipc::RingGeometry geometry = {}) {
     Daemon& d = daemonState();
     session_ = std::make_unique<Session>(id, pid, getuid(), *d.driver, *d.pool, d.servers, "/tmp");
-    Status s = session_->start(ipc::RingGeometry{});
+    Status s = session_->start(geometry);
     EXPECT_TRUE(s.isOk()) << s.message();
     auto ring = ipc::CallRing::open(session_->ringPath());
     EXPECT_TRUE(ring.isOk()) << ring.status().message();
@@ -174,6 +177,21 @@ class Client {
     return r;
   }
   Reply call(const RequestBuilder& b) { return call(b.span()); }
+  // A call whose copy travels through a transfer lane: `meanwhile` is the
+  // application's half.
+  Reply call(const RequestBuilder& b, const ipc::CallRing::Meanwhile& meanwhile) {
+    Reply r;
+    r.bytes.resize(ring_->payloadCapacity());
+    auto n = ring_->call(b.span(), r.bytes, meanwhile);
+    EXPECT_TRUE(n.isOk()) << n.status().message();
+    if (!n.isOk()) return r;
+    r.bytes.resize(*n);
+    ipc::ReplyHeader h;
+    std::memcpy(&h, r.bytes.data(), sizeof(h));
+    r.result = static_cast<CUresult>(h.result);
+    return r;
+  }
+  ipc::TransferLane lane(uint32_t index) const { return ring_->lane(index); }
   void post(const RequestBuilder& b) { ASSERT_TRUE(ring_->post(b.span()).isOk()); }
 
   // The objects most tests need.
@@ -870,6 +888,134 @@ TEST_F(RingDecoder, ValidatedLaunchRunsTheTwinAndReportsNothingWhenSpeculationHo
 // one process, as here, would share VMM mappings; phosd serves each in a
 // worker of its own, and tests/python/test_shim_sessions.py
 // (test_a_client_cannot_touch_another_clients_memory) checks the fault there.
+
+
+// ---- transfer lanes (phos/common/ipc/transfer_lane.h) -----------------------
+
+namespace lanes {
+
+std::vector<uint8_t> pattern(size_t bytes, uint8_t seed) {
+  std::vector<uint8_t> v(bytes);
+  for (size_t i = 0; i < bytes; ++i) v[i] = static_cast<uint8_t>(i * 31 + seed + i / 4096);
+  return v;
+}
+
+uint64_t allocate(Client& c, uint64_t bytes) {
+  Reply r = c.call(c.req(EntryPointId::kCuMemAlloc_v2).message(wire::cuMemAlloc_v2_Request{true, bytes}));
+  EXPECT_EQ(r.result, CUDA_SUCCESS);
+  return r.value(true);
+}
+
+// Lanes of 4 KiB buffers: copies of a few pages cross many chunks.
+ipc::RingGeometry smallLanes() {
+  ipc::RingGeometry g;
+  g.laneSlotBytes = 4096;
+  return g;
+}
+
+}  // namespace lanes
+
+// The application's half as libphos.so runs it: bytes in through lane 0, out
+// through lane 1, over chunk boundaries and a partial last chunk.
+TEST_F(RingDecoder, CopiesThroughLanesArriveWhole) {
+  const uint64_t bytes = (9u << 20) + 123;
+  const uint64_t device = lanes::allocate(c(), bytes);
+  const auto in = lanes::pattern(bytes, 7);
+  const ipc::TransferLane to = c().lane(0), from = c().lane(1);
+  ipc::resetLane(to);
+  Reply r = c().call(c().req(EntryPointId::kCuMemcpyHtoD_v2).flags(ipc::laneFlags(0)).u64(device).u64(0x1000).u64(bytes),
+                     [&](const std::function<bool()>& replied) { ipc::feedLane(to, in.data(), bytes, replied); });
+  ASSERT_EQ(r.result, CUDA_SUCCESS);
+  EXPECT_EQ(to.words->consumed.load(), to.chunks(bytes));
+  std::vector<uint8_t> out(bytes);
+  ipc::resetLane(from);
+  r = c().call(c().req(EntryPointId::kCuMemcpyDtoH_v2).flags(ipc::laneFlags(1)).u64(0x1000).u64(device).u64(bytes),
+               [&](const std::function<bool()>& replied) { ipc::drainLane(from, out.data(), bytes, replied); });
+  ASSERT_EQ(r.result, CUDA_SUCCESS);
+  EXPECT_TRUE(out == in);
+  // The addresses given (0x1000, nothing there in the application) were
+  // never touched: the bytes went through the lanes only.
+}
+
+// An application thread that stops feeding its lane (stopped, or a broken
+// shim) does not hold its session: after a second phosd abandons the lane and
+// reads the rest from the application's memory itself.
+TEST_F(RingDecoder, LaneNeverFedIsAbandonedAndTheApplicationsMemoryRead) {
+  Client small(++nextId_, app_->pid(), lanes::smallLanes());
+  ASSERT_NO_FATAL_FAILURE(small.setUpContext());
+  const auto data = lanes::pattern(16384, 3);
+  ASSERT_TRUE(app_->write(kAppScratch, data));
+  const uint64_t device = lanes::allocate(small, data.size());
+  const ipc::TransferLane lane = small.lane(0);
+  ipc::resetLane(lane);
+  // Two chunks fed, then nothing.
+  Reply r = small.call(small.req(EntryPointId::kCuMemcpyHtoD_v2).flags(ipc::laneFlags(0)).u64(device).u64(kAppScratch)
+                           .u64(data.size()),
+                       [&](const std::function<bool()>&) { ipc::feedLane(lane, data.data(), 8192, [] { return false; }); });
+  ASSERT_EQ(r.result, CUDA_SUCCESS);
+  EXPECT_EQ(lane.words->abandoned.load(), 1u);
+  EXPECT_EQ(small.call(small.req(EntryPointId::kCuMemcpyDtoH_v2).u64(kAppScratch + 16384).u64(device).u64(data.size()))
+                .result,
+            CUDA_SUCCESS);
+  EXPECT_EQ(app_->read(kAppScratch + 16384, data.size()), data);
+  small.expectStillServing();
+}
+
+// The same from the device: the application took two chunks and stopped;
+// phosd writes the rest into its memory.
+TEST_F(RingDecoder, LaneNeverDrainedIsAbandonedAndTheApplicationsMemoryWritten) {
+  Client small(++nextId_, app_->pid(), lanes::smallLanes());
+  ASSERT_NO_FATAL_FAILURE(small.setUpContext());
+  const auto data = lanes::pattern(20000, 5);
+  ASSERT_TRUE(app_->write(kAppScratch, data));
+  const uint64_t device = lanes::allocate(small, data.size());
+  ASSERT_EQ(small.call(small.req(EntryPointId::kCuMemcpyHtoD_v2).u64(device).u64(kAppScratch).u64(data.size())).result,
+            CUDA_SUCCESS);
+  ASSERT_TRUE(app_->write(kAppScratch + 32768, std::vector<uint8_t>(data.size(), 0)));
+  const ipc::TransferLane lane = small.lane(1);
+  ipc::resetLane(lane);
+  std::vector<uint8_t> taken(8192);
+  Reply r = small.call(small.req(EntryPointId::kCuMemcpyDtoH_v2).flags(ipc::laneFlags(1)).u64(kAppScratch + 32768)
+                           .u64(device).u64(data.size()),
+                       [&](const std::function<bool()>&) { ipc::drainLane(lane, taken.data(), 8192, [] { return false; }); });
+  ASSERT_EQ(r.result, CUDA_SUCCESS);
+  EXPECT_EQ(lane.words->abandoned.load(), 1u);
+  EXPECT_TRUE(std::equal(taken.begin(), taken.end(), data.begin()));
+  // phosd wrote from the first chunk not taken on.
+  auto written = app_->read(kAppScratch + 32768, data.size());
+  ASSERT_EQ(written.size(), data.size());
+  EXPECT_TRUE(std::equal(written.begin() + 8192, written.end(), data.begin() + 8192));
+  small.expectStillServing();
+}
+
+// A lane the ring does not have is not used: the copy reads the application.
+TEST_F(RingDecoder, LaneThatTheRingDoesNotHaveIsIgnored) {
+  const auto data = lanes::pattern(4096, 9);
+  ASSERT_TRUE(app_->write(kAppScratch, data));
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemcpyHtoD_v2).flags(ipc::laneFlags(200)).u64(c().device)
+                         .u64(kAppScratch).u64(data.size()))
+                .result,
+            CUDA_SUCCESS);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemcpyDtoH_v2).u64(kAppScratch + 8192).u64(c().device).u64(4096)).result,
+            CUDA_SUCCESS);
+  EXPECT_EQ(app_->read(kAppScratch + 8192, 4096), data);
+}
+
+// A refused copy stops the application's half at once.
+TEST_F(RingDecoder, RefusedLaneCopyStopsTheApplicationsHalf) {
+  const ipc::TransferLane lane = c().lane(0);
+  ipc::resetLane(lane);
+  const uint64_t bytes = 64u << 20;  // far past the allocation
+  std::vector<uint8_t> in(lane.bufferBytes * 3);
+  Reply r = c().call(c().req(EntryPointId::kCuMemcpyHtoD_v2).flags(ipc::laneFlags(0)).u64(c().device).u64(kAppScratch)
+                         .u64(bytes),
+                     [&](const std::function<bool()>& replied) {
+                       ipc::feedLane(lane, in.data(), in.size(), replied);
+                     });
+  EXPECT_EQ(r.result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(lane.words->abandoned.load(), 1u);
+  EXPECT_EQ(lane.words->consumed.load(), 0u);
+}
 
 }  // namespace
 }  // namespace phos::daemon

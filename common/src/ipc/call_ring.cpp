@@ -3,19 +3,19 @@
 #include "phos/common/ipc/call_ring.h"
 
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <string>
-#include <ctime>
 
+#include "phos/common/ipc/shared_futex.h"
+#include "phos/common/ipc/transfer_lane.h"
 #include "phos/common/subprocess.h"
 
 namespace phos::ipc {
@@ -42,6 +42,9 @@ struct RingHeader {
   std::atomic<uint32_t> daemonWaiting;
   alignas(64) std::atomic<uint32_t> spaceBell;     // futex: bumped when a slot frees
   std::atomic<uint32_t> producersWaiting;
+  // Transfer lanes after the slots (zero in rings made before lanes existed).
+  alignas(64) uint32_t laneCount;
+  uint32_t laneSlotBytes;
 };
 static_assert(sizeof(RingHeader) <= kHeaderBytes);
 
@@ -65,22 +68,16 @@ namespace {
 using detail::RingHeader;
 using detail::SlotHeader;
 
-// Shared (not FUTEX_PRIVATE) futexes: the words live in a mapping of two processes.
-void futexWake(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr,
-          nullptr, 0);
-}
+// The header and the slots: what a snapshot holds.
+size_t ringBytes(const RingGeometry& g) { return detail::kHeaderBytes + size_t{g.slotCount} * g.slotBytes; }
 
-// Sleeps while *word == expected, at most `timeout`. Spurious returns are fine:
-// every caller re-checks its condition.
-void futexWait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::milliseconds timeout) {
-  timespec ts{static_cast<time_t>(timeout.count() / 1000),
-              static_cast<long>((timeout.count() % 1000) * 1000000)};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
+// A lane: its words' page, then its two buffers.
+size_t laneBytes(const RingGeometry& g) { return kLaneWordsBytes + 2 * size_t{g.laneSlotBytes}; }
 
 size_t fileBytes(const RingGeometry& g) {
-  return detail::kHeaderBytes + size_t{g.slotCount} * g.slotBytes;
+  // Lanes start on a page, for the driver to register them.
+  const size_t ring = (ringBytes(g) + kLaneWordsBytes - 1) / kLaneWordsBytes * kLaneWordsBytes;
+  return ring + size_t{g.laneCount} * laneBytes(g);
 }
 
 Status checkGeometry(const RingGeometry& g) {
@@ -91,6 +88,14 @@ Status checkGeometry(const RingGeometry& g) {
   if (g.slotBytes < 128 || g.slotBytes % 64 != 0 || g.slotBytes > (64u << 20)) {
     return makeError(Code::kInvalidArgument,
                      "ring slot size {} is not a multiple of 64 in [128, 64 MiB]", g.slotBytes);
+  }
+  if (g.laneCount > RingGeometry::kMaxLanes) {
+    return makeError(Code::kInvalidArgument, "ring has {} transfer lanes, at most {}", g.laneCount,
+                     RingGeometry::kMaxLanes);
+  }
+  if (g.laneCount != 0 && (g.laneSlotBytes == 0 || g.laneSlotBytes % 4096 != 0 || g.laneSlotBytes > (64u << 20))) {
+    return makeError(Code::kInvalidArgument,
+                     "transfer lane buffer size {} is not a multiple of 4096 in [4096, 64 MiB]", g.laneSlotBytes);
   }
   return Status::ok();
 }
@@ -167,6 +172,8 @@ Result<CallRing> CallRing::create(const std::string& path, RingGeometry geometry
   h.version = detail::kVersion;
   h.slotCount = geometry.slotCount;
   h.slotBytes = geometry.slotBytes;
+  h.laneCount = geometry.laneCount;
+  h.laneSlotBytes = geometry.laneSlotBytes;
   h.ownerPid.store(getpid());
   for (uint64_t p = 0; p < geometry.slotCount; ++p) ring.slot(p).sequence.store(p);
   // linkat(AT_EMPTY_PATH) would need CAP_DAC_READ_SEARCH; the /proc link does not.
@@ -205,7 +212,7 @@ Result<CallRing> CallRing::open(const std::string& path) {
   ::close(fd);
   if (!base) return base.status();
   const auto* h = static_cast<const RingHeader*>(*base);
-  RingGeometry g{h->slotCount, h->slotBytes};
+  RingGeometry g{h->slotCount, h->slotBytes, h->laneCount, h->laneSlotBytes};
   Status bad;
   if (h->magic != detail::kMagic) {
     bad = makeError(Code::kDataLoss, "{} is not a PhOS ring (bad magic)", path);
@@ -298,6 +305,18 @@ Status CallRing::post(std::span<const std::byte> request) {
 
 Result<size_t> CallRing::call(std::span<const std::byte> request, std::span<std::byte> reply) {
   ASSIGN_OR_RETURN(uint64_t pos, enqueue(request, true));
+  return awaitReply(pos, reply);
+}
+
+Result<size_t> CallRing::call(std::span<const std::byte> request, std::span<std::byte> reply,
+                              const Meanwhile& meanwhile) {
+  ASSIGN_OR_RETURN(uint64_t pos, enqueue(request, true));
+  SlotHeader& s = slot(pos);
+  meanwhile([&s] { return s.replied.load(std::memory_order_acquire) != 0; });
+  return awaitReply(pos, reply);
+}
+
+Result<size_t> CallRing::awaitReply(uint64_t pos, std::span<std::byte> reply) {
   SlotHeader& s = slot(pos);
   while (s.replied.load(std::memory_order_acquire) == 0) {
     futexWait(&s.replied, 0, livenessPeriod_);
@@ -371,21 +390,42 @@ uint64_t CallRing::pending() const {
   return header().claimPosition.load(std::memory_order_relaxed) - readPosition_;
 }
 
+TransferLane CallRing::lane(uint32_t index) const {
+  const size_t first = fileBytes(RingGeometry{geometry_.slotCount, geometry_.slotBytes, 0, 0});
+  auto* base = static_cast<std::byte*>(base_) + first + index * laneBytes(geometry_);
+  TransferLane lane;
+  lane.words = reinterpret_cast<LaneWords*>(base);
+  lane.buffers[0] = base + kLaneWordsBytes;
+  lane.buffers[1] = lane.buffers[0] + geometry_.laneSlotBytes;
+  lane.bufferBytes = geometry_.laneSlotBytes;
+  return lane;
+}
+
 CallRing::Snapshot CallRing::snapshot() const {
   Snapshot snap;
-  snap.bytes.resize(size_);
-  std::memcpy(snap.bytes.data(), base_, size_);
+  snap.bytes.resize(ringBytes(geometry_));
+  std::memcpy(snap.bytes.data(), base_, snap.bytes.size());
   snap.readPosition = readPosition_;
   return snap;
 }
 
 Status CallRing::restoreSnapshot(const Snapshot& snap) {
-  if (snap.bytes.size() != size_) {
+  if (snap.bytes.size() != ringBytes(geometry_)) {
     return makeError(Code::kInvalidArgument,
                      "ring snapshot is {} bytes, this ring is {} (different geometry)",
-                     snap.bytes.size(), size_);
+                     snap.bytes.size(), ringBytes(geometry_));
   }
-  std::memcpy(base_, snap.bytes.data(), size_);
+  // The snapshot's header names the lanes of the ring it was taken of: this
+  // ring must have the same (restore creates it from the image's geometry).
+  uint32_t lanes = 0, laneSlotBytes = 0;
+  std::memcpy(&lanes, snap.bytes.data() + offsetof(RingHeader, laneCount), sizeof(lanes));
+  std::memcpy(&laneSlotBytes, snap.bytes.data() + offsetof(RingHeader, laneSlotBytes), sizeof(laneSlotBytes));
+  if (lanes != geometry_.laneCount || laneSlotBytes != geometry_.laneSlotBytes) {
+    return makeError(Code::kInvalidArgument,
+                     "ring snapshot has {} transfer lanes of 2 x {} bytes, this ring {} of 2 x {}", lanes,
+                     laneSlotBytes, geometry_.laneCount, geometry_.laneSlotBytes);
+  }
+  std::memcpy(base_, snap.bytes.data(), snap.bytes.size());
   readPosition_ = snap.readPosition;
   header().readPosition.store(readPosition_);
   header().ownerPid.store(getpid());

@@ -6,6 +6,8 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <optional>
 
 #include "phos/cuda_api/server_hooks.h"
@@ -97,6 +99,103 @@ CUresult copyToApplication(ServerCall& c, uint64_t dst, CUdeviceptr src, uint64_
   return copy.drain();
 }
 
+// ---- through a transfer lane (ipc/transfer_lane.h) --------------------------
+// The application streams its side of the copy through a lane while phosd
+// moves each chunk between the lane and the device. phosd never waits on the
+// application without bound: a lane whose other side makes no progress for
+// kLaneStall is abandoned and the rest copied as without a lane.
+constexpr std::chrono::milliseconds kLanePeriod{20};
+constexpr std::chrono::seconds kLaneStall{1};
+
+// The stop condition of phosd's waits on a lane: neither `word` (the
+// application's) nor phosd's own side (progressed()) has moved for
+// kLaneStall, or the application is gone.
+class LaneStall {
+ public:
+  LaneStall(const Session& s, const std::atomic<uint32_t>& word) : session_(s), word_(word) { progressed(); }
+  bool operator()() {
+    if (word_.load(std::memory_order_relaxed) != seen_) progressed();
+    return std::chrono::steady_clock::now() - since_ > kLaneStall || !session_.applicationAlive();
+  }
+  void progressed() {
+    seen_ = word_.load(std::memory_order_relaxed);
+    since_ = std::chrono::steady_clock::now();
+  }
+
+ private:
+  const Session& session_;
+  const std::atomic<uint32_t>& word_;
+  uint32_t seen_ = 0;
+  std::chrono::steady_clock::time_point since_;
+};
+
+// One chunk between the lane and the device, complete when this returns.
+template <typename Enqueue>
+CUresult laneChunk(StagedCopy& copy, Enqueue enqueue) {
+  if (CUresult r = copy.acquire(0); r != CUDA_SUCCESS) return r;
+  CUresult r = enqueue();
+  if (r == CUDA_SUCCESS) r = copy.release(0);
+  if (r == CUDA_SUCCESS) r = copy.acquire(0);
+  return r;
+}
+
+CUresult copyFromLane(ServerCall& c, const ipc::TransferLane& lane, CUdeviceptr dst, uint64_t src, uint64_t bytes,
+                      CUstream stream) {
+  Session& s = c.session();
+  CopyStaging* st = s.staging();  // its events
+  if (st == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  s.registerLanes();
+  StagedCopy copy(c, *st, stream);
+  LaneStall stalled(s, lane.words->produced);
+  for (uint64_t i = 0; i < lane.chunks(bytes); ++i) {
+    const uint64_t off = i * lane.bufferBytes;
+    if (!ipc::awaitAtLeast(lane.words->produced, static_cast<uint32_t>(i + 1), kLanePeriod, stalled)) {
+      ipc::abandon(lane);
+      return copyFromApplication(c, dst + off, src + off, bytes - off, stream);
+    }
+    CUresult r = laneChunk(copy, [&] {
+      return PHOS_DRIVER(c.driverTable(), MemcpyHtoDAsync_v2)(dst + off, lane.buffer(i), lane.chunkBytes(bytes, i),
+                                                              stream);
+    });
+    if (r != CUDA_SUCCESS) return r;
+    ipc::publish(lane.words->consumed, static_cast<uint32_t>(i + 1));
+    stalled.progressed();
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult copyToLane(ServerCall& c, const ipc::TransferLane& lane, uint64_t dst, CUdeviceptr src, uint64_t bytes,
+                    CUstream stream) {
+  Session& s = c.session();
+  CopyStaging* st = s.staging();
+  if (st == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  s.registerLanes();
+  StagedCopy copy(c, *st, stream);
+  LaneStall stalled(s, lane.words->consumed);
+  for (uint64_t i = 0; i < lane.chunks(bytes); ++i) {
+    // The buffer's previous chunk (i - 2) must have been taken.
+    if (i >= 2 && !ipc::awaitAtLeast(lane.words->consumed, static_cast<uint32_t>(i - 1), kLanePeriod, stalled)) {
+      ipc::abandon(lane);
+      // What the application says it took (its word: a wrong one only spoils
+      // its own copy) is written again from the device, then the rest.
+      const uint64_t taken = std::min<uint64_t>(lane.words->consumed.load(std::memory_order_acquire), i);
+      const uint64_t off = taken * lane.bufferBytes;
+      return copyToApplication(c, dst + off, src + off, bytes - off, stream);
+    }
+    const uint64_t off = i * lane.bufferBytes;
+    CUresult r = laneChunk(copy, [&] {
+      return PHOS_DRIVER(c.driverTable(), MemcpyDtoHAsync_v2)(lane.buffer(i), src + off, lane.chunkBytes(bytes, i),
+                                                              stream);
+    });
+    if (r != CUDA_SUCCESS) return r;
+    ipc::publish(lane.words->produced, static_cast<uint32_t>(i + 1));
+    stalled.progressed();
+  }
+  // The application takes the last chunks after the reply: they stay in
+  // the lane, which is its until it has.
+  return CUDA_SUCCESS;
+}
+
 // Host to host: CUDA copies it too. Through a staging buffer: `bytes` is the
 // client's number, and a buffer of that size could be any size.
 CUresult copyWithinApplication(ServerCall& c, uint64_t dst, uint64_t src, uint64_t bytes) {
@@ -164,6 +263,7 @@ CUresult hostToDevice(ServerCall& c, CUdeviceptr dst, uint64_t src, size_t bytes
     return finish(c, PHOS_DRIVER(c.driverTable(), MemcpyHtoDAsync_v2)(dst, reinterpret_cast<void*>(src), bytes, s),
                   async, s);
   }
+  if (auto lane = c.lane(); lane && lane->carries(bytes)) return copyFromLane(c, *lane, dst, src, bytes, s);
   return copyFromApplication(c, dst, src, bytes, s);
 }
 
@@ -176,6 +276,7 @@ CUresult deviceToHost(ServerCall& c, uint64_t dst, CUdeviceptr src, size_t bytes
     return finish(c, PHOS_DRIVER(c.driverTable(), MemcpyDtoHAsync_v2)(reinterpret_cast<void*>(dst), src, bytes, s),
                   async, s);
   }
+  if (auto lane = c.lane(); lane && lane->carries(bytes)) return copyToLane(c, *lane, dst, src, bytes, s);
   return copyToApplication(c, dst, src, bytes, s);
 }
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // What an application sees of asynchrony through libphos.so: posted launches, synchronizing
-// calls, deferred errors, per-thread default streams and pinned memory.
+// calls, deferred errors, per-thread default streams, pinned memory, and large copies of pageable
+// memory (through the ring's transfer lanes).
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -211,6 +213,70 @@ TEST_F(SemanticsTest, PinnedMemoryRoundTripsThroughAsyncCopies) {
   EXPECT_CU(cuMemFree(dout));
   EXPECT_CU(cuMemFreeHost(in));
   EXPECT_CU(cuMemFreeHost(out));
+}
+
+std::vector<unsigned char> pageablePattern(size_t bytes, unsigned seed) {
+  std::vector<unsigned char> v(bytes);
+  for (size_t i = 0; i < bytes; ++i) v[i] = static_cast<unsigned char>(i * 131 + seed + i / 4096);
+  return v;
+}
+
+// Copies of pageable memory around the size where they start to go through a
+// transfer lane (1 MiB) and over several 4 MiB chunks with a partial last
+// one: every byte arrives, both ways, synchronous and on a stream.
+TEST_F(SemanticsTest, PageableCopiesOfEverySizeArriveWhole) {
+  CUstream stream = nullptr;
+  ASSERT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  for (size_t bytes : {size_t{(1u << 20) - 1}, size_t{1u << 20}, size_t{(9u << 20) + 123}}) {
+    SCOPED_TRACE(bytes);
+    const auto in = pageablePattern(bytes, static_cast<unsigned>(bytes));
+    CUdeviceptr d = 0, d2 = 0;
+    ASSERT_CU(cuMemAlloc(&d, bytes));
+    ASSERT_CU(cuMemAlloc(&d2, bytes));
+    ASSERT_CU(cuMemcpyHtoD(d, in.data(), bytes));
+    ASSERT_CU(cuMemcpyDtoDAsync(d2, d, bytes, stream));
+    std::vector<unsigned char> out(bytes, 0);
+    ASSERT_CU(cuMemcpyDtoHAsync(out.data(), d2, bytes, stream));  // pageable: complete on return
+    EXPECT_TRUE(out == in);
+    ASSERT_CU(cuMemsetD8(d2, 0, bytes));
+    ASSERT_CU(cuMemcpyHtoDAsync(d2, in.data(), bytes, stream));
+    std::fill(out.begin(), out.end(), 0);
+    ASSERT_CU(cuMemcpyDtoH(out.data(), d2, bytes));
+    EXPECT_TRUE(out == in);
+    EXPECT_CU(cuMemFree(d));
+    EXPECT_CU(cuMemFree(d2));
+  }
+  EXPECT_CU(cuStreamDestroy(stream));
+}
+
+// More threads copying at once than the ring has lanes: those without one
+// copy without it, and no thread sees another's bytes.
+TEST_F(SemanticsTest, ConcurrentPageableCopiesKeepTheirOwnBytes) {
+  constexpr size_t kBytes = (6u << 20) + 4097;
+  CUcontext ctx = nullptr;
+  ASSERT_CU(cuCtxGetCurrent(&ctx));
+  std::vector<std::thread> threads;
+  std::vector<int> wrong(5, -1);
+  for (int t = 0; t < 5; ++t) {
+    threads.emplace_back([&, t] {
+      if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS) return;
+      CUdeviceptr d = 0;
+      if (cuMemAlloc(&d, kBytes) != CUDA_SUCCESS) return;
+      int bad = 0;
+      for (int round = 0; round < 3; ++round) {
+        const auto in = pageablePattern(kBytes, static_cast<unsigned>(t * 7 + round));
+        std::vector<unsigned char> out(kBytes, 0);
+        if (cuMemcpyHtoD(d, in.data(), kBytes) != CUDA_SUCCESS ||
+            cuMemcpyDtoH(out.data(), d, kBytes) != CUDA_SUCCESS || out != in) {
+          ++bad;
+        }
+      }
+      wrong[t] = bad;
+      cuMemFree(d);
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 5; ++t) EXPECT_EQ(wrong[t], 0) << "thread " << t;
 }
 
 TEST_F(SemanticsTest, KernelUsesPinnedMemoryThroughItsDevicePointer) {

@@ -14,6 +14,11 @@
 // application, re-creates the file and writes them back (restoreSnapshot()).
 // A client blocked in a futex wait on the old mapping then wakes on the new one.
 //
+// After the slots, the file holds the ring's transfer lanes (transfer_lane.h):
+// double-buffered areas through which the application and the daemon pass the
+// bytes of a large copy between the application's pageable memory and the
+// device. They carry nothing between calls, so snapshots leave them out.
+//
 // Trust: the daemon never trusts a field the client can write. It keeps its own
 // copies of the geometry and of its read position, and checks every length.
 #pragma once
@@ -22,6 +27,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,7 +39,12 @@ namespace phos::ipc {
 struct RingGeometry {
   uint32_t slotCount = 256;  // power of two
   uint32_t slotBytes = 4096; // bytes per slot, header included; multiple of 64
+  uint32_t laneCount = 2;    // transfer lanes, at most kMaxLanes
+  uint32_t laneSlotBytes = 4u << 20;  // bytes of each of a lane's two buffers; multiple of 4096
+  static constexpr uint32_t kMaxLanes = 16;
 };
+
+struct TransferLane;
 
 namespace detail {
 struct RingHeader;
@@ -70,6 +81,13 @@ class CallRing {
   // least every `livenessPeriod`), kInvalidArgument if the request does not
   // fit a slot, kOutOfRange if the reply does not fit `reply`.
   Result<size_t> call(std::span<const std::byte> request, std::span<std::byte> reply);
+  // The same, running `meanwhile` once the call is in the ring, before waiting
+  // for its reply (the application's half of a copy through a lane);
+  // `replied()` tells it whether the reply came already.
+  using Meanwhile = std::function<void(const std::function<bool()>& replied)>;
+  Result<size_t> call(std::span<const std::byte> request, std::span<std::byte> reply, const Meanwhile& meanwhile);
+  // OK while the daemon that owns the ring runs; kUnavailable once it is gone.
+  Status ownerAlive() const;
   // Posts a call that has no reply and returns as soon as it is in the ring.
   Status post(std::span<const std::byte> request);
 
@@ -88,11 +106,14 @@ class CallRing {
   // Releases a request that expects no reply.
   void finish(const Request& request);
 
+  // Transfer lane `index` (< geometry().laneCount), in this process's mapping.
+  TransferLane lane(uint32_t index) const;
+
   // Number of requests claimed by the application and not yet taken by next().
   uint64_t pending() const;
 
   // ---- checkpoint support (daemon side) -----------------------------------
-  // The ring's bytes and the daemon's read position (which is kept outside
+  // The ring's bytes (not its lanes) and the daemon's read position (which is kept outside
   // the shared file, where the client cannot change it), to be stored in an
   // image while the session is quiesced.
   struct Snapshot {
@@ -116,7 +137,7 @@ class CallRing {
   Result<uint64_t> claim();
   // Claims a slot, fills it and publishes it to the daemon.
   Result<uint64_t> enqueue(std::span<const std::byte> request, bool expectsReply);
-  Status ownerAlive() const;
+  Result<size_t> awaitReply(uint64_t position, std::span<std::byte> reply);
 
   void* base_ = nullptr;
   size_t size_ = 0;

@@ -8,14 +8,10 @@
 // the stream stays blocked for as long as the function runs, as CUDA's does.
 #pragma once
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <atomic>
-#include <chrono>
 #include <cstdint>
-#include <ctime>
+
+#include "phos/common/ipc/shared_futex.h"
 
 namespace phos::ipc {
 
@@ -48,16 +44,5 @@ struct HostCallQueue {
   uint32_t reserved[15];
   HostCallSlot slots[kSlots];
 };
-
-// Shared (not FUTEX_PRIVATE) futexes: the words live in a mapping of two processes.
-inline void hostCallWake(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
-}
-
-// Sleeps while *word == expected, at most `timeout`; callers re-check.
-inline void hostCallWait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::milliseconds timeout) {
-  timespec ts{static_cast<time_t>(timeout.count() / 1000), static_cast<long>((timeout.count() % 1000) * 1000000)};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
 
 }  // namespace phos::ipc

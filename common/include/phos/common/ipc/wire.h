@@ -38,7 +38,15 @@ static_assert(sizeof(CallHeader) == 24 && std::is_trivially_copyable_v<CallHeade
 
 enum CallFlags : uint32_t {
   kCallExpectsReply = 1u << 0,
+  // The copy's application-side bytes travel through a transfer lane of the
+  // ring (transfer_lane.h), the one named by callLane(), not through
+  // process_vm_readv/writev.
+  kCallThroughLane = 1u << 1,
 };
+
+// The lane of a kCallThroughLane call: bits 8 to 15 of its flags.
+inline constexpr uint32_t laneFlags(uint32_t lane) { return kCallThroughLane | (lane & 0xffu) << 8; }
+inline constexpr uint32_t callLane(uint32_t flags) { return flags >> 8 & 0xffu; }
 
 // Every reply starts with this.
 struct ReplyHeader {

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+// The transfer lanes' protocol (transfer_lane.h): the application's half and
+// the waits both halves share.
+#include "phos/common/ipc/transfer_lane.h"
+
+#include <cstring>
+
+#include "phos/common/ipc/shared_futex.h"
+
+namespace phos::ipc {
+namespace {
+
+constexpr std::chrono::milliseconds kCheckPeriod{20};
+
+bool abandoned(const TransferLane& lane) { return lane.words->abandoned.load(std::memory_order_acquire) != 0; }
+
+}  // namespace
+
+void publish(std::atomic<uint32_t>& word, uint32_t value) {
+  word.store(value, std::memory_order_release);
+  futexWake(&word);
+}
+
+bool awaitAtLeast(std::atomic<uint32_t>& word, uint32_t value, std::chrono::milliseconds period,
+                  const std::function<bool()>& stop) {
+  for (;;) {
+    const uint32_t now = word.load(std::memory_order_acquire);
+    if (now >= value) return true;
+    if (stop()) return false;
+    futexWait(&word, now, period);
+  }
+}
+
+void resetLane(const TransferLane& lane) {
+  lane.words->produced.store(0, std::memory_order_relaxed);
+  lane.words->consumed.store(0, std::memory_order_relaxed);
+  lane.words->abandoned.store(0, std::memory_order_release);
+}
+
+void feedLane(const TransferLane& lane, const void* src, uint64_t bytes, const std::function<bool()>& daemonGone) {
+  auto stop = [&] { return abandoned(lane) || daemonGone(); };
+  const auto* from = static_cast<const std::byte*>(src);
+  const uint64_t chunks = lane.chunks(bytes);
+  for (uint64_t i = 0; i < chunks; ++i) {
+    // The buffer's previous chunk (i - 2) must have reached the device.
+    if (i >= 2 && !awaitAtLeast(lane.words->consumed, static_cast<uint32_t>(i - 1), kCheckPeriod, stop)) return;
+    if (abandoned(lane)) return;
+    std::memcpy(lane.buffer(i), from + i * lane.bufferBytes, lane.chunkBytes(bytes, i));
+    publish(lane.words->produced, static_cast<uint32_t>(i + 1));
+  }
+}
+
+void drainLane(const TransferLane& lane, void* dst, uint64_t bytes, const std::function<bool()>& daemonGone) {
+  auto stop = [&] { return abandoned(lane) || daemonGone(); };
+  auto* to = static_cast<std::byte*>(dst);
+  const uint64_t chunks = lane.chunks(bytes);
+  for (uint64_t i = 0; i < chunks; ++i) {
+    // Once abandoned, phosd writes what is left itself; chunks it had
+    // produced are still whole in their buffers.
+    if (!awaitAtLeast(lane.words->produced, static_cast<uint32_t>(i + 1), kCheckPeriod, stop)) return;
+    std::memcpy(to + i * lane.bufferBytes, lane.buffer(i), lane.chunkBytes(bytes, i));
+    publish(lane.words->consumed, static_cast<uint32_t>(i + 1));
+  }
+}
+
+void abandon(const TransferLane& lane) {
+  lane.words->abandoned.store(1, std::memory_order_release);
+  futexWake(&lane.words->produced);
+  futexWake(&lane.words->consumed);
+}
+
+}  // namespace phos::ipc
