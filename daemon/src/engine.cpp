@@ -1563,6 +1563,13 @@ class Engine {
   // writes them, so they are copied while CRIU holds it frozen.
   static Status captureShared(Session& s, image::ImageWriter& writer, json& state, uint64_t& gpuBytes,
                               const ProgressFn& progress) {
+    if (auto lane = s.busyLane()) {
+      return makeError(Code::kFailedPrecondition,
+                       "a thread of pid {} is inside a copy through transfer lane {} of its ring, which phosd gave up "
+                       "on (the thread was stopped in it?): the image could not give the thread the lane's bytes "
+                       "back; checkpoint again once the copy has returned",
+                       s.pid_, *lane);
+    }
     uint64_t total = 0;
     for (const auto& [address, r] : s.pinned_) total += r.bytes;
     PhaseProgress phase(progress, "pinned", total);

@@ -563,6 +563,14 @@ std::optional<ipc::TransferLane> Session::transferLane(uint32_t index) const {
   return ring_->lane(index);
 }
 
+std::optional<uint32_t> Session::busyLane() const {
+  const uint32_t lanes = ring_.has_value() ? ring_->geometry().laneCount : 0;
+  for (uint32_t i = 0; i < lanes; ++i) {
+    if (ring_->lane(i).words->busy.load(std::memory_order_acquire) != 0) return i;
+  }
+  return std::nullopt;
+}
+
 void Session::registerLanes() {
   if (lanesRegistered_ || !ring_.has_value() || ring_->geometry().laneCount == 0) return;
   const ipc::TransferLane first = ring_->lane(0);

@@ -293,6 +293,8 @@ class Session {
   // the lanes registered with the driver (once, at their first use).
   std::optional<ipc::TransferLane> transferLane(uint32_t index) const;
   void registerLanes();
+  // A lane an application thread is still inside (ipc::LaneWords::busy).
+  std::optional<uint32_t> busyLane() const;
 
   // Application memory (process_vm_readv/writev).
   Status readApplication(uintptr_t address, void* out, size_t bytes) const;

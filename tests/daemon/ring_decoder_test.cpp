@@ -933,6 +933,12 @@ TEST_F(RingDecoder, CopiesThroughLanesArriveWhole) {
                [&](const std::function<bool()>& replied) { ipc::drainLane(from, out.data(), bytes, replied); });
   ASSERT_EQ(r.result, CUDA_SUCCESS);
   EXPECT_TRUE(out == in);
+  // Answered once the application had taken every chunk and left its half:
+  // a checkpoint after the call never finds it inside the lane.
+  EXPECT_EQ(from.words->consumed.load(), from.chunks(bytes));
+  EXPECT_EQ(to.words->busy.load(), 0u);
+  EXPECT_EQ(from.words->busy.load(), 0u);
+  EXPECT_FALSE(c().session().busyLane().has_value());
   // The addresses given (0x1000, nothing there in the application) were
   // never touched: the bytes went through the lanes only.
 }
@@ -981,6 +987,11 @@ TEST_F(RingDecoder, LaneNeverDrainedIsAbandonedAndTheApplicationsMemoryWritten) 
   ASSERT_EQ(r.result, CUDA_SUCCESS);
   EXPECT_EQ(lane.words->abandoned.load(), 1u);
   EXPECT_TRUE(std::equal(taken.begin(), taken.end(), data.begin()));
+  // A thread still inside its half would be named to a checkpoint.
+  EXPECT_FALSE(small.session().busyLane().has_value());
+  lane.words->busy.store(1);
+  EXPECT_EQ(small.session().busyLane(), std::optional<uint32_t>(1));
+  lane.words->busy.store(0);
   // phosd wrote from the first chunk not taken on.
   auto written = app_->read(kAppScratch + 32768, data.size());
   ASSERT_EQ(written.size(), data.size());

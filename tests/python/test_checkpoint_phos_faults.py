@@ -131,3 +131,41 @@ def test_killing_phosd_during_a_checkpoint_leaves_no_image_and_keeps_an_earlier_
     # Its daemon gone, the job's calls fail instead of hanging.
     job.wait(timeout=60)
     assert job.returncode != 0
+
+
+def ring_file(pid: int) -> pathlib.Path:
+    """The session's ring as the job maps it (/dev/shm/phos-<worker>-<session>)."""
+    for line in pathlib.Path(f"/proc/{pid}/maps").read_text().splitlines():
+        path = line.split()[-1]
+        if path.startswith("/dev/shm/phos-") and path.count("-") == 2:
+            return pathlib.Path(path)
+    raise AssertionError(f"pid {pid} maps no ring")
+
+
+# The default ring (256 slots of 16 KiB after a 4 KiB header), then lane 0's
+# words: produced, consumed, abandoned and busy, 64 bytes apart.
+LANE0_BUSY = 4096 + 256 * 16384 + 3 * 64
+
+
+def test_a_thread_left_inside_a_transfer_lane_fails_the_checkpoint_and_names_it(phos, phosd, build_dir, tmp_path):
+    """A thread still inside its half of a lane copy that phosd gave up on (stopped in it) would
+    read the lane after a restore, which re-creates the lanes empty: the checkpoint fails, says
+    why, and the job runs on; once the thread is out, the checkpoint succeeds."""
+    out = tmp_path / "run.out"
+    job = start_job(phosd, build_dir, out, "--iterations", "40", "--sleep-ms", "50")
+    wait_for(lambda: steps(out) >= 3, 60, "3 steps")
+    ring = ring_file(job.pid)
+    with open(ring, "r+b") as f:  # what such a thread leaves in the lane's words
+        f.seek(LANE0_BUSY)
+        f.write((1).to_bytes(4, "little"))
+    r = phos_run(phos, phosd, "checkpoint", "--pid", str(job.pid), "--image", str(tmp_path / "refused"),
+                 "--leave-running")
+    assert r.returncode != 0
+    assert "transfer lane 0" in r.stderr and str(job.pid) in r.stderr, r.stderr
+    assert alive(job.pid)
+    with open(ring, "r+b") as f:
+        f.seek(LANE0_BUSY)
+        f.write((0).to_bytes(4, "little"))
+    checkpoint(phos, phosd, job.pid, tmp_path / "image", "--leave-running")
+    assert job.wait(timeout=120) == 0
+    assert steps(out) == 40

@@ -18,6 +18,20 @@ constexpr std::chrono::microseconds kSpin{100};
 
 bool abandoned(const TransferLane& lane) { return lane.words->abandoned.load(std::memory_order_acquire) != 0; }
 
+// The application's thread inside its half: not busy once it leaves,
+// whichever way.
+class BusyScope {
+ public:
+  explicit BusyScope(const TransferLane& lane) : lane_(lane) {}
+  ~BusyScope() { done(); }
+  BusyScope(const BusyScope&) = delete;
+  BusyScope& operator=(const BusyScope&) = delete;
+  void done() { lane_.words->busy.store(0, std::memory_order_release); }
+
+ private:
+  const TransferLane& lane_;
+};
+
 }  // namespace
 
 void publish(std::atomic<uint32_t>& word, uint32_t value) {
@@ -43,10 +57,12 @@ bool awaitAtLeast(std::atomic<uint32_t>& word, uint32_t value, std::chrono::mill
 void resetLane(const TransferLane& lane) {
   lane.words->produced.store(0, std::memory_order_relaxed);
   lane.words->consumed.store(0, std::memory_order_relaxed);
-  lane.words->abandoned.store(0, std::memory_order_release);
+  lane.words->abandoned.store(0, std::memory_order_relaxed);
+  lane.words->busy.store(1, std::memory_order_release);
 }
 
 void feedLane(const TransferLane& lane, const void* src, uint64_t bytes, const std::function<bool()>& daemonGone) {
+  BusyScope busy(lane);
   auto stop = [&] { return abandoned(lane) || daemonGone(); };
   const auto* from = static_cast<const std::byte*>(src);
   const uint64_t chunks = lane.chunks(bytes);
@@ -55,11 +71,13 @@ void feedLane(const TransferLane& lane, const void* src, uint64_t bytes, const s
     if (i >= 2 && !awaitAtLeast(lane.words->consumed, static_cast<uint32_t>(i - 1), kCheckPeriod, stop)) return;
     if (abandoned(lane)) return;
     std::memcpy(lane.buffer(i), from + i * lane.bufferBytes, lane.chunkBytes(bytes, i));
+    if (i + 1 == chunks) busy.done();  // before phosd can take the last chunk and answer
     publish(lane.words->produced, static_cast<uint32_t>(i + 1));
   }
 }
 
 void drainLane(const TransferLane& lane, void* dst, uint64_t bytes, const std::function<bool()>& daemonGone) {
+  BusyScope busy(lane);
   auto stop = [&] { return abandoned(lane) || daemonGone(); };
   auto* to = static_cast<std::byte*>(dst);
   const uint64_t chunks = lane.chunks(bytes);
@@ -68,6 +86,7 @@ void drainLane(const TransferLane& lane, void* dst, uint64_t bytes, const std::f
     // produced are still whole in their buffers.
     if (!awaitAtLeast(lane.words->produced, static_cast<uint32_t>(i + 1), kCheckPeriod, stop)) return;
     std::memcpy(to + i * lane.bufferBytes, lane.buffer(i), lane.chunkBytes(bytes, i));
+    if (i + 1 == chunks) busy.done();  // phosd answers once it sees the last chunk taken
     publish(lane.words->consumed, static_cast<uint32_t>(i + 1));
   }
 }

@@ -172,9 +172,15 @@ CUresult copyToLane(ServerCall& c, const ipc::TransferLane& lane, uint64_t dst, 
   s.registerLanes();
   StagedCopy copy(c, *st, stream);
   LaneStall stalled(s, lane.words->consumed);
-  for (uint64_t i = 0; i < lane.chunks(bytes); ++i) {
-    // The buffer's previous chunk (i - 2) must have been taken.
-    if (i >= 2 && !ipc::awaitAtLeast(lane.words->consumed, static_cast<uint32_t>(i - 1), kLanePeriod, stalled)) {
+  const uint64_t chunks = lane.chunks(bytes);
+  for (uint64_t i = 0; i <= chunks; ++i) {
+    // Chunk i goes where chunk i - 2 was, which must have been taken; after
+    // the last one, every chunk must have been: the application has then
+    // left the lane when the call is answered (a restore could not give it
+    // back the lane's bytes).
+    const uint64_t mustBeTaken = i < chunks ? (i >= 2 ? i - 1 : 0) : chunks;
+    if (mustBeTaken > 0 &&
+        !ipc::awaitAtLeast(lane.words->consumed, static_cast<uint32_t>(mustBeTaken), kLanePeriod, stalled)) {
       ipc::abandon(lane);
       // What the application says it took (its word: a wrong one only spoils
       // its own copy) is written again from the device, then the rest.
@@ -182,6 +188,7 @@ CUresult copyToLane(ServerCall& c, const ipc::TransferLane& lane, uint64_t dst, 
       const uint64_t off = taken * lane.bufferBytes;
       return copyToApplication(c, dst + off, src + off, bytes - off, stream);
     }
+    if (i == chunks) break;
     const uint64_t off = i * lane.bufferBytes;
     CUresult r = laneChunk(copy, [&] {
       return PHOS_DRIVER(c.driverTable(), MemcpyDtoHAsync_v2)(lane.buffer(i), src + off, lane.chunkBytes(bytes, i),
@@ -191,8 +198,6 @@ CUresult copyToLane(ServerCall& c, const ipc::TransferLane& lane, uint64_t dst, 
     ipc::publish(lane.words->produced, static_cast<uint32_t>(i + 1));
     stalled.progressed();
   }
-  // The application takes the last chunks after the reply: they stay in
-  // the lane, which is its until it has.
   return CUDA_SUCCESS;
 }
 

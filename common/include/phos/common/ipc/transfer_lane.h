@@ -22,6 +22,13 @@
 // up and phosd finished the copy with process_vm_readv/writev): the
 // application then stops and waits for the call's reply.
 //
+// `busy` is 1 while the application's thread is inside its half. It clears
+// it before its last publish, so a call is never answered while its lane is
+// busy, unless phosd abandoned the lane and the thread has not left yet
+// (stopped by a signal): a checkpoint then fails rather than save a thread
+// that would read a lane the restore cannot give back (CRIU saves the ring's
+// file by path, and a restore re-creates the lanes empty).
+//
 // Trust: phosd never trusts the words. They only tell it when to look; the
 // copy's range comes from the call, and a lane that stalls is abandoned,
 // never waited on without bound. A wrong word can only spoil the
@@ -43,6 +50,7 @@ struct LaneWords {
   alignas(64) std::atomic<uint32_t> produced;   // futex: chunks ready for the consumer
   alignas(64) std::atomic<uint32_t> consumed;   // futex: chunks the consumer is done with
   alignas(64) std::atomic<uint32_t> abandoned;  // 1: phosd no longer uses the lane
+  alignas(64) std::atomic<uint32_t> busy;       // 1: the application's thread is inside its half
 };
 static_assert(sizeof(LaneWords) <= kLaneWordsBytes);
 
@@ -73,7 +81,7 @@ bool awaitAtLeast(std::atomic<uint32_t>& word, uint32_t value, std::chrono::mill
 
 // ---- the application's half (libphos.so) ------------------------------------
 // A lane is the application's to claim (among its own threads): it resets
-// the words before the call that uses it.
+// the words before the call that uses it (and marks the lane busy).
 void resetLane(const TransferLane& lane);
 // Run while the call is served: streams `bytes` from `src` into the lane, or
 // from the lane into `dst`. They return when the copy's last chunk is done,
