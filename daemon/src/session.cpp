@@ -566,7 +566,7 @@ std::optional<ipc::TransferLane> Session::transferLane(uint32_t index) const {
 std::optional<uint32_t> Session::busyLane() const {
   const uint32_t lanes = ring_.has_value() ? ring_->geometry().laneCount : 0;
   for (uint32_t i = 0; i < lanes; ++i) {
-    if (ring_->lane(i).words->busy.load(std::memory_order_acquire) != 0) return i;
+    if (ipc::leftBehind(ring_->lane(i))) return i;
   }
   return std::nullopt;
 }

@@ -293,7 +293,8 @@ class Session {
   // the lanes registered with the driver (once, at their first use).
   std::optional<ipc::TransferLane> transferLane(uint32_t index) const;
   void registerLanes();
-  // A lane an application thread is still inside (ipc::LaneWords::busy).
+  // A lane an application thread is still inside although phosd is done
+  // with it (ipc::leftBehind).
   std::optional<uint32_t> busyLane() const;
 
   // Application memory (process_vm_readv/writev).

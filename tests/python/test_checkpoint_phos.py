@@ -44,6 +44,9 @@ JOBS = {
     "client-inflight": ("client", ["--inflight", "--kernels", 16, "--rounds", 32]),
     "client-pinned": ("client", ["--pinned", "--sleep-ms", SLEEP_MS]),
     "client-events": ("client", ["--events", "--threads", 2, "--sleep-ms", SLEEP_MS]),
+    # Copies of 4.8 MB of pageable memory each way: through the ring's two
+    # transfer lanes (two chunks each), and the third thread's without one.
+    "client-large-copies": ("client", ["--threads", 3, "--words", 1200000, "--sleep-ms", SLEEP_MS]),
 }
 
 

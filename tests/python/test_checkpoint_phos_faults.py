@@ -143,8 +143,17 @@ def ring_file(pid: int) -> pathlib.Path:
 
 
 # The default ring (256 slots of 16 KiB after a 4 KiB header), then lane 0's
-# words: produced, consumed, abandoned and busy, 64 bytes apart.
-LANE0_BUSY = 4096 + 256 * 16384 + 3 * 64
+# words: produced, consumed, abandoned, busy and accepted, 64 bytes apart.
+LANE0 = 4096 + 256 * 16384
+ABANDONED, BUSY = 2 * 64, 3 * 64
+
+
+def set_lane_words(ring: pathlib.Path, value: int):
+    """What a thread stopped inside lane 0 after phosd gave up on it leaves (1), or not (0)."""
+    with open(ring, "r+b") as f:
+        for word in (ABANDONED, BUSY):
+            f.seek(LANE0 + word)
+            f.write(value.to_bytes(4, "little"))
 
 
 def test_a_thread_left_inside_a_transfer_lane_fails_the_checkpoint_and_names_it(phos, phosd, build_dir, tmp_path):
@@ -155,17 +164,13 @@ def test_a_thread_left_inside_a_transfer_lane_fails_the_checkpoint_and_names_it(
     job = start_job(phosd, build_dir, out, "--iterations", "40", "--sleep-ms", "50")
     wait_for(lambda: steps(out) >= 3, 60, "3 steps")
     ring = ring_file(job.pid)
-    with open(ring, "r+b") as f:  # what such a thread leaves in the lane's words
-        f.seek(LANE0_BUSY)
-        f.write((1).to_bytes(4, "little"))
+    set_lane_words(ring, 1)
     r = phos_run(phos, phosd, "checkpoint", "--pid", str(job.pid), "--image", str(tmp_path / "refused"),
                  "--leave-running")
     assert r.returncode != 0
     assert "transfer lane 0" in r.stderr and str(job.pid) in r.stderr, r.stderr
     assert alive(job.pid)
-    with open(ring, "r+b") as f:
-        f.seek(LANE0_BUSY)
-        f.write((0).to_bytes(4, "little"))
+    set_lane_words(ring, 0)
     checkpoint(phos, phosd, job.pid, tmp_path / "image", "--leave-running")
     assert job.wait(timeout=120) == 0
     assert steps(out) == 40

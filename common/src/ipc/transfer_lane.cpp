@@ -58,12 +58,14 @@ void resetLane(const TransferLane& lane) {
   lane.words->produced.store(0, std::memory_order_relaxed);
   lane.words->consumed.store(0, std::memory_order_relaxed);
   lane.words->abandoned.store(0, std::memory_order_relaxed);
+  lane.words->accepted.store(0, std::memory_order_relaxed);
   lane.words->busy.store(1, std::memory_order_release);
 }
 
 void feedLane(const TransferLane& lane, const void* src, uint64_t bytes, const std::function<bool()>& daemonGone) {
   BusyScope busy(lane);
   auto stop = [&] { return abandoned(lane) || daemonGone(); };
+  if (!awaitAtLeast(lane.words->accepted, 1, kCheckPeriod, stop)) return;
   const auto* from = static_cast<const std::byte*>(src);
   const uint64_t chunks = lane.chunks(bytes);
   for (uint64_t i = 0; i < chunks; ++i) {
@@ -79,6 +81,7 @@ void feedLane(const TransferLane& lane, const void* src, uint64_t bytes, const s
 void drainLane(const TransferLane& lane, void* dst, uint64_t bytes, const std::function<bool()>& daemonGone) {
   BusyScope busy(lane);
   auto stop = [&] { return abandoned(lane) || daemonGone(); };
+  if (!awaitAtLeast(lane.words->accepted, 1, kCheckPeriod, stop)) return;
   auto* to = static_cast<std::byte*>(dst);
   const uint64_t chunks = lane.chunks(bytes);
   for (uint64_t i = 0; i < chunks; ++i) {
@@ -91,10 +94,17 @@ void drainLane(const TransferLane& lane, void* dst, uint64_t bytes, const std::f
   }
 }
 
+void accept(const TransferLane& lane) { publish(lane.words->accepted, 1); }
+
+bool leftBehind(const TransferLane& lane) {
+  return lane.words->busy.load(std::memory_order_acquire) != 0 && abandoned(lane);
+}
+
 void abandon(const TransferLane& lane) {
   lane.words->abandoned.store(1, std::memory_order_release);
   futexWake(&lane.words->produced);
   futexWake(&lane.words->consumed);
+  futexWake(&lane.words->accepted);
 }
 
 }  // namespace phos::ipc

@@ -146,6 +146,7 @@ CUresult copyFromLane(ServerCall& c, const ipc::TransferLane& lane, CUdeviceptr 
   if (st == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   s.registerLanes();
   StagedCopy copy(c, *st, stream);
+  ipc::accept(lane);
   LaneStall stalled(s, lane.words->produced);
   for (uint64_t i = 0; i < lane.chunks(bytes); ++i) {
     const uint64_t off = i * lane.bufferBytes;
@@ -171,6 +172,7 @@ CUresult copyToLane(ServerCall& c, const ipc::TransferLane& lane, uint64_t dst, 
   if (st == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   s.registerLanes();
   StagedCopy copy(c, *st, stream);
+  ipc::accept(lane);
   LaneStall stalled(s, lane.words->consumed);
   const uint64_t chunks = lane.chunks(bytes);
   for (uint64_t i = 0; i <= chunks; ++i) {

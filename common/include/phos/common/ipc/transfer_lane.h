@@ -22,12 +22,15 @@
 // up and phosd finished the copy with process_vm_readv/writev): the
 // application then stops and waits for the call's reply.
 //
-// `busy` is 1 while the application's thread is inside its half. It clears
-// it before its last publish, so a call is never answered while its lane is
-// busy, unless phosd abandoned the lane and the thread has not left yet
-// (stopped by a signal): a checkpoint then fails rather than save a thread
-// that would read a lane the restore cannot give back (CRIU saves the ring's
-// file by path, and a restore re-creates the lanes empty).
+// The application's thread starts on its half once phosd has taken the call
+// (`accepted`): a call still queued in the ring when a checkpoint pauses the
+// session has not touched its lane, and after a restore (which re-creates the
+// lanes empty) it starts afresh. `busy` is 1 while the thread is inside its
+// half. phosd answers a lane call only once the thread has left it, unless
+// phosd abandoned the lane and the thread has not left yet (stopped by a
+// signal): `busy` and `abandoned` both set. A checkpoint then fails rather
+// than save a thread that would read a lane the restore cannot give back (CRIU
+// saves the ring's file by path).
 //
 // Trust: phosd never trusts the words. They only tell it when to look; the
 // copy's range comes from the call, and a lane that stalls is abandoned,
@@ -51,6 +54,7 @@ struct LaneWords {
   alignas(64) std::atomic<uint32_t> consumed;   // futex: chunks the consumer is done with
   alignas(64) std::atomic<uint32_t> abandoned;  // 1: phosd no longer uses the lane
   alignas(64) std::atomic<uint32_t> busy;       // 1: the application's thread is inside its half
+  alignas(64) std::atomic<uint32_t> accepted;   // 1: phosd has taken the call that uses the lane
 };
 static_assert(sizeof(LaneWords) <= kLaneWordsBytes);
 
@@ -90,7 +94,11 @@ void feedLane(const TransferLane& lane, const void* src, uint64_t bytes, const s
 void drainLane(const TransferLane& lane, void* dst, uint64_t bytes, const std::function<bool()>& daemonGone);
 
 // ---- phosd's half -----------------------------------------------------------
+// Lets the application's half start.
+void accept(const TransferLane& lane);
 // Stops the application's half (it then waits for the reply).
 void abandon(const TransferLane& lane);
+// The application's thread is still inside a lane phosd is done with.
+bool leftBehind(const TransferLane& lane);
 
 }  // namespace phos::ipc
