@@ -232,7 +232,7 @@ def classify(model, policy, where):
 
 
 ANNOTATION_KEYS = {'why', 'server', 'client', 'posted', 'params', 'reply', 'revisions', 'lane'}
-LANE_DIRECTIONS = {'to_device': 'toDevice', 'from_device': 'fromDevice'}
+LANE_DIRECTIONS = {'to_device': 'toDevice', 'from_device': 'fromDevice', 'either': 'either'}
 
 
 def check_annotation(name, a, variants, where):
@@ -267,8 +267,10 @@ def check_annotation(name, a, variants, where):
             raise Error(f'{where}: remoted.{name}.reply.{ename}: type must be one of {", ".join(EXTRA_TYPES)}')
     if 'lane' in a:
         lane = a['lane']
-        if not (isinstance(lane, list) and len(lane) == 3 and lane[0] in LANE_DIRECTIONS):
-            raise Error(f'{where}: remoted.{name}.lane: ["to_device" or "from_device", host parameter, byte count]')
+        if not (isinstance(lane, list) and lane and lane[0] in LANE_DIRECTIONS
+                and len(lane) == (4 if lane[0] == 'either' else 3)):
+            raise Error(f'{where}: remoted.{name}.lane: ["to_device" or "from_device", host parameter, byte count] '
+                        'or ["either", destination, source, byte count]')
         if a.get('server') != 'hook':
             raise Error(f'{where}: remoted.{name}.lane: a copy through a lane needs "server": "hook"')
         for pname in lane[1:]:
@@ -621,8 +623,7 @@ def emit_client(entries):
             if e.posted == 'hook':
                 body.append(f'if (posted::{e.public}({", ".join(p.name for p in e.params)})) return call.post();')
             if e.lane:
-                direction, host, count = e.lane
-                body.append(f'ReplyReader reply = call.run(LaneCopy::{LANE_DIRECTIONS[direction]}({host}, {count}));')
+                body.append(f'ReplyReader reply = call.run(LaneCopy::{LANE_DIRECTIONS[e.lane[0]]}({", ".join(e.lane[1:])}));')
             else:
                 body.append('ReplyReader reply = call.run();')
             body.append('if (!reply.ok()) return reply.result();')

@@ -131,11 +131,7 @@ ReplyReader ClientCall::run(const LaneCopy& copy) {
   ipc::CallRing& ring = c.ring();
   auto n = ring.call(encoder_.written(), reply, [&](const std::function<bool()>& replied) {
     auto over = [&] { return replied() || !ring.ownerAlive().isOk(); };
-    if (copy.direction == LaneCopy::kToDevice) {
-      ipc::feedLane(lane, copy.host, copy.bytes, over);
-    } else {
-      ipc::drainLane(lane, copy.host, copy.bytes, over);
-    }
+    ipc::serveLane(lane, copy.src, copy.dst, copy.bytes, over);
   });
   return finishRun(std::move(n), reply);
 }

@@ -54,13 +54,19 @@ class ReplyReader {
 
 // The application's pageable side of a copy, which may travel through one of
 // the ring's transfer lanes (ipc/transfer_lane.h) instead of being read or
-// written by phosd.
+// written by phosd: the source of a copy to the device, the destination of
+// one from it, or either of a copy between unified addresses (phosd, which
+// knows the device side, says which).
 struct LaneCopy {
-  enum Direction { kToDevice, kFromDevice } direction;
-  void* host;
+  const void* src;  // a copy to the device reads it
+  void* dst;        // a copy from the device writes it
   size_t bytes;
-  static LaneCopy toDevice(const void* src, size_t bytes) { return {kToDevice, const_cast<void*>(src), bytes}; }
-  static LaneCopy fromDevice(void* dst, size_t bytes) { return {kFromDevice, dst, bytes}; }
+  static LaneCopy toDevice(const void* src, size_t bytes) { return {src, nullptr, bytes}; }
+  static LaneCopy fromDevice(void* dst, size_t bytes) { return {nullptr, dst, bytes}; }
+  static LaneCopy either(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+    return {reinterpret_cast<const void*>(static_cast<uintptr_t>(src)), reinterpret_cast<void*>(static_cast<uintptr_t>(dst)),
+            bytes};
+  }
 };
 
 class ClientCall {

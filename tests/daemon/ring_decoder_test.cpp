@@ -924,13 +924,13 @@ TEST_F(RingDecoder, CopiesThroughLanesArriveWhole) {
   const ipc::TransferLane to = c().lane(0), from = c().lane(1);
   ipc::resetLane(to);
   Reply r = c().call(c().req(EntryPointId::kCuMemcpyHtoD_v2).flags(ipc::laneFlags(0)).u64(device).u64(0x1000).u64(bytes),
-                     [&](const std::function<bool()>& replied) { ipc::feedLane(to, in.data(), bytes, replied); });
+                     [&](const std::function<bool()>& replied) { ipc::serveLane(to, in.data(), nullptr, bytes, replied); });
   ASSERT_EQ(r.result, CUDA_SUCCESS);
   EXPECT_EQ(to.words->consumed.load(), to.chunks(bytes));
   std::vector<uint8_t> out(bytes);
   ipc::resetLane(from);
   r = c().call(c().req(EntryPointId::kCuMemcpyDtoH_v2).flags(ipc::laneFlags(1)).u64(0x1000).u64(device).u64(bytes),
-               [&](const std::function<bool()>& replied) { ipc::drainLane(from, out.data(), bytes, replied); });
+               [&](const std::function<bool()>& replied) { ipc::serveLane(from, nullptr, out.data(), bytes, replied); });
   ASSERT_EQ(r.result, CUDA_SUCCESS);
   EXPECT_TRUE(out == in);
   // Answered once the application had taken every chunk and left its half:
@@ -941,6 +941,24 @@ TEST_F(RingDecoder, CopiesThroughLanesArriveWhole) {
   EXPECT_FALSE(c().session().busyLane().has_value());
   // The addresses given (0x1000, nothing there in the application) were
   // never touched: the bytes went through the lanes only.
+
+  // Between unified addresses phosd says which way: the same both ways.
+  const auto again = lanes::pattern(bytes, 11);
+  ipc::resetLane(to);
+  r = c().call(c().req(EntryPointId::kCuMemcpy).flags(ipc::laneFlags(0)).u64(device).u64(0x1000).u64(bytes),
+               [&](const std::function<bool()>& replied) {
+                 ipc::serveLane(to, again.data(), out.data(), bytes, replied);
+               });
+  ASSERT_EQ(r.result, CUDA_SUCCESS);
+  EXPECT_TRUE(out == in) << "phosd took the bytes from the device";
+  std::fill(out.begin(), out.end(), 0);
+  ipc::resetLane(from);
+  r = c().call(c().req(EntryPointId::kCuMemcpy).flags(ipc::laneFlags(1)).u64(0x1000).u64(device).u64(bytes),
+               [&](const std::function<bool()>& replied) {
+                 ipc::serveLane(from, again.data(), out.data(), bytes, replied);
+               });
+  ASSERT_EQ(r.result, CUDA_SUCCESS);
+  EXPECT_TRUE(out == again);
 }
 
 // An application thread that stops feeding its lane (stopped, or a broken
@@ -957,7 +975,7 @@ TEST_F(RingDecoder, LaneNeverFedIsAbandonedAndTheApplicationsMemoryRead) {
   // Two chunks fed, then nothing.
   Reply r = small.call(small.req(EntryPointId::kCuMemcpyHtoD_v2).flags(ipc::laneFlags(0)).u64(device).u64(kAppScratch)
                            .u64(data.size()),
-                       [&](const std::function<bool()>&) { ipc::feedLane(lane, data.data(), 8192, [] { return false; }); });
+                       [&](const std::function<bool()>&) { ipc::serveLane(lane, data.data(), nullptr, 8192, [] { return false; }); });
   ASSERT_EQ(r.result, CUDA_SUCCESS);
   EXPECT_EQ(lane.words->abandoned.load(), 1u);
   EXPECT_EQ(small.call(small.req(EntryPointId::kCuMemcpyDtoH_v2).u64(kAppScratch + 16384).u64(device).u64(data.size()))
@@ -983,7 +1001,7 @@ TEST_F(RingDecoder, LaneNeverDrainedIsAbandonedAndTheApplicationsMemoryWritten) 
   std::vector<uint8_t> taken(8192);
   Reply r = small.call(small.req(EntryPointId::kCuMemcpyDtoH_v2).flags(ipc::laneFlags(1)).u64(kAppScratch + 32768)
                            .u64(device).u64(data.size()),
-                       [&](const std::function<bool()>&) { ipc::drainLane(lane, taken.data(), 8192, [] { return false; }); });
+                       [&](const std::function<bool()>&) { ipc::serveLane(lane, nullptr, taken.data(), 8192, [] { return false; }); });
   ASSERT_EQ(r.result, CUDA_SUCCESS);
   EXPECT_EQ(lane.words->abandoned.load(), 1u);
   EXPECT_TRUE(std::equal(taken.begin(), taken.end(), data.begin()));
@@ -1021,7 +1039,7 @@ TEST_F(RingDecoder, RefusedLaneCopyStopsTheApplicationsHalf) {
   Reply r = c().call(c().req(EntryPointId::kCuMemcpyHtoD_v2).flags(ipc::laneFlags(0)).u64(c().device).u64(kAppScratch)
                          .u64(bytes),
                      [&](const std::function<bool()>& replied) {
-                       ipc::feedLane(lane, in.data(), in.size(), replied);
+                       ipc::serveLane(lane, in.data(), nullptr, in.size(), replied);
                      });
   EXPECT_EQ(r.result, CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(lane.words->abandoned.load(), 1u);

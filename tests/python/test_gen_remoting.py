@@ -119,6 +119,23 @@ def test_a_revision_that_is_not_one_is_refused(model, tmp_path):
             "cuMemFree is not an older revision of cuMemAlloc")
 
 
+@pytest.mark.parametrize("lane, message", [
+    (["sideways", "srcHost", "ByteCount"], '["to_device" or "from_device"'),
+    (["to_device", "srcHost"], '["to_device" or "from_device"'),
+    (["either", "dstDevice", "srcHost"], '["either", destination, source, byte count]'),
+    (["to_device", "source", "ByteCount"], "lane: source is not a parameter of cuMemcpyHtoD"),
+])
+def test_a_malformed_lane_is_refused(model, tmp_path, lane, message):
+    refused(model, tmp_path, lambda p: p["remoted"]["cuMemcpyHtoD"].update(lane=lane), message)
+
+
+def test_a_lane_without_a_server_hook_is_refused(model, tmp_path):
+    def mutate(p):
+        p["remoted"]["cuMemcpyDtoD"].pop("server")
+        p["remoted"]["cuMemcpyDtoD"]["lane"] = ["to_device", "srcDevice", "ByteCount"]
+    refused(model, tmp_path, mutate, "a copy through a lane needs \"server\": \"hook\"")
+
+
 def test_an_annotation_without_a_reason_is_refused(model, tmp_path):
     refused(model, tmp_path, lambda p: p["remoted"]["cuMemAlloc"].pop("why"), 'say why')
 

@@ -62,10 +62,10 @@ void resetLane(const TransferLane& lane) {
   lane.words->busy.store(1, std::memory_order_release);
 }
 
-void feedLane(const TransferLane& lane, const void* src, uint64_t bytes, const std::function<bool()>& daemonGone) {
-  BusyScope busy(lane);
-  auto stop = [&] { return abandoned(lane) || daemonGone(); };
-  if (!awaitAtLeast(lane.words->accepted, 1, kCheckPeriod, stop)) return;
+namespace {
+
+void feed(const TransferLane& lane, const void* src, uint64_t bytes, BusyScope& busy,
+          const std::function<bool()>& stop) {
   const auto* from = static_cast<const std::byte*>(src);
   const uint64_t chunks = lane.chunks(bytes);
   for (uint64_t i = 0; i < chunks; ++i) {
@@ -78,10 +78,7 @@ void feedLane(const TransferLane& lane, const void* src, uint64_t bytes, const s
   }
 }
 
-void drainLane(const TransferLane& lane, void* dst, uint64_t bytes, const std::function<bool()>& daemonGone) {
-  BusyScope busy(lane);
-  auto stop = [&] { return abandoned(lane) || daemonGone(); };
-  if (!awaitAtLeast(lane.words->accepted, 1, kCheckPeriod, stop)) return;
+void drain(const TransferLane& lane, void* dst, uint64_t bytes, BusyScope& busy, const std::function<bool()>& stop) {
   auto* to = static_cast<std::byte*>(dst);
   const uint64_t chunks = lane.chunks(bytes);
   for (uint64_t i = 0; i < chunks; ++i) {
@@ -94,7 +91,19 @@ void drainLane(const TransferLane& lane, void* dst, uint64_t bytes, const std::f
   }
 }
 
-void accept(const TransferLane& lane) { publish(lane.words->accepted, 1); }
+}  // namespace
+
+void serveLane(const TransferLane& lane, const void* src, void* dst, uint64_t bytes,
+               const std::function<bool()>& daemonGone) {
+  BusyScope busy(lane);
+  auto stop = [&] { return abandoned(lane) || daemonGone(); };
+  if (!awaitAtLeast(lane.words->accepted, kLaneToDevice, kCheckPeriod, stop)) return;
+  const uint32_t direction = lane.words->accepted.load(std::memory_order_acquire);
+  if (direction == kLaneToDevice && src != nullptr) feed(lane, src, bytes, busy, stop);
+  if (direction == kLaneFromDevice && dst != nullptr) drain(lane, dst, bytes, busy, stop);
+}
+
+void accept(const TransferLane& lane, LaneDirection direction) { publish(lane.words->accepted, direction); }
 
 bool leftBehind(const TransferLane& lane) {
   return lane.words->busy.load(std::memory_order_acquire) != 0 && abandoned(lane);

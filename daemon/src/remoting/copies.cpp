@@ -146,7 +146,7 @@ CUresult copyFromLane(ServerCall& c, const ipc::TransferLane& lane, CUdeviceptr 
   if (st == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   s.registerLanes();
   StagedCopy copy(c, *st, stream);
-  ipc::accept(lane);
+  ipc::accept(lane, ipc::kLaneToDevice);
   LaneStall stalled(s, lane.words->produced);
   for (uint64_t i = 0; i < lane.chunks(bytes); ++i) {
     const uint64_t off = i * lane.bufferBytes;
@@ -172,7 +172,7 @@ CUresult copyToLane(ServerCall& c, const ipc::TransferLane& lane, uint64_t dst, 
   if (st == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   s.registerLanes();
   StagedCopy copy(c, *st, stream);
-  ipc::accept(lane);
+  ipc::accept(lane, ipc::kLaneFromDevice);
   LaneStall stalled(s, lane.words->consumed);
   const uint64_t chunks = lane.chunks(bytes);
   for (uint64_t i = 0; i <= chunks; ++i) {
@@ -304,8 +304,10 @@ CUresult unifiedCopy(ServerCall& c, CUdeviceptr dst, CUdeviceptr src, size_t byt
   }
   if (dstOurs && srcOurs) return finish(c, PHOS_DRIVER(c.driverTable(), MemcpyAsync)(dst, src, bytes, s), async, s);
   if (deviceOnly) return CUDA_ERROR_INVALID_VALUE;
-  if (dstOurs) return copyFromApplication(c, dst, src, bytes, s);
-  if (srcOurs) return copyToApplication(c, dst, src, bytes, s);
+  auto lane = c.lane();
+  if (lane && !lane->carries(bytes)) lane.reset();
+  if (dstOurs) return lane ? copyFromLane(c, *lane, dst, src, bytes, s) : copyFromApplication(c, dst, src, bytes, s);
+  if (srcOurs) return lane ? copyToLane(c, *lane, dst, src, bytes, s) : copyToApplication(c, dst, src, bytes, s);
   return copyWithinApplication(c, dst, src, bytes);
 }
 

@@ -243,6 +243,12 @@ TEST_F(SemanticsTest, PageableCopiesOfEverySizeArriveWhole) {
     std::fill(out.begin(), out.end(), 0);
     ASSERT_CU(cuMemcpyDtoH(out.data(), d2, bytes));
     EXPECT_TRUE(out == in);
+    // Unified addresses: phosd tells the shim which side is the device.
+    const auto again = pageablePattern(bytes, static_cast<unsigned>(bytes) + 1);
+    ASSERT_CU(cuMemcpy(d, reinterpret_cast<CUdeviceptr>(again.data()), bytes));
+    std::fill(out.begin(), out.end(), 0);
+    ASSERT_CU(cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(out.data()), d, bytes, stream));
+    EXPECT_TRUE(out == again);
     EXPECT_CU(cuMemFree(d));
     EXPECT_CU(cuMemFree(d2));
   }

@@ -54,8 +54,13 @@ struct LaneWords {
   alignas(64) std::atomic<uint32_t> consumed;   // futex: chunks the consumer is done with
   alignas(64) std::atomic<uint32_t> abandoned;  // 1: phosd no longer uses the lane
   alignas(64) std::atomic<uint32_t> busy;       // 1: the application's thread is inside its half
-  alignas(64) std::atomic<uint32_t> accepted;   // 1: phosd has taken the call that uses the lane
+  alignas(64) std::atomic<uint32_t> accepted;   // LaneDirection: phosd has taken the call, this way
 };
+
+// Which way phosd moves a lane's chunks (the value of `accepted`). A copy
+// between unified addresses lets phosd say, since only phosd knows which
+// side is the device.
+enum LaneDirection : uint32_t { kLaneNotAccepted = 0, kLaneToDevice = 1, kLaneFromDevice = 2 };
 static_assert(sizeof(LaneWords) <= kLaneWordsBytes);
 
 struct TransferLane {
@@ -87,15 +92,17 @@ bool awaitAtLeast(std::atomic<uint32_t>& word, uint32_t value, std::chrono::mill
 // A lane is the application's to claim (among its own threads): it resets
 // the words before the call that uses it (and marks the lane busy).
 void resetLane(const TransferLane& lane);
-// Run while the call is served: streams `bytes` from `src` into the lane, or
-// from the lane into `dst`. They return when the copy's last chunk is done,
-// when phosd abandons the lane, or when `daemonGone()` says phosd is gone.
-void feedLane(const TransferLane& lane, const void* src, uint64_t bytes, const std::function<bool()>& daemonGone);
-void drainLane(const TransferLane& lane, void* dst, uint64_t bytes, const std::function<bool()>& daemonGone);
+// Run while the call is served: once phosd accepts the call, streams `bytes`
+// from `src` into the lane (to the device) or from the lane into `dst` (from
+// the device), whichever way phosd says; a way whose pointer is null is not
+// taken. Returns when the copy's last chunk is done, when phosd abandons the
+// lane, or when `daemonGone()` says phosd is gone.
+void serveLane(const TransferLane& lane, const void* src, void* dst, uint64_t bytes,
+               const std::function<bool()>& daemonGone);
 
 // ---- phosd's half -----------------------------------------------------------
-// Lets the application's half start.
-void accept(const TransferLane& lane);
+// Lets the application's half start, moving chunks `direction`.
+void accept(const TransferLane& lane, LaneDirection direction);
 // Stops the application's half (it then waits for the reply).
 void abandon(const TransferLane& lane);
 // The application's thread is still inside a lane phosd is done with.
