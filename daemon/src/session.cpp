@@ -232,8 +232,8 @@ std::span<const std::byte> Session::serveOne(std::span<const std::byte> request,
     if (!call.answered()) call.fail(CUDA_ERROR_UNKNOWN);  // a server function forgot to answer
   }
   // The application's half of a lane copy stops at once if the call ended
-  // before its last chunk (a failure, an unused lane); a finished copy
-  // leaves the application only the chunks already produced to take.
+  // before its last chunk (a failure, a lane not used); after a complete
+  // copy it has left the lane already.
   if (auto lane = call.lane()) ipc::abandon(*lane);
   if (auto log = log::get("daemon"); log->should_log(spdlog::level::debug) && wellFormed &&
       header.entry < cuda_api::kEntryPointCount) {

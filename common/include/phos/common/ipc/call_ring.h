@@ -113,9 +113,9 @@ class CallRing {
   uint64_t pending() const;
 
   // ---- checkpoint support (daemon side) -----------------------------------
-  // The ring's bytes (not its lanes) and the daemon's read position (which is kept outside
-  // the shared file, where the client cannot change it), to be stored in an
-  // image while the session is quiesced.
+  // The ring's bytes (not its lanes) and the daemon's read position (which is
+  // kept outside the shared file, where the client cannot change it), to be
+  // stored in an image while the session is quiesced.
   struct Snapshot {
     std::vector<std::byte> bytes;
     uint64_t readPosition = 0;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// TransferLane: one of a call ring's transfer lanes, two buffers and three
-// futex words through which the application (libphos.so) and its phosd
+// TransferLane: one of a call ring's transfer lanes, two buffers and a page
+// of futex words through which the application (libphos.so) and its phosd
 // session pass the bytes of one large copy between the application's pageable
 // memory and the device, while the call itself travels through the ring.
 //
@@ -56,12 +56,12 @@ struct LaneWords {
   alignas(64) std::atomic<uint32_t> busy;       // 1: the application's thread is inside its half
   alignas(64) std::atomic<uint32_t> accepted;   // LaneDirection: phosd has taken the call, this way
 };
+static_assert(sizeof(LaneWords) <= kLaneWordsBytes);
 
 // Which way phosd moves a lane's chunks (the value of `accepted`). A copy
 // between unified addresses lets phosd say, since only phosd knows which
 // side is the device.
 enum LaneDirection : uint32_t { kLaneNotAccepted = 0, kLaneToDevice = 1, kLaneFromDevice = 2 };
-static_assert(sizeof(LaneWords) <= kLaneWordsBytes);
 
 struct TransferLane {
   LaneWords* words = nullptr;
