@@ -145,7 +145,7 @@ class Entry:
         self.epilogue = False
         self.posted = 'never'
         self.extras = []      # [(name, type)] outputs beyond the parameters
-        self.lane = None      # (direction, host parameter, byte-count parameter)
+        self.lane = None      # (direction, host parameter(s), byte-count parameter): remoting.json "lane"
 
     def param(self, name):
         return next((p for p in self.params if p.name == name), None)
