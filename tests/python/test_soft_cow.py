@@ -356,25 +356,38 @@ def slow_job(programs, app_env):
 def test_a_job_that_ends_during_the_copy(criu, phos, slow_copies, app_env, programs, tmp_path):
     """Two steps before its end the job is checkpointed; it releases its
     context (and with it its memory) while that memory is being saved: the
-    release waits for the copy, and the image restores to the uninterrupted end."""
+    release waits for the copy, and the image restores to the uninterrupted end.
+    Whether the job reaches its end before the copy does depends on how long
+    CRIU held it frozen (2-4 s here, more on a loaded machine): a run where it
+    did not is tried again, up to three times."""
     from test_checkpoint_phos import STEPS, Job, after_checkpoint
     from test_concurrent_restore import restore
     phosd, _ = slow_copies
     cmd, ref = slow_job(programs, app_env)
-    job = Job(phos, phosd, cmd, app_env, tmp_path)
-    try:
-        job.wait_line(STEPS - 2)
-        asked = len(job.lines())
-        image = tmp_path / "image"
-        report = checkpoint(phos, phosd, job.pid, image)
-        assert job.proc.wait(timeout=TIMEOUT) == 0, job.err.read_text()
-    finally:
-        job.stop()
-    assert job.lines() == ref
-    cow = report["copy_on_write"]
-    assert cow["misspeculations"] == 0 and cow["anything_calls"] >= 1 and cow["waited_calls"] >= 1, report
-    after, _, _ = restore(phos, phosd, image, app_env)
-    after_checkpoint(ref, after, asked, len(ref) - 1)
+    reports = []
+    for attempt in range(3):
+        run_dir = tmp_path / f"attempt{attempt}"
+        run_dir.mkdir()
+        job = Job(phos, phosd, cmd, app_env, run_dir)
+        try:
+            job.wait_line(STEPS - 2)
+            asked = len(job.lines())
+            image = run_dir / "image"
+            report = checkpoint(phos, phosd, job.pid, image)
+            assert job.proc.wait(timeout=TIMEOUT) == 0, job.err.read_text()
+        finally:
+            job.stop()
+        assert job.lines() == ref
+        cow = report["copy_on_write"]
+        assert cow["misspeculations"] == 0, report
+        after, _, _ = restore(phos, phosd, image, app_env)
+        after_checkpoint(ref, after, asked, len(ref) - 1)
+        reports.append(report)
+        if cow["anything_calls"] >= 1:
+            break
+    # The release came while the copy ran, and waited for it.
+    cow = reports[-1]["copy_on_write"]
+    assert cow["anything_calls"] >= 1 and cow["waited_calls"] >= 1, reports
 
 
 def test_a_job_that_ends_before_a_recopy_dump(criu, phos, slow_copies, app_env, programs, tmp_path):
