@@ -576,10 +576,10 @@ void Session::registerLanes() {
   const ipc::TransferLane first = ring_->lane(0);
   const ipc::TransferLane last = ring_->lane(ring_->geometry().laneCount - 1);
   lanesBase_ = reinterpret_cast<std::byte*>(first.words);
-  lanesBytes_ = static_cast<size_t>(last.buffers[1] + last.bufferBytes - lanesBase_);
+  const auto bytes = static_cast<size_t>(last.buffers[1] + last.bufferBytes - lanesBase_);
   // Registered, the driver copies to and from the lanes by DMA; a driver that
   // refuses copies them all the same, through its own staging.
-  lanesRegistered_ = PHOS_DRIVER(driver_, MemHostRegister_v2)(lanesBase_, lanesBytes_, CU_MEMHOSTREGISTER_PORTABLE) ==
+  lanesRegistered_ = PHOS_DRIVER(driver_, MemHostRegister_v2)(lanesBase_, bytes, CU_MEMHOSTREGISTER_PORTABLE) ==
                      CUDA_SUCCESS;
   if (!lanesRegistered_) log::get("daemon")->debug("session {}: the driver did not register the transfer lanes", id_);
 }

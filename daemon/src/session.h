@@ -417,8 +417,7 @@ class Session {
   uint64_t pinnedSerial_ = 0;
   std::map<uint64_t, CopyStaging> staging_;  // by context
   bool lanesRegistered_ = false;
-  std::byte* lanesBase_ = nullptr;
-  size_t lanesBytes_ = 0;
+  std::byte* lanesBase_ = nullptr;  // what was registered, for MemHostUnregister
   std::shared_ptr<KernelOutput> output_ = std::make_shared<KernelOutput>();
   std::vector<std::byte> replyBuffer_;
   std::map<int, std::unique_ptr<DeviceHeap>> heaps_;
