@@ -478,6 +478,22 @@ void addDaemon(CLI::App& app, SubcommandRunner& runner) {
   cmd->callback([&runner, args] { runner = [args] { return runDaemon(*args); }; });
 }
 
+// Not listed in --help: phosd's workers run it to compile PTX outside their
+// own process (daemon/src/jit_helper.h).
+void addJit(CLI::App& app, SubcommandRunner& runner) {
+  auto* cmd = app.add_subcommand("jit", "Compile PTX read from a descriptor with a driver (phosd runs it)");
+  cmd->group("");
+  auto driver = std::make_shared<std::string>();
+  auto device = std::make_shared<int>(0);
+  auto input = std::make_shared<int>(0);
+  cmd->add_option("--driver", *driver, "the libcuda.so.1 that compiles")->required();
+  cmd->add_option("--device", *device, "the device ordinal to compile for")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--input-fd", *input, "the descriptor the PTX is read from")->check(CLI::NonNegativeNumber);
+  cmd->callback([&runner, driver, device, input] {
+    runner = [driver, device, input] { return daemon::runJitHelper(*driver, *device, *input); };
+  });
+}
+
 void addRun(CLI::App& app, SubcommandRunner& runner) {
   auto* cmd = app.add_subcommand("run", "Run a program under PhOS (starts a per-user daemon if none runs)");
   auto args = std::make_shared<RunArgs>();

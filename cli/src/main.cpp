@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
 #ifdef PHOS_HAVE_DAEMON_COMMANDS
   phos::cli::addDaemon(app, runner);
   phos::cli::addRun(app, runner);
+  phos::cli::addJit(app, runner);
   phos::cli::addValidate(app, runner);
   phos::cli::addPs(app, runner);
   phos::cli::addMigrate(app, runner);

@@ -33,6 +33,7 @@ void addOffloadPlan(CLI::App& app, SubcommandRunner& runner);  // offload_plan.c
 void addPolicy(CLI::App& app, SubcommandRunner& runner);       // policy.cpp
 void addDaemon(CLI::App& app, SubcommandRunner& runner);       // daemon_commands.cpp
 void addRun(CLI::App& app, SubcommandRunner& runner);          // daemon_commands.cpp
+void addJit(CLI::App& app, SubcommandRunner& runner);          // daemon_commands.cpp
 void addPs(CLI::App& app, SubcommandRunner& runner);           // daemon_commands.cpp
 void addValidate(CLI::App& app, SubcommandRunner& runner);     // daemon_commands.cpp
 void addMigrate(CLI::App& app, SubcommandRunner& runner);      // migrate.cpp

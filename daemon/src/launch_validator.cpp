@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "jit_helper.h"
 #include "phos/common/log.h"
 #include "phos/ptx/parser.h"
 #include "phos/ptx/printer.h"
@@ -311,11 +312,25 @@ std::vector<LaunchValidator::TwinLoad> LaunchValidator::twinLoadsPending() {
   return pending;
 }
 
+// Called while the application runs (before a checkpoint's window, or as
+// validation begins): the PTX is compiled by a helper process, and this
+// worker's driver only loads the image, so the job's launches never wait for
+// a compilation (jit_helper.h). Without a helper, or if it fails, the driver
+// compiles the PTX here.
 void LaunchValidator::loadTwins(TwinLoad& load) const {
   CUcontext saved = nullptr;
   PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
   PHOS_DRIVER(driver_, CtxSetCurrent)(load.context);
-  load.twins = compileTwins(load.module, *load.prepared, load.what);
+  CUdevice device = 0;
+  if (load.image.empty() && PHOS_DRIVER(driver_, CtxGetDevice)(&device) == CUDA_SUCCESS) {
+    if (auto image = compileOutOfProcess(static_cast<int>(device), load.prepared->twinText); image.isOk()) {
+      load.image = std::move(*image);
+    } else if (image.status().code() != Code::kUnavailable) {
+      log::get("daemon")->warn("the validator twins of the module of {} are compiled in the worker: {}", load.what,
+                               image.status().message());
+    }
+  }
+  load.twins = compileTwins(load.module, *load.prepared, load.what, load.image.empty() ? nullptr : &load.image);
   load.loaded = true;
   PHOS_DRIVER(driver_, CtxSetCurrent)(saved);
 }
@@ -369,10 +384,12 @@ CUmodule LaunchValidator::twinModuleFor(CUmodule module, const void* owner, cons
 // Driver calls only (no state of the validator): the twin module of
 // `prepared` loaded in the current context, its table filled from `module`'s
 // variables; null (said in the log) when the driver refuses it.
-CUmodule LaunchValidator::compileTwins(CUmodule module, const PreparedModule& prepared, std::string_view what) const {
+CUmodule LaunchValidator::compileTwins(CUmodule module, const PreparedModule& prepared, std::string_view what,
+                                       const std::string* image) const {
   auto log = log::get("daemon");
   CUmodule twins = nullptr;
-  if (CUresult r = PHOS_DRIVER(driver_, ModuleLoadData)(&twins, prepared.twinText.c_str()); r != CUDA_SUCCESS) {
+  const void* code = image != nullptr ? image->data() : prepared.twinText.c_str();
+  if (CUresult r = PHOS_DRIVER(driver_, ModuleLoadData)(&twins, code); r != CUDA_SUCCESS) {
     log->warn("the driver refused the validator twins of the module of {} (CUresult {}): its kernels run without "
               "twins",
               what, static_cast<int>(r));
@@ -383,8 +400,8 @@ CUmodule LaunchValidator::compileTwins(CUmodule module, const PreparedModule& pr
     PHOS_DRIVER(driver_, ModuleUnload)(twins);
     return nullptr;
   }
-  log->info("validator twins of the module of {} loaded beside it, {} of its variables shared", what,
-            prepared.stats.globals.size());
+  log->info("validator twins of the module of {} loaded beside it, {} of its variables shared{}", what,
+            prepared.stats.globals.size(), image != nullptr ? " (compiled by the JIT helper)" : "");
   return twins;
 }
 

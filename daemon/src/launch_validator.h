@@ -149,6 +149,7 @@ class LaunchValidator {
     CUcontext context = nullptr;
     std::shared_ptr<const PreparedModule> prepared;
     std::string what;  // one of its kernels, for the log
+    std::string image;  // compiled by the JIT helper (jit_helper.h); empty: the driver compiles the PTX
     CUmodule twins = nullptr;
     bool loaded = false;
   };
@@ -236,7 +237,8 @@ class LaunchValidator {
   // first use; null when there is none.
   CUmodule twinModuleFor(const KernelState& k);
   CUmodule twinModuleFor(CUmodule module, const void* owner, const PreparedModule& prepared, std::string_view what);
-  CUmodule compileTwins(CUmodule module, const PreparedModule& prepared, std::string_view what) const;
+  CUmodule compileTwins(CUmodule module, const PreparedModule& prepared, std::string_view what,
+                        const std::string* image = nullptr) const;
   Status fillGlobalTable(CUmodule twins, CUmodule original, const std::vector<std::string>& globals) const;
   // The library among those noted whose module in the current context is
   // `module`; by kernel name alone when the driver cannot tell.

@@ -1269,7 +1269,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
     impl->migrationListener = *listener;
   }
   removeStaleSessionFiles();
-  impl->workerConfig = {getpid(), choice.path, impl->runtimeDir, options.contextsPerDevice, options.ring};
+  impl->workerConfig = {getpid(), choice.path, impl->runtimeDir, options.contextsPerDevice, options.ring, options.cli};
   // The first worker says whether the driver loads at all; with --pool 0 it
   // only does that.
   RETURN_IF_ERROR(impl->forkWorker());

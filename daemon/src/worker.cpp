@@ -24,6 +24,7 @@
 #include "context_pool.h"
 #include "driver_table.h"
 #include "engine.h"
+#include "jit_helper.h"
 #include "on_demand_restore.h"
 #include "phos/common/log.h"
 #include "phos/common/subprocess.h"
@@ -200,6 +201,9 @@ class Worker {
       exitNow(1);
     }
     driver_ = *driver;
+    // Validator twins are compiled by `phos jit` helpers, never by this
+    // process's driver while a session runs (jit_helper.h).
+    configureJitHelper(config_.cli, config_.driverPath);
     pool_ = std::make_unique<ContextPool>(*driver_, config_.contextsPerDevice);
     generated::installGenerated(servers_);
     lastPool_ = poolJson(*pool_);

@@ -23,6 +23,7 @@ struct WorkerConfig {
   std::string runtimeDir;
   int contextsPerDevice = 1;
   ipc::RingGeometry ring{256, 16384};
+  std::string cli;  // the phos binary, which runs `phos jit` helpers; empty: the driver compiles in the worker
 };
 
 // A worker exits with status 0 when it stopped its session (its files are

@@ -267,3 +267,42 @@ def test_twins_beside_survive_a_copy_on_write_checkpoint_and_restore(criu, phos,
     assert " 0 without twin, 0 reported accesses" in summary, summary
     # The restored session loaded its twin module anew, beside the module the restore reloaded.
     assert sum(TWIN_MODULE_LOADED in line for line in phosd.log().splitlines()) == 2, phosd.log()[-3000:]
+
+
+def test_a_checkpoints_twins_are_compiled_outside_the_worker(criu, phos, phosd, app_env, programs, jobs, tmp_path):
+    """A copy-on-write checkpoint runs the job's launches as twins; their module is compiled before
+    the window by a `phos jit` helper process, not by the worker's driver, whose launches NVIDIA's
+    driver would hold while it compiles (docs/twins.md). The job and its image still end as the
+    uninterrupted run does."""
+    cmd = command(programs, "client-threads")
+    ref = reference(cmd, app_env)
+    running = Job(phos, phosd, cmd, app_env, tmp_path)
+    jobs.append(running)
+    running.wait_line(3)
+    asked = len(running.lines())
+    image = tmp_path / "image"
+    checkpoint(phos, phosd, running.pid, image, "--leave-running", "--mode", "cow")
+    done = len(running.lines())
+    assert running.proc.wait(timeout=120) == 0, running.err.read_text()
+    assert running.lines() == ref, "the original, left running, did not finish as the uninterrupted run"
+    loaded = [line for line in phosd.log().splitlines() if TWIN_MODULE_LOADED in line]
+    assert len(loaded) == 1 and "(compiled by the JIT helper)" in loaded[0], phosd.log()[-3000:]
+    assert "are compiled in the worker" not in phosd.log(), phosd.log()[-3000:]
+    after_checkpoint(ref, restore(phos, phosd, image, app_env), asked, done)
+
+
+def test_phos_jit_names_what_it_cannot_compile(phos, tmp_path):
+    """`phos jit` (run by phosd's workers) says what is wrong: no PTX, PTX the driver refuses, a driver
+    it cannot load."""
+    vgpu = str(pathlib.Path(phos).parents[1] / "vgpu" / "libcuda.so.1")
+    cases = [(vgpu, b"", "phos jit: no PTX on descriptor 0"),
+             (vgpu, b"not ptx", "phos jit: cuLinkAddData failed (CUresult 218)"),
+             (str(tmp_path / "nothing.so"), b".version 8.0\n", "cannot load the CUDA driver")]
+    for driver, ptx, message in cases:
+        r = subprocess.run([str(phos), "jit", "--driver", driver, "--input-fd", "0"], input=ptx, capture_output=True,
+                           timeout=60)
+        assert r.returncode == 1 and r.stdout == b"", (driver, ptx, r)
+        assert message in r.stderr.decode(), (driver, ptx, r.stderr)
+    ok = subprocess.run([str(phos), "jit", "--driver", vgpu], input=b".version 8.0\n.target sm_80\n.address_size 64\n"
+                        b".visible .entry empty()\n{\n  ret;\n}\n", capture_output=True, timeout=60)
+    assert ok.returncode == 0 and b".entry empty()" in ok.stdout, ok

@@ -38,7 +38,8 @@ struct DaemonOptions {
   // Live migration (docs/migration.md): the shared key's file, which this
   // daemon proves when it migrates a job out and demands of peers migrating
   // one in; "ADDR:PORT" to accept migrations on (needs keyFile); and the phos
-  // binary that restores what arrives (phos daemon passes itself).
+  // binary that restores what arrives and compiles validator twins in
+  // helper processes (`phos jit`; phos daemon passes itself).
   std::string keyFile;
   std::string listen;
   std::string cli;
@@ -53,6 +54,11 @@ struct DriverChoice {
   std::string reason;
 };
 DriverChoice chooseDriver(const std::string& requested);
+
+// `phos jit`, which workers run to compile validator twins out of their own
+// process (daemon/src/jit_helper.h): PTX from descriptor `input`, the image
+// the driver made of it for device `ordinal` to stdout. Returns the exit status.
+int runJitHelper(const std::string& driverPath, int ordinal, int input);
 
 class Daemon {
  public:
