@@ -63,10 +63,10 @@ Result<CUcontext> ContextPool::take(int device, unsigned flags) {
     auto& pool = free_[static_cast<size_t>(device)];
     // Pooled contexts have the default flags; a context with other flags is
     // created on demand (cuCtxSetFlags cannot change every flag afterwards).
+    taken_ = true;
     if (flags == 0 && !pool.empty()) {
       CUcontext c = pool.back();
       pool.pop_back();
-      wake_.notify_all();
       return c;
     }
     ++misses_;
@@ -95,8 +95,9 @@ void ContextPool::refill() {
   for (;;) {
     wake_.wait(lock, [&] {
       if (stop_ || (!retired_.empty() && holds_ == 0)) return true;
+      // Contexts the constructor could not create, until a session takes one.
       for (const auto& pool : free_) {
-        if (static_cast<int>(pool.size()) < perDevice_) return true;
+        if (!taken_ && static_cast<int>(pool.size()) < perDevice_) return true;
       }
       return false;
     });
@@ -107,7 +108,7 @@ void ContextPool::refill() {
     for (auto [ctx, device] : retired) PHOS_DRIVER(driver_, CtxDestroy_v2)(ctx);
     lock.lock();
     for (size_t d = 0; d < free_.size(); ++d) {
-      while (!stop_ && static_cast<int>(free_[d].size()) < perDevice_) {
+      while (!stop_ && !taken_ && static_cast<int>(free_[d].size()) < perDevice_) {
         lock.unlock();
         auto ctx = create(static_cast<int>(d), 0);
         if (!ctx.isOk()) {

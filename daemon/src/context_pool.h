@@ -24,10 +24,15 @@ class ContextPool {
 
   int deviceCount() const { return static_cast<int>(free_.size()); }
   // A context of `device`, not current on any thread. From the pool when it
-  // has one (refilled in the background), else created now.
+  // has one, else created now. A worker serves one session: the pool is not
+  // refilled once the session took from it. A context created in the
+  // background while the session (or its restore) loads modules takes driver
+  // memory where NVIDIA's driver would put the modules' variables, at a place
+  // that varies from run to run, and a restore must find them where the job
+  // had them (docs/gpu.md).
   Result<CUcontext> take(int device, unsigned flags);
-  // Destroys a context a session no longer uses (freeing its memory) and
-  // creates a replacement in the background.
+  // Destroys a context a session no longer uses (freeing its memory), in the
+  // background.
   void retire(CUcontext context, int device);
 
   // While one is held, retired contexts are kept, and destroyed when the last
@@ -66,6 +71,7 @@ class ContextPool {
   std::vector<std::pair<CUcontext, int>> retired_;
   uint64_t misses_ = 0;
   int holds_ = 0;
+  bool taken_ = false;  // a session took a context: the pool is no longer refilled
   bool stop_ = false;
   std::thread refiller_;
 };

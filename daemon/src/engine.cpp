@@ -65,6 +65,26 @@ constexpr CUlimit kSettableLimits[] = {
 
 std::string hex(uint64_t v) { return fmt::format("{:#x}", v); }
 
+// This process's mappings that overlap [from, to), as /proc/self/maps lists
+// them: what the driver had put where a module's globals were to go
+// (docs/gpu.md: where NVIDIA's driver places modules).
+std::string mappingsAround(uint64_t from, uint64_t to) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line, out;
+  int shown = 0;
+  while (std::getline(maps, line) && shown < 12) {
+    uint64_t start = 0, end = 0;
+    const char* dash = std::strchr(line.c_str(), '-');
+    if (dash == nullptr) continue;
+    std::from_chars(line.data(), dash, start, 16);
+    std::from_chars(dash + 1, line.data() + line.size(), end, 16);
+    if (end <= from || start >= to) continue;
+    out += (shown++ == 0 ? "" : ", ") + line.substr(0, line.find(' ', line.find(' ') + 1));
+    if (const size_t path = line.find('/'); path != std::string::npos) out += " " + line.substr(path);
+  }
+  return out.empty() ? "none" : out;
+}
+
 // The driver entry points the engine calls beyond those phosd needs to run:
 // a driver without one (older than CUDA 12.4) cannot checkpoint.
 Status requireEntryPoints(const DriverTable& d) {
@@ -2030,10 +2050,13 @@ class Engine {
           if (PHOS_DRIVER(d, MemGetAddressRange_v2)(&base, &size, was) == CUDA_SUCCESS) {
             holds = fmt::format("; {} is in a driver allocation of {} bytes at {} now", hex(was), size, hex(base));
           }
+          const uint64_t low = std::min<uint64_t>(was, address), high = std::max<uint64_t>(was, address);
           return makeError(Code::kFailedPrecondition,
-                           "global {} of module {} was at {} and the driver placed it at {} now{}{}", name, hex(mid),
-                           hex(was), hex(address),
-                           g.value("taken", false) ? "; the application holds the old address" : "", holds);
+                           "global {} of module {} was at {} and the driver placed it at {} now{}{}; this process "
+                           "maps there: {}",
+                           name, hex(mid), hex(was), hex(address),
+                           g.value("taken", false) ? "; the application holds the old address" : "", holds,
+                           mappingsAround(low - std::min<uint64_t>(low, 4u << 20), high + (4u << 20)));
         }
         if (g.value("taken", false)) {
           s.allocations_[address] = {address, bytes, holder, real, globalDevice};
