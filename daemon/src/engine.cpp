@@ -559,6 +559,7 @@ class Engine {
     const ValidationMode validationBefore = s.validator_.mode();
     options.hooks.beforeDump = [&](image::ImageWriter&) -> Status {
       beforeDumpAt = Clock::now();
+      listModuleGlobals(s);
       // The window validates every launch: its twins compiled now, while the
       // application runs, not by its first launches in the window.
       if (cow || recopy) s.prepareTwinModules();
@@ -1080,6 +1081,29 @@ class Engine {
   // With `deferred`, nothing is copied: the buffers to save go there.
   // With `recopier`, chunks it holds clean in `staged` are not copied again;
   // `recopyReport` gets what was copied and what was reused.
+  // Lists the variables of every module that has no list yet
+  // (ModuleRecord::globalNames), while the application runs: parsing a
+  // large module's PTX took most of CuPy's pause (docs/checkpoint.md). The
+  // images are copied under the session's mutex and parsed without it; a
+  // module that cannot be read is left for captureDevice to refuse.
+  static void listModuleGlobals(Session& s) {
+    std::vector<std::pair<uint64_t, std::vector<char>>> unlisted;
+    {
+      std::lock_guard lock(s.mutex_);
+      for (const auto& [id, rec] : s.moduleRecords_) {
+        if (rec.globalNames == nullptr) unlisted.emplace_back(id, rec.image);
+      }
+    }
+    for (auto& [id, image] : unlisted) {
+      auto names = moduleGlobalNames(image);
+      if (!names.isOk()) continue;
+      auto listed = std::make_shared<const std::vector<std::string>>(std::move(*names));
+      std::lock_guard lock(s.mutex_);
+      // The same module still: ids are never reused.
+      if (auto rec = s.moduleRecords_.find(id); rec != s.moduleRecords_.end()) rec->second.globalNames = listed;
+    }
+  }
+
   static Status captureDevice(Session& s, image::ImageWriter& writer, json& state, uint64_t& gpuBytes,
                               std::unique_ptr<StagedWrite>& staged, double& copySeconds,
                               const ProgressFn& progress, std::vector<SavedBuffer>* deferred,
@@ -1193,10 +1217,15 @@ class Engine {
       // Every global of every kind of image (PTX, fatbin, cubin), in every
       // context that has its own copy: a module's, or, for a library
       // (context-independent), each context of the session's.
-      auto names = moduleGlobalNames(rec->image);
-      if (!names.isOk()) {
-        return makeError(Code::kNotSupported, "the globals of module {} cannot be listed, so they cannot be saved: {}",
-                         hex(id), names.status().message());
+      std::shared_ptr<const std::vector<std::string>> names = rec->globalNames;
+      if (names == nullptr) {  // loaded since listModuleGlobals ran
+        auto listed = moduleGlobalNames(rec->image);
+        if (!listed.isOk()) {
+          return makeError(Code::kNotSupported,
+                           "the globals of module {} cannot be listed, so they cannot be saved: {}", hex(id),
+                           listed.status().message());
+        }
+        names = std::make_shared<const std::vector<std::string>>(std::move(*listed));
       }
       std::vector<uint64_t> holders;
       if (rec->library) {

@@ -58,6 +58,10 @@ struct ModuleRecord {
   uint64_t context = 0;
   // Session::nextOrder when it was loaded (0: not yet numbered).
   uint64_t order = 0;
+  // Its module-scope variables (moduleGlobalNames), listed once, before the
+  // first checkpoint's pause (Engine::listModuleGlobals): for a large module
+  // that means parsing all its PTX. Null until then.
+  std::shared_ptr<const std::vector<std::string>> globalNames;
 };
 
 // Pinned host memory: a shared-memory file mapped at the same address in the
