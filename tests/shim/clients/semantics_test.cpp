@@ -233,19 +233,25 @@ TEST_F(SemanticsTest, PageableCopiesOfEverySizeArriveWhole) {
     CUdeviceptr d = 0, d2 = 0;
     ASSERT_CU(cuMemAlloc(&d, bytes));
     ASSERT_CU(cuMemAlloc(&d2, bytes));
+    // `stream` does not wait for the legacy default stream, and a copy from
+    // pageable memory may return before its DMA ends: the syncs order them,
+    // as the Driver API's synchronization rules ask of a program.
     ASSERT_CU(cuMemcpyHtoD(d, in.data(), bytes));
+    ASSERT_CU(cuCtxSynchronize());
     ASSERT_CU(cuMemcpyDtoDAsync(d2, d, bytes, stream));
     std::vector<unsigned char> out(bytes, 0);
     ASSERT_CU(cuMemcpyDtoHAsync(out.data(), d2, bytes, stream));  // pageable: complete on return
     EXPECT_TRUE(out == in);
-    ASSERT_CU(cuMemsetD8(d2, 0, bytes));
+    ASSERT_CU(cuMemsetD8Async(d2, 0, bytes, stream));
     ASSERT_CU(cuMemcpyHtoDAsync(d2, in.data(), bytes, stream));
+    ASSERT_CU(cuStreamSynchronize(stream));
     std::fill(out.begin(), out.end(), 0);
     ASSERT_CU(cuMemcpyDtoH(out.data(), d2, bytes));
     EXPECT_TRUE(out == in);
     // Unified addresses: phosd tells the shim which side is the device.
     const auto again = pageablePattern(bytes, static_cast<unsigned>(bytes) + 1);
     ASSERT_CU(cuMemcpy(d, reinterpret_cast<CUdeviceptr>(again.data()), bytes));
+    ASSERT_CU(cuCtxSynchronize());
     std::fill(out.begin(), out.end(), 0);
     ASSERT_CU(cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(out.data()), d, bytes, stream));
     EXPECT_TRUE(out == again);
