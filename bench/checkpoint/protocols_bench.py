@@ -3,7 +3,7 @@
 # What the concurrent protocols buy: the job's stall per checkpoint protocol, and its time to run again per restore.
 """Usage: protocols_bench.py --phos PHOS --mlp MLP_TRAIN --out FILE
                              [--sizes MIB,...] [--repeats N] [--iterations N] [--sleep-ms MS] [--at STEP]
-                             [--tensors N,...] [--whole-buffers]
+                             [--tensors N,...] [--host-mib MIB] [--whole-buffers]
 
 For each state size (mlp-train --state-mib; default 256,1024, or
 $PHOS_BENCH_PROTOCOL_SIZES), held in one allocation and in 1 MiB allocations
@@ -114,6 +114,7 @@ def restore_once(a, env, runtime_dir, image, eager, reference, window):
     return {"until_next_step_s": job.lines[0][0] - started, "restore_s": report.get("restore_seconds"),
             "running_s": report.get("running_seconds"), "gpu_rebuilt_s": report.get("gpu_rebuilt_seconds"),
             "concurrent_load": report.get("concurrent_load"), "eager": report.get("eager"),
+            "cpu_lazy": report.get("cpu_lazy"), "cpu_loaded_s": report.get("cpu_loaded_seconds"),
             "steps_s": step_times(job, started)}
 
 
@@ -124,7 +125,8 @@ def median(rows, key):
 
 def job_argv(a, runtime_dir, size, tensors):
     return [a.phos, "run", "--runtime-dir", str(runtime_dir), "--", a.mlp, "--iterations", str(a.iterations),
-            "--sleep-ms", str(a.sleep_ms), "--state-mib", str(size), "--state-tensors", str(tensors)]
+            "--sleep-ms", str(a.sleep_ms), "--state-mib", str(size), "--state-tensors", str(tensors),
+            "--host-mib", str(a.host_mib)]
 
 
 def measure_whole_buffers(a, row, runtime_dir, work, env):
@@ -273,6 +275,9 @@ def main():
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--tensors", type=parse_sizes, default=None,
                    help="allocations the state is held in (default: 1 and one per MiB)")
+    p.add_argument("--host-mib", type=int, default=int(os.environ.get("PHOS_BENCH_PROTOCOL_HOST_MIB", "0")),
+                   help="host memory of the job, a data set a batch of which each step reads (mlp-train "
+                        "--host-mib; default 0 or $PHOS_BENCH_PROTOCOL_HOST_MIB): what a restore loads on demand")
     p.add_argument("--whole-buffers", action="store_true",
                    help="also run cow and recopy with speculation per whole buffer (PHOS_SPECULATION_BOUNDS=0)")
     a = p.parse_args()
@@ -288,7 +293,8 @@ def main():
     whole_env = dict(env, PHOS_RUNTIME_DIR=str(whole_dir), PHOS_SPECULATION_BOUNDS="0")
     _, pcie_gbps, scale, source = modelled_pcie_bytes_per_s(env)
     results = {"benchmark": "protocols", "whole_buffers_baseline": a.whole_buffers, "iterations": a.iterations,
-               "sleep_ms": a.sleep_ms, "at_line": a.at, "repeats": a.repeats, "pcie_gbps": pcie_gbps,
+               "sleep_ms": a.sleep_ms, "at_line": a.at, "repeats": a.repeats, "host_mib": a.host_mib,
+               "pcie_gbps": pcie_gbps,
                "bandwidth_scale": scale, "sizes": []}
     failure = None
     try:
@@ -312,7 +318,8 @@ def main():
             shutil.rmtree(d, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"mlp-train --iterations {a.iterations} --sleep-ms {a.sleep_ms}, checkpoint (--leave-running) after line "
+    print(f"mlp-train --iterations {a.iterations} --sleep-ms {a.sleep_ms} --host-mib {a.host_mib}, checkpoint "
+          f"(--leave-running) after line "
           f"{a.at}, medians of {a.repeats}; modelled PCIe {pcie_gbps:g} GB/s x 1/{scale:g} ({source})")
     print(f"{'state':>8} {'allocs':>6} {'protocol':>9} {'job stall':>10} {'GPU calls wait':>15} {'total':>7} "
           f"{'stall/stop':>11}")

@@ -456,6 +456,8 @@ int restoreOnce(const RestoreArgs& args, bool eager, std::string& rollback) {
   options.image = args.image;
   options.detach = args.detach;
   options.inheritStdio = !args.keepDescriptors;
+  // Concurrent: the CPU memory too loads while the job runs, where CRIU can.
+  options.lazyPages = !eager;
   // Files given for the job's standard descriptors (a migrated job's log).
   struct Files {
     int fds[3] = {-1, -1, -1};
@@ -523,6 +525,13 @@ int restoreOnce(const RestoreArgs& args, bool eager, std::string& rollback) {
     out["gpu_rebuilt_seconds"] = std::chrono::duration<double>(*rebuilt - start).count();
   }
   if (!gpu.loads().is_null()) out["concurrent_load"] = gpu.loads();
+  out["cpu_lazy"] = report->cpuLazy;
+  if (report->cpuLoadedSeconds) out["cpu_loaded_seconds"] = *report->cpuLoadedSeconds;
+  if (!report->cpuEagerReason.empty()) out["cpu_eager_reason"] = report->cpuEagerReason;
+  if (!report->cpuLoadError.empty()) {
+    out["cpu_load_error"] = report->cpuLoadError;
+    std::fprintf(stderr, "phos restore: pid %d: %s\n", report->pid, report->cpuLoadError.c_str());
+  }
   if (!gpu.loadError().empty()) out["load_error"] = gpu.loadError();
   if (report->exitCode) out["exit_code"] = *report->exitCode;
   if (args.detach) {
@@ -532,7 +541,8 @@ int restoreOnce(const RestoreArgs& args, bool eager, std::string& rollback) {
       std::printf("phos: restored pid %d from %s in %.2f s\n", report->pid, args.image.c_str(),
                   report->restoreSeconds);
     }
-    return gpu.adoptError().empty() && gpu.loadError().empty() ? kExitOk : kExitFailure;
+    return gpu.adoptError().empty() && gpu.loadError().empty() && report->cpuLoadError.empty() ? kExitOk
+                                                                                                : kExitFailure;
   }
   // In the foreground, the job's output is on stdout; our report goes to stderr.
   if (args.json) {
@@ -603,8 +613,8 @@ void addRestore(CLI::App& app, SubcommandRunner& runner) {
   cmd->add_flag("--detach", args->detach,
                 "return once the process runs and its device memory is loaded, print its pid");
   cmd->add_flag("--eager", args->eager,
-                "load all device memory before the process runs (default: it runs at once, and each GPU call "
-                "waits only for the memory it touches)");
+                "load all memory before the process runs (default: it runs at once; each GPU call waits only "
+                "for the device memory it touches, and its CPU memory is loaded as it touches it where CRIU can)");
   cmd->add_flag("--keep-descriptors", args->keepDescriptors,
                 "restore stdin/stdout/stderr as they were at the checkpoint (default: attach "
                 "them to phos restore's own)");

@@ -34,6 +34,22 @@ Check checkCriu() {
   return c;
 }
 
+// Not required: without it a concurrent restore loads the CPU memory before
+// the job runs.
+Check checkLazyPages() {
+  Check c{"lazy", false, false, ""};
+  auto criu = criu::locate();
+  if (!criu) {
+    c.detail = criu.status().message();
+    return c;
+  }
+  Status s = criu::checkLazyPages(*criu);
+  c.ok = s.isOk();
+  c.detail = c.ok ? "CRIU loads a restored process's memory while it runs (lazy pages, userfaultfd)"
+                  : s.message() + "; restores load it before the process runs";
+  return c;
+}
+
 // A toolkit program, found through the configured CUDA root or PATH.
 Check checkTool(const std::string& name, const std::string& path, bool required) {
   Check c{name, false, required, ""};
@@ -53,6 +69,7 @@ Check checkTool(const std::string& name, const std::string& path, bool required)
 int runDoctor(bool json) {
   std::vector<Check> checks;
   checks.push_back(checkCriu());
+  checks.push_back(checkLazyPages());
   checks.push_back(checkTool("nvcc", PHOS_CUDA_ROOT "/bin/nvcc", false));
   checks.push_back(checkTool("ptxas", PHOS_CUDA_ROOT "/bin/ptxas", false));
 

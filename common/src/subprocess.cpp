@@ -115,6 +115,36 @@ Result<ProcessOutput> runCapture(const std::vector<std::string>& argv,
   return result;
 }
 
+Result<pid_t> spawn(const std::vector<std::string>& argv, int output,
+                    const std::vector<std::pair<int, int>>& passFds) {
+  if (argv.empty()) return makeError(Code::kInvalidArgument, "spawn: empty argv");
+  for (const auto& [ours, theirs] : passFds) {
+    if (theirs <= 2 || ours < 0) {
+      return makeError(Code::kInvalidArgument, "spawn: cannot pass fd {} as the child's fd {} (must be > 2)", ours,
+                       theirs);
+    }
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  if (output >= 0) {
+    posix_spawn_file_actions_adddup2(&actions, output, 1);
+    posix_spawn_file_actions_adddup2(&actions, output, 2);
+  } else {
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  }
+  for (const auto& [ours, theirs] : passFds) posix_spawn_file_actions_adddup2(&actions, ours, theirs);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return errnoError(rc, fmt::format("cannot start '{}'", argv[0]));
+  return pid;
+}
+
 bool processEnded(pid_t pid) {
   if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) return true;
   // A zombie still answers kill(pid, 0) but has no address space left:

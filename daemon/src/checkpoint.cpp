@@ -849,6 +849,75 @@ void waitForPidToBeFree(pid_t pid) {
   }
 }
 
+// CRIU's lazy-pages server for one restore (`criu lazy-pages`): while the
+// restored process runs, it serves each page of its private memory that the
+// process touches from the image (userfaultfd), sends the rest in the
+// background, and exits once all of it is loaded or the process is gone.
+// Restore and server meet on a socket in the restore's work directory.
+class LazyPagesServer {
+ public:
+  // Started and ready for the restore (it wrote its status byte).
+  static Result<std::unique_ptr<LazyPagesServer>> start(const criu::CriuBinary& criu, const fs::path& images,
+                                                         const fs::path& work) {
+    int status[2];
+    if (::pipe2(status, O_CLOEXEC) != 0) return errnoError(errno, "a pipe for CRIU's lazy-pages server");
+    constexpr int kStatusFd = 3;
+    auto pid = spawn(criu.command({"lazy-pages", "-D", images.string(), "-W", work.string(), "-o", "lazy-pages.log",
+                                   "--status-fd", std::to_string(kStatusFd)}),
+                     -1, {{status[1], kStatusFd}});
+    ::close(status[1]);
+    if (!pid.isOk()) {
+      ::close(status[0]);
+      return std::move(pid).status().withContext("starting CRIU's lazy-pages server");
+    }
+    auto server = std::unique_ptr<LazyPagesServer>(new LazyPagesServer(*pid));
+    char ready = 1;
+    ssize_t n;
+    do {
+      n = ::read(status[0], &ready, 1);
+    } while (n < 0 && errno == EINTR);
+    ::close(status[0]);
+    if (n != 1 || ready != '\0') {
+      const int exit = server->waitLoaded();
+      ProcessOutput none{exit, "", ""};
+      return makeError(Code::kFailedPrecondition, "CRIU's lazy-pages server did not start (exit {}):{}", exit,
+                       criuErrors(work / "lazy-pages.log", none));
+    }
+    return server;
+  }
+
+  LazyPagesServer(const LazyPagesServer&) = delete;
+  LazyPagesServer& operator=(const LazyPagesServer&) = delete;
+  // A server still running (the restore failed) is killed.
+  ~LazyPagesServer() {
+    if (!exited_.load()) ::kill(pid_, SIGKILL);
+    if (reaper_.joinable()) reaper_.join();
+  }
+
+  // Waits until it exited (all memory loaded, or the process gone); its exit status.
+  int waitLoaded() {
+    if (reaper_.joinable()) reaper_.join();
+    return exitStatus_;
+  }
+  Clock::time_point exitedAt() const { return exitedAt_; }
+
+ private:
+  explicit LazyPagesServer(pid_t pid) : pid_(pid), reaper_([this] {
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    exitedAt_ = Clock::now();
+    exitStatus_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    exited_ = true;
+  }) {}
+
+  const pid_t pid_;
+  std::atomic<bool> exited_{false};
+  Clock::time_point exitedAt_{};
+  int exitStatus_ = -1;
+  std::thread reaper_;  // last: started once the fields above exist
+};
+
 // Our descriptor `fd` under a number of its own (>= 64, close-on-exec), so
 // that handing it to CRIU as fd 10+N never overwrites another one.
 int duplicateHigh(int fd) {
@@ -897,6 +966,12 @@ Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
     }
   } cleanup{work};
 
+  RestoreReport report;
+  // The process's memory loaded while it runs, where this host can.
+  std::unique_ptr<LazyPagesServer> lazyPages;
+  if (options.lazyPages) {
+    if (Status can = criu::checkLazyPages(*criuBinary); !can.isOk()) report.cpuEagerReason = can.message();
+  }
   bool shellJob = state["cpu"].value("shell_job", false);
   std::vector<std::string> argv = criuBinary->command({"restore",
                                 "-D",
@@ -941,6 +1016,18 @@ Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
     RETURN_IF_ERROR_CTX(options.beforeRestore(*reader),
                         fmt::format("preparing the restore of {}", imageDir.string()));
   }
+  if (options.lazyPages && report.cpuEagerReason.empty()) {
+    auto server = LazyPagesServer::start(*criuBinary, reader->cpuDirectory(), work);
+    if (server.isOk()) {
+      lazyPages = std::move(*server);
+      argv.push_back("--lazy-pages");
+    } else {
+      // Restored eagerly instead: slower to run, never wrong.
+      report.cpuEagerReason = server.status().message();
+      cleanup.keep = true;  // its log is named in the reason
+    }
+  }
+  report.cpuLazy = lazyPages != nullptr;
   auto afterRestore = [&](std::optional<pid_t> pid) {
     if (options.afterRestore) options.afterRestore(pid);
   };
@@ -975,7 +1062,6 @@ Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
                      "CRIU could not restore {} (exit {}; its log is {}):{}{}", imageDir.string(),
                      run->exitCode, (work / "restore.log").string(), errors, hint);
   }
-  RestoreReport report;
   {
     std::ifstream pidFile(work / "pid");
     long restored = 0;
@@ -989,6 +1075,21 @@ Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
                      imageDir.string(), (work / "pid").string());
   }
   afterRestore(report.pid);
+  // The lazy-pages server exits once all the memory is loaded (or the
+  // process is gone): a detached restore returns then; one that waits for
+  // the job says when it happened.
+  auto loaded = [&] {
+    if (lazyPages == nullptr) return;
+    if (const int exit = lazyPages->waitLoaded(); exit != 0) {
+      ProcessOutput none{exit, "", ""};
+      report.cpuLoadError = fmt::format("CRIU's lazy-pages server failed (exit {}):{}", exit,
+                                        criuErrors(work / "lazy-pages.log", none));
+      cleanup.keep = true;  // its log is named there
+    }
+    report.cpuLoadedSeconds = std::chrono::duration<double>(lazyPages->exitedAt() - start).count();
+    lazyPages.reset();
+  };
+  if (options.detach) loaded();
   if (!options.detach) {
     int status = 0;
     for (;;) {
@@ -1000,6 +1101,7 @@ Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
     }
     report.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
+  loaded();
   report.totalSeconds = secondsSince(start);
   return report;
 }

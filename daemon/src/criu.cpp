@@ -124,4 +124,15 @@ Status check(const CriuBinary& criu) {
                    run.exitCode, all);
 }
 
+Status checkLazyPages(const CriuBinary& criu) {
+  ASSIGN_OR_RETURN(auto run, runCapture(criu.command({"check", "--feature", "uffd-noncoop"})));
+  if (run.exitCode == 0) return Status::ok();
+  std::string said = run.out + run.err;
+  while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+  if (const size_t cut = said.rfind('\n'); cut != std::string::npos) said = said.substr(cut + 1);
+  return makeError(Code::kFailedPrecondition,
+                   "CRIU cannot load memory on demand here (criu check --feature uffd-noncoop: {})",
+                   said.empty() ? fmt::format("exit {}", run.exitCode) : said);
+}
+
 }  // namespace phos::criu

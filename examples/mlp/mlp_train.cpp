@@ -124,6 +124,7 @@ int main(int argc, char** argv) {
   int stateTensors = 1;
   int dirtyMib = 1;
   bool dirtySpread = false;
+  int hostMib = 0;
   int checkpointAt = -1;
   std::string checkpointImage, checkpointMode = "cow";
   std::string ptxPath = defaultPtxPath().string();
@@ -149,6 +150,10 @@ int main(int argc, char** argv) {
   app.add_flag("--dirty-spread", dirtySpread,
                "spread a step's --dirty-mib windows evenly over the state instead of consecutive ones, so that "
                "every step writes all over it, as a full optimizer step does");
+  app.add_option("--host-mib", hostMib,
+                 "host memory in MiB standing in for a data set held in RAM: filled at start, one 1 MiB batch "
+                 "of it read per step, all batches read in the final checksum (default 0: none)")
+      ->check(CLI::Range(0, 65536));
   app.add_option("--ptx", ptxPath, "the kernels' PTX (default: next to this program)");
   app.add_option("--checkpoint-at", checkpointAt,
                  "under PhOS: ask for a checkpoint of this process after this step (application SDK)")
@@ -280,7 +285,21 @@ int main(int argc, char** argv) {
   int rows = kRows, in = kIn, hidden = kHidden, classes = kClasses, one = 1, zero = 0;
   float lr = kLearningRate;
   int nW1 = kIn * kHidden, nB1 = kHidden, nW2 = kHidden * kClasses, nB2 = kClasses;
+  // The data set in host memory: deterministic bytes, a batch read per step.
+  std::vector<uint64_t> hostData(static_cast<size_t>(hostMib) * kMiB / sizeof(uint64_t));
+  for (uint64_t i = 0, bits = 0x9e3779b97f4a7c15u; i < hostData.size(); ++i) {
+    bits ^= bits << 13;
+    bits ^= bits >> 7;
+    bits ^= bits << 17;
+    hostData[i] = bits;
+  }
+  uint64_t batches = 0;  // what the steps read of it
   for (int step = 0; step < iterations; ++step) {
+    if (hostMib > 0) {
+      const size_t words = kMiB / sizeof(uint64_t);
+      const uint64_t* batch = hostData.data() + static_cast<size_t>(step % hostMib) * words;
+      batches = XXH3_64bits_withSeed(batch, kMiB, batches);
+    }
     // Forward.
     launch(linearForward, blocks(kHidden, 16), blocks(kRows, 16), 16, 16,
            {&dX.ptr, &dW1.ptr, &dB1.ptr, &dH.ptr, &rows, &in, &hidden, &one});
@@ -341,6 +360,10 @@ int main(int argc, char** argv) {
 
   XXH3_state_t* hash = XXH3_createState();
   XXH3_64bits_reset(hash);
+  if (hostMib > 0) {
+    XXH3_64bits_update(hash, &batches, sizeof batches);
+    XXH3_64bits_update(hash, hostData.data(), hostData.size() * sizeof(uint64_t));
+  }
   for (const DeviceBuffer* b : {&dW1, &dB1, &dW2, &dB2}) {
     std::vector<unsigned char> host(b->bytes);
     CHECK(cuMemcpyDtoH(host.data(), b->ptr, b->bytes));

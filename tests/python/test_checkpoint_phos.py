@@ -207,15 +207,22 @@ def checkpoint(phos, daemon, pid, image, *extra, prefix=()):
     return report
 
 
-def restore(phos, daemon, image, env):
-    """A foreground restore: its stdout is the restored job's."""
+def restore(phos, daemon, image, env, *extra, report_to=None):
+    """A foreground restore: its stdout is the restored job's. `report_to`: a list that gets its report."""
     r = subprocess.run([str(phos), "restore", "--image", str(image), "--runtime-dir", str(daemon.runtime_dir),
-                        "--json"], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                        "--json", *extra], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                        timeout=TIMEOUT)
     assert r.returncode == 0, f"phos restore exited with {r.returncode}: {r.stderr}\n{daemon.log()[-4000:]}"
     report = json.loads(r.stderr.strip().splitlines()[-1])
     assert report["gpu_session"] is True, report
     assert 0 < report["gpu_rebuilt_seconds"] <= report["running_seconds"], report
+    # Its CPU memory was loaded while it ran, or the report says why not.
+    eager = "--eager" in extra
+    assert report["cpu_lazy"] is not eager or "cpu_eager_reason" in report, report
+    if report["cpu_lazy"]:
+        assert 0 < report["cpu_loaded_seconds"] <= report["total_seconds"], report
+    if report_to is not None:
+        report_to.append(report)
     return r.stdout.splitlines()
 
 
@@ -453,3 +460,72 @@ def test_verify_and_restore_check_the_gpu_state_against_its_blobs(criu, phos, ph
     damaged(lambda a: a.update(blob="gpu/9/0x1"), "blob gpu/9/0x1 is not in the image")
     manifest_path.write_text(original)
     assert subprocess.run([str(phos), "verify", str(image)], capture_output=True).returncode == 0
+
+
+def criu_saying(tmp_path, name, script):
+    """A CRIU that runs the real one, except where `script` (sh, with "$@") answers first."""
+    wrapper = tmp_path / name
+    wrapper.write_text(f"#!/bin/sh\n{script}\nexec {CRIU_INSTALL} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+CRIU_INSTALL = "/opt/phos/criu/bin/criu"
+
+
+def lazy_pages_work():
+    r = subprocess.run([CRIU_INSTALL, "check", "--feature", "uffd-noncoop"], capture_output=True, text=True,
+                       timeout=60)
+    return r.returncode == 0, (r.stdout + r.stderr).strip()
+
+
+def test_restore_loads_cpu_memory_while_the_job_runs(criu, phos, phosd, app_env, programs, jobs, tmp_path):
+    """A concurrent restore lets the job run while CRIU's lazy-pages server brings its CPU memory back
+    (64 MiB of host data here, one batch of it read per step, all of it in the final checksum), and
+    says when all of it was loaded; --eager loads it before the job runs. Both end as the
+    uninterrupted run does."""
+    works, said = lazy_pages_work()
+    if not works:
+        pytest.skip(f"CRIU cannot restore memory on demand on this host: {said}")
+    cmd = command(programs, "mlp-train") + ["--host-mib", "64"]
+    ref = reference(cmd, app_env)
+    running = Job(phos, phosd, cmd, app_env, tmp_path)
+    jobs.append(running)
+    running.wait_line(3)
+    image = tmp_path / "image"
+    checkpoint(phos, phosd, running.pid, image)
+    assert running.proc.wait(timeout=TIMEOUT) != 0, "the checkpoint without --leave-running did not end the job"
+    done = len(running.lines())
+    reports = []
+    after_checkpoint(ref, restore(phos, phosd, image, app_env, report_to=reports), done, done)
+    after_checkpoint(ref, restore(phos, phosd, image, app_env, "--eager", report_to=reports), done, done)
+    lazy, eager = reports
+    assert lazy["cpu_lazy"] is True and "cpu_eager_reason" not in lazy, lazy
+    assert eager["cpu_lazy"] is False and "cpu_loaded_seconds" not in eager, eager
+
+
+@pytest.mark.parametrize("script,reason", [
+    ('case "$*" in *uffd-noncoop*) echo "Error: UFFD is not supported (test)"; exit 1;; esac',
+     "CRIU cannot load memory on demand here (criu check --feature uffd-noncoop: Error: UFFD is not supported "
+     "(test))"),
+    ('case "$1" in lazy-pages) echo "lazy-pages refused (test)" >&2; exit 3;; esac',
+     "CRIU's lazy-pages server did not start (exit 3)"),
+])
+def test_a_restore_without_lazy_pages_loads_the_memory_first(criu, phos, phosd, app_env, programs, jobs, tmp_path,
+                                                              script, reason):
+    """Where CRIU cannot serve pages on demand (no userfaultfd, or its server does not start), a
+    concurrent restore loads the CPU memory before the job runs, says why, and ends right."""
+    cmd = command(programs, "mlp-train")
+    ref = reference(cmd, app_env)
+    running = Job(phos, phosd, cmd, app_env, tmp_path)
+    jobs.append(running)
+    running.wait_line(3)
+    image = tmp_path / "image"
+    checkpoint(phos, phosd, running.pid, image)
+    assert running.proc.wait(timeout=TIMEOUT) != 0
+    done = len(running.lines())
+    env = dict(app_env, PHOS_CRIU=criu_saying(tmp_path, "criu", script))
+    reports = []
+    after_checkpoint(ref, restore(phos, phosd, image, env, report_to=reports), done, done)
+    assert reports[0]["cpu_lazy"] is False, reports[0]
+    assert reports[0]["cpu_eager_reason"].startswith(reason), reports[0]

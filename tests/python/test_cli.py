@@ -33,6 +33,22 @@ def test_doctor_fails_clearly_without_criu(phos, tmp_path):
         assert "older than 4.0" in r.stdout
 
 
+def test_doctor_says_whether_restores_load_memory_on_demand(phos, tmp_path):
+    """Lazy pages (userfaultfd) are not required: without them restores load the CPU memory first."""
+    real = "/opt/phos/criu/bin/criu"
+    fake = tmp_path / "criu"
+    fake.write_text(f'#!/bin/sh\ncase "$*" in *uffd-noncoop*) echo "UFFD is not supported"; exit 1;; esac\n'
+                    f'exec {real} "$@"\n')
+    fake.chmod(0o755)
+    r = run(phos, "doctor", "--json", env={"PHOS_CRIU": str(fake), "PATH": "/usr/bin:/bin"})
+    report = json.loads(r.stdout)
+    lazy = next(c for c in report["checks"] if c["name"] == "lazy")
+    assert lazy["required"] is False and lazy["ok"] is False, lazy
+    assert lazy["detail"] == ("CRIU cannot load memory on demand here (criu check --feature uffd-noncoop: UFFD is "
+                              "not supported); restores load it before the process runs"), lazy
+    assert report["ok"] is True and r.returncode == 0, r.stdout
+
+
 def test_version(phos):
     r = run(phos, "--version")
     assert r.returncode == 0

@@ -34,6 +34,12 @@ struct CaptureOptions {
 Result<ProcessOutput> runCapture(const std::vector<std::string>& argv,
                                  const CaptureOptions& options);
 
+// Starts argv[0] (searched in PATH when it has no '/') without waiting for
+// it: stdin from /dev/null, stdout and stderr to `output` (-1: /dev/null),
+// `passFds` as in CaptureOptions. The caller reaps it (waitpid).
+Result<pid_t> spawn(const std::vector<std::string>& argv, int output,
+                    const std::vector<std::pair<int, int>>& passFds = {});
+
 // Whether `pid` has ended: no such process, or one that exited and was not
 // reaped yet (a zombie still answers kill(pid, 0)). Allocates nothing and
 // opens no descriptor, so applications may call it at any moment.

@@ -102,6 +102,11 @@ struct RestoreOptions {
   // With inheritStdio: the descriptors that stand in for the job's 0, 1, 2
   // (-1: ours).
   int stdio[3] = {-1, -1, -1};
+  // Load the process's private memory while it runs (CRIU's lazy pages,
+  // through userfaultfd): each page comes from the image when the process
+  // first touches it, the rest in the background. Where this host cannot,
+  // the memory is loaded before it runs, and the report says why.
+  bool lazyPages = false;
   // The GPU half: called after the image checked out and before CRIU runs
   // (re-create the session and its shared files); then with CRIU's outcome.
   // afterRestore is called once if beforeRestore succeeded (or is unset).
@@ -112,6 +117,10 @@ struct RestoreOptions {
 struct RestoreReport {
   pid_t pid = 0;
   double restoreSeconds = 0;          // until the process runs again
+  bool cpuLazy = false;               // its memory was loaded while it ran (RestoreOptions::lazyPages)
+  std::string cpuEagerReason;         // lazyPages asked, and why it was not done
+  std::optional<double> cpuLoadedSeconds;  // lazily: when all of it was loaded (the server exited)
+  std::string cpuLoadError;           // lazily: the server failed before all was loaded (the job may have too)
   std::optional<int> exitCode;        // when waited for: its exit code, 128+N if killed by signal N
   double totalSeconds = 0;
 };

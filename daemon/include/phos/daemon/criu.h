@@ -48,4 +48,9 @@ Status checkPrivilege(const CriuBinary& criu);
 // what CRIU printed.
 Status check(const CriuBinary& criu);
 
+// Whether CRIU can restore a process's memory on demand here (its lazy
+// pages, through userfaultfd: `criu check --feature uffd-noncoop`); the error
+// carries what CRIU said.
+Status checkLazyPages(const CriuBinary& criu);
+
 }  // namespace phos::criu
