@@ -22,6 +22,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -936,18 +937,30 @@ Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
     return makeError(Code::kDataLoss, "{}: the image holds no CPU state (cpu/ is empty)",
                      imageDir.string());
   }
-  for (auto problems : {reader->verifyCpuFiles(), checkGpuState(*reader)}) {
-    if (problems.empty()) continue;
-    return makeError(Code::kDataLoss, "{}: {}: {} (phos verify lists every problem)",
-                     imageDir.string(), problems[0].where, problems[0].what);
-  }
+  auto damaged = [&](const std::vector<image::Problem>& problems) {
+    return makeError(Code::kDataLoss, "{}: {}: {} (phos verify lists every problem)", imageDir.string(),
+                     problems[0].where, problems[0].what);
+  };
+  if (auto problems = checkGpuState(*reader); !problems.empty()) return damaged(problems);
+  // cpu/ (the process's memory: as large as it is) is read and checked while
+  // phosd re-creates the GPU session; CRIU runs only once both are done.
+  auto cpuChecked = std::async(std::launch::async, [&reader] { return reader->verifyCpuFiles(); });
+  auto cpuDamage = [&]() -> std::optional<Status> {
+    if (!cpuChecked.valid()) return std::nullopt;
+    if (auto problems = cpuChecked.get(); !problems.empty()) return damaged(problems);
+    return std::nullopt;
+  };
   auto criuBinary = criu::locate();
   if (!criuBinary) {
+    if (auto bad = cpuDamage()) return *bad;
     return makeError(Code::kFailedPrecondition, "CRIU is needed for the CPU state: {}",
                      criuBinary.status().message());
   }
   // Before the GPU session is re-created: nothing is done that CRIU cannot finish.
-  RETURN_IF_ERROR_CTX(criu::checkPrivilege(*criuBinary), "nothing was restored");
+  if (Status may = criu::checkPrivilege(*criuBinary); !may.isOk()) {
+    if (auto bad = cpuDamage()) return *bad;
+    return std::move(may).withContext("nothing was restored");
+  }
   if (state.contains("process") && state["process"].contains("pid") &&
       state["process"]["pid"].is_number_integer()) {
     waitForPidToBeFree(state["process"]["pid"].get<pid_t>());
@@ -1013,8 +1026,14 @@ Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
   }
 
   if (options.beforeRestore) {
-    RETURN_IF_ERROR_CTX(options.beforeRestore(*reader),
-                        fmt::format("preparing the restore of {}", imageDir.string()));
+    if (Status prepared = options.beforeRestore(*reader); !prepared.isOk()) {
+      if (auto bad = cpuDamage()) return *bad;
+      return std::move(prepared).withContext(fmt::format("preparing the restore of {}", imageDir.string()));
+    }
+  }
+  if (auto bad = cpuDamage()) {
+    if (options.afterRestore) options.afterRestore(std::nullopt);  // phosd abandons the session
+    return *bad;
   }
   if (options.lazyPages && report.cpuEagerReason.empty()) {
     auto server = LazyPagesServer::start(*criuBinary, reader->cpuDirectory(), work);

@@ -82,6 +82,31 @@ def test_a_damaged_gpu_chunk_is_refused_before_anything_runs(phos, phosd, build_
     assert phosd.sessions() == []
 
 
+def test_a_damaged_cpu_file_is_refused_before_criu_runs(phos, phosd, build_dir, tmp_path):
+    """cpu/ is checked while phosd re-creates the GPU session: a damaged file still stops the restore
+    before CRIU runs, names the file, and phosd keeps no session."""
+    out = tmp_path / "run.out"
+    job = start_job(phosd, build_dir, out, "--iterations", "30", "--sleep-ms", "100")
+    wait_for(lambda: steps(out) >= 3, 60, "3 steps")
+    image = tmp_path / "image"
+    checkpoint(phos, phosd, job.pid, image)
+    job.wait(timeout=30)  # the dump ended it
+
+    pages = max((image / "cpu").glob("pages-*.img"), key=lambda f: f.stat().st_size)
+    data = bytearray(pages.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    pages.write_bytes(bytes(data))
+
+    restore = phos_run(phos, phosd, "restore", "--image", str(image))
+    assert restore.returncode == 1, restore.stderr
+    assert f"cpu/{pages.name}" in restore.stderr and "phos verify lists every problem" in restore.stderr, \
+        restore.stderr
+    assert "CRIU could not" not in restore.stderr, restore.stderr
+    assert not alive(job.pid), "a process was restored from a damaged image"
+    wait_for(lambda: phosd.sessions() == [], 10, "phosd to abandon the re-created session")
+    assert phosd.request({"op": "ping"})["ok"] is True
+
+
 def test_a_restore_of_a_session_that_still_runs_is_refused(phos, phosd, build_dir, tmp_path):
     reference = subprocess.run([str(build_dir / "examples" / "mlp-train"), "--iterations", "12"],
                                capture_output=True, text=True, timeout=120, env=phosd.client_env())
