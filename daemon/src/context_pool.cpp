@@ -61,9 +61,9 @@ Result<CUcontext> ContextPool::take(int device, unsigned flags) {
       return makeError(Code::kInvalidArgument, "no device {}", device);
     }
     auto& pool = free_[static_cast<size_t>(device)];
+    taken_ = true;
     // Pooled contexts have the default flags; a context with other flags is
     // created on demand (cuCtxSetFlags cannot change every flag afterwards).
-    taken_ = true;
     if (flags == 0 && !pool.empty()) {
       CUcontext c = pool.back();
       pool.pop_back();

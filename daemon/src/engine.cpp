@@ -1076,11 +1076,6 @@ class Engine {
     return status;
   }
 
-  // Device memory, modules, globals and the description of every object.
-  // The session is paused and its mutex held.
-  // With `deferred`, nothing is copied: the buffers to save go there.
-  // With `recopier`, chunks it holds clean in `staged` are not copied again;
-  // `recopyReport` gets what was copied and what was reused.
   // Lists the variables of every module that has no list yet
   // (ModuleRecord::globalNames), while the application runs: parsing a
   // large module's PTX took most of CuPy's pause (docs/checkpoint.md). The
@@ -1104,6 +1099,11 @@ class Engine {
     }
   }
 
+  // Device memory, modules, globals and the description of every object.
+  // The session is paused and its mutex held.
+  // With `deferred`, nothing is copied: the buffers to save go there.
+  // With `recopier`, chunks it holds clean in `staged` are not copied again;
+  // `recopyReport` gets what was copied and what was reused.
   static Status captureDevice(Session& s, image::ImageWriter& writer, json& state, uint64_t& gpuBytes,
                               std::unique_ptr<StagedWrite>& staged, double& copySeconds,
                               const ProgressFn& progress, std::vector<SavedBuffer>* deferred,

@@ -382,7 +382,8 @@ CUmodule LaunchValidator::twinModuleFor(CUmodule module, const void* owner, cons
 }
 
 // Driver calls only (no state of the validator): the twin module of
-// `prepared` loaded in the current context, its table filled from `module`'s
+// `prepared` loaded in the current context (from `image`, the JIT helper's
+// code, when given; else its PTX), its table filled from `module`'s
 // variables; null (said in the log) when the driver refuses it.
 CUmodule LaunchValidator::compileTwins(CUmodule module, const PreparedModule& prepared, std::string_view what,
                                        const std::string* image) const {
