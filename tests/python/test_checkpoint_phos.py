@@ -462,6 +462,9 @@ def test_verify_and_restore_check_the_gpu_state_against_its_blobs(criu, phos, ph
     assert subprocess.run([str(phos), "verify", str(image)], capture_output=True).returncode == 0
 
 
+CRIU_INSTALL = "/opt/phos/criu/bin/criu"
+
+
 def criu_saying(tmp_path, name, script):
     """A CRIU that runs the real one, except where `script` (sh, with "$@") answers first."""
     wrapper = tmp_path / name
@@ -470,13 +473,22 @@ def criu_saying(tmp_path, name, script):
     return str(wrapper)
 
 
-CRIU_INSTALL = "/opt/phos/criu/bin/criu"
-
-
 def lazy_pages_work():
     r = subprocess.run([CRIU_INSTALL, "check", "--feature", "uffd-noncoop"], capture_output=True, text=True,
                        timeout=60)
     return r.returncode == 0, (r.stdout + r.stderr).strip()
+
+
+def ended_by_a_checkpoint(phos, phosd, cmd, env, jobs, tmp_path):
+    """`cmd` under phos run, checkpointed (without --leave-running) after its third line, which
+    ends it. Returns the image and how many lines it had printed."""
+    running = Job(phos, phosd, cmd, env, tmp_path)
+    jobs.append(running)
+    running.wait_line(3)
+    image = tmp_path / "image"
+    checkpoint(phos, phosd, running.pid, image)
+    assert running.proc.wait(timeout=TIMEOUT) != 0, "the checkpoint without --leave-running did not end the job"
+    return image, len(running.lines())
 
 
 def test_restore_loads_cpu_memory_while_the_job_runs(criu, phos, phosd, app_env, programs, jobs, tmp_path):
@@ -489,13 +501,7 @@ def test_restore_loads_cpu_memory_while_the_job_runs(criu, phos, phosd, app_env,
         pytest.skip(f"CRIU cannot restore memory on demand on this host: {said}")
     cmd = command(programs, "mlp-train") + ["--host-mib", "64"]
     ref = reference(cmd, app_env)
-    running = Job(phos, phosd, cmd, app_env, tmp_path)
-    jobs.append(running)
-    running.wait_line(3)
-    image = tmp_path / "image"
-    checkpoint(phos, phosd, running.pid, image)
-    assert running.proc.wait(timeout=TIMEOUT) != 0, "the checkpoint without --leave-running did not end the job"
-    done = len(running.lines())
+    image, done = ended_by_a_checkpoint(phos, phosd, cmd, app_env, jobs, tmp_path)
     reports = []
     after_checkpoint(ref, restore(phos, phosd, image, app_env, report_to=reports), done, done)
     after_checkpoint(ref, restore(phos, phosd, image, app_env, "--eager", report_to=reports), done, done)
@@ -517,13 +523,7 @@ def test_a_restore_without_lazy_pages_loads_the_memory_first(criu, phos, phosd, 
     concurrent restore loads the CPU memory before the job runs, says why, and ends right."""
     cmd = command(programs, "mlp-train")
     ref = reference(cmd, app_env)
-    running = Job(phos, phosd, cmd, app_env, tmp_path)
-    jobs.append(running)
-    running.wait_line(3)
-    image = tmp_path / "image"
-    checkpoint(phos, phosd, running.pid, image)
-    assert running.proc.wait(timeout=TIMEOUT) != 0
-    done = len(running.lines())
+    image, done = ended_by_a_checkpoint(phos, phosd, cmd, app_env, jobs, tmp_path)
     env = dict(app_env, PHOS_CRIU=criu_saying(tmp_path, "criu", script))
     reports = []
     after_checkpoint(ref, restore(phos, phosd, image, env, report_to=reports), done, done)

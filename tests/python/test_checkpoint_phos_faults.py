@@ -53,13 +53,19 @@ def alive(pid: int) -> bool:
         return False
 
 
-def test_a_damaged_gpu_chunk_is_refused_before_anything_runs(phos, phosd, build_dir, tmp_path):
+def ended_by_a_checkpoint(phos, phosd, build_dir, tmp_path):
+    """mlp-train checkpointed after 3 steps, which ends it: the job and its image."""
     out = tmp_path / "run.out"
     job = start_job(phosd, build_dir, out, "--iterations", "30", "--sleep-ms", "100")
     wait_for(lambda: steps(out) >= 3, 60, "3 steps")
     image = tmp_path / "image"
     checkpoint(phos, phosd, job.pid, image)
     job.wait(timeout=30)  # the dump ended it
+    return job, image
+
+
+def test_a_damaged_gpu_chunk_is_refused_before_anything_runs(phos, phosd, build_dir, tmp_path):
+    job, image = ended_by_a_checkpoint(phos, phosd, build_dir, tmp_path)
 
     manifest = json.loads((image / "manifest.json").read_text())
     blob = next(b for b in manifest["blobs"] if b["kind"] == "gpu-memory" and b["size"] >= 64)
@@ -85,12 +91,7 @@ def test_a_damaged_gpu_chunk_is_refused_before_anything_runs(phos, phosd, build_
 def test_a_damaged_cpu_file_is_refused_before_criu_runs(phos, phosd, build_dir, tmp_path):
     """cpu/ is checked while phosd re-creates the GPU session: a damaged file still stops the restore
     before CRIU runs, names the file, and phosd keeps no session."""
-    out = tmp_path / "run.out"
-    job = start_job(phosd, build_dir, out, "--iterations", "30", "--sleep-ms", "100")
-    wait_for(lambda: steps(out) >= 3, 60, "3 steps")
-    image = tmp_path / "image"
-    checkpoint(phos, phosd, job.pid, image)
-    job.wait(timeout=30)  # the dump ended it
+    job, image = ended_by_a_checkpoint(phos, phosd, build_dir, tmp_path)
 
     pages = max((image / "cpu").glob("pages-*.img"), key=lambda f: f.stat().st_size)
     data = bytearray(pages.read_bytes())
