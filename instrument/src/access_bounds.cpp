@@ -310,8 +310,16 @@ class Evaluator {
   // reaching it, with where it may come from over all its definitions.
   Value use(uint32_t at, const std::string& name, int32_t except = -1) {
     Value v;
-    auto reach = program_.reaching.find(std::pair<uint32_t, std::string>(at, name));
-    if (reach != program_.reaching.end()) {
+    // A register asked for again while its value is being found (two
+    // registers each capped by a branch that compares it with the other,
+    // around a loop: refine asks for one to bound the other), or a chain of
+    // such questions deeper than kMaxUses: unbounded, as a definition that
+    // depends on itself is. Without this a kernel of the differential
+    // tester's (seed 50248) recursed until phosd's worker ran out of stack.
+    const auto key = std::pair<uint32_t, std::string>(at, name);
+    const bool asked = uses_.size() < kMaxUses && uses_.insert(key).second;
+    auto reach = asked ? program_.reaching.find(key) : program_.reaching.end();
+    if (asked && reach != program_.reaching.end()) {
       bool first = true;
       for (const ReachingDef& r : reach->second) {
         if (r.def == except && except >= 0) continue;
@@ -327,6 +335,7 @@ class Evaluator {
       }
       if (first) v = Value{};  // no way at all: unbounded rather than empty
     }
+    if (asked) uses_.erase(key);
     static_cast<Source&>(v) = {};
     if (auto it = program_.sources.find(name); it != program_.sources.end()) v.take(it->second);
     return v;
@@ -621,6 +630,9 @@ class Evaluator {
   LaunchShape shape_;
   std::unordered_map<uint32_t, Value> memo_;
   std::set<uint32_t> active_;
+  // The registers use() is finding the value of, by instruction.
+  static constexpr size_t kMaxUses = 256;
+  std::set<std::pair<uint32_t, std::string>> uses_;
 };
 
 // The registers an instruction writes: its first operand (PTX puts every

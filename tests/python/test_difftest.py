@@ -75,6 +75,16 @@ def test_a_kernel_opted_into_more_shared_memory_runs_while_a_checkpoint_copies(c
     passes(runner, Case(2003, steps=6, sleep_ms=30, slow=True, points=[Point(4, "cow", True)]))
 
 
+def test_a_launch_whose_bounds_ask_for_themselves_is_speculated(criu, runner):  # noqa: F811
+    """Seed 50248 launches kernels in the window of its third checkpoint (a recopy of a
+    restored job) whose access bounds asked, through the branches of a loop, for a
+    register's value while finding that value: the analysis recursed until the worker's
+    stack overflowed (signal 11, the session lost), in about half the runs, as a launch
+    fell in the window. Such a value is now unbounded (instrument/src/access_bounds.cpp)."""
+    passes(runner, Case(50248, steps=14, sleep_ms=150, slow=False,
+                        points=[Point(4, "stop", True), Point(10, "recopy"), Point(13, "recopy", eager=True)]))
+
+
 def test_files_of_a_restored_session_outlive_a_starting_phosd(criu, runner):  # noqa: F811
     """Seed 13 (no threads) runs its first host function in step 4, after its
     first restore: the session's host-call queue was named after its worker,
