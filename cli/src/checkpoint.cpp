@@ -611,7 +611,7 @@ void addRestore(CLI::App& app, SubcommandRunner& runner) {
   auto args = std::make_shared<RestoreArgs>();
   cmd->add_option("--image", args->image, "image directory")->required();
   cmd->add_flag("--detach", args->detach,
-                "return once the process runs and its device memory is loaded, print its pid");
+                "return once the process runs and all its memory is loaded, print its pid");
   cmd->add_flag("--eager", args->eager,
                 "load all memory before the process runs (default: it runs at once; each GPU call waits only "
                 "for the device memory it touches, and its CPU memory is loaded as it touches it where CRIU can)");
