@@ -20,9 +20,8 @@ struct Check {
   std::string detail;
 };
 
-Check checkCriu() {
+Check checkCriu(const Result<criu::CriuBinary>& criu) {
   Check c{"criu", false, true, ""};
-  auto criu = criu::locate();
   if (!criu) {
     c.detail = criu.status().message();
     return c;
@@ -36,9 +35,8 @@ Check checkCriu() {
 
 // Not required: without it a concurrent restore loads the CPU memory before
 // the job runs.
-Check checkLazyPages() {
+Check checkLazyPages(const Result<criu::CriuBinary>& criu) {
   Check c{"lazy", false, false, ""};
-  auto criu = criu::locate();
   if (!criu) {
     c.detail = criu.status().message();
     return c;
@@ -68,8 +66,9 @@ Check checkTool(const std::string& name, const std::string& path, bool required)
 
 int runDoctor(bool json) {
   std::vector<Check> checks;
-  checks.push_back(checkCriu());
-  checks.push_back(checkLazyPages());
+  const auto criu = criu::locate();
+  checks.push_back(checkCriu(criu));
+  checks.push_back(checkLazyPages(criu));
   checks.push_back(checkTool("nvcc", PHOS_CUDA_ROOT "/bin/nvcc", false));
   checks.push_back(checkTool("ptxas", PHOS_CUDA_ROOT "/bin/ptxas", false));
 

@@ -523,11 +523,8 @@ class CpuProgress {
 
 // Why `criu check --feature mem_dirty_track` said no, in its last line.
 std::string dirtyTrackingReason(const ProcessOutput& run) {
-  std::string said = run.out + run.err;
-  while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
-  if (auto nl = said.rfind('\n'); nl != std::string::npos) said = said.substr(nl + 1);
   return fmt::format("the kernel does not track dirty pages (criu check --feature mem_dirty_track: {})",
-                     said.empty() ? fmt::format("exit {}", run.exitCode) : said);
+                     criu::lastWords(run));
 }
 
 // `pre-dump --track-mem` needs the kernel's soft-dirty bits; CRIU says whether
@@ -1096,7 +1093,7 @@ Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
   afterRestore(report.pid);
   // The lazy-pages server exits once all the memory is loaded (or the
   // process is gone): a detached restore returns then; one that waits for
-  // the job says when it happened.
+  // the job says when it happened (below, once the job ended).
   auto loaded = [&] {
     if (lazyPages == nullptr) return;
     if (const int exit = lazyPages->waitLoaded(); exit != 0) {
@@ -1108,7 +1105,6 @@ Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
     report.cpuLoadedSeconds = std::chrono::duration<double>(lazyPages->exitedAt() - start).count();
     lazyPages.reset();
   };
-  if (options.detach) loaded();
   if (!options.detach) {
     int status = 0;
     for (;;) {

@@ -124,15 +124,18 @@ Status check(const CriuBinary& criu) {
                    run.exitCode, all);
 }
 
-Status checkLazyPages(const CriuBinary& criu) {
-  ASSIGN_OR_RETURN(auto run, runCapture(criu.command({"check", "--feature", "uffd-noncoop"})));
-  if (run.exitCode == 0) return Status::ok();
+std::string lastWords(const ProcessOutput& run) {
   std::string said = run.out + run.err;
   while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
   if (const size_t cut = said.rfind('\n'); cut != std::string::npos) said = said.substr(cut + 1);
+  return said.empty() ? fmt::format("exit {}", run.exitCode) : said;
+}
+
+Status checkLazyPages(const CriuBinary& criu) {
+  ASSIGN_OR_RETURN(auto run, runCapture(criu.command({"check", "--feature", "uffd-noncoop"})));
+  if (run.exitCode == 0) return Status::ok();
   return makeError(Code::kFailedPrecondition,
-                   "CRIU cannot load memory on demand here (criu check --feature uffd-noncoop: {})",
-                   said.empty() ? fmt::format("exit {}", run.exitCode) : said);
+                   "CRIU cannot load memory on demand here (criu check --feature uffd-noncoop: {})", lastWords(run));
 }
 
 }  // namespace phos::criu

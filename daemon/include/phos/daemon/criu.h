@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "phos/common/status.h"
+#include "phos/common/subprocess.h"
 
 namespace phos::criu {
 
@@ -47,6 +48,10 @@ Status checkPrivilege(const CriuBinary& criu);
 // Runs `criu check`; OK if CRIU says "Looks good.", otherwise the error carries
 // what CRIU printed.
 Status check(const CriuBinary& criu);
+
+// What CRIU said last: the last line it printed, or its exit status when it
+// printed nothing (the reason a `criu check --feature` gives).
+std::string lastWords(const ProcessOutput& run);
 
 // Whether CRIU can restore a process's memory on demand here (its lazy
 // pages, through userfaultfd: `criu check --feature uffd-noncoop`); the error
