@@ -165,7 +165,9 @@ def test_the_jobs_own_checkpoint_request_is_a_hint_to_the_supervisor(criu, phos,
     assert run.finish() == 0, run.log()
     assert f"pid {pid} runs again from checkpoint 1" in run.log(), run.log()
     died, resumed = replayed(run.lines(), reference)
-    assert resumed == 4, f"restored at line {resumed}: the hint came after step 3"
+    # The hint is asynchronous and a recopy image is the state when its copy ends: the job may
+    # have run a step or more on (150 ms each) by then, never fewer than the 4 lines before it.
+    assert resumed >= 4, f"restored at line {resumed}: the hint came after step 3"
     assert not (tmp_path / "unused").exists()
 
 
