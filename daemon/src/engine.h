@@ -16,6 +16,7 @@
 
 #include "phos/common/status.h"
 #include "launch_validator.h"
+#include "progress.h"
 #include "server_call.h"
 
 namespace phos::daemon {
@@ -25,8 +26,6 @@ class DriverTable;
 class OnDemandRestore;
 class Session;
 
-// Receives {"phase": ..., "bytes": done, "total": of the phase} as work advances.
-using ProgressFn = std::function<void(const nlohmann::json& progress)>;
 
 // Request: {"op": "checkpoint", "pid", "image", "leave_running", "compress"}.
 // Returns the final answer line: {"ok": true, "report": {...}} or

@@ -15,14 +15,14 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 OnDemandRestore::OnDemandRestore(const DriverTable& driver, std::shared_ptr<const image::ImageReader> reader,
-                                 std::vector<PendingBuffer> buffers)
+                                 std::vector<DeviceBuffer> buffers)
     : driver_(driver), reader_(std::move(reader)), streams_(driver) {
-  for (const PendingBuffer& b : buffers) {
+  for (const DeviceBuffer& b : buffers) {
     const image::BlobInfo& info = reader_->manifest().blobs[b.blob];
     if (info.size == 0) continue;
     chunkBytes_ = std::max<size_t>(chunkBytes_, info.chunkBytes);
     for (uint64_t i = 0; i < info.chunkCount(); ++i) {
-      PendingBuffer part{b.blob, b.address + i * uint64_t{info.chunkBytes}, info.chunkRawBytes(i), b.context};
+      DeviceBuffer part{b.blob, b.address + i * uint64_t{info.chunkBytes}, info.chunkRawBytes(i), b.context};
       entries_.emplace(part.address, Entry{part, i});
     }
   }

@@ -24,6 +24,7 @@
 
 #include "context_pool.h"
 #include "context_streams.h"
+#include "device_buffer.h"
 #include "driver_table.h"
 #include "launch_validator.h"
 #include "phos/common/status.h"
@@ -32,14 +33,6 @@
 #include "transfer_tracker.h"
 
 namespace phos::daemon {
-
-// One buffer of the image and where it goes on the device.
-struct PendingBuffer {
-  size_t blob = 0;
-  CUdeviceptr address = 0;
-  uint64_t bytes = 0;
-  CUcontext context = nullptr;  // a context of its device
-};
 
 struct OnDemandStats {
   uint64_t chunks = 0;          // chunks to load at the start
@@ -55,7 +48,7 @@ struct OnDemandStats {
 class OnDemandRestore {
  public:
   OnDemandRestore(const DriverTable& driver, std::shared_ptr<const image::ImageReader> reader,
-                  std::vector<PendingBuffer> buffers);
+                  std::vector<DeviceBuffer> buffers);
   ~OnDemandRestore();
   OnDemandRestore(const OnDemandRestore&) = delete;
   OnDemandRestore& operator=(const OnDemandRestore&) = delete;
@@ -87,7 +80,7 @@ class OnDemandRestore {
  private:
   enum class State : uint8_t { kPending, kLoading, kLoaded };
   struct Entry {
-    PendingBuffer buffer;  // address and bytes of this chunk
+    DeviceBuffer buffer;  // address and bytes of this chunk
     uint64_t chunk = 0;    // its index in the blob (the image's chunks)
     State state = State::kPending;
     bool demanded = false;

@@ -751,7 +751,7 @@ struct Daemon::Impl {
   // Two restores of one image would re-create the same session files: a
   // restore waits while another request restores its image, until that one
   // hands its session to the restored process or ends (a restore of a copy
-  // finds the session's ring held instead: Engine::rebuild).
+  // finds the session's ring held instead: Session::rebuildFrom).
   bool imageBeingRestored(const WaitingClient& c) const {
     if (c.kind != WaitingClient::Kind::kRestore) return false;
     for (const auto& [pid, w] : workers) {

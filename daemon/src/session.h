@@ -23,6 +23,7 @@
 #include <condition_variable>
 
 #include "context_pool.h"
+#include "device_buffer.h"
 #include "device_heap.h"
 #include "driver_table.h"
 #include "handle_table.h"
@@ -32,7 +33,13 @@
 #include "phos/common/ipc/call_ring.h"
 #include "phos/common/ipc/transfer_lane.h"
 #include "phos/common/subprocess.h"
+#include "progress.h"
 #include "server_call.h"
+
+namespace phos::image {
+class ImageReader;
+class ImageWriter;
+}  // namespace phos::image
 
 namespace phos::daemon {
 
@@ -59,7 +66,7 @@ struct ModuleRecord {
   // Session::nextOrder when it was loaded (0: not yet numbered).
   uint64_t order = 0;
   // Its module-scope variables (moduleGlobalNames), listed once, before the
-  // first checkpoint's pause (Engine::listModuleGlobals): for a large module
+  // first checkpoint's pause (Session::listModuleGlobals): for a large module
   // that means parsing all its PTX. Null until then.
   std::shared_ptr<const std::vector<std::string>> globalNames;
 };
@@ -364,6 +371,51 @@ class Session {
   void setFunctionName(uint64_t function, std::string name);
   const std::string* functionName(uint64_t function) const;
 
+  // ---- for the checkpoint engine (engine.cpp; session_save.cpp) ------------
+  // Holds the session's mutex, which the serving thread holds while it
+  // serves a call: no call runs meanwhile.
+  [[nodiscard]] std::unique_lock<std::timed_mutex> lockCalls() { return std::unique_lock(mutex_); }
+  // Waits for everything the session's contexts run; fails naming a context
+  // whose work failed (its memory cannot be trusted). Mutex held.
+  Status drainContexts();
+  // The session's device allocations (not module globals), each with a
+  // context of its device. Mutex held.
+  std::vector<DeviceBuffer> allocationList() const;
+  // One context of the session per device it uses. Mutex held.
+  std::map<int, CUcontext> contextsByDevice() const;
+  // A concurrent protocol's window (docs/checkpoint.md), opened while paused
+  // with the mutex held: every call passes `gate` before it runs, launches
+  // run as twins in mode `twins`, and the application's own transfers are
+  // tracked for the protocol's copies to give way to.
+  void openWindow(AccessGate gate, ValidationMode twins);
+  // The window's end (paused, mutex held): the contexts drained, what the
+  // twins reported since it opened (their report buffers freed when `after`
+  // is off); no gate or memory relief, validation back to `after`, transfers
+  // no longer tracked.
+  std::vector<Violation> closeWindow(ValidationMode after);
+  // Lists the variables of every module that has no list yet
+  // (ModuleRecord::globalNames), while the application runs; takes the mutex.
+  void listModuleGlobals();
+  // Pinned memory, the ring and the host-call queue, into `state` and
+  // `writer` (`bytes` grows by the pinned memory's): the application's CPU
+  // writes them, so CRIU holds it frozen meanwhile. Mutex held.
+  Status describeShared(image::ImageWriter& writer, nlohmann::json& state, uint64_t& bytes,
+                        const ProgressFn& progress);
+  // At a checkpoint (paused, mutex_ held; session_save.cpp): the description
+  // of every object into `state` (contexts, pools, allocations, modules with
+  // their globals, library modules, functions, kernels, streams, events),
+  // each device buffer to copy (allocations, then module globals) into
+  // `copies` with its blob in `writer`. Fails naming any object the program
+  // holds that a restore could not make again.
+  Status describe(image::ImageWriter& writer, nlohmann::json& state, std::vector<DeviceBuffer>& copies);
+  // At a restore, before the process runs (session_rebuild.cpp): every
+  // object of `state` (describe's, read from `reader`'s manifest) made again
+  // under the id the application holds, with its files, pinned memory and
+  // pending calls. With `deferred`, allocations are mapped and listed there,
+  // their bytes not loaded.
+  Status rebuildFrom(const image::ImageReader& reader, const nlohmann::json& state, const ProgressFn& progress,
+                     std::vector<DeviceBuffer>* deferred);
+
  private:
   void serve();
   void dispatch(const ipc::CallRing::Request& request);
@@ -372,7 +424,8 @@ class Session {
   void freeStaging(uint64_t context);
   void freeStagingBuffers(CopyStaging& staging);
   void serveTakeOutput(ServerCall& call, size_t capacity);
-  friend class Engine;  // engine.cpp saves and re-creates what follows
+  class Describer;  // session_save.cpp
+  class Rebuilder;  // session_rebuild.cpp
 
   const uint64_t id_;
   const pid_t pid_;
@@ -383,7 +436,7 @@ class Session {
   const std::string runtimeDir_;
   std::string ringPath_;
   // Held (flock LOCK_SH) while the session owns its files: a restore of the
-  // same image elsewhere sees them in use (engine.cpp).
+  // same image elsewhere sees them in use (session_rebuild.cpp).
   int ringLock_ = -1;
   std::optional<ipc::CallRing> ring_;
   std::thread thread_;

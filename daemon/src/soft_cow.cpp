@@ -19,7 +19,7 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 SoftCopyOnWrite::SoftCopyOnWrite(const DriverTable& driver, image::ImageWriter& writer,
-                                 std::vector<SavedBuffer> buffers, const std::vector<DeviceSpace>& devices,
+                                 std::vector<DeviceBuffer> buffers, const std::vector<DeviceSpace>& devices,
                                  std::map<std::pair<int, int>, uint64_t> peerQuota, size_t chunkBytes)
     : driver_(driver),
       writer_(writer),
@@ -28,9 +28,9 @@ SoftCopyOnWrite::SoftCopyOnWrite(const DriverTable& driver, image::ImageWriter& 
       gateStreams_(driver),
       copyStreams_(driver) {
   for (const DeviceSpace& d : devices) spaces_[d.device] = Space{d.context, d.reserveBytes, 0};
-  for (const SavedBuffer& b : buffers) {
+  for (const DeviceBuffer& b : buffers) {
     for (uint64_t at = 0, chunk = 0; at < b.bytes; at += chunkBytes_, ++chunk) {
-      SavedBuffer part{b.blob, b.address + at, std::min<uint64_t>(chunkBytes_, b.bytes - at), b.context, b.device};
+      DeviceBuffer part{b.blob, b.address + at, std::min<uint64_t>(chunkBytes_, b.bytes - at), b.context, b.device};
       entries_.emplace(part.address, Entry{part, chunk});
     }
     // A device nobody described has no reserve: its writers wait.

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "context_streams.h"
+#include "device_buffer.h"
 #include "driver_table.h"
 #include "launch_validator.h"
 #include "peer_offload.h"
@@ -33,15 +34,6 @@
 #include "phos/common/status.h"
 
 namespace phos::daemon {
-
-// One buffer of the state at t1 and where it goes in the image.
-struct SavedBuffer {
-  size_t blob = 0;
-  CUdeviceptr address = 0;
-  uint64_t bytes = 0;
-  CUcontext context = nullptr;  // a context of its device
-  int device = 0;
-};
 
 struct SoftCowStats {
   uint64_t shadowedChunks = 0;  // chunks copied into a shadow before a write
@@ -63,7 +55,7 @@ class SoftCopyOnWrite {
   // memory shadows may hold there at once; `peerQuota`: bytes of device
   // `first`'s chunks that may be shadowed on device `second` at once, when
   // `first`'s own reserve is full (PeerShadowPlan::quota; empty: none).
-  SoftCopyOnWrite(const DriverTable& driver, image::ImageWriter& writer, std::vector<SavedBuffer> buffers,
+  SoftCopyOnWrite(const DriverTable& driver, image::ImageWriter& writer, std::vector<DeviceBuffer> buffers,
                   const std::vector<DeviceSpace>& devices, std::map<std::pair<int, int>, uint64_t> peerQuota,
                   size_t chunkBytes);
   ~SoftCopyOnWrite();
@@ -92,7 +84,7 @@ class SoftCopyOnWrite {
   enum class State : uint8_t { kPending, kShadowing, kShadowed, kSaving, kSaved };
   // One chunk of a buffer: the unit that is saved, shadowed and waited for.
   struct Entry {
-    SavedBuffer buffer;  // address and bytes of this chunk
+    DeviceBuffer buffer;  // address and bytes of this chunk
     uint64_t chunk = 0;  // its index in the blob
     State state = State::kPending;
     CUdeviceptr shadow = 0;

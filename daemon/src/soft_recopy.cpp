@@ -9,14 +9,14 @@
 
 namespace phos::daemon {
 
-SoftRecopy::SoftRecopy(const DriverTable& driver, const std::vector<SavedBuffer>& buffers, std::byte* staging,
+SoftRecopy::SoftRecopy(const DriverTable& driver, const std::vector<DeviceBuffer>& buffers, std::byte* staging,
                        uint64_t capacity, size_t chunkBytes)
     : driver_(driver), staging_(staging), capacity_(capacity), streams_(driver) {
-  std::vector<SavedBuffer> sorted = buffers;
+  std::vector<DeviceBuffer> sorted = buffers;
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
-  for (const SavedBuffer& b : sorted) {
+  for (const DeviceBuffer& b : sorted) {
     for (uint64_t at = 0; at < b.bytes; at += chunkBytes) {
-      SavedBuffer part{0, b.address + at, std::min<uint64_t>(chunkBytes, b.bytes - at), b.context};
+      DeviceBuffer part{0, b.address + at, std::min<uint64_t>(chunkBytes, b.bytes - at), b.context};
       byAddress_[part.address] = entries_.size();
       entries_.push_back({part, slotBytes_, true});
       slotBytes_ += part.bytes;

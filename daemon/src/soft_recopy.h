@@ -43,8 +43,8 @@ struct SoftRecopyStats {
 class SoftRecopy {
  public:
   // `staging`: host memory of `capacity` bytes the chunks are copied into, in
-  // the order of `buffers` (SavedBuffer::blob is not used).
-  SoftRecopy(const DriverTable& driver, const std::vector<SavedBuffer>& buffers, std::byte* staging,
+  // the order of `buffers` (DeviceBuffer::blob is not used).
+  SoftRecopy(const DriverTable& driver, const std::vector<DeviceBuffer>& buffers, std::byte* staging,
              uint64_t capacity, size_t chunkBytes);
   ~SoftRecopy();
   SoftRecopy(const SoftRecopy&) = delete;
@@ -89,7 +89,7 @@ class SoftRecopy {
 
  private:
   struct Entry {
-    SavedBuffer chunk;  // address and bytes of this chunk
+    DeviceBuffer chunk;  // address and bytes of this chunk
     uint64_t offset = 0;  // its slot in the staging memory
     bool dirty = true;
     bool gone = false;     // freed: never copied again

@@ -17,11 +17,6 @@ namespace phos::image {
 
 namespace fs = std::filesystem;
 
-void Fd::reset() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
-
 namespace {
 
 std::string_view kindOf(mode_t mode) {

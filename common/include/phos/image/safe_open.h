@@ -19,38 +19,12 @@
 #include <string_view>
 
 #include "phos/common/status.h"
+#include "phos/common/unique_fd.h"
 
 namespace phos::image {
 
 // A file descriptor, closed when it goes.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& other) noexcept : fd_(other.release()) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = other.release();
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset();
-
- private:
-  int fd_ = -1;
-};
+using Fd = UniqueFd;
 
 // On whose behalf an image is read. Root (or nobody named: the caller's own
 // privileges, as for `phos verify` run by a user) is only protected from
