@@ -39,100 +39,13 @@
 #include "migration.h"
 #include "phos/net/channel.h"
 #include "session.h"
+#include "phosd_impl.h"
 #include "worker.h"
-
-#ifndef PHOS_VGPU_DRIVER
-#define PHOS_VGPU_DRIVER ""
-#endif
 
 namespace phos::daemon {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-std::string defaultVgpuDriver() { return PHOS_VGPU_DRIVER; }
-
-namespace {
-
-struct GpuProbe {
-  int gpus = 0;
-  std::string path;
-};
-
-// Whether NVIDIA's libcuda.so.1 loads and sees a GPU, asked in a short-lived
-// child: cuInit in the caller would make every later fork() of it (phosd's
-// workers) unable to use the driver.
-GpuProbe probeNvidiaDriver() {
-  int pipeFds[2];
-  if (pipe2(pipeFds, O_CLOEXEC) != 0) return {};
-  pid_t child = fork();
-  if (child < 0) {
-    close(pipeFds[0]);
-    close(pipeFds[1]);
-    return {};
-  }
-  if (child == 0) {
-    close(pipeFds[0]);
-    std::string answer = "0\n";
-    if (void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL); h != nullptr) {
-      auto init = reinterpret_cast<CUresult (*)(unsigned)>(dlsym(h, "cuInit"));
-      auto count = reinterpret_cast<CUresult (*)(int*)>(dlsym(h, "cuDeviceGetCount"));
-      int n = 0;
-      bool gpu = init != nullptr && count != nullptr && init(0) == CUDA_SUCCESS && count(&n) == CUDA_SUCCESS;
-      Dl_info info{};
-      std::string path = "libcuda.so.1";
-      if (init != nullptr && dladdr(reinterpret_cast<void*>(init), &info) != 0 && info.dli_fname != nullptr) {
-        path = info.dli_fname;
-      }
-      answer = fmt::format("{}\n{}", gpu ? n : 0, path);
-    }
-    (void)!write(pipeFds[1], answer.data(), answer.size());
-    _exit(0);
-  }
-  close(pipeFds[1]);
-  std::string text;
-  const auto deadline = Clock::now() + std::chrono::seconds(30);
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) {
-      log::get("daemon")->warn("the NVIDIA driver probe did not answer within 30 s; using vgpu");
-      kill(child, SIGKILL);
-      text.clear();
-      break;
-    }
-    pollfd p{pipeFds[0], POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left)) < 0 && errno != EINTR) break;
-    char buf[4096];
-    ssize_t n = read(pipeFds[0], buf, sizeof(buf));
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n <= 0) break;
-    text.append(buf, static_cast<size_t>(n));
-  }
-  close(pipeFds[0]);
-  while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
-  }
-  GpuProbe probe;
-  auto nl = text.find('\n');
-  if (nl == std::string::npos) return probe;
-  std::from_chars(text.data(), text.data() + nl, probe.gpus);
-  probe.path = text.substr(nl + 1);
-  return probe;
-}
-
-}  // namespace
-
-DriverChoice chooseDriver(const std::string& requested) {
-  if (!requested.empty()) return {requested, "given on the command line"};
-  if (const char* env = std::getenv("PHOS_DRIVER"); env != nullptr && *env != '\0') {
-    return {env, "PHOS_DRIVER"};
-  }
-  // NVIDIA's driver when it is installed and sees a GPU.
-  GpuProbe probe = probeNvidiaDriver();
-  if (probe.gpus > 0 && probe.path != defaultVgpuDriver()) {
-    return {probe.path, fmt::format("{} sees {} GPU(s)", probe.path, probe.gpus)};
-  }
-  return {defaultVgpuDriver(), "no GPU found: the built-in vgpu"};
-}
 
 namespace {
 
@@ -193,8 +106,6 @@ void removeFilesOfRing(const std::string& ring) {
   closedir(dir);
 }
 
-int pidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
-
 std::string commandOf(pid_t pid) {
   std::ifstream in(fmt::format("/proc/{}/cmdline", pid), std::ios::binary);
   std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -205,1025 +116,591 @@ std::string commandOf(pid_t pid) {
   return raw;
 }
 
-// Answers a client whose request main handled (or gave up on) and closes it.
-void answerAndClose(int fd, const json& answer) {
-  detail::writeLine(fd, answer);
-  close(fd);
-}
-
-json refusal(std::string error) { return {{"ok", false}, {"error", std::move(error)}}; }
-
-// A worker process, as main sees it.
-struct WorkerHandle {
-  enum class State {
-    kStarting,   // loading the driver, creating its contexts
-    kSpare,      // ready, waiting for a session
-    kAssigned,   // creating a session for an attach
-    kServing,    // serving a session whose process main watches
-    kRestoring,  // restoring an image; serving once the restored process is adopted
-    kEnding,     // told to end; main waits for it to exit
-  };
-  pid_t pid = 0;
-  int channel = -1;
-  int pidfd = -1;
-  State state = State::kStarting;
-  std::string failure;  // what it said before exiting without becoming ready
-  json pool = json::array();
-  uint64_t misses = 0;
-  // Its session.
-  uint64_t session = 0;
-  pid_t clientPid = 0;
-  uid_t uid = 0;
-  int clientPidfd = -1;
-  std::string command;
-  std::string ring;
-  std::string image;  // restoring: the image (restoreKey), until the process is adopted
-};
-
-// Which image a restore request names, for telling two restores of one image
-// apart: its canonical path when it resolves (the worker opens it safely later).
 // How long a restore waits behind another restore of its image.
 constexpr std::chrono::seconds kImageWait{600};
 
-std::string restoreKey(const json& request) {
-  const std::string given = request.value("image", std::string());
-  std::unique_ptr<char, decltype(&free)> resolved(realpath(given.c_str(), nullptr), &free);
-  return resolved ? std::string(resolved.get()) : given;
-}
-
-const char* stateName(WorkerHandle::State s) {
-  switch (s) {
-    case WorkerHandle::State::kStarting: return "starting";
-    case WorkerHandle::State::kSpare: return "spare";
-    case WorkerHandle::State::kAssigned: return "assigned";
-    case WorkerHandle::State::kServing: return "serving";
-    case WorkerHandle::State::kRestoring: return "restoring";
-    case WorkerHandle::State::kEnding: return "ending";
-  }
-  return "?";
-}
-
-// A control connection whose request line has not fully arrived. Connections
-// are read as their bytes come, beside everything else the main loop does:
-// idle or slow clients (any user may connect) cannot delay anyone else.
-struct PendingControl {
-  ucred peer{};
-  std::string line;
-  Clock::time_point deadline;  // the whole line by then
-};
-
-// A client waiting for a spare worker (attach or restore).
-struct WaitingClient {
-  enum class Kind { kAttach, kRestore } kind = Kind::kAttach;
-  int fd = -1;
-  ucred peer{};
-  json request;
-  int pidfd = -1;  // attach: the client process
-  Clock::time_point deadline;
-  std::string image;  // restore: restoreKey of its request, resolved once
-};
-
 }  // namespace
 
-struct Daemon::Impl {
-  DaemonOptions options;
-  std::string runtimeDir;
-  std::string socketPath;
-  WorkerConfig workerConfig;
-  std::string driverPath;
-  int driverVersion = 0;
-  int deviceCount = 0;
-  int listenFd = -1;
-  int lockFd = -1;               // runtimeDir/phosd.lock, write-locked for the daemon's life
-  dev_t socketDevice = 0;        // the socket this daemon bound: the only one it unlinks
-  ino_t socketInode = 0;
-  std::map<int, PendingControl> pendingControl;  // by descriptor
-  std::optional<net::Key> key;  // options.keyFile's
-  pid_t migrationListener = -1;
-  uint64_t nextSession = 0;
-  uint64_t nextRequest = 0;
-  bool stopRequested = false;
-  std::map<pid_t, WorkerHandle> workers;
-  std::deque<WaitingClient> waitingForWorker;
-  // Attaches and restores that found no spare worker ready, plus contexts
-  // created on demand by workers that are gone.
-  uint64_t workerMisses = 0;
-  uint64_t retiredContextMisses = 0;
-  // Worker start failures in a row slow down the next attempts.
-  std::chrono::milliseconds forkBackoff{0};
-  Clock::time_point nextForkAllowed{};
-  std::string lastWorkerFailure;
-
-  struct Waiting {
-    pid_t worker = 0;
-    Clock::time_point deadline;
-    std::function<void(const json*)> done;  // nullptr: no answer in time, or the worker died
-  };
-  std::map<uint64_t, Waiting> waiting;  // main's requests to workers, by id
-
-  ~Impl() {
-    stopMigrationListener();
-    shutdownWorkers();
-    for (auto& c : waitingForWorker) {
-      close(c.fd);
-      if (c.pidfd >= 0) close(c.pidfd);
-    }
-    for (auto& [fd, c] : pendingControl) close(fd);
-    if (listenFd >= 0) {
-      close(listenFd);
-      // Only the socket it bound: never one a later daemon made there.
-      struct stat st {};
-      if (stat(socketPath.c_str(), &st) == 0 && st.st_dev == socketDevice && st.st_ino == socketInode) {
-        unlink(socketPath.c_str());
-      }
-    }
-    if (lockFd >= 0) close(lockFd);  // last: the directory is free once the socket is gone
+Daemon::Impl::~Impl() {
+  stopMigrationListener();
+  shutdownWorkers();
+  for (auto& c : waitingForWorker) {
+    close(c.fd);
+    if (c.pidfd >= 0) close(c.pidfd);
   }
-
-  Status bind() {
-    if (mkdir(runtimeDir.c_str(), 0700) != 0 && errno != EEXIST) {
-      return errnoError(errno, fmt::format("cannot create {}", runtimeDir));
-    }
-    // Who holds the lock owns the directory: a second daemon leaves it, and
-    // the socket, alone however busy the first one is.
-    ASSIGN_OR_RETURN(lockFd, ipc::lockDaemonDirectory(runtimeDir));
-    unlink(socketPath.c_str());  // a dead daemon's
-    listenFd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (listenFd < 0) return errnoError(errno, "socket");
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (socketPath.size() >= sizeof(addr.sun_path)) {
-      return makeError(Code::kInvalidArgument, "socket path {} is too long", socketPath);
-    }
-    std::memcpy(addr.sun_path, socketPath.c_str(), socketPath.size() + 1);
-    if (::bind(listenFd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      return errnoError(errno, fmt::format("cannot bind {}", socketPath));
-    }
+  for (auto& [fd, c] : pendingControl) close(fd);
+  if (listenFd >= 0) {
+    close(listenFd);
+    // Only the socket it bound: never one a later daemon made there.
     struct stat st {};
-    if (stat(socketPath.c_str(), &st) != 0) return errnoError(errno, fmt::format("stat {}", socketPath));
-    socketDevice = st.st_dev;
-    socketInode = st.st_ino;
-    // Anyone may connect; every request is checked against SO_PEERCRED.
-    chmod(socketPath.c_str(), 0666);
-    if (listen(listenFd, 64) != 0) return errnoError(errno, "listen");
-    return Status::ok();
-  }
-
-  // ---- workers ---------------------------------------------------------
-
-  // Every descriptor main holds, closed in a new worker.
-  void closeMainDescriptors() {
-    if (listenFd >= 0) close(listenFd);
-    if (lockFd >= 0) close(lockFd);  // a record lock is the process's: the child holds none
-    for (auto& [fd, c] : pendingControl) close(fd);
-    for (auto& [pid, w] : workers) {
-      close(w.channel);
-      if (w.pidfd >= 0) close(w.pidfd);
-      if (w.clientPidfd >= 0) close(w.clientPidfd);
-    }
-    for (auto& c : waitingForWorker) {
-      close(c.fd);
-      if (c.pidfd >= 0) close(c.pidfd);
+    if (stat(socketPath.c_str(), &st) == 0 && st.st_dev == socketDevice && st.st_ino == socketInode) {
+      unlink(socketPath.c_str());
     }
   }
+  if (lockFd >= 0) close(lockFd);  // last: the directory is free once the socket is gone
+}
 
-  Status forkWorker() {
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
-      return errnoError(errno, "socketpair for a worker");
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-      int e = errno;
-      close(sv[0]);
-      close(sv[1]);
-      return errnoError(e, "fork of a worker");
-    }
-    if (pid == 0) {
-      close(sv[0]);
-      closeMainDescriptors();
-      runWorker(workerConfig, sv[1]);
-    }
-    close(sv[1]);
-    WorkerHandle w;
-    w.pid = pid;
-    w.channel = sv[0];
-    w.pidfd = pidfdOpen(pid);
-    if (w.pidfd < 0) {
-      int e = errno;
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-      close(sv[0]);
-      return errnoError(e, fmt::format("cannot watch worker {}", pid));
-    }
-    workers.emplace(pid, std::move(w));
-    log::get("daemon")->debug("worker {} started", pid);
-    return Status::ok();
+Status Daemon::Impl::bind() {
+  if (mkdir(runtimeDir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return errnoError(errno, fmt::format("cannot create {}", runtimeDir));
   }
-
-  int countIn(std::initializer_list<WorkerHandle::State> states) const {
-    int n = 0;
-    for (const auto& [pid, w] : workers) {
-      if (std::find(states.begin(), states.end(), w.state) != states.end()) ++n;
-    }
-    return n;
+  // Who holds the lock owns the directory: a second daemon leaves it, and
+  // the socket, alone however busy the first one is.
+  ASSIGN_OR_RETURN(lockFd, ipc::lockDaemonDirectory(runtimeDir));
+  unlink(socketPath.c_str());  // a dead daemon's
+  listenFd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listenFd < 0) return errnoError(errno, "socket");
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socketPath.size() >= sizeof(addr.sun_path)) {
+    return makeError(Code::kInvalidArgument, "socket path {} is too long", socketPath);
   }
-
-  WorkerHandle* spare() {
-    for (auto& [pid, w] : workers) {
-      if (w.state == WorkerHandle::State::kSpare) return &w;
-    }
-    return nullptr;
+  std::memcpy(addr.sun_path, socketPath.c_str(), socketPath.size() + 1);
+  if (::bind(listenFd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return errnoError(errno, fmt::format("cannot bind {}", socketPath));
   }
+  struct stat st {};
+  if (stat(socketPath.c_str(), &st) != 0) return errnoError(errno, fmt::format("stat {}", socketPath));
+  socketDevice = st.st_dev;
+  socketInode = st.st_ino;
+  // Anyone may connect; every request is checked against SO_PEERCRED.
+  chmod(socketPath.c_str(), 0666);
+  if (listen(listenFd, 64) != 0) return errnoError(errno, "listen");
+  return Status::ok();
+}
 
-  // Keeps options.spareWorkers workers ready (or starting), plus one for
-  // each client waiting for one.
-  void keepSpares() {
-    const int needed = options.spareWorkers + static_cast<int>(waitingForWorker.size());
-    int have = countIn({WorkerHandle::State::kStarting, WorkerHandle::State::kSpare});
-    while (have < needed && Clock::now() >= nextForkAllowed) {
-      if (Status s = forkWorker(); !s.isOk()) {
-        log::get("daemon")->error("{}", s.message());
-        noteWorkerFailure(s.message());
-        return;
-      }
-      ++have;
-    }
-  }
-
-  void noteWorkerFailure(const std::string& why) {
-    lastWorkerFailure = why;
-    using std::chrono::milliseconds;
-    forkBackoff = std::min<milliseconds>(std::max<milliseconds>(forkBackoff * 2, milliseconds(250)),
-                                         std::chrono::seconds(30));
-    nextForkAllowed = Clock::now() + forkBackoff;
-    // Nobody waits for a worker that cannot start: tell them now.
-    if (countIn({WorkerHandle::State::kStarting, WorkerHandle::State::kSpare}) == 0) {
-      while (!waitingForWorker.empty()) {
-        WaitingClient c = std::move(waitingForWorker.front());
-        waitingForWorker.pop_front();
-        if (c.pidfd >= 0) close(c.pidfd);
-        answerAndClose(c.fd, refusal(fmt::format("no phosd worker could start: {}", why)));
-      }
-    }
-  }
-
-  Status tell(WorkerHandle& w, const json& message, int fd = -1) {
-    // Never blocks main: a worker that does not read its channel is broken.
-    return detail::sendMessage(w.channel, message, fd, /*wait=*/false);
-  }
-
-  // Sends `message` with a fresh id; `done` gets the worker's answer, or
-  // nullptr when none came within `timeout` (or the worker died).
-  void ask(WorkerHandle& w, json message, std::chrono::milliseconds timeout, std::function<void(const json*)> done) {
-    const uint64_t id = ++nextRequest;
-    message["id"] = id;
-    if (Status s = tell(w, message); !s.isOk()) {
-      log::get("daemon")->warn("worker {}: {}", w.pid, s.message());
-      done(nullptr);
-      return;
-    }
-    waiting.emplace(id, Waiting{w.pid, Clock::now() + timeout, std::move(done)});
-  }
-
-  // The worker's client is gone, or the daemon stops: it finishes what it
-  // runs, stops its session and exits; main reaps it then.
-  void endWorker(WorkerHandle& w) {
-    if (w.clientPidfd >= 0) {
-      close(w.clientPidfd);
-      w.clientPidfd = -1;
-    }
-    if (w.state == WorkerHandle::State::kEnding) return;
-    w.state = WorkerHandle::State::kEnding;
-    if (Status s = tell(w, {{"op", "end"}}); !s.isOk()) {
-      log::get("daemon")->warn("worker {} does not listen ({}); killing it", w.pid, s.message());
-      kill(w.pid, SIGKILL);
-    }
-  }
-
-  void onWorkerMessage(WorkerHandle& w, const json& m) {
-    auto log = log::get("daemon");
-    if (m.contains("reply_to")) {
-      auto it = waiting.find(m.value("reply_to", uint64_t{0}));
-      if (it == waiting.end() || it->second.worker != w.pid) return;  // answered too late
-      auto done = std::move(it->second.done);
-      waiting.erase(it);
-      done(&m);
-      return;
-    }
-    const std::string event = m.value("event", "");
-    if (event == "ready") {
-      if (w.state != WorkerHandle::State::kStarting) return;
-      w.state = WorkerHandle::State::kSpare;
-      w.pool = m.value("pool", json::array());
-      w.misses = m.value("misses", uint64_t{0});
-      if (driverPath.empty()) {
-        driverPath = m.value("driver", std::string());
-        driverVersion = m.value("version", 0);
-        deviceCount = static_cast<int>(w.pool.size());
-      }
-      forkBackoff = std::chrono::milliseconds(0);
-      log->debug("worker {} ready", w.pid);
-      serveWaitingClients();
-    } else if (event == "failed") {
-      w.failure = m.value("error", std::string());
-    } else if (event == "pool") {
-      w.pool = m.value("pool", json::array());
-      w.misses = m.value("misses", uint64_t{0});
-    } else if (event == "restored") {
-      if (w.state != WorkerHandle::State::kRestoring) return;
-      w.clientPid = m.value("pid", pid_t{0});
-      w.uid = m.value("uid", uid_t{0});
-      w.ring = m.value("ring", std::string());
-    } else if (m.value("op", "") == "adopt") {
-      json answer = adopt(w, m);
-      answer["reply_to"] = m.value("id", uint64_t{0});
-      if (Status s = tell(w, answer); !s.isOk()) log->warn("worker {}: {}", w.pid, s.message());
-    } else {
-      log->warn("worker {}: unknown message {}", w.pid, m.dump());
-    }
-  }
-
-  // A restored process runs again: from now on its session is as an attached one.
-  json adopt(WorkerHandle& w, const json& m) {
-    const auto pid = m.value("pid", pid_t{0});
-    if (w.state != WorkerHandle::State::kRestoring || pid <= 0 || pid != w.clientPid) {
-      return refusal(fmt::format("worker {} restored no session for pid {}", w.pid, pid));
-    }
-    int pidfd = pidfdOpen(pid);
-    if (pidfd < 0) return refusal(fmt::format("cannot watch pid {}: {}", pid, std::strerror(errno)));
-    struct stat st {};
-    if (stat(fmt::format("/proc/{}", pid).c_str(), &st) != 0 || st.st_uid != w.uid) {
-      close(pidfd);
-      return refusal(fmt::format("pid {} is not a process of uid {}, whose session was restored", pid, w.uid));
-    }
-    w.clientPidfd = pidfd;
-    w.command = commandOf(pid);
-    w.state = WorkerHandle::State::kServing;
-    w.image.clear();
-    log::get("daemon")->info("session {}: restored pid {} uid {} ({}) in worker {}", w.session, pid, w.uid,
-                             w.command, w.pid);
-    serveWaitingClients();  // a restore of the same image may start now
-    return {{"ok", true}};
-  }
-
-  // Reads everything the worker sent; false once its channel is closed.
-  bool drainChannel(pid_t pid) {
-    for (;;) {
-      auto it = workers.find(pid);
-      if (it == workers.end()) return false;
-      bool empty = false;
-      auto message = detail::receiveMessage(it->second.channel, /*wait=*/false, &empty);
-      if (!message.isOk()) {
-        if (empty) return true;
-        if (message.status().code() == Code::kUnavailable) return false;
-        log::get("daemon")->warn("worker {}: {}", pid, message.status().message());
-        continue;
-      }
-      if (message->fd >= 0) close(message->fd);  // workers send none
-      onWorkerMessage(it->second, message->body);
-    }
-  }
-
-  // The worker exited (or was killed): reaps it, removes its files, fails
-  // what waited for it.
-  void onWorkerExit(pid_t pid) {
-    drainChannel(pid);
-    auto it = workers.find(pid);
-    if (it == workers.end()) return;
-    WorkerHandle w = std::move(it->second);
-    workers.erase(it);
-    auto log = log::get("daemon");
-    // The exit status without reaping: until it is reaped, no other process
-    // can get its pid (and name files after it).
-    siginfo_t info{};
-    while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
-    }
-    const bool clean = info.si_code == CLD_EXITED && info.si_status == 0;
-    if (!clean) {
-      // A worker that ended normally removed its session's files itself; one
-      // that crashed, was killed or could not stop its session left them.
-      removeSessionFiles([pid](pid_t owner) { return owner == pid; });
-      // A restored session keeps the file names of the worker it was saved
-      // from; removed unless another worker serves a session of that name.
-      if (!w.ring.starts_with("/dev/shm/phos-" + std::to_string(pid) + "-") && w.ring.starts_with("/dev/shm/phos-")) {
-        bool claimed = false;
-        for (const auto& [other, ow] : workers) claimed = claimed || ow.ring == w.ring;
-        if (!claimed) removeFilesOfRing(w.ring.substr(std::string_view("/dev/shm/").size()));
-      }
-    }
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    std::string how = WIFSIGNALED(status) ? fmt::format("was killed by signal {}", WTERMSIG(status))
-                                          : fmt::format("exited with status {}", WEXITSTATUS(status));
-    retiredContextMisses += w.misses;
-    switch (w.state) {
-      case WorkerHandle::State::kStarting: {
-        std::string why = !w.failure.empty() ? w.failure : fmt::format("worker {} {} before it was ready", pid, how);
-        log->error("worker {}: {}", pid, why);
-        noteWorkerFailure(why);
-        break;
-      }
-      case WorkerHandle::State::kEnding:
-      case WorkerHandle::State::kSpare:
-        if (w.session != 0) {
-          log->info("session {}: worker {} {}", w.session, pid, how);
-        } else if (w.state == WorkerHandle::State::kSpare) {
-          log->warn("spare worker {} {}", pid, how);
-        }
-        break;
-      case WorkerHandle::State::kRestoring:
-        log->info("session {}: restore ended (failed or abandoned); worker {} {}", w.session, pid, how);
-        break;
-      default:
-        // Its client's calls fail from now on: the ring's owner is gone.
-        log->error("session {}: worker {} serving pid {} {}; the session is lost", w.session, pid, w.clientPid, how);
-        break;
-    }
-    if (w.clientPidfd >= 0) close(w.clientPidfd);
+void Daemon::Impl::closeMainDescriptors() {
+  if (listenFd >= 0) close(listenFd);
+  if (lockFd >= 0) close(lockFd);  // a record lock is the process's: the child holds none
+  for (auto& [fd, c] : pendingControl) close(fd);
+  for (auto& [pid, w] : workers) {
     close(w.channel);
-    close(w.pidfd);
-    serveWaitingClients();  // restores that waited for it to end
-    for (auto r = waiting.begin(); r != waiting.end();) {
-      if (r->second.worker != pid) {
-        ++r;
-        continue;
-      }
-      auto done = std::move(r->second.done);
-      r = waiting.erase(r);
-      done(nullptr);
-    }
+    if (w.pidfd >= 0) close(w.pidfd);
+    if (w.clientPidfd >= 0) close(w.clientPidfd);
   }
-
-  void onClientExit(pid_t workerPid) {
-    auto it = workers.find(workerPid);
-    if (it == workers.end()) return;
-    WorkerHandle& w = it->second;
-    log::get("daemon")->info("session {}: pid {} exited; worker {} ends the session", w.session, w.clientPid,
-                             w.pid);
-    endWorker(w);
+  for (auto& c : waitingForWorker) {
+    close(c.fd);
+    if (c.pidfd >= 0) close(c.pidfd);
   }
+}
 
-  // ---- requests ------------------------------------------------------------
-
-  // A restore re-creates its session's files at the paths they had; a worker
-  // still ending may be a session of that image (killed, or checkpointed
-  // without --leave-running, the moment before) about to remove them. So a
-  // restore waits until no worker is ending (at most the 5 s a worker gives
-  // its session to stop).
-  bool restoreMayStart() const { return countIn({WorkerHandle::State::kEnding}) == 0; }
-
-  void serveWaitingClients() {
-    for (auto c = waitingForWorker.begin(); c != waitingForWorker.end();) {
-      WorkerHandle* w = spare();
-      if (w == nullptr) return;
-      if (c->kind == WaitingClient::Kind::kRestore && (!restoreMayStart() || imageBeingRestored(*c))) {
-        ++c;
-        continue;
-      }
-      WaitingClient client = std::move(*c);
-      c = waitingForWorker.erase(c);
-      if (client.kind == WaitingClient::Kind::kAttach) {
-        startAttach(*w, client);
-      } else {
-        startRestore(*w, client);
-      }
-    }
+Status Daemon::Impl::forkWorker() {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    return errnoError(errno, "socketpair for a worker");
   }
-
-  void startAttach(WorkerHandle& w, WaitingClient& c) {
-    const uint64_t id = ++nextSession;
-    const pid_t pid = c.peer.pid;
-    w.state = WorkerHandle::State::kAssigned;
-    w.session = id;
-    w.clientPid = pid;
-    w.uid = c.peer.uid;
-    w.clientPidfd = c.pidfd;  // watched from now on: a client dying meanwhile ends the worker
-    const int fd = c.fd;
-    const pid_t workerPid = w.pid;
-    json assign = {{"op", "assign"}, {"session", id}, {"pid", pid}, {"uid", c.peer.uid}};
-    if (c.request.contains("validate") && c.request["validate"].is_boolean()) {
-      assign["validate"] = c.request["validate"];
-    }
-    ask(w, assign, std::chrono::seconds(10),
-        [this, fd, workerPid, id, pid](const json* answer) {
-          auto it = workers.find(workerPid);
-          WorkerHandle* assigned = it == workers.end() ? nullptr : &it->second;
-          if (answer == nullptr || !answer->value("ok", false) || assigned == nullptr ||
-              assigned->state != WorkerHandle::State::kAssigned) {
-            std::string why = answer == nullptr ? fmt::format("worker {} did not create the session", workerPid)
-                              : !answer->value("ok", false)
-                                  ? answer->value("error", std::string("the worker refused"))
-                                  : fmt::format("pid {} exited while its session was created", pid);
-            log::get("daemon")->warn("session {}: attach of pid {} failed: {}", id, pid, why);
-            if (assigned != nullptr) endWorker(*assigned);
-            answerAndClose(fd, refusal(why));
-            return;
-          }
-          assigned->state = WorkerHandle::State::kServing;
-          assigned->ring = answer->value("ring", std::string());
-          assigned->command = commandOf(pid);
-          log::get("daemon")->info("session {}: pid {} uid {} ({}) in worker {}", id, pid, assigned->uid,
-                                   assigned->command, workerPid);
-          answerAndClose(fd, {{"ok", true}, {"session", id}, {"ring", assigned->ring}, {"daemon_pid", getpid()},
-                              {"worker_pid", workerPid}});
-        });
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    close(sv[0]);
+    close(sv[1]);
+    return errnoError(e, "fork of a worker");
   }
+  if (pid == 0) {
+    close(sv[0]);
+    closeMainDescriptors();
+    runWorker(workerConfig, sv[1]);
+  }
+  close(sv[1]);
+  WorkerHandle w;
+  w.pid = pid;
+  w.channel = sv[0];
+  w.pidfd = pidfdOpen(pid);
+  if (w.pidfd < 0) {
+    int e = errno;
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    close(sv[0]);
+    return errnoError(e, fmt::format("cannot watch worker {}", pid));
+  }
+  workers.emplace(pid, std::move(w));
+  log::get("daemon")->debug("worker {} started", pid);
+  return Status::ok();
+}
 
-  void startRestore(WorkerHandle& w, WaitingClient& c) {
-    const uint64_t id = ++nextSession;
-    w.state = WorkerHandle::State::kRestoring;
-    w.session = id;
-    w.image = c.image;
-    log::get("daemon")->info("session {}: restore of {} in worker {}", id, c.request.value("image", std::string()),
-                             w.pid);
-    Status s = tell(w, {{"op", "restore"}, {"session", id}, {"peer_uid", c.peer.uid}, {"request", c.request}}, c.fd);
-    if (!s.isOk()) {
-      answerAndClose(c.fd, refusal(fmt::format("cannot hand the restore to worker {}: {}", w.pid, s.message())));
-      endWorker(w);
+int Daemon::Impl::countIn(std::initializer_list<WorkerHandle::State> states) const {
+  int n = 0;
+  for (const auto& [pid, w] : workers) {
+    if (std::find(states.begin(), states.end(), w.state) != states.end()) ++n;
+  }
+  return n;
+}
+
+WorkerHandle* Daemon::Impl::spare() {
+  for (auto& [pid, w] : workers) {
+    if (w.state == WorkerHandle::State::kSpare) return &w;
+  }
+  return nullptr;
+}
+
+void Daemon::Impl::keepSpares() {
+  const int needed = options.spareWorkers + static_cast<int>(waitingForWorker.size());
+  int have = countIn({WorkerHandle::State::kStarting, WorkerHandle::State::kSpare});
+  while (have < needed && Clock::now() >= nextForkAllowed) {
+    if (Status s = forkWorker(); !s.isOk()) {
+      log::get("daemon")->error("{}", s.message());
+      noteWorkerFailure(s.message());
       return;
     }
-    close(c.fd);  // the worker has its own copy and answers the client
+    ++have;
   }
+}
 
-  // Either gets a spare worker now or waits for one (keepSpares forks it).
-  // Two restores of one image would re-create the same session files: a
-  // restore waits while another request restores its image, until that one
-  // hands its session to the restored process or ends (a restore of a copy
-  // finds the session's ring held instead: Session::rebuildFrom).
-  bool imageBeingRestored(const WaitingClient& c) const {
-    if (c.kind != WaitingClient::Kind::kRestore) return false;
-    for (const auto& [pid, w] : workers) {
-      if (w.state == WorkerHandle::State::kRestoring && w.image == c.image) return true;
-    }
-    return false;
-  }
-
-  void startOrQueue(WaitingClient c) {
-    WorkerHandle* w = spare();
-    if (w != nullptr &&
-        (c.kind == WaitingClient::Kind::kAttach || (restoreMayStart() && !imageBeingRestored(c)))) {
-      if (c.kind == WaitingClient::Kind::kAttach) {
-        startAttach(*w, c);
-      } else {
-        startRestore(*w, c);
-      }
-      return;
-    }
-    if (w == nullptr) ++workerMisses;
-    // Behind another restore of its image: as long as a restore may take.
-    c.deadline = Clock::now() + (imageBeingRestored(c) ? kImageWait : options.workerWait);
-    waitingForWorker.push_back(std::move(c));
-    keepSpares();
-  }
-
-  json sessionJson(const WorkerHandle& w) const {
-    // What main knows; the worker's answer fills in the rest. Without one
-    // (the worker did not answer in time) the counters stay 0 and "busy" true.
-    return json{{"session", w.session}, {"pid", w.clientPid}, {"uid", w.uid}, {"command", w.command},
-                {"worker_pid", w.pid}, {"device_bytes", 0}, {"allocations", 0}, {"pinned_bytes", 0},
-                {"modules", 0}, {"contexts", 0}, {"calls", 0}, {"launches", 0}, {"kernels", json::array()},
-                {"busy", true}};
-  }
-
-  void answerPs(int fd, const ucred& peer) {
-    struct Gather {
-      int fd;
-      std::map<uint64_t, json> sessions;
-      int outstanding = 0;
-      void finish() {
-        json list = json::array();
-        for (auto& [id, s] : sessions) list.push_back(std::move(s));
-        answerAndClose(fd, {{"ok", true}, {"sessions", list}});
-      }
-    };
-    auto gather = std::make_shared<Gather>();
-    gather->fd = fd;
-    std::vector<pid_t> asked;
-    for (auto& [pid, w] : workers) {
-      if (w.state != WorkerHandle::State::kServing) continue;
-      if (peer.uid != 0 && peer.uid != w.uid) continue;
-      gather->sessions.emplace(w.session, sessionJson(w));
-      asked.push_back(pid);
-    }
-    gather->outstanding = static_cast<int>(asked.size());
-    if (asked.empty()) {
-      gather->finish();
-      return;
-    }
-    for (pid_t pid : asked) {
-      const uint64_t id = workers.at(pid).session;
-      // Short: Session::info() answers even while a call runs.
-      ask(workers.at(pid), {{"op", "info"}}, std::chrono::seconds(1), [gather, id](const json* answer) {
-        if (answer != nullptr && answer->contains("session") && (*answer)["session"].is_object()) {
-          json& entry = gather->sessions[id];
-          for (const auto& [key, value] : (*answer)["session"].items()) entry[key] = value;
-        }
-        if (--gather->outstanding == 0) gather->finish();
-      });
-    }
-  }
-
-  json pingAnswer() const {
-    // Spare workers' contexts: those an attach or a restore gets at once.
-    std::vector<int> free(static_cast<size_t>(deviceCount), 0);
-    json list = json::array();
-    uint64_t misses = workerMisses + retiredContextMisses;
-    for (const auto& [pid, w] : workers) {
-      misses += w.misses;
-      list.push_back({{"pid", pid}, {"state", stateName(w.state)}, {"session", w.session}});
-      if (w.state != WorkerHandle::State::kSpare) continue;
-      for (const auto& s : w.pool) {
-        const int device = s.value("device", -1);
-        if (device >= 0 && device < deviceCount) free[static_cast<size_t>(device)] += s.value("free", 0);
-      }
-    }
-    json pools = json::array();
-    for (int d = 0; d < deviceCount; ++d) {
-      pools.push_back({{"device", d}, {"free", free[static_cast<size_t>(d)]},
-                       {"target", options.spareWorkers * options.contextsPerDevice}});
-    }
-    return {{"ok", true},
-            {"daemon_pid", getpid()},
-            {"driver", driverPath},
-            {"driver_version", driverVersion},
-            {"pool", pools},
-            {"pool_misses", misses},
-            {"spare_workers", countIn({WorkerHandle::State::kSpare})},
-            {"spare_target", options.spareWorkers},
-            {"workers", list},
-            {"sessions", countIn({WorkerHandle::State::kServing})}};
-  }
-
-  // The answer, or nullopt when the connection `fd` was handed on (to a
-  // worker, or to wait for one) and is answered later.
-  std::optional<json> handle(const json& request, const ucred& peer, int fd) {
-    if (!request.is_object() || !request.contains("op") || !request["op"].is_string()) {
-      return refusal("a request is a JSON object with a string \"op\"");
-    }
-    const std::string op = request["op"];
-    if (op == "ping") return pingAnswer();
-    if (op == "ps") {
-      answerPs(fd, peer);
-      return std::nullopt;
-    }
-    if (op == "stop") {
-      if (peer.uid != 0 && peer.uid != geteuid()) {
-        return refusal(fmt::format("uid {} may not stop this daemon", peer.uid));
-      }
-      stopRequested = true;
-      return json{{"ok", true}};
-    }
-    if (op == "attach") {
-      if (!request.contains("pid") || !request["pid"].is_number_integer()) {
-        return refusal("attach needs an integer \"pid\"");
-      }
-      // Compared before narrowing to pid_t: 2^32 + pid must not pass as pid.
-      const auto named = request["pid"].get<int64_t>();
-      // A process attaches itself: a session serves the memory of the process
-      // that connected, never one it names.
-      if (named != static_cast<int64_t>(peer.pid)) {
-        return refusal(fmt::format("pid {} is not the connecting process ({})", named, peer.pid));
-      }
-      int pidfd = pidfdOpen(peer.pid);
-      if (pidfd < 0) return refusal(fmt::format("cannot watch pid {}: {}", peer.pid, std::strerror(errno)));
-      startOrQueue({WaitingClient::Kind::kAttach, fd, peer, request, pidfd, {}});
-      return std::nullopt;
-    }
-    json migrate;
-    if (op == "migrate") {
-      if (!request.contains("to") || !request["to"].is_string() || request["to"].get<std::string>().empty()) {
-        return refusal("migrate needs a string \"to\" (HOST:PORT)");
-      }
-      for (const char* field : {"mode", "compress"}) {
-        if (request.contains(field) && !request[field].is_string()) {
-          return refusal(fmt::format("migrate: \"{}\" must be a string", field));
-        }
-      }
-      std::string keyHex;
-      if (request.contains("key")) {
-        if (!request["key"].is_string() || !net::Key::fromHex(request["key"].get<std::string>()).isOk()) {
-          return refusal("migrate: \"key\" must be the key in hex (at least 16 bytes)");
-        }
-        keyHex = request["key"].get<std::string>();
-      } else if (key) {
-        keyHex = key->hex();
-      } else {
-        return json{{"ok", false}, {"code", "invalid-argument"},
-                    {"error", "this daemon has no key to prove to the target: start it with --key FILE, or pass "
-                              "phos migrate --key FILE"}};
-      }
-      migrate = {{"to", request["to"]}, {"key", keyHex}, {"compress", request.value("compress", "zstd") != "none"}};
-    }
-    if (op == "checkpoint" || op == "validation" || op == "migrate") {
-      if (!request.contains("pid") || !request["pid"].is_number_integer()) {
-        return refusal(op + " needs an integer \"pid\"");
-      }
-      const auto named = request["pid"].get<int64_t>();
-      WorkerHandle* w = nullptr;
-      for (auto& [pid, candidate] : workers) {
-        if (candidate.state == WorkerHandle::State::kServing && static_cast<int64_t>(candidate.clientPid) == named) {
-          w = &candidate;
-        }
-      }
-      if (w == nullptr) {
-        return json{{"ok", false}, {"code", "no-session"},
-                    {"error", fmt::format("pid {} has no PhOS session in this phosd", named)}};
-      }
-      if (peer.uid != 0 && peer.uid != w->uid) {
-        return json{{"ok", false}, {"code", "permission"},
-                    {"error", fmt::format("uid {} may not {} pid {} (a process of uid {})", peer.uid,
-                                          op == "validation" ? "inspect the validation of" : op, named, w->uid)}};
-      }
-      if (op == "validation") {
-        if (Status s = tell(*w, {{"op", "validation"}, {"request", request}}, fd); !s.isOk()) {
-          return refusal(fmt::format("cannot ask worker {}: {}", w->pid, s.message()));
-        }
-        close(fd);
-        return std::nullopt;
-      }
-      json forwarded = request;
-      forwarded["peer_uid"] = peer.uid;  // the image is written for this user (engine.cpp)
-      if (op == "migrate") {
-        // The image is only the vehicle: phosd's own, in its runtime directory.
-        forwarded = {{"op", "checkpoint"},
-                     {"pid", named},
-                     {"image", fmt::format("{}/migrations/out-{}-{}", runtimeDir, named,
-                                           std::chrono::duration_cast<std::chrono::milliseconds>(
-                                               std::chrono::system_clock::now().time_since_epoch())
-                                               .count())},
-                     {"mode", request.value("mode", std::string("recopy"))},
-                     {"leave_running", false},
-                     {"peer_uid", peer.uid},
-                     {"migrate", migrate}};
-      }
-      if (Status s = tell(*w, {{"op", "checkpoint"}, {"request", forwarded}}, fd); !s.isOk()) {
-        return refusal(fmt::format("cannot hand the checkpoint to worker {}: {}", w->pid, s.message()));
-      }
-      log::get("daemon")->info("session {}: {} asked by uid {}", w->session, op, peer.uid);
-      close(fd);  // the worker answers on its own copy
-      return std::nullopt;
-    }
-    if (op == "restore") {
-      if (!request.contains("image") || !request["image"].is_string() || request["image"].get<std::string>().empty()) {
-        return refusal("restore needs a non-empty string \"image\"");
-      }
-      if (request.contains("eager") && !request["eager"].is_boolean()) {
-        return refusal("restore: \"eager\" must be true or false");
-      }
-      startOrQueue({WaitingClient::Kind::kRestore, fd, peer, request, -1, {}, restoreKey(request)});
-      return std::nullopt;
-    }
-    return refusal(fmt::format("unknown op \"{}\"", op));
-  }
-
-  // A new control connection: its request is read as it arrives (readControl).
-  // At most kMaxPendingControl wait at once; beyond, the one waiting longest
-  // is dropped (a client that sends its request at once is never the oldest).
-  static constexpr size_t kMaxPendingControl = 256;
-  static constexpr auto kControlLineBound = std::chrono::seconds(2);
-
-  void acceptControl(int fd) {
-    ucred peer{};
-    socklen_t len = sizeof(peer);
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) {
-      close(fd);
-      return;
-    }
-    if (pendingControl.size() >= kMaxPendingControl) {
-      auto oldest = std::min_element(pendingControl.begin(), pendingControl.end(), [](const auto& a, const auto& b) {
-        return a.second.deadline < b.second.deadline;
-      });
-      close(oldest->first);
-      pendingControl.erase(oldest);
-    }
-    pendingControl[fd] = {peer, {}, Clock::now() + kControlLineBound};
-    readControl(fd);  // its request may be there already
-  }
-
-  // Reads what arrived on a pending connection; once the line is complete,
-  // serves it.
-  void readControl(int fd) {
-    auto it = pendingControl.find(fd);
-    if (it == pendingControl.end()) return;
-    PendingControl& c = it->second;
-    char buf[4096];
-    for (;;) {
-      ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // more later
-      if (n < 0) {
-        close(fd);
-        pendingControl.erase(it);
-        return;
-      }
-      if (n == 0) {  // the client finished sending without a whole line
-        const ucred peer = c.peer;
-        pendingControl.erase(it);
-        serveControl(fd, peer, nullptr);
-        return;
-      }
-      const size_t searched = c.line.size();
-      c.line.append(buf, static_cast<size_t>(n));
-      if (auto nl = c.line.find('\n', searched); nl != std::string::npos) {
-        c.line.resize(nl);
-        break;
-      }
-      if (c.line.size() > ipc::kMaxControlMessage) break;
-    }
-    PendingControl done = std::move(c);
-    pendingControl.erase(it);
-    serveControl(fd, done.peer, done.line.size() <= ipc::kMaxControlMessage ? &done.line : nullptr);
-  }
-
-  // One request per connection; `line` is null when it was not one line of
-  // at most kMaxControlMessage bytes in time.
-  void serveControl(int fd, const ucred& peer, const std::string* line) {
-    // Answers are written blocking, bounded: a client that never reads
-    // cannot hold the daemon longer than that.
-    int flags = fcntl(fd, F_GETFL);
-    fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-    timeval tv{2, 0};
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    std::optional<json> answer;
-    if (line == nullptr) {
-      answer = refusal("a request is one line of at most 1 MiB, sent within 2 s");
-    } else {
-      json request = json::parse(*line, nullptr, /*allow_exceptions=*/false);
-      if (request.is_discarded()) {
-        answer = refusal("the request is not valid JSON");
-      } else {
-        try {
-          answer = handle(request, peer, fd);
-        } catch (const std::exception& e) {  // a JSON value of the wrong type
-          answer = refusal(fmt::format("bad request: {}", e.what()));
-        }
-      }
-    }
-    if (answer) answerAndClose(fd, *answer);
-  }
-
-  // Answers what waited too long: requests to workers, clients waiting for one.
-  void expire() {
-    const auto now = Clock::now();
-    for (auto c = pendingControl.begin(); c != pendingControl.end();) {
-      if (c->second.deadline > now) {
-        ++c;
-        continue;
-      }
-      const int fd = c->first;
-      const ucred peer = c->second.peer;
-      c = pendingControl.erase(c);
-      serveControl(fd, peer, nullptr);
-    }
-    for (auto r = waiting.begin(); r != waiting.end();) {
-      if (r->second.deadline > now) {
-        ++r;
-        continue;
-      }
-      auto done = std::move(r->second.done);
-      r = waiting.erase(r);
-      done(nullptr);
-    }
-    for (auto c = waitingForWorker.begin(); c != waitingForWorker.end();) {
-      if (c->deadline > now || !imageBeingRestored(*c)) {
-        ++c;
-        continue;
-      }
-      answerAndClose(c->fd, json{{"ok", false},
-                                 {"code", "busy"},
-                                 {"error", fmt::format("{} is still being restored by another request after {} s",
-                                                       c->image, kImageWait.count())}});
-      c = waitingForWorker.erase(c);
-    }
-    for (auto it = waitingForWorker.begin(); it != waitingForWorker.end();) {
-      if (it->deadline > now) {
-        ++it;
-        continue;
-      }
-      WaitingClient c = std::move(*it);
-      it = waitingForWorker.erase(it);
+void Daemon::Impl::noteWorkerFailure(const std::string& why) {
+  lastWorkerFailure = why;
+  using std::chrono::milliseconds;
+  forkBackoff = std::min<milliseconds>(std::max<milliseconds>(forkBackoff * 2, milliseconds(250)),
+                                       std::chrono::seconds(30));
+  nextForkAllowed = Clock::now() + forkBackoff;
+  // Nobody waits for a worker that cannot start: tell them now.
+  if (countIn({WorkerHandle::State::kStarting, WorkerHandle::State::kSpare}) == 0) {
+    while (!waitingForWorker.empty()) {
+      WaitingClient c = std::move(waitingForWorker.front());
+      waitingForWorker.pop_front();
       if (c.pidfd >= 0) close(c.pidfd);
-      std::string why = fmt::format("no phosd worker became ready within {} s ({} starting{})",
-                                    options.workerWait.count(), countIn({WorkerHandle::State::kStarting}),
-                                    lastWorkerFailure.empty() ? "" : "; the last one failed: " + lastWorkerFailure);
-      log::get("daemon")->error("{}", why);
-      answerAndClose(c.fd, refusal(why));
+      answerAndClose(c.fd, refusal(fmt::format("no phosd worker could start: {}", why)));
     }
   }
+}
 
-  // One round of the main loop: waits up to `timeout` for a worker, a
-  // client process or (with `accept`) the control socket.
-  Status pollOnce(bool accept, std::chrono::milliseconds timeout) {
-    if (accept) keepSpares();
-    std::vector<pollfd> fds;
-    enum class Kind { kListen, kChannel, kWorkerExit, kClientExit, kControl };
-    std::vector<std::pair<Kind, pid_t>> owners;
-    if (accept) {
-      fds.push_back({listenFd, POLLIN, 0});
-      owners.emplace_back(Kind::kListen, 0);
-      for (const auto& [fd, c] : pendingControl) {
-        fds.push_back({fd, POLLIN, 0});
-        owners.emplace_back(Kind::kControl, fd);
+Status Daemon::Impl::tell(WorkerHandle& w, const json& message, int fd) {
+  // Never blocks main: a worker that does not read its channel is broken.
+  return detail::sendMessage(w.channel, message, fd, /*wait=*/false);
+}
+
+void Daemon::Impl::ask(WorkerHandle& w, json message, std::chrono::milliseconds timeout, std::function<void(const json*)> done) {
+  const uint64_t id = ++nextRequest;
+  message["id"] = id;
+  if (Status s = tell(w, message); !s.isOk()) {
+    log::get("daemon")->warn("worker {}: {}", w.pid, s.message());
+    done(nullptr);
+    return;
+  }
+  waiting.emplace(id, Waiting{w.pid, Clock::now() + timeout, std::move(done)});
+}
+
+void Daemon::Impl::endWorker(WorkerHandle& w) {
+  if (w.clientPidfd >= 0) {
+    close(w.clientPidfd);
+    w.clientPidfd = -1;
+  }
+  if (w.state == WorkerHandle::State::kEnding) return;
+  w.state = WorkerHandle::State::kEnding;
+  if (Status s = tell(w, {{"op", "end"}}); !s.isOk()) {
+    log::get("daemon")->warn("worker {} does not listen ({}); killing it", w.pid, s.message());
+    kill(w.pid, SIGKILL);
+  }
+}
+
+void Daemon::Impl::onWorkerMessage(WorkerHandle& w, const json& m) {
+  auto log = log::get("daemon");
+  if (m.contains("reply_to")) {
+    auto it = waiting.find(m.value("reply_to", uint64_t{0}));
+    if (it == waiting.end() || it->second.worker != w.pid) return;  // answered too late
+    auto done = std::move(it->second.done);
+    waiting.erase(it);
+    done(&m);
+    return;
+  }
+  const std::string event = m.value("event", "");
+  if (event == "ready") {
+    if (w.state != WorkerHandle::State::kStarting) return;
+    w.state = WorkerHandle::State::kSpare;
+    w.pool = m.value("pool", json::array());
+    w.misses = m.value("misses", uint64_t{0});
+    if (driverPath.empty()) {
+      driverPath = m.value("driver", std::string());
+      driverVersion = m.value("version", 0);
+      deviceCount = static_cast<int>(w.pool.size());
+    }
+    forkBackoff = std::chrono::milliseconds(0);
+    log->debug("worker {} ready", w.pid);
+    serveWaitingClients();
+  } else if (event == "failed") {
+    w.failure = m.value("error", std::string());
+  } else if (event == "pool") {
+    w.pool = m.value("pool", json::array());
+    w.misses = m.value("misses", uint64_t{0});
+  } else if (event == "restored") {
+    if (w.state != WorkerHandle::State::kRestoring) return;
+    w.clientPid = m.value("pid", pid_t{0});
+    w.uid = m.value("uid", uid_t{0});
+    w.ring = m.value("ring", std::string());
+  } else if (m.value("op", "") == "adopt") {
+    json answer = adopt(w, m);
+    answer["reply_to"] = m.value("id", uint64_t{0});
+    if (Status s = tell(w, answer); !s.isOk()) log->warn("worker {}: {}", w.pid, s.message());
+  } else {
+    log->warn("worker {}: unknown message {}", w.pid, m.dump());
+  }
+}
+
+json Daemon::Impl::adopt(WorkerHandle& w, const json& m) {
+  const auto pid = m.value("pid", pid_t{0});
+  if (w.state != WorkerHandle::State::kRestoring || pid <= 0 || pid != w.clientPid) {
+    return refusal(fmt::format("worker {} restored no session for pid {}", w.pid, pid));
+  }
+  int pidfd = pidfdOpen(pid);
+  if (pidfd < 0) return refusal(fmt::format("cannot watch pid {}: {}", pid, std::strerror(errno)));
+  struct stat st {};
+  if (stat(fmt::format("/proc/{}", pid).c_str(), &st) != 0 || st.st_uid != w.uid) {
+    close(pidfd);
+    return refusal(fmt::format("pid {} is not a process of uid {}, whose session was restored", pid, w.uid));
+  }
+  w.clientPidfd = pidfd;
+  w.command = commandOf(pid);
+  w.state = WorkerHandle::State::kServing;
+  w.image.clear();
+  log::get("daemon")->info("session {}: restored pid {} uid {} ({}) in worker {}", w.session, pid, w.uid,
+                           w.command, w.pid);
+  serveWaitingClients();  // a restore of the same image may start now
+  return {{"ok", true}};
+}
+
+bool Daemon::Impl::drainChannel(pid_t pid) {
+  for (;;) {
+    auto it = workers.find(pid);
+    if (it == workers.end()) return false;
+    bool empty = false;
+    auto message = detail::receiveMessage(it->second.channel, /*wait=*/false, &empty);
+    if (!message.isOk()) {
+      if (empty) return true;
+      if (message.status().code() == Code::kUnavailable) return false;
+      log::get("daemon")->warn("worker {}: {}", pid, message.status().message());
+      continue;
+    }
+    if (message->fd >= 0) close(message->fd);  // workers send none
+    onWorkerMessage(it->second, message->body);
+  }
+}
+
+void Daemon::Impl::onWorkerExit(pid_t pid) {
+  drainChannel(pid);
+  auto it = workers.find(pid);
+  if (it == workers.end()) return;
+  WorkerHandle w = std::move(it->second);
+  workers.erase(it);
+  auto log = log::get("daemon");
+  // The exit status without reaping: until it is reaped, no other process
+  // can get its pid (and name files after it).
+  siginfo_t info{};
+  while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+  }
+  const bool clean = info.si_code == CLD_EXITED && info.si_status == 0;
+  if (!clean) {
+    // A worker that ended normally removed its session's files itself; one
+    // that crashed, was killed or could not stop its session left them.
+    removeSessionFiles([pid](pid_t owner) { return owner == pid; });
+    // A restored session keeps the file names of the worker it was saved
+    // from; removed unless another worker serves a session of that name.
+    if (!w.ring.starts_with("/dev/shm/phos-" + std::to_string(pid) + "-") && w.ring.starts_with("/dev/shm/phos-")) {
+      bool claimed = false;
+      for (const auto& [other, ow] : workers) claimed = claimed || ow.ring == w.ring;
+      if (!claimed) removeFilesOfRing(w.ring.substr(std::string_view("/dev/shm/").size()));
+    }
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  std::string how = WIFSIGNALED(status) ? fmt::format("was killed by signal {}", WTERMSIG(status))
+                                        : fmt::format("exited with status {}", WEXITSTATUS(status));
+  retiredContextMisses += w.misses;
+  switch (w.state) {
+    case WorkerHandle::State::kStarting: {
+      std::string why = !w.failure.empty() ? w.failure : fmt::format("worker {} {} before it was ready", pid, how);
+      log->error("worker {}: {}", pid, why);
+      noteWorkerFailure(why);
+      break;
+    }
+    case WorkerHandle::State::kEnding:
+    case WorkerHandle::State::kSpare:
+      if (w.session != 0) {
+        log->info("session {}: worker {} {}", w.session, pid, how);
+      } else if (w.state == WorkerHandle::State::kSpare) {
+        log->warn("spare worker {} {}", pid, how);
       }
-    }
-    for (const auto& [pid, w] : workers) {
-      fds.push_back({w.channel, POLLIN, 0});
-      owners.emplace_back(Kind::kChannel, pid);
-      fds.push_back({w.pidfd, POLLIN, 0});
-      owners.emplace_back(Kind::kWorkerExit, pid);
-      if (w.clientPidfd >= 0) {
-        fds.push_back({w.clientPidfd, POLLIN, 0});
-        owners.emplace_back(Kind::kClientExit, pid);
-      }
-    }
-    auto wait = timeout;
-    const auto now = Clock::now();
-    auto sooner = [&](Clock::time_point t) {
-      wait = std::min(wait, std::max(std::chrono::milliseconds(0),
-                                     std::chrono::duration_cast<std::chrono::milliseconds>(t - now)));
-    };
-    for (const auto& [id, w] : waiting) sooner(w.deadline);
-    for (const WaitingClient& c : waitingForWorker) sooner(c.deadline);
-    if (accept) {
-      for (const auto& [fd, c] : pendingControl) sooner(c.deadline);
-    }
-    if (nextForkAllowed > now) sooner(nextForkAllowed);
-    int ready = poll(fds.data(), fds.size(), static_cast<int>(wait.count()));
-    if (ready < 0) {
-      if (errno == EINTR) return Status::ok();
-      return errnoError(errno, "poll");
-    }
-    // Messages first: a worker's last words come before its exit is handled.
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (owners[i].first == Kind::kChannel && fds[i].revents != 0) drainChannel(owners[i].second);
-    }
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      if (owners[i].first == Kind::kWorkerExit) onWorkerExit(owners[i].second);
-    }
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (fds[i].revents == 0 || owners[i].first != Kind::kClientExit) continue;
-      auto it = workers.find(owners[i].second);
-      if (it != workers.end() && it->second.clientPidfd == fds[i].fd) onClientExit(owners[i].second);
-    }
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (fds[i].revents != 0 && owners[i].first == Kind::kControl) readControl(owners[i].second);
-    }
-    expire();
-    if (accept && (fds[0].revents & POLLIN) != 0) {
-      for (;;) {
-        int fd = accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd < 0) break;
-        acceptControl(fd);
-      }
-    }
-    return Status::ok();
+      break;
+    case WorkerHandle::State::kRestoring:
+      log->info("session {}: restore ended (failed or abandoned); worker {} {}", w.session, pid, how);
+      break;
+    default:
+      // Its client's calls fail from now on: the ring's owner is gone.
+      log->error("session {}: worker {} serving pid {} {}; the session is lost", w.session, pid, w.clientPid, how);
+      break;
   }
-
-  // Waits until a worker is ready (the driver loads and its contexts exist),
-  // or fails with what the workers said.
-  Status waitForFirstWorker() {
-    const auto deadline = Clock::now() + options.workerWait;
-    while (Clock::now() < deadline) {
-      if (countIn({WorkerHandle::State::kSpare}) > 0) return Status::ok();
-      if (countIn({WorkerHandle::State::kStarting}) == 0) {
-        return makeError(Code::kUnavailable, "{}",
-                         lastWorkerFailure.empty() ? std::string("no phosd worker started") : lastWorkerFailure);
-      }
-      RETURN_IF_ERROR(pollOnce(/*accept=*/false, std::chrono::milliseconds(200)));
+  if (w.clientPidfd >= 0) close(w.clientPidfd);
+  close(w.channel);
+  close(w.pidfd);
+  serveWaitingClients();  // restores that waited for it to end
+  for (auto r = waiting.begin(); r != waiting.end();) {
+    if (r->second.worker != pid) {
+      ++r;
+      continue;
     }
-    return makeError(Code::kUnavailable, "no phosd worker loaded the driver {} within {} s", workerConfig.driverPath,
-                     options.workerWait.count());
+    auto done = std::move(r->second.done);
+    r = waiting.erase(r);
+    done(nullptr);
   }
+}
 
-  // Every worker ends (finishing a running checkpoint); one that is still
-  // there after the bound is killed. Files of all of them are removed.
-  void shutdownWorkers() {
-    for (auto& [pid, w] : workers) endWorker(w);
-    const auto deadline = Clock::now() + kShutdownBound;
-    while (!workers.empty() && Clock::now() < deadline) {
-      if (!pollOnce(/*accept=*/false, std::chrono::milliseconds(100)).isOk()) break;
+void Daemon::Impl::onClientExit(pid_t workerPid) {
+  auto it = workers.find(workerPid);
+  if (it == workers.end()) return;
+  WorkerHandle& w = it->second;
+  log::get("daemon")->info("session {}: pid {} exited; worker {} ends the session", w.session, w.clientPid,
+                           w.pid);
+  endWorker(w);
+}
+
+void Daemon::Impl::serveWaitingClients() {
+  for (auto c = waitingForWorker.begin(); c != waitingForWorker.end();) {
+    WorkerHandle* w = spare();
+    if (w == nullptr) return;
+    if (c->kind == WaitingClient::Kind::kRestore && (!restoreMayStart() || imageBeingRestored(*c))) {
+      ++c;
+      continue;
     }
-    for (auto& [pid, w] : workers) {
-      log::get("daemon")->warn("worker {} (session {}) did not exit within {} s; killing it", pid, w.session,
-                               kShutdownBound.count());
-      kill(pid, SIGKILL);
+    WaitingClient client = std::move(*c);
+    c = waitingForWorker.erase(c);
+    if (client.kind == WaitingClient::Kind::kAttach) {
+      startAttach(*w, client);
+    } else {
+      startRestore(*w, client);
     }
-    while (!workers.empty()) onWorkerExit(workers.begin()->first);
   }
+}
 
-  void stopMigrationListener() {
-    if (migrationListener <= 0) return;
-    kill(migrationListener, SIGKILL);
-    while (waitpid(migrationListener, nullptr, 0) < 0 && errno == EINTR) {
-    }
-    migrationListener = -1;
+void Daemon::Impl::startAttach(WorkerHandle& w, WaitingClient& c) {
+  const uint64_t id = ++nextSession;
+  const pid_t pid = c.peer.pid;
+  w.state = WorkerHandle::State::kAssigned;
+  w.session = id;
+  w.clientPid = pid;
+  w.uid = c.peer.uid;
+  w.clientPidfd = c.pidfd;  // watched from now on: a client dying meanwhile ends the worker
+  const int fd = c.fd;
+  const pid_t workerPid = w.pid;
+  json assign = {{"op", "assign"}, {"session", id}, {"pid", pid}, {"uid", c.peer.uid}};
+  if (c.request.contains("validate") && c.request["validate"].is_boolean()) {
+    assign["validate"] = c.request["validate"];
   }
+  ask(w, assign, std::chrono::seconds(10),
+      [this, fd, workerPid, id, pid](const json* answer) {
+        auto it = workers.find(workerPid);
+        WorkerHandle* assigned = it == workers.end() ? nullptr : &it->second;
+        if (answer == nullptr || !answer->value("ok", false) || assigned == nullptr ||
+            assigned->state != WorkerHandle::State::kAssigned) {
+          std::string why = answer == nullptr ? fmt::format("worker {} did not create the session", workerPid)
+                            : !answer->value("ok", false)
+                                ? answer->value("error", std::string("the worker refused"))
+                                : fmt::format("pid {} exited while its session was created", pid);
+          log::get("daemon")->warn("session {}: attach of pid {} failed: {}", id, pid, why);
+          if (assigned != nullptr) endWorker(*assigned);
+          answerAndClose(fd, refusal(why));
+          return;
+        }
+        assigned->state = WorkerHandle::State::kServing;
+        assigned->ring = answer->value("ring", std::string());
+        assigned->command = commandOf(pid);
+        log::get("daemon")->info("session {}: pid {} uid {} ({}) in worker {}", id, pid, assigned->uid,
+                                 assigned->command, workerPid);
+        answerAndClose(fd, {{"ok", true}, {"session", id}, {"ring", assigned->ring}, {"daemon_pid", getpid()},
+                            {"worker_pid", workerPid}});
+      });
+}
 
-  static constexpr auto kShutdownBound = std::chrono::seconds(8);
-};
+void Daemon::Impl::startRestore(WorkerHandle& w, WaitingClient& c) {
+  const uint64_t id = ++nextSession;
+  w.state = WorkerHandle::State::kRestoring;
+  w.session = id;
+  w.image = c.image;
+  log::get("daemon")->info("session {}: restore of {} in worker {}", id, c.request.value("image", std::string()),
+                           w.pid);
+  Status s = tell(w, {{"op", "restore"}, {"session", id}, {"peer_uid", c.peer.uid}, {"request", c.request}}, c.fd);
+  if (!s.isOk()) {
+    answerAndClose(c.fd, refusal(fmt::format("cannot hand the restore to worker {}: {}", w.pid, s.message())));
+    endWorker(w);
+    return;
+  }
+  close(c.fd);  // the worker has its own copy and answers the client
+}
+
+bool Daemon::Impl::imageBeingRestored(const WaitingClient& c) const {
+  if (c.kind != WaitingClient::Kind::kRestore) return false;
+  for (const auto& [pid, w] : workers) {
+    if (w.state == WorkerHandle::State::kRestoring && w.image == c.image) return true;
+  }
+  return false;
+}
+
+void Daemon::Impl::startOrQueue(WaitingClient c) {
+  WorkerHandle* w = spare();
+  if (w != nullptr &&
+      (c.kind == WaitingClient::Kind::kAttach || (restoreMayStart() && !imageBeingRestored(c)))) {
+    if (c.kind == WaitingClient::Kind::kAttach) {
+      startAttach(*w, c);
+    } else {
+      startRestore(*w, c);
+    }
+    return;
+  }
+  if (w == nullptr) ++workerMisses;
+  // Behind another restore of its image: as long as a restore may take.
+  c.deadline = Clock::now() + (imageBeingRestored(c) ? kImageWait : options.workerWait);
+  waitingForWorker.push_back(std::move(c));
+  keepSpares();
+}
+
+void Daemon::Impl::expire() {
+  const auto now = Clock::now();
+  for (auto c = pendingControl.begin(); c != pendingControl.end();) {
+    if (c->second.deadline > now) {
+      ++c;
+      continue;
+    }
+    const int fd = c->first;
+    const ucred peer = c->second.peer;
+    c = pendingControl.erase(c);
+    serveControl(fd, peer, nullptr);
+  }
+  for (auto r = waiting.begin(); r != waiting.end();) {
+    if (r->second.deadline > now) {
+      ++r;
+      continue;
+    }
+    auto done = std::move(r->second.done);
+    r = waiting.erase(r);
+    done(nullptr);
+  }
+  for (auto c = waitingForWorker.begin(); c != waitingForWorker.end();) {
+    if (c->deadline > now || !imageBeingRestored(*c)) {
+      ++c;
+      continue;
+    }
+    answerAndClose(c->fd, json{{"ok", false},
+                               {"code", "busy"},
+                               {"error", fmt::format("{} is still being restored by another request after {} s",
+                                                     c->image, kImageWait.count())}});
+    c = waitingForWorker.erase(c);
+  }
+  for (auto it = waitingForWorker.begin(); it != waitingForWorker.end();) {
+    if (it->deadline > now) {
+      ++it;
+      continue;
+    }
+    WaitingClient c = std::move(*it);
+    it = waitingForWorker.erase(it);
+    if (c.pidfd >= 0) close(c.pidfd);
+    std::string why = fmt::format("no phosd worker became ready within {} s ({} starting{})",
+                                  options.workerWait.count(), countIn({WorkerHandle::State::kStarting}),
+                                  lastWorkerFailure.empty() ? "" : "; the last one failed: " + lastWorkerFailure);
+    log::get("daemon")->error("{}", why);
+    answerAndClose(c.fd, refusal(why));
+  }
+}
+
+Status Daemon::Impl::pollOnce(bool accept, std::chrono::milliseconds timeout) {
+  if (accept) keepSpares();
+  std::vector<pollfd> fds;
+  enum class Kind { kListen, kChannel, kWorkerExit, kClientExit, kControl };
+  std::vector<std::pair<Kind, pid_t>> owners;
+  if (accept) {
+    fds.push_back({listenFd, POLLIN, 0});
+    owners.emplace_back(Kind::kListen, 0);
+    for (const auto& [fd, c] : pendingControl) {
+      fds.push_back({fd, POLLIN, 0});
+      owners.emplace_back(Kind::kControl, fd);
+    }
+  }
+  for (const auto& [pid, w] : workers) {
+    fds.push_back({w.channel, POLLIN, 0});
+    owners.emplace_back(Kind::kChannel, pid);
+    fds.push_back({w.pidfd, POLLIN, 0});
+    owners.emplace_back(Kind::kWorkerExit, pid);
+    if (w.clientPidfd >= 0) {
+      fds.push_back({w.clientPidfd, POLLIN, 0});
+      owners.emplace_back(Kind::kClientExit, pid);
+    }
+  }
+  auto wait = timeout;
+  const auto now = Clock::now();
+  auto sooner = [&](Clock::time_point t) {
+    wait = std::min(wait, std::max(std::chrono::milliseconds(0),
+                                   std::chrono::duration_cast<std::chrono::milliseconds>(t - now)));
+  };
+  for (const auto& [id, w] : waiting) sooner(w.deadline);
+  for (const WaitingClient& c : waitingForWorker) sooner(c.deadline);
+  if (accept) {
+    for (const auto& [fd, c] : pendingControl) sooner(c.deadline);
+  }
+  if (nextForkAllowed > now) sooner(nextForkAllowed);
+  int ready = poll(fds.data(), fds.size(), static_cast<int>(wait.count()));
+  if (ready < 0) {
+    if (errno == EINTR) return Status::ok();
+    return errnoError(errno, "poll");
+  }
+  // Messages first: a worker's last words come before its exit is handled.
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (owners[i].first == Kind::kChannel && fds[i].revents != 0) drainChannel(owners[i].second);
+  }
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].revents == 0) continue;
+    if (owners[i].first == Kind::kWorkerExit) onWorkerExit(owners[i].second);
+  }
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].revents == 0 || owners[i].first != Kind::kClientExit) continue;
+    auto it = workers.find(owners[i].second);
+    if (it != workers.end() && it->second.clientPidfd == fds[i].fd) onClientExit(owners[i].second);
+  }
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].revents != 0 && owners[i].first == Kind::kControl) readControl(owners[i].second);
+  }
+  expire();
+  if (accept && (fds[0].revents & POLLIN) != 0) {
+    for (;;) {
+      int fd = accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) break;
+      acceptControl(fd);
+    }
+  }
+  return Status::ok();
+}
+
+Status Daemon::Impl::waitForFirstWorker() {
+  const auto deadline = Clock::now() + options.workerWait;
+  while (Clock::now() < deadline) {
+    if (countIn({WorkerHandle::State::kSpare}) > 0) return Status::ok();
+    if (countIn({WorkerHandle::State::kStarting}) == 0) {
+      return makeError(Code::kUnavailable, "{}",
+                       lastWorkerFailure.empty() ? std::string("no phosd worker started") : lastWorkerFailure);
+    }
+    RETURN_IF_ERROR(pollOnce(/*accept=*/false, std::chrono::milliseconds(200)));
+  }
+  return makeError(Code::kUnavailable, "no phosd worker loaded the driver {} within {} s", workerConfig.driverPath,
+                   options.workerWait.count());
+}
+
+void Daemon::Impl::shutdownWorkers() {
+  for (auto& [pid, w] : workers) endWorker(w);
+  const auto deadline = Clock::now() + kShutdownBound;
+  while (!workers.empty() && Clock::now() < deadline) {
+    if (!pollOnce(/*accept=*/false, std::chrono::milliseconds(100)).isOk()) break;
+  }
+  for (auto& [pid, w] : workers) {
+    log::get("daemon")->warn("worker {} (session {}) did not exit within {} s; killing it", pid, w.session,
+                             kShutdownBound.count());
+    kill(pid, SIGKILL);
+  }
+  while (!workers.empty()) onWorkerExit(workers.begin()->first);
+}
+
+void Daemon::Impl::stopMigrationListener() {
+  if (migrationListener <= 0) return;
+  kill(migrationListener, SIGKILL);
+  while (waitpid(migrationListener, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  migrationListener = -1;
+}
 
 Daemon::Daemon(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Daemon::~Daemon() = default;
