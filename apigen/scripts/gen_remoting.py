@@ -684,7 +684,7 @@ def emit_server_hooks(entries):
          '// pointers to what the reply carries) and returns the call\'s result.\n',
          '#pragma once\n\n', PRELUDE,
          '\n#include <cstdint>\n#include <span>\n#include <string>\n#include <vector>\n\n'
-         '#include "phos/cuda_api/wire_messages.h"\n#include "server_call.h"\n\n',
+         '#include "phos/cuda_api/wire_messages.h"\n#include "session/server_call.h"\n\n',
          'namespace phos::daemon::hooks {\n']
     o.extend(d + '\n' for d in distinct(hook_decl(e) for e in served(entries) if e.hook))
     o.append('}  // namespace phos::daemon::hooks\n')
@@ -694,7 +694,7 @@ def emit_server_hooks(entries):
 def emit_server(entries):
     o = [HEADER, '// The daemon side of every remoted entry point.\n', PRELUDE,
          '\n#include <string>\n#include <vector>\n\n#include "phos/cuda_api/server_hooks.h"\n'
-         '#include "phos/cuda_api/wire_messages.h"\n#include "server_call.h"\n\n',
+         '#include "phos/cuda_api/wire_messages.h"\n#include "session/server_call.h"\n\n',
          'namespace phos::daemon::generated {\nnamespace {\n\nusing cuda_api::EntryPointId;\n\n']
     names = []
     for e in served(entries):

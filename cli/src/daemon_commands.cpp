@@ -479,7 +479,7 @@ void addDaemon(CLI::App& app, SubcommandRunner& runner) {
 }
 
 // Not listed in --help: phosd's workers run it to compile PTX outside their
-// own process (daemon/src/jit_helper.h).
+// own process (daemon/src/session/jit_helper.h).
 void addJit(CLI::App& app, SubcommandRunner& runner) {
   auto* cmd = app.add_subcommand("jit", "Compile PTX read from a descriptor with a driver (phosd runs it)");
   cmd->group("");

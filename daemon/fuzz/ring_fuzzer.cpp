@@ -24,13 +24,13 @@
 #include <memory>
 #include <vector>
 
-#include "context_pool.h"
-#include "driver_table.h"
+#include "session/context_pool.h"
+#include "session/driver_table.h"
 #include "phos/common/ipc/call_ring.h"
 #include "phos/cuda_api/api_table.h"
 #include "ring_requests.h"
-#include "server_call.h"
-#include "session.h"
+#include "session/server_call.h"
+#include "session/session.h"
 
 #ifndef PHOS_VGPU_DRIVER
 #define PHOS_VGPU_DRIVER ""

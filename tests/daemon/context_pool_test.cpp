@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// The worker's context pool (daemon/src/context_pool.h) on vgpu: what it holds
+// The worker's context pool (daemon/src/session/context_pool.h) on vgpu: what it holds
 // before a session and after. It is not refilled once a session took from it:
 // a context created in the background while a session or its restore loads
 // modules moves where NVIDIA's driver puts the modules' variables (docs/gpu.md).
-#include "context_pool.h"
+#include "session/context_pool.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <thread>
 
-#include "driver_table.h"
+#include "session/driver_table.h"
 
 namespace phos::daemon {
 namespace {

@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // phosd's module loading and twin launches on the vgpu driver
-// (daemon/src/launch_validator.cpp, docs/twins.md): the program's module is its
+// (daemon/src/session/launch_validator.cpp, docs/twins.md): the program's module is its
 // own image; the twin module is loaded beside it only when a twin first runs,
 // uses the program's __device__ and __constant__ variables, and goes with it.
-#include "launch_validator.h"
+#include "session/launch_validator.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
-#include "driver_table.h"
+#include "session/driver_table.h"
 #include "phos/instrument/speculation.h"
 
 namespace phos::daemon {

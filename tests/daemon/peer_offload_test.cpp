@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The plans a multi-device copy-on-write checkpoint gets (daemon/src/peer_offload.h),
+// The plans a multi-device copy-on-write checkpoint gets (daemon/src/protocols/peer_offload.h),
 // on an instance solved by hand.
-#include "peer_offload.h"
+#include "protocols/peer_offload.h"
 
 #include <gtest/gtest.h>
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint_protocols.h"
+#include "protocols/checkpoint_protocols.h"
 #include "phos/image/reader.h"
 #include "phos/image/writer.h"
 #include "session_harness.h"

@@ -23,13 +23,13 @@
 
 #include <gtest/gtest.h>
 
-#include "context_pool.h"
-#include "driver_table.h"
+#include "session/context_pool.h"
+#include "session/driver_table.h"
 #include "phos/common/ipc/call_ring.h"
 #include "phos/common/ipc/transfer_lane.h"
 #include "ring_requests.h"
-#include "server_call.h"
-#include "session.h"
+#include "session/server_call.h"
+#include "session/session.h"
 
 namespace phos::daemon {
 namespace {

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "status_matchers.h"
-#include "worker.h"
+#include "process/worker.h"
 
 namespace phos::daemon {
 namespace {

@@ -4,7 +4,7 @@
 #include <cuda.h>
 
 #include "phos/cuda_api/server_hooks.h"
-#include "session.h"
+#include "session/session.h"
 
 namespace phos::daemon::hooks {
 namespace {

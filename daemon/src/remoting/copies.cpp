@@ -11,7 +11,7 @@
 #include <optional>
 
 #include "phos/cuda_api/server_hooks.h"
-#include "session.h"
+#include "session/session.h"
 
 namespace phos::daemon::hooks {
 namespace {

@@ -9,10 +9,10 @@
 #include <span>
 #include <vector>
 
-#include "launch_validator.h"
+#include "session/launch_validator.h"
 #include "phos/cuda_api/api_table.h"
 #include "phos/cuda_api/server_hooks.h"
-#include "session.h"
+#include "session/session.h"
 
 namespace phos::daemon::hooks {
 namespace {

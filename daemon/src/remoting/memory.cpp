@@ -9,7 +9,7 @@
 #include "phos/common/ipc/value_sizes.h"
 #include "phos/common/log.h"
 #include "phos/cuda_api/server_hooks.h"
-#include "session.h"
+#include "session/session.h"
 
 namespace phos::daemon::hooks {
 namespace {

@@ -9,12 +9,12 @@
 #include <memory>
 #include <vector>
 
-#include "launch_validator.h"
+#include "session/launch_validator.h"
 #include "phos/common/log.h"
 #include "phos/cuda_api/api_table.h"
 #include "phos/cuda_api/server_hooks.h"
 #include "phos/instrument/twin.h"
-#include "session.h"
+#include "session/session.h"
 
 namespace phos::daemon::hooks {
 namespace {

@@ -6,10 +6,10 @@
 
 #include <memory>
 
-#include "host_calls.h"
+#include "session/host_calls.h"
 #include "phos/common/log.h"
 #include "phos/cuda_api/server_hooks.h"
-#include "session.h"
+#include "session/session.h"
 
 namespace phos::daemon::hooks {
 namespace {

@@ -56,7 +56,7 @@ struct DriverChoice {
 DriverChoice chooseDriver(const std::string& requested);
 
 // `phos jit`, which workers run to compile validator twins out of their own
-// process (daemon/src/jit_helper.h): PTX from descriptor `input`, the image
+// process (daemon/src/session/jit_helper.h): PTX from descriptor `input`, the image
 // the driver made of it for device `ordinal` to stdout. Returns the exit status.
 int runJitHelper(const std::string& driverPath, int ordinal, int input);
 

@@ -1,0 +1,817 @@
+// SPDX-License-Identifier: Apache-2.0
+// A client session of phosd: its serving thread and its resources.
+#include "session/session.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "session/host_calls.h"
+#include "phos/common/log.h"
+#include "phos/cuda_api/api_table.h"
+
+namespace phos::daemon {
+namespace {
+
+// Pinned host memory is mapped at the same address in phosd and in the
+// application, so that pointers to it mean the same thing on both sides
+// (unified addressing) and kernels may use them. Each session places its
+// ranges in its own slice of this window.
+constexpr uintptr_t kPinnedWindow = 0x500000000000ull;
+constexpr uintptr_t kPinnedSlice = 16ull << 30;  // 16 GiB per session
+constexpr uint64_t kPinnedSlices = 1024;
+
+size_t pageRound(size_t n) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (n + page - 1) / page * page;
+}
+
+}  // namespace
+
+Session::Session(uint64_t id, pid_t pid, uid_t uid, const DriverTable& driver, ContextPool& pool,
+                 const ServerTable& servers, std::string runtimeDir)
+    : id_(id), pid_(pid), uid_(uid), driver_(driver), pool_(pool), servers_(servers),
+      runtimeDir_(std::move(runtimeDir)) {}
+
+Session::~Session() { stop(); }
+
+Status Session::start(const ipc::RingGeometry& geometry) {
+  ringPath_ = fmt::format("/dev/shm/phos-{}-{}", getpid(), id_);
+  // Named by this live worker's pid: one that exists was left by a dead
+  // worker that had the same pid.
+  unlink(ringPath_.c_str());
+  ASSIGN_OR_RETURN(auto ring, ipc::CallRing::create(ringPath_, geometry, &ringLock_));
+  ring_.emplace(std::move(ring));
+  // Only the application's user may map its ring.
+  if (chown(ringPath_.c_str(), uid_, static_cast<gid_t>(-1)) != 0 && geteuid() == 0) {
+    return errnoError(errno, fmt::format("cannot give {} to uid {}", ringPath_, uid_));
+  }
+  chmod(ringPath_.c_str(), 0600);
+  replyBuffer_.resize(ring_->payloadCapacity());
+  servingSince_ = std::chrono::steady_clock::now();
+  thread_ = std::thread([this] { serve(); });
+  return Status::ok();
+}
+
+bool ringLocked(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = flock(fd, LOCK_EX | LOCK_NB) != 0;
+  close(fd);  // releases the lock if it was taken
+  return held;
+}
+
+void Session::startServing() {
+  if (thread_.joinable() || !ring_.has_value()) return;
+  replyBuffer_.resize(ring_->payloadCapacity());
+  servingSince_ = std::chrono::steady_clock::now();
+  thread_ = std::thread([this] { serve(); });
+}
+
+Status Session::pause(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(pauseMutex_);
+  pauseRequested_ = true;
+  if (!thread_.joinable()) return Status::ok();  // not serving (yet)
+  if (!pauseChanged_.wait_for(lock, timeout, [&] { return parked_ || stopping_.load(); })) {
+    pauseRequested_ = false;
+    pauseChanged_.notify_all();
+    return makeError(Code::kUnavailable,
+                     "session {} (pid {}) is still serving a call after {} ms (a synchronization waiting for a "
+                     "kernel or a host function?)",
+                     id_, pid_, timeout.count());
+  }
+  return Status::ok();
+}
+
+void Session::resume() {
+  std::lock_guard lock(pauseMutex_);
+  pauseRequested_ = false;
+  pauseChanged_.notify_all();
+}
+
+void Session::stop() {
+  if (stopping_.exchange(true)) return;
+  {
+    std::lock_guard lock(pauseMutex_);
+    pauseChanged_.notify_all();
+  }
+  {
+    // Streams blocked in a host function of the application let go first.
+    std::lock_guard lock(hostCallsMutex_);
+    if (hostCalls_ != nullptr) hostCalls_->close();
+  }
+  if (thread_.joinable()) thread_.join();
+  transfers_.track(false);  // its events die with the contexts below
+  std::lock_guard lock(mutex_);
+  // Contexts go first: destroying one frees its allocations, streams and
+  // modules, and drains its work.
+  for (auto& [vid, ctx] : contexts_) {
+    if (ctx.real == nullptr) continue;
+    PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
+    // The pool destroys contexts later, on its own thread: work still queued
+    // (an asynchronous copy into pinned memory) must not outlive the
+    // mappings unmapped below.
+    PHOS_DRIVER(driver_, CtxSynchronize)();
+    freeStaging(vid);
+  }
+  if (validator_.mode() != ValidationMode::kOff) {
+    auto found = validator_.collect();
+    const auto& n = validator_.counters();
+    log::get("daemon")->info(
+        "session {} (pid {}): validation: {} launches, {} as twins, {} without twin, {} reported accesses{}", id_,
+        pid_, n.launches, n.twinLaunches, n.unvalidated, n.violations,
+        found.empty() ? "" : fmt::format(" (first: {} {:#x})", found[0].kernel, found[0].address));
+  }
+  validator_.release(nullptr);
+  // Registered in a context of the session (portable): unregistered while
+  // one is current, so that the next session's range at this address can be.
+  for (const auto& entry : pinned_) unregisterPinned(entry.second);
+  if (lanesRegistered_) PHOS_DRIVER(driver_, MemHostUnregister)(lanesBase_);
+  lanesRegistered_ = false;
+  PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
+  currentReal_ = nullptr;
+  for (auto& [vid, ctx] : contexts_) {
+    if (ctx.real != nullptr) pool_.retire(ctx.real, ctx.device);
+  }
+  contexts_.clear();
+  allocations_.clear();
+  heaps_.clear();  // unmaps and releases the session's device memory
+  for (auto& [address, range] : pinned_) {
+    munmap(reinterpret_cast<void*>(range.address), range.mapped);
+    unlink(range.path.c_str());
+  }
+  pinned_.clear();
+  ring_.reset();
+  if (!ringPath_.empty()) unlink(ringPath_.c_str());
+  if (ringLock_ >= 0) close(ringLock_);
+  ringLock_ = -1;
+}
+
+void Session::serve() {
+  auto log = log::get("daemon");
+  while (!stopping_.load()) {
+    if (pauseRequested_.load()) {
+      std::unique_lock lock(pauseMutex_);
+      if (pauseRequested_.load()) {
+        parked_ = true;
+        pauseChanged_.notify_all();
+        pauseChanged_.wait(lock, [&] { return !pauseRequested_.load() || stopping_.load(); });
+        parked_ = false;
+        continue;
+      }
+    }
+    auto request = ring_->next(std::chrono::milliseconds(100));
+    if (!request.isOk()) {
+      if (request.status().code() == Code::kNotFound) continue;
+      // A malformed slot: the application wrote garbage into its ring.
+      log->warn("session {} (pid {}): {}", id_, pid_, request.status().message());
+      continue;
+    }
+    dispatch(*request);
+  }
+}
+
+bool Session::makeCurrent(uint64_t context) {
+  CUcontext real = nullptr;
+  if (context != 0) {
+    auto it = contexts_.find(context);
+    if (it != contexts_.end()) real = it->second.real;
+  }
+  currentContext_ = real != nullptr ? context : 0;
+  if (real == currentReal_) return true;
+  if (PHOS_DRIVER(driver_, CtxSetCurrent)(real) != CUDA_SUCCESS) return false;
+  currentReal_ = real;
+  return true;
+}
+
+void Session::dispatch(const ipc::CallRing::Request& request) {
+  auto reply = serveOne(request.bytes, request.expectsReply, replyBuffer_);
+  if (request.expectsReply) {
+    (void)ring_->reply(request, reply);
+  } else {
+    ring_->finish(request);
+  }
+  if (firstCallNs_.load(std::memory_order_relaxed) < 0) {
+    firstCallNs_ = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - servingSince_)
+                       .count();
+  }
+}
+
+std::span<const std::byte> Session::serveOne(std::span<const std::byte> request, bool expectsReply,
+                                             std::span<std::byte> reply) {
+  std::lock_guard lock(mutex_);
+  ++calls_;
+  // What `phos ps` shows if this call runs long (a synchronization waiting
+  // for a kernel); posted calls are cheap and frequent and need no snapshot.
+  if (expectsReply) (void)infoLocked();
+  ipc::CallHeader header{};
+  const bool wellFormed = request.size() >= sizeof(header);
+  if (wellFormed) std::memcpy(&header, request.data(), sizeof(header));
+  std::span<const std::byte> args = wellFormed ? request.subspan(sizeof(header)) : std::span<const std::byte>{};
+  ServerCall call(*this, header, args, expectsReply, reply);
+  if (!wellFormed) {
+    call.fail(CUDA_ERROR_INVALID_VALUE);
+  } else if (header.entry == ipc::kTakeOutputEntry) {
+    serveTakeOutput(call, reply.size());
+  } else if (header.entry >= cuda_api::kEntryPointCount || servers_[header.entry] == nullptr) {
+    call.fail(CUDA_ERROR_NOT_SUPPORTED);
+  } else if (!makeCurrent(header.context)) {
+    call.fail(CUDA_ERROR_INVALID_CONTEXT);
+  } else {
+    servers_[header.entry](call);
+    if (!call.answered()) call.fail(CUDA_ERROR_UNKNOWN);  // a server function forgot to answer
+  }
+  // The application's half of a lane copy stops at once if the call ended
+  // before its last chunk (a failure, a lane not used); after a complete
+  // copy it has left the lane already.
+  if (auto lane = call.lane()) ipc::abandon(*lane);
+  if (auto log = log::get("daemon"); log->should_log(spdlog::level::debug) && wellFormed &&
+      header.entry < cuda_api::kEntryPointCount) {
+    ipc::Decoder decoded(call.replyBytes());
+    log->debug("session {}: {} -> {}{}", id_, cuda_api::entryPoint(static_cast<cuda_api::EntryPointId>(header.entry)).symbol,
+               decoded.value<ipc::ReplyHeader>().result, expectsReply ? "" : " (posted)");
+  }
+  return call.replyBytes();
+}
+
+void Session::serveTakeOutput(ServerCall& call, size_t capacity) {
+  if (!call.argumentsComplete()) return;
+  constexpr size_t kOverhead = sizeof(ipc::ReplyHeader) + sizeof(uint32_t);
+  std::string text = output_->take(capacity > kOverhead ? capacity - kOverhead : 0);
+  auto& w = call.reply(CUDA_SUCCESS);
+  w.blob(text.data(), text.size());
+  if (output_->pending()) {
+    // The header was written first; mark it now that the blob is in.
+    auto bytes = call.replyBytes();
+    ipc::ReplyHeader h;
+    std::memcpy(&h, bytes.data(), sizeof(h));
+    h.flags |= ipc::kReplyOutputPending;
+    std::memcpy(const_cast<std::byte*>(bytes.data()), &h, sizeof(h));
+  }
+  call.send();
+}
+
+void Session::captureOutput(CUcontext context) {
+  if (const vgpu::ExportTable* vgpu = driver_.vgpu(); vgpu != nullptr && context != nullptr) {
+    vgpu->setPrintfSink(context, output_);
+  }
+}
+
+void KernelOutput::write(std::string_view text) {
+  std::lock_guard lock(mutex_);
+  if (text_.size() + text.size() > kLimit) {
+    if (!truncated_) text_ += "\n[phosd: kernel printf output beyond 64 MiB was dropped]\n";
+    truncated_ = true;
+    return;
+  }
+  text_.append(text);
+}
+
+bool KernelOutput::pending() const {
+  std::lock_guard lock(mutex_);
+  return !text_.empty();
+}
+
+std::string KernelOutput::take(size_t max) {
+  std::lock_guard lock(mutex_);
+  size_t n = std::min(max, text_.size());
+  std::string out = text_.substr(0, n);
+  text_.erase(0, n);
+  if (text_.empty()) truncated_ = false;
+  return out;
+}
+
+SessionInfo Session::info() const {
+  std::unique_lock lock(mutex_, std::chrono::milliseconds(50));
+  if (lock.owns_lock()) return infoLocked();
+  // A call is running (maybe waiting for a long kernel): the snapshot of the
+  // last synchronous call, with the live counters.
+  std::lock_guard last(infoMutex_);
+  SessionInfo i = lastInfo_;
+  i.id = id_;
+  i.pid = pid_;
+  i.uid = uid_;
+  i.calls = calls_.load();
+  i.launches = launches_.load();
+  i.modules = static_cast<uint64_t>(std::max<int64_t>(0, modules_.load()));
+  i.busy = true;
+  return i;
+}
+
+SessionInfo Session::infoLocked() const {
+  SessionInfo i;
+  i.id = id_;
+  i.pid = pid_;
+  i.uid = uid_;
+  // What the application allocated: module globals are its modules' memory.
+  for (const auto& [a, alloc] : allocations_) {
+    if (alloc.module != nullptr) continue;
+    ++i.allocations;
+    i.deviceBytes += alloc.bytes;
+  }
+  for (const auto& [a, range] : pinned_) i.pinnedBytes += range.bytes;
+  i.modules = static_cast<uint64_t>(std::max<int64_t>(0, modules_.load()));
+  i.contexts = contexts_.size();
+  i.calls = calls_.load();
+  i.launches = launches_.load();
+  for (const auto& [fn, n] : launchesByFunction_) {
+    auto it = functionNames_.find(fn);
+    i.kernels.push_back(it != functionNames_.end() ? it->second : fmt::format("{:#x}", fn));
+  }
+  std::lock_guard last(infoMutex_);
+  lastInfo_ = i;
+  return i;
+}
+
+const Allocation* Session::findAllocation(CUdeviceptr p) const {
+  auto it = allocations_.upper_bound(p);
+  if (it == allocations_.begin()) return nullptr;
+  --it;
+  const Allocation& a = it->second;
+  return p - a.address < a.bytes ? &a : nullptr;
+}
+
+const PinnedRange* Session::findPinned(uintptr_t p) const {
+  auto it = pinned_.upper_bound(p);
+  if (it == pinned_.begin()) return nullptr;
+  --it;
+  const PinnedRange& r = it->second;
+  return p - r.address < r.bytes ? &r : nullptr;
+}
+
+bool Session::ownsRange(CUdeviceptr p, size_t bytes) const {
+  if (const Allocation* a = findAllocation(p)) return bytes <= a->bytes - (p - a->address);
+  if (const PinnedRange* r = findPinned(p)) return bytes <= r->bytes - (p - r->address);
+  return false;
+}
+
+void Session::addAllocation(const Allocation& a) {
+  Allocation& added = allocations_[a.address] = a;
+  if (added.order == 0) added.order = nextOrder_++;
+}
+
+int Session::currentDevice() const {
+  auto it = contexts_.find(currentContext_);
+  return it != contexts_.end() ? it->second.device : 0;
+}
+
+CUresult Session::allocateDevice(int device, size_t bytes, CUdeviceptr* address) {
+  // A context with a sticky error refuses allocations, as cuMemAlloc does;
+  // the heap's VMM calls would not notice.
+  CUdevice current = 0;
+  if (CUresult r = PHOS_DRIVER(driver_, CtxGetDevice)(&current); r != CUDA_SUCCESS) return r;
+  auto& heap = heaps_[device];
+  if (heap == nullptr) heap = std::make_unique<DeviceHeap>(driver_, device, DeviceHeap::windowBase(id_, device), false);
+  CUresult r = heap->allocate(bytes, address);
+  // A checkpoint never makes the application's allocation fail: what its
+  // protocol holds on this device comes back first.
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && relief_) {
+    relief_(device);
+    r = heap->allocate(bytes, address);
+  }
+  return r;
+}
+
+void Session::prepareTwinModules() {
+  std::vector<LaunchValidator::TwinLoad> loads;
+  {
+    std::lock_guard lock(mutex_);
+    loads = validator_.twinLoadsPending();
+  }
+  for (LaunchValidator::TwinLoad& load : loads) validator_.loadTwins(load);
+  std::lock_guard lock(mutex_);
+  for (const LaunchValidator::TwinLoad& load : loads) validator_.keepTwins(load);
+}
+
+void Session::reserveHeap(int device) {
+  auto& heap = heaps_[device];
+  if (heap == nullptr) heap = std::make_unique<DeviceHeap>(driver_, device, DeviceHeap::windowBase(id_, device), false);
+  if (CUresult r = heap->reserve(); r != CUDA_SUCCESS) {
+    log::get("daemon")->debug("session {}: the range of device {} is not reserved yet (CUresult {})", id_, device,
+                              static_cast<int>(r));
+  }
+}
+
+CUresult Session::freeDevice(CUdeviceptr address) {
+  const Allocation* a = findAllocation(address);
+  if (a == nullptr || a->address != address || a->module != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto heap = heaps_.find(a->device);
+  if (heap == heaps_.end()) return CUDA_ERROR_INVALID_VALUE;
+  // cuMemFree waits for the work that may use the memory; unmapping under a
+  // running kernel would fault it.
+  for (const auto& [vid, ctx] : contexts_) {
+    if (ctx.real == nullptr || ctx.device != a->device) continue;
+    PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
+    PHOS_DRIVER(driver_, CtxSynchronize)();
+  }
+  PHOS_DRIVER(driver_, CtxSetCurrent)(currentReal_);
+  CUresult r = heap->second->free(address);
+  if (r == CUDA_SUCCESS) allocations_.erase(address);
+  return r;
+}
+CUresult Session::releaseHeapRange(int device, CUdeviceptr address) {
+  auto heap = heaps_.find(device);
+  return heap == heaps_.end() ? CUDA_ERROR_INVALID_VALUE : heap->second->free(address);
+}
+
+size_t Session::heapMappedBytes(int device, CUdeviceptr address) const {
+  auto heap = heaps_.find(device);
+  return heap == heaps_.end() ? 0 : heap->second->mappedBytes(address);
+}
+
+CUcontext Session::contextOn(int device) const {
+  if (auto it = contexts_.find(currentContext_); it != contexts_.end() && it->second.device == device) {
+    return it->second.real;
+  }
+  for (const auto& [vid, ctx] : contexts_) {
+    if (ctx.real != nullptr && ctx.device == device) return ctx.real;
+  }
+  return nullptr;
+}
+
+void Session::removeAllocation(CUdeviceptr p) { allocations_.erase(p); }
+void Session::removeGlobalsOf(void* module) {
+  for (auto a = allocations_.begin(); a != allocations_.end();) {
+    a = module != nullptr && a->second.module == module ? allocations_.erase(a) : std::next(a);
+  }
+}
+uint64_t Session::contextOf(uint64_t handle) const {
+  auto it = contextOfHandle_.find(handle);
+  return it != contextOfHandle_.end() ? it->second : currentContext_;
+}
+
+uintptr_t Session::pinnedSlice() const {
+  if (!pinned_.empty()) {
+    const uintptr_t first = pinned_.begin()->first;
+    if (first >= kPinnedWindow) return first - (first - kPinnedWindow) % kPinnedSlice;
+  }
+  return kPinnedWindow + (id_ % kPinnedSlices) * kPinnedSlice;
+}
+
+Result<PinnedRange> Session::createPinned(size_t bytes, unsigned flags) {
+  PinnedRange r;
+  r.bytes = bytes;
+  r.mapped = pageRound(bytes == 0 ? 1 : bytes);
+  r.flags = flags;
+  r.context = currentContext_;
+  // Named after the ring (a restored session keeps the image's): the ring's
+  // lock is what keeps a starting phosd from removing the file as a dead
+  // session's (phosd.cpp's removeStaleSessionFiles).
+  do {
+    r.path = fmt::format("{}-pinned-{}", ringPath_, ++pinnedSerial_);
+  } while (std::any_of(pinned_.begin(), pinned_.end(), [&](const auto& e) { return e.second.path == r.path; }));
+  // Place it after the session's last range, inside the session's slice (a
+  // restored session keeps the slice its ranges were in).
+  const uintptr_t slice = pinnedSlice();
+  uintptr_t at = slice;
+  if (!pinned_.empty()) {
+    const auto& last = pinned_.rbegin()->second;
+    at = last.address + last.mapped;
+  }
+  if (at + r.mapped > slice + kPinnedSlice) {
+    return makeError(Code::kResourceExhausted, "pinned memory of session {} exceeds {} bytes", id_, kPinnedSlice);
+  }
+  int fd = open(r.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return errnoError(errno, fmt::format("cannot create {}", r.path));
+  if (ftruncate(fd, static_cast<off_t>(r.mapped)) != 0) {
+    int e = errno;
+    close(fd);
+    unlink(r.path.c_str());
+    return errnoError(e, fmt::format("cannot size {} to {} bytes", r.path, r.mapped));
+  }
+  if (fchown(fd, uid_, static_cast<gid_t>(-1)) != 0 && geteuid() == 0) {
+    int e = errno;
+    close(fd);
+    unlink(r.path.c_str());
+    return errnoError(e, fmt::format("cannot give {} to uid {}", r.path, uid_));
+  }
+  void* p = mmap(reinterpret_cast<void*>(at), r.mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE,
+                 fd, 0);
+  close(fd);
+  if (p == MAP_FAILED || p != reinterpret_cast<void*>(at)) {
+    int e = errno;
+    if (p != MAP_FAILED) munmap(p, r.mapped);
+    unlink(r.path.c_str());
+    return errnoError(e, fmt::format("cannot map {} at {:#x}", r.path, at));
+  }
+  r.address = at;
+  pinned_[r.address] = r;
+  return r;
+}
+
+void Session::unregisterPinned(const PinnedRange& range) {
+  void* p = reinterpret_cast<void*>(range.address);
+  CUresult r = PHOS_DRIVER(driver_, MemHostUnregister)(p);
+  if (r == CUDA_SUCCESS || r == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED) return;
+  // The driver unregisters only in a usable context, and one that faulted
+  // (a sticky error such as CUDA_ERROR_ILLEGAL_ADDRESS) is not: then a fresh
+  // context of the pool does it. Left registered, the range would stay the
+  // driver's after it is unmapped, and the next session whose slice holds this
+  // address could not register its own.
+  auto owner = contexts_.find(range.context);
+  const int device = owner != contexts_.end() ? owner->second.device : 0;
+  auto fresh = pool_.take(device, 0);
+  if (!fresh.isOk()) return;
+  PHOS_DRIVER(driver_, CtxSetCurrent)(*fresh);
+  PHOS_DRIVER(driver_, MemHostUnregister)(p);
+  PHOS_DRIVER(driver_, CtxSetCurrent)(currentReal_);
+  pool_.retire(*fresh, device);
+}
+
+Status Session::freePinned(uintptr_t address) {
+  auto it = pinned_.find(address);
+  if (it == pinned_.end()) return makeError(Code::kNotFound, "{:#x} is not pinned memory of this session", address);
+  // Work of any of the session's contexts may still use the range.
+  for (const auto& [vid, ctx] : contexts_) {
+    if (ctx.real == nullptr) continue;
+    PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
+    PHOS_DRIVER(driver_, CtxSynchronize)();
+  }
+  PHOS_DRIVER(driver_, CtxSetCurrent)(currentReal_);
+  munmap(reinterpret_cast<void*>(it->second.address), it->second.mapped);
+  unlink(it->second.path.c_str());
+  pinned_.erase(it);
+  return Status::ok();
+}
+
+Result<CUstream> Session::perThreadStream(uint64_t thread) {
+  auto key = std::make_pair(thread, currentContext_);
+  if (auto it = perThreadStreams_.find(key); it != perThreadStreams_.end()) return it->second;
+  CUstream s = nullptr;
+  // "The per-thread default stream is not a non-blocking stream and will
+  // synchronize with the legacy default stream": a blocking stream (flags 0).
+  CUresult r = PHOS_DRIVER(driver_, StreamCreate)(&s, CU_STREAM_DEFAULT);
+  if (r != CUDA_SUCCESS) {
+    return makeError(Code::kResourceExhausted, "cannot create a per-thread stream (CUresult {})", static_cast<int>(r));
+  }
+  perThreadStreams_[key] = s;
+  return s;
+}
+
+std::optional<ipc::TransferLane> Session::transferLane(uint32_t index) const {
+  if (!ring_.has_value() || index >= ring_->geometry().laneCount) return std::nullopt;
+  return ring_->lane(index);
+}
+
+std::optional<uint32_t> Session::busyLane() const {
+  const uint32_t lanes = ring_.has_value() ? ring_->geometry().laneCount : 0;
+  for (uint32_t i = 0; i < lanes; ++i) {
+    if (ipc::leftBehind(ring_->lane(i))) return i;
+  }
+  return std::nullopt;
+}
+
+void Session::registerLanes() {
+  if (lanesRegistered_ || !ring_.has_value() || ring_->geometry().laneCount == 0) return;
+  const ipc::TransferLane first = ring_->lane(0);
+  const ipc::TransferLane last = ring_->lane(ring_->geometry().laneCount - 1);
+  lanesBase_ = reinterpret_cast<std::byte*>(first.words);
+  const auto bytes = static_cast<size_t>(last.buffers[1] + last.bufferBytes - lanesBase_);
+  // Registered, the driver copies to and from the lanes by DMA; a driver that
+  // refuses copies them all the same, through its own staging.
+  lanesRegistered_ = PHOS_DRIVER(driver_, MemHostRegister_v2)(lanesBase_, bytes, CU_MEMHOSTREGISTER_PORTABLE) ==
+                     CUDA_SUCCESS;
+  if (!lanesRegistered_) log::get("daemon")->debug("session {}: the driver did not register the transfer lanes", id_);
+}
+
+Status Session::readApplication(uintptr_t address, void* out, size_t bytes) const {
+  size_t done = 0;
+  while (done < bytes) {
+    iovec local{static_cast<char*>(out) + done, bytes - done};
+    iovec remote{reinterpret_cast<void*>(address + done), bytes - done};
+    ssize_t n = process_vm_readv(pid_, &local, 1, &remote, 1, 0);
+    if (n <= 0) {
+      return errnoError(n < 0 ? errno : EFAULT,
+                        fmt::format("cannot read {} bytes at {:#x} of pid {}", bytes - done, address + done, pid_));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::ok();
+}
+
+Status Session::writeApplication(uintptr_t address, const void* data, size_t bytes) const {
+  size_t done = 0;
+  while (done < bytes) {
+    iovec local{const_cast<char*>(static_cast<const char*>(data)) + done, bytes - done};
+    iovec remote{reinterpret_cast<void*>(address + done), bytes - done};
+    ssize_t n = process_vm_writev(pid_, &local, 1, &remote, 1, 0);
+    if (n <= 0) {
+      return errnoError(n < 0 ? errno : EFAULT,
+                        fmt::format("cannot write {} bytes at {:#x} of pid {}", bytes - done, address + done, pid_));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::ok();
+}
+
+CopyStaging* Session::staging() {
+  if (currentContext_ == 0) return nullptr;
+  if (auto it = staging_.find(currentContext_); it != staging_.end()) return &it->second;
+  CopyStaging st;
+  for (int k = 0; k < 2; ++k) {
+    void* p = nullptr;
+    if (posix_memalign(&p, 4096, st.bytes) != 0) {
+      for (int j = 0; j < k; ++j) std::free(st.buffers[j]);
+      return nullptr;
+    }
+    st.buffers[k] = static_cast<std::byte*>(p);
+  }
+  // Registered, the driver copies from them asynchronously; unregistered
+  // (a driver that refuses), copies still work, one chunk at a time.
+  st.registered = true;
+  for (int k = 0; k < 2; ++k) {
+    if (PHOS_DRIVER(driver_, MemHostRegister_v2)(st.buffers[k], st.bytes, 0) != CUDA_SUCCESS) st.registered = false;
+  }
+  for (int k = 0; k < 2; ++k) {
+    if (PHOS_DRIVER(driver_, EventCreate)(&st.done[k], CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      st.done[k] = nullptr;
+    }
+  }
+  if (st.done[0] == nullptr || st.done[1] == nullptr) {
+    freeStagingBuffers(st);
+    return nullptr;
+  }
+  return &staging_.emplace(currentContext_, st).first->second;
+}
+
+void Session::freeStagingBuffers(CopyStaging& st) {
+  for (int k = 0; k < 2; ++k) {
+    if (st.done[k] != nullptr) PHOS_DRIVER(driver_, EventDestroy_v2)(st.done[k]);
+    if (st.buffers[k] != nullptr) {
+      if (st.registered) PHOS_DRIVER(driver_, MemHostUnregister)(st.buffers[k]);
+      std::free(st.buffers[k]);
+    }
+    st.done[k] = nullptr;
+    st.buffers[k] = nullptr;
+  }
+}
+
+void Session::freeStaging(uint64_t context) {
+  auto it = staging_.find(context);
+  if (it == staging_.end()) return;
+  freeStagingBuffers(it->second);
+  staging_.erase(it);
+}
+
+void Session::destroyContext(uint64_t id) {
+  auto it = contexts_.find(id);
+  if (it == contexts_.end()) return;
+  const CUcontext real = it->second.real;
+  const int device = it->second.device;
+  // Its memory goes with it, as cuMemAlloc's does.
+  PHOS_DRIVER(driver_, CtxSetCurrent)(real);
+  currentReal_ = real;
+  PHOS_DRIVER(driver_, CtxSynchronize)();
+  validator_.release(real);
+  // Frees in flight (their events are of this context, perhaps) end first.
+  memoryPools_.reap(*this, true);
+  for (auto a = allocations_.begin(); a != allocations_.end();) {
+    if (a->second.context != id) {
+      ++a;
+      continue;
+    }
+    memoryPools_.forget(*this, a->first);
+    if (a->second.module == nullptr) {
+      if (auto heap = heaps_.find(a->second.device); heap != heaps_.end()) heap->second->free(a->first);
+    }
+    a = allocations_.erase(a);
+  }
+  for (auto s = perThreadStreams_.begin(); s != perThreadStreams_.end();) {
+    s = s->first.second == id ? perThreadStreams_.erase(s) : std::next(s);
+  }
+  for (auto& [kernel, contexts] : kernelFunctions_) contexts.erase(id);
+  if (staging_.count(id) != 0) {
+    PHOS_DRIVER(driver_, CtxSetCurrent)(real);
+    currentReal_ = real;
+    freeStaging(id);
+  }
+  // Pinned memory allocated in it goes with it, as cuMemHostAlloc's does. The
+  // driver unregisters only with a context current: left registered, the
+  // range would stay the driver's after it is unmapped, and the next session
+  // whose slice holds this address could not register its own.
+  bool drained = false;
+  for (auto p = pinned_.begin(); p != pinned_.end();) {
+    if (p->second.context != id) {
+      ++p;
+      continue;
+    }
+    if (!drained) {
+      PHOS_DRIVER(driver_, CtxSetCurrent)(real);
+      currentReal_ = real;
+      PHOS_DRIVER(driver_, CtxSynchronize)();
+      drained = true;
+    }
+    unregisterPinned(p->second);
+    munmap(reinterpret_cast<void*>(p->second.address), p->second.mapped);
+    unlink(p->second.path.c_str());
+    p = pinned_.erase(p);
+  }
+  if (currentReal_ == real) {
+    PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
+    currentReal_ = nullptr;
+  }
+  // Its streams, events, modules and functions die with it: their handles
+  // must never reach the driver again.
+  for (auto h = contextOfHandle_.begin(); h != contextOfHandle_.end();) {
+    if (h->second == id) {
+      handles_.erase(h->first);
+      moduleRecords_.erase(h->first);
+      events_.erase(h->first);
+      h = contextOfHandle_.erase(h);
+    } else {
+      ++h;
+    }
+  }
+  restoreMarks_.erase(id);  // destroyed with the context
+  const bool primary = it->second.primary;
+  handles_.erase(id);
+  contexts_.erase(it);
+  // A released primary context is not "destroyed" to its threads: a retain
+  // brings it back under the same id.
+  if (!primary) destroyedContexts_.insert(id);
+  pool_.retire(real, device);
+}
+
+Result<std::shared_ptr<HostCallChannel>> Session::hostCalls() {
+  std::lock_guard lock(hostCallsMutex_);
+  if (hostCalls_ == nullptr) {
+    // Named after the ring, as pinned memory is (createPinned).
+    ASSIGN_OR_RETURN(hostCalls_, HostCallChannel::create(fmt::format("{}-hostcalls", ringPath_), uid_, pid_));
+  }
+  return hostCalls_;
+}
+
+void Session::forgetHandle(uint64_t id) {
+  handles_.erase(id);
+  events_.erase(id);
+  contextOfHandle_.erase(id);
+}
+
+void Session::noteContextObject(HandleType type, uint64_t id) {
+  const bool owned = type == HandleType::kCUstream_st || type == HandleType::kCUevent_st ||
+                     type == HandleType::kCUmod_st || type == HandleType::kCUfunc_st;
+  if (owned && id != 0 && currentContext_ != 0) contextOfHandle_.emplace(id, currentContext_);
+}
+
+void Session::noteLaunch(uint64_t function) {
+  ++launches_;
+  ++launchesByFunction_[function];
+}
+
+void Session::setFunctionName(uint64_t function, std::string name) { functionNames_[function] = std::move(name); }
+
+const std::string* Session::functionName(uint64_t function) const {
+  auto it = functionNames_.find(function);
+  return it == functionNames_.end() ? nullptr : &it->second;
+}
+
+void Session::setValidation(ValidationMode mode) {
+  std::lock_guard lock(mutex_);
+  validator_.setMode(mode);
+}
+
+std::optional<instrument::Buffer> Session::bufferAt(uint64_t address) const {
+  if (const Allocation* a = findAllocation(address)) return instrument::Buffer{a->address, a->bytes};
+  if (const PinnedRange* r = findPinned(address)) return instrument::Buffer{r->address, r->bytes};
+  return std::nullopt;
+}
+
+Result<nlohmann::json> Session::validationReport(std::chrono::milliseconds timeout) {
+  RETURN_IF_ERROR(pause(timeout));
+  std::vector<Violation> found;
+  {
+    std::lock_guard lock(mutex_);
+    // The twins write their reports as they run: everything launched so far
+    // must have finished.
+    for (const auto& [vid, ctx] : contexts_) {
+      if (ctx.real == nullptr) continue;
+      PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
+      PHOS_DRIVER(driver_, CtxSynchronize)();
+    }
+    PHOS_DRIVER(driver_, CtxSetCurrent)(currentReal_);
+    found = validator_.collect();
+    constexpr size_t kMaxViolations = 1000;
+    violations_.insert(violations_.end(), found.begin(), found.end());
+    if (violations_.size() > kMaxViolations) {
+      violations_.erase(violations_.begin(), violations_.end() - kMaxViolations);
+    }
+    found = violations_;
+  }
+  resume();
+  nlohmann::json answer = validator_.report(found);
+  answer["pid"] = pid_;
+  answer["session"] = id_;
+  return answer;
+}
+
+}  // namespace phos::daemon

@@ -1,0 +1,502 @@
+// SPDX-License-Identifier: Apache-2.0
+// Session: everything phosd holds for one application process: its call
+// ring, virtual handles, contexts, allocations and pinned memory, and the
+// thread that serves its calls in order.
+#pragma once
+
+#include <cuda.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <condition_variable>
+
+#include "session/context_pool.h"
+#include "protocols/device_buffer.h"
+#include "session/device_heap.h"
+#include "session/driver_table.h"
+#include "session/handle_table.h"
+#include "session/launch_validator.h"
+#include "session/memory_pools.h"
+#include "session/transfer_tracker.h"
+#include "phos/common/ipc/call_ring.h"
+#include "phos/common/ipc/transfer_lane.h"
+#include "phos/common/subprocess.h"
+#include "protocols/progress.h"
+#include "session/server_call.h"
+
+namespace phos::image {
+class ImageReader;
+class ImageWriter;
+}  // namespace phos::image
+
+namespace phos::daemon {
+
+// A device allocation of the session.
+struct Allocation {
+  CUdeviceptr address = 0;
+  size_t bytes = 0;
+  uint64_t context = 0;  // virtual id of the context it belongs to
+  // The module or library (the driver's handle) whose global this is; null
+  // for memory from cuMemAlloc*. Such a range is freed with its module.
+  void* module = nullptr;
+  int device = 0;
+  uint64_t pool = 0;  // the memory pool (handle) of a stream-ordered allocation
+  uint64_t order = 0;  // Session::nextOrder when it was made (0: not yet numbered)
+};
+
+// What re-creates a module or library at restore: its original image (as the
+// application gave it) and the context it was loaded in (0 for a library,
+// which belongs to no context).
+struct ModuleRecord {
+  bool library = false;
+  std::vector<char> image;
+  uint64_t context = 0;
+  // Session::nextOrder when it was loaded (0: not yet numbered).
+  uint64_t order = 0;
+  // Its module-scope variables (moduleGlobalNames), listed once, before the
+  // first checkpoint's pause (Session::listModuleGlobals): for a large module
+  // that means parsing all its PTX. Null until then.
+  std::shared_ptr<const std::vector<std::string>> globalNames;
+};
+
+// Pinned host memory: a shared-memory file mapped at the same address in the
+// application and in phosd.
+struct PinnedRange {
+  uintptr_t address = 0;
+  size_t bytes = 0;      // what the application asked for
+  size_t mapped = 0;     // page-rounded
+  unsigned flags = 0;
+  std::string path;
+  uint64_t context = 0;
+};
+
+// Two host buffers registered with the driver, through which phosd copies
+// between the application's pageable memory and the device (one chunk is
+// copied by the driver while the next is read from the application), and the
+// events that say when each is free again. One per context: registrations
+// and events belong to a context.
+struct CopyStaging {
+  static constexpr size_t kBufferBytes = 8u << 20;
+  std::byte* buffers[2] = {};
+  CUevent done[2] = {};
+  bool pending[2] = {};
+  size_t bytes = kBufferBytes;  // of each buffer
+  bool registered = false;
+};
+
+// Kernel printf output of the session's contexts (vgpu writes into it from its
+// stream workers), kept until the application fetches it at its next
+// synchronizing call.
+class KernelOutput final : public vgpu::PrintfSink {
+ public:
+  void write(std::string_view text) override;
+  bool pending() const;
+  // Up to `max` bytes, oldest first.
+  std::string take(size_t max);
+
+ private:
+  static constexpr size_t kLimit = 64u << 20;  // beyond this, output is dropped (and said so)
+  mutable std::mutex mutex_;
+  std::string text_;
+  bool truncated_ = false;
+};
+
+// What a session knows of an event beyond the driver's object: its flags (the
+// driver has no query for them; a restore creates it again with them), and
+// whether and when it was recorded, so that a restored program's
+// cuEventElapsedTime between events recorded before the checkpoint gives
+// their interval, and across the checkpoint a time, never an error.
+struct EventState {
+  unsigned flags = 0;
+  bool recorded = false;  // cuEventRecord* ran on it
+  // Recorded before the checkpoint this session was restored from, and not
+  // since: when, in milliseconds after the restore's mark of its context
+  // (<= 0; the time the process was frozen counts as none).
+  std::optional<double> restoredMs;
+  // Restored too: the driver's own cuEventElapsedTime from this event to
+  // other restored events, as measured before the checkpoint (exact, where
+  // the difference of two times could round differently).
+  std::map<uint64_t, float> restoredIntervals;
+};
+
+// A context the session owns, by virtual id.
+struct SessionContext {
+  CUcontext real = nullptr;
+  int device = 0;
+  bool primary = false;
+};
+
+// A session's primary context of one device: the driver's primary context
+// is one per process (here: shared by every session), so each session gets a
+// context of its own from the pool, reference counted as CUDA documents.
+struct PrimaryContext {
+  uint64_t id = 0;  // stable for the session, across release and retain
+  unsigned refs = 0;
+  unsigned flags = 0;
+};
+
+struct SessionInfo {
+  bool busy = false;  // in a call that outlasted the query: counters are from before it
+  uint64_t id = 0;
+  pid_t pid = 0;
+  uid_t uid = 0;
+  std::string command;
+  uint64_t allocations = 0;
+  uint64_t deviceBytes = 0;
+  uint64_t pinnedBytes = 0;
+  uint64_t modules = 0;
+  uint64_t contexts = 0;
+  uint64_t calls = 0;
+  uint64_t launches = 0;
+  std::vector<std::string> kernels;  // names of the functions it has launched
+};
+
+class HostCallChannel;
+class Engine;
+
+// Whether a live session holds the ring file at `path` (the shared flock that
+// CallRing::create takes for it, kept in Session::ringLock_).
+bool ringLocked(const std::string& path);
+
+class Session {
+ public:
+  Session(uint64_t id, pid_t pid, uid_t uid, const DriverTable& driver, ContextPool& pool,
+          const ServerTable& servers, std::string runtimeDir);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Creates the ring file (owned by `uid`, mode 0600) and starts serving.
+  Status start(const ipc::RingGeometry& geometry);
+  // A session re-created by the engine from an image starts serving once its
+  // process runs again.
+  void startServing();
+  // Seconds from startServing() to the end of the first call served (a
+  // restored job's first call: where a migration's downtime ends), if any yet.
+  std::optional<double> firstCallSeconds() const {
+    const int64_t ns = firstCallNs_.load();
+    if (ns < 0) return std::nullopt;
+    return static_cast<double>(ns) / 1e9;
+  }
+  // Stops serving calls (waiting up to `timeout` for the call being served to
+  // finish), so that the engine can read or change the session's state; the
+  // application's calls wait in the ring. resume() serves them again.
+  Status pause(std::chrono::milliseconds timeout);
+  void resume();
+  // Stops serving and frees everything: contexts go back to the pool
+  // (destroyed, which frees their memory), files are removed.
+  void stop();
+
+  uint64_t id() const { return id_; }
+  pid_t pid() const { return pid_; }
+  bool applicationAlive() const { return !processEnded(pid_); }
+  uid_t uid() const { return uid_; }
+  const std::string& ringPath() const { return ringPath_; }
+  SessionInfo info() const;
+
+  // Serves one request (a CallHeader and its arguments) on the calling thread
+  // and returns its reply, written into `reply`. The serving thread calls it
+  // for every request of the ring; the decoder tests and the ring fuzzer call
+  // it directly on a session that was never started, without a ring.
+  std::span<const std::byte> serveOne(std::span<const std::byte> request, bool expectsReply,
+                                      std::span<std::byte> reply);
+
+  // ---- used by server functions (on the session's thread) -----------------
+  const DriverTable& driver() const { return driver_; }
+  ContextPool& pool() { return pool_; }
+  HandleTable& handles() { return handles_; }
+  std::map<uint64_t, SessionContext>& contexts() { return contexts_; }
+  PrimaryContext& primary(int device) { return primaries_[device]; }
+  // The virtual id of the context current for the call being served.
+  uint64_t currentContext() const { return currentContext_; }
+
+  const Allocation* findAllocation(CUdeviceptr p) const;
+  const PinnedRange* findPinned(uintptr_t p) const;
+  // Inside an allocation or a pinned range of this session.
+  bool ownsRange(CUdeviceptr p, size_t bytes) const;
+  void addAllocation(const Allocation& a);
+  // Device memory of the session at an address of its heap for `device`
+  // (device_heap.h); a context must be current.
+  CUresult allocateDevice(int device, size_t bytes, CUdeviceptr* address);
+  // Frees what allocateDevice gave (after the session's work is done).
+  CUresult freeDevice(CUdeviceptr address);
+  // Reserves the heap's range of `device` before the session's first module
+  // there: NVIDIA's driver chooses where a module's variables go from what
+  // the process already holds, and a restore, which reserves the range before
+  // it loads modules, must find the same layout (docs/checkpoint.md). A
+  // driver without the VMM API is left alone (its cuMemAlloc says so).
+  void reserveHeap(int device);
+  // Loads the validator's twin modules not loaded yet, compiling them while
+  // the application's calls go on (the lock is held only to list and keep
+  // them): a checkpoint calls it before its window, whose first launches
+  // would otherwise wait for the compilation (docs/twins.md).
+  void prepareTwinModules();
+  // Gives a range of `device`'s heap back at once, whatever still uses it
+  // (the stream-ordered allocator, once a free's event has completed), and
+  // how many bytes its mapping holds.
+  CUresult releaseHeapRange(int device, CUdeviceptr address);
+  size_t heapMappedBytes(int device, CUdeviceptr address) const;
+  // A context of the session on `device` (the current one if it is on it), or null.
+  CUcontext contextOn(int device) const;
+  // The driver's context current for the call being served.
+  CUcontext currentRealContext() const { return currentReal_; }
+  // The stream-ordered allocator's pools (memory_pools.h).
+  MemoryPools& memoryPools() { return memoryPools_; }
+  // The device of the current context (0 without one).
+  int currentDevice() const;
+  void recordModule(uint64_t id, ModuleRecord record) {
+    if (record.order == 0) record.order = nextOrder_++;
+    moduleRecords_[id] = std::move(record);
+  }
+  void forgetModule(uint64_t id) { moduleRecords_.erase(id); }
+  EventState& event(uint64_t id) { return events_[id]; }
+  const EventState* findEvent(uint64_t id) const {
+    auto it = events_.find(id);
+    return it == events_.end() ? nullptr : &it->second;
+  }
+  // The event a restore recorded in context `context` when the session came
+  // back (the time origin of restored events' times), or null.
+  CUevent restoreMark(uint64_t context) const {
+    auto it = restoreMarks_.find(context);
+    return it == restoreMarks_.end() ? nullptr : it->second;
+  }
+  void removeAllocation(CUdeviceptr p);
+  // Forgets the globals of a module or library (the driver's handle) once unloaded.
+  void removeGlobalsOf(void* module);
+  // The context a stream, event, module or function (virtual id) was created
+  // in; the current one when it is not known.
+  uint64_t contextOf(uint64_t handle) const;
+  Result<PinnedRange> createPinned(size_t bytes, unsigned flags);
+  // Where the session's pinned ranges go: the slice of the window its id
+  // picks, or (restored) the one its ranges are in.
+  uintptr_t pinnedSlice() const;
+  Status freePinned(uintptr_t address);
+  // Unregisters a pinned range with the driver, even when its context faulted.
+  void unregisterPinned(const PinnedRange& range);
+
+  // The per-thread default stream of application thread `thread` in the
+  // current context (created on first use).
+  Result<CUstream> perThreadStream(uint64_t thread);
+
+  // Posted calls report errors at the next synchronizing call.
+  void deferError(CUresult r) {
+    if (deferred_ == CUDA_SUCCESS) deferred_ = r;
+  }
+  CUresult takeDeferredError() {
+    CUresult r = deferred_;
+    deferred_ = CUDA_SUCCESS;
+    return r;
+  }
+
+  // Transfer lane `index` of the session's ring (none past its last), and
+  // the lanes registered with the driver (once, at their first use).
+  std::optional<ipc::TransferLane> transferLane(uint32_t index) const;
+  void registerLanes();
+  // A lane an application thread is still inside although phosd is done
+  // with it (ipc::leftBehind).
+  std::optional<uint32_t> busyLane() const;
+
+  // Application memory (process_vm_readv/writev).
+  Status readApplication(uintptr_t address, void* out, size_t bytes) const;
+  Status writeApplication(uintptr_t address, const void* data, size_t bytes) const;
+  // Routes the kernel printf output of `context` to this session (vgpu only;
+  // with NVIDIA's driver it goes to phosd's stdout).
+  void captureOutput(CUcontext context);
+  bool outputPending() const { return output_->pending(); }
+
+  // The current context's staging buffers (created on first use); nullptr
+  // without a current context.
+  CopyStaging* staging();
+
+  // Destroys a context the session owns (and what lived in it).
+  void destroyContext(uint64_t id);
+  // True for the id of a context the session destroyed (and did not re-bind,
+  // as a retained primary context is).
+  bool contextDestroyed(uint64_t id) const {
+    return id != 0 && destroyedContexts_.count(id) != 0 && contexts_.count(id) == 0;
+  }
+  // A stream or event the application destroyed: its id must never reach the
+  // driver again (a checkpoint would query or time a freed object, and
+  // NVIDIA's driver crashes on one), nor come back at a restore.
+  void forgetHandle(uint64_t id);
+  // Records that handle `id` is an object of the current context (a stream,
+  // event, module or function): it dies with the context.
+  void noteContextObject(HandleType type, uint64_t id);
+  // The queue through which the session's streams run the application's host
+  // functions (created on first use; its file is removed with the session).
+  Result<std::shared_ptr<HostCallChannel>> hostCalls();
+  // Speculation and validation of the session's launches (launch_validator.h).
+  LaunchValidator& validator() { return validator_; }
+  void setValidation(ValidationMode mode);
+  // Parks the session, drains its contexts, collects what the twins reported,
+  // and resumes it: the answer of `phos validate`.
+  Result<nlohmann::json> validationReport(std::chrono::milliseconds timeout);
+  // Installs (or, with an empty function, removes) the gate every call that
+  // touches GPU state passes first; on the serving thread or while paused.
+  void setAccessGate(AccessGate gate) { gate_ = std::move(gate); }
+  bool hasAccessGate() const { return static_cast<bool>(gate_); }
+  void passGate(const CallAccess& access) {
+    if (gate_) gate_(access);
+  }
+  // Installed with a protocol's gate when the protocol holds device memory of
+  // its own (copy-on-write shadows): an allocation of the application that
+  // finds its device full calls it, and tries once more once it returns (the
+  // protocol has given that device's memory back). Empty: none.
+  using MemoryRelief = std::function<void(int device)>;
+  void setMemoryRelief(MemoryRelief relief) { relief_ = std::move(relief); }
+  // The application's own transfers, which the protocols' copies give way to.
+  TransferTracker& transfers() { return transfers_; }
+  // The session's allocations and pinned ranges as speculation sees them.
+  std::optional<instrument::Buffer> bufferAt(uint64_t address) const;
+
+  // Called when a launch of `function` (virtual id) was served.
+  void noteLaunch(uint64_t function);
+  // The program set an attribute of library kernel `kernel` (virtual id) used
+  // as a function of the current context (cuFuncSetAttribute on the kernel's
+  // handle): that function's own attributes are state a checkpoint saves.
+  void noteKernelFunction(uint64_t kernel) { kernelFunctions_[kernel].insert(currentContext_); }
+  void noteModule(int delta) { modules_ += delta; }
+  void setFunctionName(uint64_t function, std::string name);
+  const std::string* functionName(uint64_t function) const;
+
+  // ---- for the checkpoint engine (engine.cpp; session_save.cpp) ------------
+  // Holds the session's mutex, which the serving thread holds while it
+  // serves a call: no call runs meanwhile.
+  [[nodiscard]] std::unique_lock<std::timed_mutex> lockCalls() { return std::unique_lock(mutex_); }
+  // Waits for everything the session's contexts run; fails naming a context
+  // whose work failed (its memory cannot be trusted). Mutex held.
+  Status drainContexts();
+  // The session's device allocations (not module globals), each with a
+  // context of its device. Mutex held.
+  std::vector<DeviceBuffer> allocationList() const;
+  // One context of the session per device it uses. Mutex held.
+  std::map<int, CUcontext> contextsByDevice() const;
+  // A concurrent protocol's window (docs/checkpoint.md), opened while paused
+  // with the mutex held: every call passes `gate` before it runs, launches
+  // run as twins in mode `twins`, and the application's own transfers are
+  // tracked for the protocol's copies to give way to.
+  void openWindow(AccessGate gate, ValidationMode twins);
+  // The window's end (paused, mutex held): the contexts drained, what the
+  // twins reported since it opened (their report buffers freed when `after`
+  // is off); no gate or memory relief, validation back to `after`, transfers
+  // no longer tracked.
+  std::vector<Violation> closeWindow(ValidationMode after);
+  // Lists the variables of every module that has no list yet
+  // (ModuleRecord::globalNames), while the application runs; takes the mutex.
+  void listModuleGlobals();
+  // Pinned memory, the ring and the host-call queue, into `state` and
+  // `writer` (`bytes` grows by the pinned memory's): the application's CPU
+  // writes them, so CRIU holds it frozen meanwhile. Mutex held.
+  Status describeShared(image::ImageWriter& writer, nlohmann::json& state, uint64_t& bytes,
+                        const ProgressFn& progress);
+  // At a checkpoint (paused, mutex_ held; session_save.cpp): the description
+  // of every object into `state` (contexts, pools, allocations, modules with
+  // their globals, library modules, functions, kernels, streams, events),
+  // each device buffer to copy (allocations, then module globals) into
+  // `copies` with its blob in `writer`. Fails naming any object the program
+  // holds that a restore could not make again.
+  Status describe(image::ImageWriter& writer, nlohmann::json& state, std::vector<DeviceBuffer>& copies);
+  // At a restore, before the process runs (session_rebuild.cpp): every
+  // object of `state` (describe's, read from `reader`'s manifest) made again
+  // under the id the application holds, with its files, pinned memory and
+  // pending calls. With `deferred`, allocations are mapped and listed there,
+  // their bytes not loaded.
+  Status rebuildFrom(const image::ImageReader& reader, const nlohmann::json& state, const ProgressFn& progress,
+                     std::vector<DeviceBuffer>* deferred);
+
+ private:
+  void serve();
+  void dispatch(const ipc::CallRing::Request& request);
+  bool makeCurrent(uint64_t context);
+  // Frees the staging buffers of a context; it must be current.
+  void freeStaging(uint64_t context);
+  void freeStagingBuffers(CopyStaging& staging);
+  void serveTakeOutput(ServerCall& call, size_t capacity);
+  class Describer;  // session_save.cpp
+  class Rebuilder;  // session_rebuild.cpp
+
+  const uint64_t id_;
+  const pid_t pid_;
+  const uid_t uid_;
+  const DriverTable& driver_;
+  ContextPool& pool_;
+  const ServerTable& servers_;
+  const std::string runtimeDir_;
+  std::string ringPath_;
+  // Held (flock LOCK_SH) while the session owns its files: a restore of the
+  // same image elsewhere sees them in use (session_rebuild.cpp).
+  int ringLock_ = -1;
+  std::optional<ipc::CallRing> ring_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::chrono::steady_clock::time_point servingSince_{};
+  std::atomic<int64_t> firstCallNs_{-1};
+
+  // Owned by the serving thread, which holds mutex_ while it serves a call;
+  // info() waits for it only briefly (a call may run for as long as a kernel).
+  mutable std::timed_mutex mutex_;
+  mutable std::mutex infoMutex_;
+  mutable SessionInfo lastInfo_;  // guarded by infoMutex_: what info() says while a call runs
+  // Takes the snapshot info() falls back on; mutex_ held.
+  SessionInfo infoLocked() const;
+  HandleTable handles_;
+  std::map<uint64_t, SessionContext> contexts_;
+  std::set<uint64_t> destroyedContexts_;
+  std::map<uint64_t, uint64_t> contextOfHandle_;  // handle id -> context id
+  std::map<uint64_t, std::set<uint64_t>> kernelFunctions_;  // kernel id -> contexts (noteKernelFunction)
+  std::mutex hostCallsMutex_;  // not mutex_: stop() closes the queue while a call may be served
+  std::shared_ptr<HostCallChannel> hostCalls_;
+  std::map<int, PrimaryContext> primaries_;
+  std::map<CUdeviceptr, Allocation> allocations_;
+  std::map<uintptr_t, PinnedRange> pinned_;
+  std::map<std::pair<uint64_t, uint64_t>, CUstream> perThreadStreams_;
+  std::map<uint64_t, std::string> functionNames_;
+  std::map<uint64_t, uint64_t> launchesByFunction_;
+  uint64_t currentContext_ = 0;
+  CUcontext currentReal_ = nullptr;
+  CUresult deferred_ = CUDA_SUCCESS;
+  // Read by info() without mutex_, while a call may be running.
+  std::atomic<uint64_t> calls_{0};
+  std::atomic<uint64_t> launches_{0};
+  std::atomic<int64_t> modules_{0};
+  uint64_t pinnedSerial_ = 0;
+  std::map<uint64_t, CopyStaging> staging_;  // by context
+  bool lanesRegistered_ = false;
+  std::byte* lanesBase_ = nullptr;  // what was registered, for MemHostUnregister
+  std::shared_ptr<KernelOutput> output_ = std::make_shared<KernelOutput>();
+  std::vector<std::byte> replyBuffer_;
+  std::map<int, std::unique_ptr<DeviceHeap>> heaps_;
+  // Numbers device allocations and module loads in the order the job made
+  // them: NVIDIA's driver chooses where a module's variables go from what
+  // the process did before, and a restore repeats that order
+  // (docs/checkpoint.md).
+  uint64_t nextOrder_ = 1;
+  MemoryPools memoryPools_{driver_};  // after heaps_: its pending frees give heap ranges back
+  std::map<uint64_t, ModuleRecord> moduleRecords_;  // by module or library id
+  LaunchValidator validator_{driver_};
+  TransferTracker transfers_{driver_};
+  AccessGate gate_;
+  MemoryRelief relief_;
+  std::vector<Violation> violations_;  // collected so far (the last kMaxViolations)
+  std::map<uint64_t, EventState> events_;           // by event id
+  std::map<uint64_t, CUevent> restoreMarks_;        // by context id (restored sessions)
+  // pause()/resume(): the serving thread parks between calls.
+  std::mutex pauseMutex_;
+  std::condition_variable pauseChanged_;
+  std::atomic<bool> pauseRequested_{false};  // read without the mutex on every call
+  bool parked_ = false;
+};
+
+}  // namespace phos::daemon

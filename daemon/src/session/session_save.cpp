@@ -1,0 +1,646 @@
+// SPDX-License-Identifier: Apache-2.0
+// A session at a checkpoint: what the engine (engine.cpp) asks of it. What a
+// checkpoint writes of its objects (Session::describe), domain by domain: the
+// description a restore makes each object again from (session_rebuild.cpp),
+// the device memory to copy into the image, and the files it shares with its
+// process (describeShared); the windows of the concurrent protocols.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "session/module_globals.h"
+#include "session/host_calls.h"
+#include "phos/common/log.h"
+#include "phos/image/writer.h"
+#include "session/session.h"
+#include "session/session_image.h"
+
+namespace phos::daemon {
+
+using json = nlohmann::json;
+
+class Session::Describer {
+ public:
+  Describer(Session& s, image::ImageWriter& writer, json& state, std::vector<DeviceBuffer>& copies)
+      : s_(s), d_(s.driver_), writer_(writer), state_(state), copies_(copies) {}
+
+  Status run() {
+    state_ = {{"session", s_.id_},      {"pid", s_.pid_},
+              {"uid", s_.uid_},         {"driver", d_.path()},
+              {"worker_pid", getpid()}, {"handles_last_serial", s_.handles_.lastSerial()}};
+    RETURN_IF_ERROR(contexts());
+    pools();
+    RETURN_IF_ERROR(allocations());
+    RETURN_IF_ERROR(modules());
+    libraryModules();
+    functions();
+    kernels();
+    streams();
+    RETURN_IF_ERROR(events());
+    unsaved();
+    // A checkpoint that cannot save an object the program holds fails, naming
+    // it, rather than publish an image whose restore would run wrong.
+    if (!lost_.empty()) {
+      std::string named;
+      for (const json& l : lost_) {
+        if (!named.empty()) named += "; ";
+        named += fmt::format("{} ({})", l["what"].get<std::string>(), hex(l["id"].get<uint64_t>()));
+      }
+      return makeError(Code::kFailedPrecondition,
+                       "the checkpoint cannot save {} object{} the program holds: {}", lost_.size(),
+                       lost_.size() == 1 ? "" : "s", named);
+    }
+    // An error of a posted call not reported yet: the next synchronizing call
+    // of the restored process reports it, as it would have.
+    state_["deferred_error"] = static_cast<int>(s_.deferred_);
+    // `phos run --validate`: the restored session validates as well.
+    state_["validate"] = s_.validator_.mode() == ValidationMode::kValidate;
+    return Status::ok();
+  }
+
+ private:
+  // Every context, drained: nothing may write device memory while it is
+  // copied. Its flags, limits and cache preference; the primary contexts'
+  // references; the session's device ranges.
+  Status contexts() {
+    json contexts = json::array();
+    for (const auto& [vid, ctx] : s_.contexts_) {
+      if (ctx.real == nullptr) continue;
+      RETURN_IF_ERROR(
+          driverStatus(PHOS_DRIVER(d_, CtxSetCurrent)(ctx.real), "making a context current"));
+      CUresult r = PHOS_DRIVER(d_, CtxSynchronize)();
+      if (r != CUDA_SUCCESS) {
+        return makeError(
+            Code::kFailedPrecondition,
+            "context {} of the session failed (CUresult {}): its memory cannot be trusted",
+            hex(vid), static_cast<int>(r));
+      }
+      unsigned flags = 0;
+      PHOS_DRIVER(d_, CtxGetFlags)(&flags);
+      // Limits and cache preference the application may have set.
+      json limits = json::object();
+      for (CUlimit limit : kSettableLimits) {
+        size_t value = 0;
+        if (PHOS_DRIVER(d_, CtxGetLimit)(&value, limit) == CUDA_SUCCESS)
+          limits[std::to_string(limit)] = value;
+      }
+      CUfunc_cache cache = CU_FUNC_CACHE_PREFER_NONE;
+      PHOS_DRIVER(d_, CtxGetCacheConfig)(&cache);
+      contexts.push_back({{"id", vid},
+                          {"device", ctx.device},
+                          {"primary", ctx.primary},
+                          {"flags", flags},
+                          {"limits", limits},
+                          {"cache_config", static_cast<int>(cache)}});
+    }
+    s_.currentReal_ = nullptr;  // changed above; the next call makes its own current
+    state_["contexts"] = contexts;
+    json primaries = json::array();
+    for (const auto& [device, p] : s_.primaries_) {
+      primaries.push_back({{"device", device}, {"id", p.id}, {"refs", p.refs}, {"flags", p.flags}});
+    }
+    state_["primaries"] = primaries;
+    state_["destroyed_contexts"] = s_.destroyedContexts_;
+    json heaps = json::array();
+    for (const auto& [device, heap] : s_.heaps_)
+      heaps.push_back({{"device", device}, {"base", heap->base()}});
+    state_["heaps"] = heaps;
+    return Status::ok();
+  }
+
+  void pools() {
+    // The stream-ordered allocator: frees in flight finish first, so the
+    // image holds what the application still holds; then its pools.
+    s_.memoryPools_.reap(s_, true);
+    json pools = json::array();
+    for (const auto& [id, p] : s_.memoryPools_.pools()) {
+      pools.push_back({{"id", id},
+                       {"device", p->device},
+                       {"default", p->isDefault},
+                       {"destroyed", p->destroyed},
+                       {"max_size", p->maxSize},
+                       {"release_threshold", p->releaseThreshold},
+                       {"reuse_follow_event_dependencies", p->followEventDependencies},
+                       {"reuse_allow_opportunistic", p->allowOpportunistic},
+                       {"reuse_allow_internal_dependencies", p->allowInternalDependencies},
+                       {"used_high", p->usedHigh},
+                       {"reserved_high", p->reservedHigh}});
+    }
+    state_["memory_pools"] = pools;
+    json currentPools = json::array();
+    for (const auto& [device, pool] : s_.memoryPools_.currentPools()) {
+      currentPools.push_back({{"device", device}, {"pool", pool}});
+    }
+    state_["current_memory_pools"] = currentPools;
+  }
+
+  // What is copied: allocations (here), then module globals (modules()).
+  Status allocations() {
+    json allocations = json::array();
+    for (const auto& [address, a] : s_.allocations_) {
+      if (a.module != nullptr) continue;
+      std::string name = fmt::format("gpu/{}/{}", a.device, hex(address));
+      ASSIGN_OR_RETURN(
+          size_t blob,
+          writer_.addBlob(name, "gpu-memory", a.bytes,
+                          {{"device", a.device}, {"address", address}, {"context", a.context}}));
+      copies_.push_back({blob, address, a.bytes, nullptr, a.device});
+      allocations.push_back({{"address", address},
+                             {"bytes", a.bytes},
+                             {"device", a.device},
+                             {"context", a.context},
+                             {"pool", a.pool},
+                             {"blob", name},
+                             {"order", a.order}});
+    }
+    state_["allocations"] = allocations;
+    return Status::ok();
+  }
+
+  Status modules() {
+    json modules = json::array();
+    for (const auto& [id, rec] : s_.moduleRecords_) records_.emplace_back(id, &rec);
+    std::sort(records_.begin(), records_.end(), [](const auto& a, const auto& b) {
+      return HandleTable::serialOf(a.first) < HandleTable::serialOf(b.first);
+    });
+    for (const auto& [id, rec] : records_) {
+      const HandleType type = rec->library ? HandleType::kCUlib_st : HandleType::kCUmod_st;
+      void* real = s_.handles_.resolve(type, id);
+      if (real == nullptr) continue;
+      std::string name = fmt::format("module/{}", hex(id));
+      ASSIGN_OR_RETURN(size_t imageBlob,
+                       writer_.addBlob(name, "module-image", rec->image.size(),
+                                       {{"module", id}, {"library", rec->library}}));
+      RETURN_IF_ERROR(writer_.writeBlob(imageBlob, std::as_bytes(std::span(rec->image))));
+      int device = 0;
+      if (auto ctx = s_.contexts_.find(rec->context); ctx != s_.contexts_.end())
+        device = ctx->second.device;
+      json globals = json::array();
+      json entry = {{"id", id},
+                    {"library", rec->library},
+                    {"context", rec->context},
+                    {"image", name},
+                    {"order", rec->order}};
+      // Every global of every kind of image (PTX, fatbin, cubin), in every
+      // context that has its own copy: a module's, or, for a library
+      // (context-independent), each context of the session's_.
+      std::shared_ptr<const std::vector<std::string>> names = rec->globalNames;
+      if (names == nullptr) {  // loaded since listModuleGlobals ran
+        auto listed = moduleGlobalNames(rec->image);
+        if (!listed.isOk()) {
+          return makeError(Code::kNotSupported,
+                           "the globals of module {} cannot be listed, so they cannot be saved: {}",
+                           hex(id), listed.status().message());
+        }
+        names = std::make_shared<const std::vector<std::string>>(std::move(*listed));
+      }
+      std::vector<uint64_t> holders;
+      if (rec->library) {
+        for (const auto& [cid, ctx] : s_.contexts_) holders.push_back(cid);
+      } else {
+        holders.push_back(rec->context);
+      }
+      for (uint64_t holder : holders) {
+        auto ctx = s_.contexts_.find(holder);
+        if (ctx == s_.contexts_.end()) continue;
+        PHOS_DRIVER(d_, CtxSetCurrent)(ctx->second.real);
+        for (const std::string& g : *names) {
+          CUdeviceptr address = 0;
+          size_t bytes = 0;
+          CUresult r = rec->library ? PHOS_DRIVER(d_, LibraryGetGlobal)(
+                                          &address, &bytes, static_cast<CUlibrary>(real), g.c_str())
+                                    : PHOS_DRIVER(d_, ModuleGetGlobal_v2)(
+                                          &address, &bytes, static_cast<CUmodule>(real), g.c_str());
+          if (r == CUDA_ERROR_NO_BINARY_FOR_GPU)
+            break;  // no code for this device: nothing runs, nothing to save
+          if (r != CUDA_SUCCESS) {
+            return makeError(Code::kNotSupported,
+                             "global {} of module {} cannot be read (CUresult {})", g, hex(id),
+                             static_cast<int>(r));
+          }
+          if (bytes == 0) continue;
+          const Allocation* taken = s_.findAllocation(address);
+          std::string blobName = fmt::format("global/{}/{}/{}", hex(id), hex(holder), g);
+          ASSIGN_OR_RETURN(size_t blob,
+                           writer_.addBlob(blobName, "module-global", bytes,
+                                           {{"module", id}, {"name", g}, {"address", address}}));
+          copies_.push_back({blob, address, bytes, nullptr, ctx->second.device});
+          globals.push_back({{"name", g},
+                             {"context", holder},
+                             {"address", address},
+                             {"bytes", bytes},
+                             {"blob", blobName},
+                             {"taken", taken != nullptr && taken->address == address}});
+        }
+      }
+      entry["globals_enumerated"] = true;
+      entry["globals"] = globals;
+      entry["device"] = device;
+      modules.push_back(entry);
+    }
+    state_["modules"] = modules;
+    return Status::ok();
+  }
+
+  // Functions, kernels, library modules, streams and events: how to make
+  // each again, by the id the application holds.
+
+  // The library whose module in some context `m` is; 0 for none.
+  uint64_t libraryOfModule(CUmodule m) {
+    for (const auto& [id, rec] : records_) {
+      if (!rec->library) continue;
+      auto* lib = static_cast<CUlibrary>(s_.handles_.resolve(HandleType::kCUlib_st, id));
+      CUmodule lm = nullptr;
+      if (lib != nullptr && PHOS_DRIVER(d_, LibraryGetModule)(&lm, lib) == CUDA_SUCCESS && lm == m)
+        return id;
+    }
+    return 0;
+  }
+
+  void libraryModules() {
+    json libraryModules = json::array();
+    for (uint64_t id : s_.handles_.ids(HandleType::kCUmod_st)) {
+      if (s_.moduleRecords_.count(id) != 0) continue;
+      auto* m = static_cast<CUmodule>(s_.handles_.resolve(HandleType::kCUmod_st, id));
+      if (auto ctx = s_.contexts_.find(s_.contextOf(id)); ctx != s_.contexts_.end()) {
+        PHOS_DRIVER(d_, CtxSetCurrent)(ctx->second.real);
+      }
+      if (uint64_t lib = libraryOfModule(m); lib != 0) {
+        libraryModules.push_back({{"id", id}, {"library", lib}, {"context", s_.contextOf(id)}});
+      } else {
+        lost_.push_back({{"id", id}, {"what", "a module phosd did not load itself"}});
+      }
+    }
+    state_["library_modules"] = libraryModules;
+  }
+
+  void functions() {
+    json functions = json::array();
+    for (uint64_t id : s_.handles_.ids(HandleType::kCUfunc_st)) {
+      auto* f = static_cast<CUfunction>(s_.handles_.resolve(HandleType::kCUfunc_st, id));
+      const char* fname = nullptr;
+      CUmodule m = nullptr;
+      if (PHOS_DRIVER(d_, FuncGetName)(&fname, f) != CUDA_SUCCESS ||
+          PHOS_DRIVER(d_, FuncGetModule)(&m, f) != CUDA_SUCCESS) {
+        lost_.push_back({{"id", id}, {"what", "a function the driver cannot name"}});
+        continue;
+      }
+      json entry = {{"id", id}, {"name", fname}, {"context", s_.contextOf(id)}};
+      if (uint64_t mid = s_.handles_.idOf(m);
+          mid != 0 && HandleTable::typeOf(mid) == HandleType::kCUmod_st) {
+        entry["module"] = mid;
+      } else if (uint64_t lib = libraryOfModule(m); lib != 0) {
+        entry["library"] = lib;  // cuKernelGetFunction: the library's module in this context
+      } else {
+        lost_.push_back(
+            {{"id", id},
+             {"what", fmt::format("function {} of a module phosd did not load", fname)}});
+        continue;
+      }
+      json attributes = settableAttributes([&](CUfunction_attribute a, int* v) {
+        return PHOS_DRIVER(d_, FuncGetAttribute)(v, a, f);
+      });
+      if (!attributes.empty()) entry["attributes"] = attributes;
+      functions.push_back(entry);
+    }
+    state_["functions"] = functions;
+  }
+
+  void kernels() {
+    json kernels = json::array();
+    for (uint64_t id : s_.handles_.ids(HandleType::kCUkern_st)) {
+      auto* k = static_cast<CUkernel>(s_.handles_.resolve(HandleType::kCUkern_st, id));
+      const char* kname = nullptr;
+      CUlibrary lib = nullptr;
+      if (PHOS_DRIVER(d_, KernelGetName)(&kname, k) != CUDA_SUCCESS ||
+          PHOS_DRIVER(d_, KernelGetLibrary)(&lib, k) != CUDA_SUCCESS) {
+        lost_.push_back({{"id", id}, {"what", "a kernel the driver cannot name"}});
+        continue;
+      }
+      // Per device: cuKernelSetAttribute applies to the kernel's functions in
+      // every context of one device.
+      json perDevice = json::object();
+      for (int dev = 0; dev < s_.pool_.deviceCount(); ++dev) {
+        json attributes = settableAttributes([&](CUfunction_attribute a, int* v) {
+          return PHOS_DRIVER(d_, KernelGetAttribute)(v, a, k, dev);
+        });
+        if (!attributes.empty()) perDevice[std::to_string(dev)] = attributes;
+      }
+      // The kernel's function in a context where the program set attributes
+      // of its own (cuFuncSetAttribute on the kernel's handle): those that
+      // differ from the kernel's on that device. They override the kernel's,
+      // whenever the program set them (cuKernelSetAttribute's documentation).
+      json ownFunctions = json::array();
+      if (auto used = s_.kernelFunctions_.find(id); used != s_.kernelFunctions_.end()) {
+        for (uint64_t context : used->second) {
+          auto ctx = s_.contexts_.find(context);
+          CUfunction f = nullptr;
+          if (ctx == s_.contexts_.end() ||
+              PHOS_DRIVER(d_, CtxSetCurrent)(ctx->second.real) != CUDA_SUCCESS ||
+              PHOS_DRIVER(d_, KernelGetFunction)(&f, k) != CUDA_SUCCESS) {
+            continue;
+          }
+          const json kernelLevel =
+              perDevice.value(std::to_string(ctx->second.device), json::object());
+          const json now = settableAttributes([&](CUfunction_attribute a, int* v) {
+            return PHOS_DRIVER(d_, FuncGetAttribute)(v, a, f);
+          });
+          json own = json::object();
+          for (const auto& [name, value] : now.items()) {
+            if (kernelLevel.value(name, json()) != value) own[name] = value;
+          }
+          if (!own.empty()) ownFunctions.push_back({{"context", context}, {"attributes", own}});
+        }
+      }
+      json entry = {{"id", id},
+                    {"library", s_.handles_.idOf(lib)},
+                    {"name", kname},
+                    {"attributes", perDevice}};
+      if (!ownFunctions.empty()) entry["functions"] = ownFunctions;
+      kernels.push_back(entry);
+    }
+    state_["kernels"] = kernels;
+  }
+
+  void streams() {
+    json streams = json::array();
+    for (uint64_t id : s_.handles_.ids(HandleType::kCUstream_st)) {
+      auto* st = static_cast<CUstream>(s_.handles_.resolve(HandleType::kCUstream_st, id));
+      unsigned flags = 0;
+      int priority = 0;
+      PHOS_DRIVER(d_, StreamGetFlags)(st, &flags);
+      PHOS_DRIVER(d_, StreamGetPriority)(st, &priority);
+      streams.push_back(
+          {{"id", id}, {"context", s_.contextOf(id)}, {"flags", flags}, {"priority", priority}});
+    }
+    state_["streams"] = streams;
+  }
+
+  // Events: flags, and for one recorded (all work has drained: it has
+  // completed) when, as milliseconds before a mark recorded now in its
+  // context, so that a restore can answer cuEventElapsedTime between it and
+  // any other event (docs/checkpoint.md).
+  Status events() {
+    json events = json::array();
+    std::map<uint64_t, CUevent> marks;  // by context
+    auto markOf = [&](uint64_t context) -> CUevent {
+      auto it = marks.find(context);
+      if (it != marks.end()) return it->second;
+      CUevent mark = nullptr;
+      auto ctx = s_.contexts_.find(context);
+      if (ctx == s_.contexts_.end() || ctx->second.real == nullptr ||
+          PHOS_DRIVER(d_, CtxSetCurrent)(ctx->second.real) != CUDA_SUCCESS ||
+          PHOS_DRIVER(d_, EventCreate)(&mark, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+        return marks[context] = nullptr;
+      }
+      if (PHOS_DRIVER(d_, EventRecord)(mark, nullptr) != CUDA_SUCCESS ||
+          PHOS_DRIVER(d_, EventSynchronize)(mark) != CUDA_SUCCESS) {
+        PHOS_DRIVER(d_, EventDestroy_v2)(mark);
+        mark = nullptr;
+      }
+      return marks[context] = mark;
+    };
+    for (uint64_t id : s_.handles_.ids(HandleType::kCUevent_st)) {
+      const EventState* e = s_.findEvent(id);
+      const uint64_t context = s_.contextOf(id);
+      json entry = {{"id", id},
+                    {"context", context},
+                    {"flags", e != nullptr ? e->flags : 0u},
+                    {"recorded", e != nullptr && e->recorded}};
+      if (e != nullptr && e->recorded && (e->flags & CU_EVENT_DISABLE_TIMING) == 0) {
+        CUevent mark = markOf(context);
+        float before = 0;
+        if (mark == nullptr) {
+          return makeError(Code::kInternal, "cannot time event {} against its context", hex(id));
+        }
+        if (e->restoredMs) {
+          // Restored and not recorded since: its saved time, moved to this mark.
+          CUevent restoreMark = s_.restoreMark(context);
+          if (restoreMark == nullptr ||
+              PHOS_DRIVER(d_, EventElapsedTime_v2)(&before, restoreMark, mark) != CUDA_SUCCESS) {
+            return makeError(Code::kInternal, "cannot time event {} (restored) against its context",
+                             hex(id));
+          }
+          entry["time_ms"] = *e->restoredMs - before;
+        } else {
+          auto* real = static_cast<CUevent>(s_.handles_.resolve(HandleType::kCUevent_st, id));
+          CUresult r = PHOS_DRIVER(d_, EventElapsedTime_v2)(&before, real, mark);
+          if (r == CUDA_SUCCESS) {
+            entry["time_ms"] = -static_cast<double>(before);
+          } else {
+            // The driver gives it no time (its record failed, say): neither
+            // will the restore, which answers as the driver does for an event
+            // never recorded.
+            log::get("daemon")->info("session {}: event {} has no time (CUresult {})", s_.id_,
+                                     hex(id), static_cast<int>(r));
+          }
+        }
+      }
+      events.push_back(entry);
+    }
+    for (const auto& [context, mark] : marks) {
+      if (mark != nullptr) PHOS_DRIVER(d_, EventDestroy_v2)(mark);
+    }
+    // And for a program with few timed events, the driver's own interval
+    // between each pair, which the restore answers exactly.
+    constexpr size_t kMaxTimedPairs = 64;
+    std::vector<json*> timed;
+    for (json& e : events) {
+      if (e.contains("time_ms")) timed.push_back(&e);
+    }
+    if (timed.size() <= kMaxTimedPairs) {
+      for (size_t i = 0; i < timed.size(); ++i) {
+        const uint64_t a = (*timed[i])["id"].get<uint64_t>();
+        const EventState* ea = s_.findEvent(a);
+        json intervals = json::object();
+        for (size_t j = i + 1; j < timed.size(); ++j) {
+          const uint64_t b = (*timed[j])["id"].get<uint64_t>();
+          const EventState* eb = s_.findEvent(b);
+          float ms = 0;
+          if (ea->restoredMs && eb->restoredMs) {
+            auto saved = ea->restoredIntervals.find(b);
+            if (saved == ea->restoredIntervals.end()) continue;  // the times' difference answers
+            ms = saved->second;
+          } else if (!ea->restoredMs && !eb->restoredMs) {
+            auto* ra = static_cast<CUevent>(s_.handles_.resolve(HandleType::kCUevent_st, a));
+            auto* rb = static_cast<CUevent>(s_.handles_.resolve(HandleType::kCUevent_st, b));
+            if (PHOS_DRIVER(d_, EventElapsedTime_v2)(&ms, ra, rb) != CUDA_SUCCESS) continue;
+          } else {
+            continue;
+          }
+          intervals[std::to_string(b)] = ms;
+        }
+        if (!intervals.empty()) (*timed[i])["intervals"] = intervals;
+      }
+    }
+    state_["events"] = events;
+    return Status::ok();
+  }
+
+  // Objects of a kind the engine does not save (a kind remoted later and
+  // not taught to the engine): restored, the program would hold handles
+  // that name nothing.
+  void unsaved() {
+    static const std::set<HandleType> kSaved = {
+        HandleType::kCUctx_st,           HandleType::kCUevent_st, HandleType::kCUfunc_st,
+        HandleType::kCUkern_st,          HandleType::kCUlib_st,   HandleType::kCUmod_st,
+        HandleType::kCUmemPoolHandle_st, HandleType::kCUstream_st};
+    for (HandleType type : s_.handles_.liveTypes()) {
+      if (kSaved.count(type) != 0) continue;
+      for (uint64_t id : s_.handles_.ids(type)) {
+        lost_.push_back(
+            {{"id", id},
+             {"what", fmt::format("an object of handle type {}, which the engine does not save",
+                                  static_cast<int>(type))}});
+      }
+    }
+  }
+
+  Session& s_;
+  const DriverTable& d_;
+  image::ImageWriter& writer_;
+  json& state_;
+  std::vector<DeviceBuffer>& copies_;
+  std::vector<std::pair<uint64_t, const ModuleRecord*>>
+      records_;                // modules and libraries, in creation order
+  json lost_ = json::array();  // what cannot be saved (refused at the end)
+};
+
+Status Session::describe(image::ImageWriter& writer, json& state,
+                         std::vector<DeviceBuffer>& copies) {
+  return Describer(*this, writer, state, copies).run();
+}
+
+
+Status Session::drainContexts() {
+  for (const auto& [vid, ctx] : contexts_) {
+    if (ctx.real == nullptr) continue;
+    RETURN_IF_ERROR(
+        driverStatus(PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real), "making a context current"));
+    if (CUresult r = PHOS_DRIVER(driver_, CtxSynchronize)(); r != CUDA_SUCCESS) {
+      return makeError(Code::kFailedPrecondition,
+                       "context {} of the session failed (CUresult {}): its memory cannot be trusted",
+                       hex(vid), static_cast<int>(r));
+    }
+  }
+  currentReal_ = nullptr;  // the next call makes its own current
+  return Status::ok();
+}
+
+std::vector<DeviceBuffer> Session::allocationList() const {
+  std::vector<DeviceBuffer> buffers;
+  for (const auto& [address, a] : allocations_) {
+    if (a.module != nullptr) continue;
+    auto ctx = contexts_.find(a.context);
+    if (ctx == contexts_.end() || ctx->second.real == nullptr) continue;
+    buffers.push_back({0, address, a.bytes, ctx->second.real, ctx->second.device});
+  }
+  return buffers;
+}
+
+std::map<int, CUcontext> Session::contextsByDevice() const {
+  std::map<int, CUcontext> found;
+  for (const auto& [vid, ctx] : contexts_) {
+    if (ctx.real != nullptr) found.try_emplace(ctx.device, ctx.real);
+  }
+  return found;
+}
+
+void Session::openWindow(AccessGate gate, ValidationMode twins) {
+  setAccessGate(std::move(gate));
+  validator_.setMode(twins);
+  transfers_.track(true);
+}
+
+std::vector<Violation> Session::closeWindow(ValidationMode after) {
+  // A context's sticky error is the application's to see: not reported here.
+  for (const auto& [vid, ctx] : contexts_) {
+    if (ctx.real == nullptr) continue;
+    PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
+    PHOS_DRIVER(driver_, CtxSynchronize)();
+  }
+  currentReal_ = nullptr;
+  std::vector<Violation> found = validator_.collect();
+  if (after == ValidationMode::kOff) validator_.releaseReports();
+  setAccessGate({});
+  setMemoryRelief({});
+  validator_.setMode(after);
+  transfers_.track(false);
+  return found;
+}
+
+// Parsing a large module's PTX took most of CuPy's pause
+// (docs/checkpoint.md): the images are copied under the mutex and parsed
+// without it; a module that cannot be read is left for describe() to refuse.
+void Session::listModuleGlobals() {
+  std::vector<std::pair<uint64_t, std::vector<char>>> unlisted;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [id, rec] : moduleRecords_) {
+      if (rec.globalNames == nullptr) unlisted.emplace_back(id, rec.image);
+    }
+  }
+  for (auto& [id, image] : unlisted) {
+    auto names = moduleGlobalNames(image);
+    if (!names.isOk()) continue;
+    auto listed = std::make_shared<const std::vector<std::string>>(std::move(*names));
+    std::lock_guard lock(mutex_);
+    // The same module still: ids are never reused.
+    if (auto rec = moduleRecords_.find(id); rec != moduleRecords_.end()) rec->second.globalNames = listed;
+  }
+}
+
+Status Session::describeShared(image::ImageWriter& writer, json& state, uint64_t& bytes,
+                               const ProgressFn& progress) {
+  if (auto lane = busyLane()) {
+    return makeError(Code::kFailedPrecondition,
+                     "a thread of pid {} is inside a copy through transfer lane {} of its ring, which phosd "
+                     "gave up on (the thread was stopped in it?): the image could not give the thread the "
+                     "lane's bytes back; checkpoint again once the copy has returned",
+                     pid_, *lane);
+  }
+  uint64_t total = 0;
+  for (const auto& [address, r] : pinned_) total += r.bytes;
+  PhaseProgress phase(progress, "pinned", total);
+  phase.start();
+  json pinned = json::array();
+  for (const auto& [address, r] : pinned_) {
+    std::string name = fmt::format("pinned/{}", hex(address));
+    ASSIGN_OR_RETURN(size_t blob, writer.addBlob(name, "pinned-host", r.bytes, {{"address", address}}));
+    RETURN_IF_ERROR(writer.writeBlob(blob, {reinterpret_cast<const std::byte*>(address), r.bytes}));
+    phase.advance(r.bytes);
+    pinned.push_back({{"address", address}, {"bytes", r.bytes}, {"mapped", r.mapped}, {"flags", r.flags},
+                      {"path", r.path}, {"context", r.context}, {"blob", name}});
+  }
+  state["pinned"] = pinned;
+  bytes += total;
+  if (ring_.has_value()) {
+    auto snap = ring_->snapshot();
+    const ipc::RingGeometry& geometry = ring_->geometry();
+    ASSIGN_OR_RETURN(size_t blob, writer.addBlob("session/ring", "call-ring", snap.bytes.size()));
+    RETURN_IF_ERROR(writer.writeBlob(blob, snap.bytes));
+    state["ring"] = {{"path", ringPath_},
+                     {"blob", "session/ring"},
+                     {"read_position", snap.readPosition},
+                     {"slot_count", geometry.slotCount},
+                     {"slot_bytes", geometry.slotBytes},
+                     {"lane_count", geometry.laneCount},
+                     {"lane_slot_bytes", geometry.laneSlotBytes}};
+  }
+  std::lock_guard lock(hostCallsMutex_);
+  if (hostCalls_ != nullptr) {
+    auto queue = hostCalls_->bytes();
+    ASSIGN_OR_RETURN(size_t blob, writer.addBlob("session/hostcalls", "host-call-queue", queue.size()));
+    RETURN_IF_ERROR(writer.writeBlob(blob, queue));
+    state["host_calls"] = {{"path", hostCalls_->path()}, {"blob", "session/hostcalls"}};
+  }
+  return Status::ok();
+}
+
+}  // namespace phos::daemon
