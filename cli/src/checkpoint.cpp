@@ -59,13 +59,8 @@ int restoreExitCode(const Status& status) {
   }
 }
 
-// phosd's error codes for a refused checkpoint.
-int daemonExitCode(const std::string& code) {
-  for (const char* bad : {"invalid-argument", "not-found", "already-exists", "data-loss"}) {
-    if (code == bad) return kExitBadInput;
-  }
-  return kExitFailure;
-}
+// The exit status for phosd's refusal code (ipc::isBadRequest).
+int daemonExitCode(const std::string& code) { return ipc::isBadRequest(code) ? kExitBadInput : kExitFailure; }
 
 std::string runtimeDirOf(const std::string& given) {
   return given.empty() ? ipc::runtimeDir() : given;
@@ -222,8 +217,8 @@ int checkpointThroughDaemon(const CheckpointArgs& args, const json& request, con
     }
     std::string code = message.value("code", std::string());
     std::string error = message.value("error", std::string("phosd refused the checkpoint"));
-    if (code == "no-session") return localCheckpoint(args, error);
-    if (code == "busy") {
+    if (code == ipc::kNoSession) return localCheckpoint(args, error);
+    if (code == ipc::kBusy) {
       busy = error.substr(0, error.find("; try again"));
       return kExitFailure;
     }

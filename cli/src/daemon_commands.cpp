@@ -308,7 +308,7 @@ int runValidate(const ValidateArgs& args) {
   }
   if (!reply.value("ok", false)) {
     std::fprintf(stderr, "phos validate: %s\n", reply.value("error", std::string("the daemon refused")).c_str());
-    return reply.value("code", std::string()) == "no-session" ? kExitBadInput : kExitFailure;
+    return ipc::isBadRequest(reply.value("code", std::string())) ? kExitBadInput : kExitFailure;
   }
   if (args.json) {
     std::puts(reply.dump(2).c_str());

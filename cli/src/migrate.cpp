@@ -85,17 +85,17 @@ int migrateOnce(const MigrateArgs& args, const json& request, const std::string&
     }
     const std::string code = message.value("code", std::string());
     const std::string error = message.value("error", std::string("phosd refused the migration"));
-    if (code == "busy") {
+    if (code == ipc::kBusy) {
       busy = error.substr(0, error.find("; try again"));
       return kExitFailure;
     }
     std::fprintf(stderr, "phos migrate: %s\n", error.c_str());
-    if (code == "no-session") {
+    if (code == ipc::kNoSession) {
       std::fprintf(stderr, "phos migrate: only jobs under PhOS (phos run) migrate\n");
     } else if (error.find("left stopped") == std::string::npos) {
       std::fprintf(stderr, "phos migrate: pid %d runs on here\n", args.pid);
     }
-    return code == "invalid-argument" || code == "no-session" ? kExitBadInput : kExitFailure;
+    return ipc::isBadRequest(code) ? kExitBadInput : kExitFailure;
   }
 }
 

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tests of Status, Result<T> and the propagation macros.
+#include "phos/common/ipc/control.h"
 #include "phos/common/status.h"
 
 #include <cerrno>
@@ -85,6 +86,23 @@ TEST(Result, MoveOnlyValues) {
   ASSERT_THAT(r, IsOk());
   std::unique_ptr<int> p = std::move(r).value();
   EXPECT_EQ(*p, 5);
+}
+
+
+// The control protocol's refusal codes: one spelling on the wire, and which
+// of them are the asker's mistake (the CLI's exit status 2).
+TEST(ControlCodes, BadRequestsAreTheAskersMistakes) {
+  for (Code c : {Code::kInvalidArgument, Code::kNotFound, Code::kAlreadyExists, Code::kDataLoss}) {
+    EXPECT_TRUE(ipc::isBadRequest(wireCode(c))) << wireCode(c);
+  }
+  EXPECT_TRUE(ipc::isBadRequest(ipc::kNoSession));
+  for (Code c : {Code::kFailedPrecondition, Code::kPermissionDenied, Code::kResourceExhausted, Code::kUnavailable,
+                 Code::kIo, Code::kInternal, Code::kNotSupported}) {
+    EXPECT_FALSE(ipc::isBadRequest(wireCode(c))) << wireCode(c);
+  }
+  EXPECT_FALSE(ipc::isBadRequest(ipc::kBusy));
+  EXPECT_FALSE(ipc::isBadRequest(""));
+  EXPECT_FALSE(ipc::isBadRequest("NOT_FOUND"));  // codeName's spelling is for messages, never the wire
 }
 
 }  // namespace

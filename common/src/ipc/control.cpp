@@ -17,6 +17,13 @@
 
 namespace phos::ipc {
 
+bool isBadRequest(std::string_view code) {
+  for (Code bad : {Code::kInvalidArgument, Code::kNotFound, Code::kAlreadyExists, Code::kDataLoss}) {
+    if (code == wireCode(bad)) return true;
+  }
+  return code == kNoSession;
+}
+
 std::string runtimeDir() {
   if (const char* d = std::getenv("PHOS_RUNTIME_DIR"); d != nullptr && *d != '\0') return d;
   if (geteuid() == 0) return "/run/phos";

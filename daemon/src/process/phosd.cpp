@@ -578,7 +578,7 @@ void Daemon::Impl::expire() {
       continue;
     }
     answerAndClose(c->fd, json{{"ok", false},
-                               {"code", "busy"},
+                               {"code", ipc::kBusy},
                                {"error", fmt::format("{} is still being restored by another request after {} s",
                                                      c->image, kImageWait.count())}});
     c = waitingForWorker.erase(c);

@@ -183,7 +183,7 @@ std::optional<json> Daemon::Impl::handle(const json& request, const ucred& peer,
     } else if (key) {
       keyHex = key->hex();
     } else {
-      return json{{"ok", false}, {"code", "invalid-argument"},
+      return json{{"ok", false}, {"code", wireCode(Code::kInvalidArgument)},
                   {"error", "this daemon has no key to prove to the target: start it with --key FILE, or pass "
                             "phos migrate --key FILE"}};
     }
@@ -201,11 +201,11 @@ std::optional<json> Daemon::Impl::handle(const json& request, const ucred& peer,
       }
     }
     if (w == nullptr) {
-      return json{{"ok", false}, {"code", "no-session"},
+      return json{{"ok", false}, {"code", ipc::kNoSession},
                   {"error", fmt::format("pid {} has no PhOS session in this phosd", named)}};
     }
     if (peer.uid != 0 && peer.uid != w->uid) {
-      return json{{"ok", false}, {"code", "permission"},
+      return json{{"ok", false}, {"code", wireCode(Code::kPermissionDenied)},
                   {"error", fmt::format("uid {} may not {} pid {} (a process of uid {})", peer.uid,
                                         op == "validation" ? "inspect the validation of" : op, named, w->uid)}};
     }

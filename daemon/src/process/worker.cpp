@@ -26,6 +26,7 @@
 #include "protocols/engine.h"
 #include "session/jit_helper.h"
 #include "protocols/on_demand_restore.h"
+#include "phos/common/ipc/control.h"
 #include "phos/common/log.h"
 #include "phos/common/subprocess.h"
 #include "session/server_call.h"
@@ -370,7 +371,7 @@ class Worker {
   bool beginOperation(const char* name, int fd) {
     if (operationRunning_.load()) {
       writeLine(fd, {{"ok", false},
-                     {"code", "busy"},
+                     {"code", ipc::kBusy},
                      {"error", fmt::format("{} is running a {} already; try again when it is done",
                                            who(), operationName_)}});
       close(fd);
@@ -394,7 +395,7 @@ class Worker {
     }
     if (session == nullptr) {
       writeLine(
-          fd, {{"ok", false}, {"code", "no-session"}, {"error", "this worker serves no session"}});
+          fd, {{"ok", false}, {"code", ipc::kNoSession}, {"error", "this worker serves no session"}});
       close(fd);
       return;
     }
@@ -446,7 +447,7 @@ class Worker {
       session = session_.get();
     }
     if (session == nullptr) {
-      writeLine(fd, {{"ok", false}, {"code", "no-session"}, {"error", "this worker serves no session"}});
+      writeLine(fd, {{"ok", false}, {"code", ipc::kNoSession}, {"error", "this worker serves no session"}});
       close(fd);
       return;
     }
@@ -478,7 +479,7 @@ class Worker {
     // phosd always says who asked (SO_PEERCRED); without it nothing is
     // restored, rather than restoring as root.
     if (!m.contains("peer_uid") || !m["peer_uid"].is_number_unsigned()) {
-      writeLine(fd, {{"ok", false}, {"code", "internal"}, {"error", "phosd did not say which uid asks to restore"}});
+      writeLine(fd, {{"ok", false}, {"code", wireCode(Code::kInternal)}, {"error", "phosd did not say which uid asks to restore"}});
       close(fd);
       ending_ = true;
       operationRunning_ = false;
@@ -522,7 +523,7 @@ class Worker {
     // kept as the last word before the session is announced.
     if (peerUid != 0 && peerUid != session->uid()) {
       writeLine(fd, {{"ok", false},
-                     {"code", "permission"},
+                     {"code", wireCode(Code::kPermissionDenied)},
                      {"error", fmt::format("uid {} may not restore a session of uid {}", peerUid,
                                            session->uid())}});
       std::lock_guard lock(mutex_);

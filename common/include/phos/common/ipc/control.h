@@ -55,6 +55,17 @@
 
 namespace phos::ipc {
 
+// The "code" of a refused request ({"ok": false, "code", "error"}): a Status
+// code in its wire spelling (wireCode, phos/common/status.h), or one of these,
+// which only the control protocol has.
+inline constexpr std::string_view kNoSession = "no-session";  // the pid runs without PhOS
+inline constexpr std::string_view kBusy = "busy";  // another request holds the job or the image: try again
+
+// Whether a refusal's code says the request itself was wrong (a bad field, a
+// pid without a session, an image that is missing, exists already or is
+// damaged), not that doing it failed: the CLI exits 2 for those, 1 otherwise.
+bool isBadRequest(std::string_view code);
+
 // The directory of this user's daemon: $PHOS_RUNTIME_DIR, else /run/phos for
 // root, else $XDG_RUNTIME_DIR/phos, else /tmp/phos-<uid>.
 std::string runtimeDir();
