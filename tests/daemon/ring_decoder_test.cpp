@@ -37,12 +37,8 @@
 namespace phos::daemon {
 namespace {
 
-using cuda_api::EntryPointId;
-using fuzz::kAppPtx;
-using fuzz::kAppScratch;
-using fuzz::kModulePtx;
-using fuzz::RequestBuilder;
-
+// (EntryPointId, RequestBuilder and the stand-in application's addresses
+// come with session_harness.h.)
 constexpr uint64_t kHandleTypeShift = 48;
 uint64_t fakeHandle(HandleType type, uint64_t serial) { return (static_cast<uint64_t>(type) << kHandleTypeShift) | serial; }
 
