@@ -69,18 +69,12 @@ class Session::Describer {
   // copied. Its flags, limits and cache preference; the primary contexts'
   // references; the session's device ranges.
   Status contexts() {
+    RETURN_IF_ERROR(s_.drainContexts());
     json contexts = json::array();
     for (const auto& [vid, ctx] : s_.contexts_) {
       if (ctx.real == nullptr) continue;
       RETURN_IF_ERROR(
           driverStatus(PHOS_DRIVER(d_, CtxSetCurrent)(ctx.real), "making a context current"));
-      CUresult r = PHOS_DRIVER(d_, CtxSynchronize)();
-      if (r != CUDA_SUCCESS) {
-        return makeError(
-            Code::kFailedPrecondition,
-            "context {} of the session failed (CUresult {}): its memory cannot be trusted",
-            hex(vid), static_cast<int>(r));
-      }
       unsigned flags = 0;
       PHOS_DRIVER(d_, CtxGetFlags)(&flags);
       // Limits and cache preference the application may have set.
