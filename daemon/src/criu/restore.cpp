@@ -60,22 +60,20 @@ class LazyPagesServer {
                                                          const fs::path& work) {
     int status[2];
     if (::pipe2(status, O_CLOEXEC) != 0) return errnoError(errno, "a pipe for CRIU's lazy-pages server");
+    UniqueFd readEnd(status[0]), writeEnd(status[1]);
     constexpr int kStatusFd = 3;
     auto pid = spawn(criu.command({"lazy-pages", "-D", images.string(), "-W", work.string(), "-o", "lazy-pages.log",
                                    "--status-fd", std::to_string(kStatusFd)}),
-                     -1, {{status[1], kStatusFd}});
-    ::close(status[1]);
-    if (!pid.isOk()) {
-      ::close(status[0]);
-      return std::move(pid).status().withContext("starting CRIU's lazy-pages server");
-    }
+                     -1, {{writeEnd.get(), kStatusFd}});
+    writeEnd.reset();  // the server's only: its exit closes the pipe
+    if (!pid.isOk()) return std::move(pid).status().withContext("starting CRIU's lazy-pages server");
     auto server = std::unique_ptr<LazyPagesServer>(new LazyPagesServer(*pid));
     char ready = 1;
     ssize_t n;
     do {
-      n = ::read(status[0], &ready, 1);
+      n = ::read(readEnd.get(), &ready, 1);
     } while (n < 0 && errno == EINTR);
-    ::close(status[0]);
+    readEnd.reset();
     if (n != 1 || ready != '\0') {
       const int exit = server->waitLoaded();
       ProcessOutput none{exit, "", ""};

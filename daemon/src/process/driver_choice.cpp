@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "phos/common/log.h"
+#include "phos/common/unique_fd.h"
 #include "phos/daemon/phosd.h"
 
 #ifndef PHOS_VGPU_DRIVER
@@ -43,14 +44,11 @@ struct GpuProbe {
 GpuProbe probeNvidiaDriver() {
   int pipeFds[2];
   if (pipe2(pipeFds, O_CLOEXEC) != 0) return {};
+  UniqueFd readEnd(pipeFds[0]), writeEnd(pipeFds[1]);
   pid_t child = fork();
-  if (child < 0) {
-    close(pipeFds[0]);
-    close(pipeFds[1]);
-    return {};
-  }
+  if (child < 0) return {};
   if (child == 0) {
-    close(pipeFds[0]);
+    readEnd.reset();
     std::string answer = "0\n";
     if (void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL); h != nullptr) {
       auto init = reinterpret_cast<CUresult (*)(unsigned)>(dlsym(h, "cuInit"));
@@ -64,10 +62,10 @@ GpuProbe probeNvidiaDriver() {
       }
       answer = fmt::format("{}\n{}", gpu ? n : 0, path);
     }
-    (void)!write(pipeFds[1], answer.data(), answer.size());
+    (void)!write(writeEnd.get(), answer.data(), answer.size());
     _exit(0);
   }
-  close(pipeFds[1]);
+  writeEnd.reset();
   std::string text;
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   for (;;) {
@@ -78,15 +76,15 @@ GpuProbe probeNvidiaDriver() {
       text.clear();
       break;
     }
-    pollfd p{pipeFds[0], POLLIN, 0};
+    pollfd p{readEnd.get(), POLLIN, 0};
     if (poll(&p, 1, static_cast<int>(left)) < 0 && errno != EINTR) break;
     char buf[4096];
-    ssize_t n = read(pipeFds[0], buf, sizeof(buf));
+    ssize_t n = read(readEnd.get(), buf, sizeof(buf));
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) break;
     text.append(buf, static_cast<size_t>(n));
   }
-  close(pipeFds[0]);
+  readEnd.reset();
   while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
   }
   GpuProbe probe;
