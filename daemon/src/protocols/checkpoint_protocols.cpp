@@ -38,8 +38,6 @@ using Clock = CheckpointTimes::Clock;
 
 namespace {
 
-constexpr auto kPauseTimeout = std::chrono::seconds(60);
-
 // For tests of the concurrent protocols only (PHOS_TEST_REFERENCE_SNAPSHOT
 // in phosd's environment): the bytes of every buffer at the quiesce point,
 // read from the device while the session is paused, one file per buffer
@@ -457,6 +455,12 @@ void CheckpointProtocol::reserveStaging() {
   }
 }
 
+Status CheckpointProtocol::beforeDump() {
+  times_.beforeDump = Clock::now();
+  s_.listModuleGlobals();
+  return prepare();
+}
+
 Status CheckpointProtocol::beforeFreeze(image::ImageWriter& writer) {
   times_.pauseAsked = Clock::now();
   RETURN_IF_ERROR(s_.pause(kPauseTimeout));
@@ -522,9 +526,7 @@ class StopTheWorld : public CheckpointProtocol {
       : CheckpointProtocol(session, options, progress, times) {}
   const char* name() const override { return "stop-the-world"; }
 
-  Status beforeDump() override {
-    times_.beforeDump = Clock::now();
-    s_.listModuleGlobals();
+  Status prepare() override {
     reserveStaging();
     return Status::ok();
   }
@@ -542,9 +544,7 @@ class CopyOnWrite : public CheckpointProtocol {
       : CheckpointProtocol(session, options, progress, times) {}
   const char* name() const override { return "soft-copy-on-write"; }
 
-  Status beforeDump() override {
-    times_.beforeDump = Clock::now();
-    s_.listModuleGlobals();
+  Status prepare() override {
     // The window validates every launch: its twins compiled now, while the
     // application runs, not by its first launches in the window.
     s_.prepareTwinModules();
@@ -598,9 +598,7 @@ class Recopy : public StopTheWorld {
         validationBefore_(session.validator().mode()) {}
   const char* name() const override { return fellBack_ ? "stop-the-world" : "soft-recopy"; }
 
-  Status beforeDump() override {
-    times_.beforeDump = Clock::now();
-    s_.listModuleGlobals();
+  Status prepare() override {
     s_.prepareTwinModules();
     Status copied = precopy(s_, staged_, recopier_, progress_, recopyReport_, options_.outgoing);
     if (copied.isOk() || copied.code() != Code::kResourceExhausted) return copied;

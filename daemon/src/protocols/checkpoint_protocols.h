@@ -26,6 +26,10 @@ namespace migration {
 class Outgoing;
 }
 
+// How long a protocol waits for the call being served when it pauses the
+// session; a call still running then fails the checkpoint (or the window's end).
+inline constexpr auto kPauseTimeout = std::chrono::seconds(60);
+
 // When a checkpoint reached each of its moments (unset: never): where the
 // report's "stall" and "timeline" come from.
 struct CheckpointTimes {
@@ -59,8 +63,8 @@ class CheckpointProtocol {
   virtual const char* name() const = 0;
 
   // The moments of CheckpointHooks, in order.
-  // The job runs: modules' globals listed, twins compiled, memory reserved.
-  virtual Status beforeDump() = 0;
+  // The job runs: modules' globals listed, then the protocol's prepare().
+  Status beforeDump();
   // The cut: the session paused (its calls wait) and its GPU state saved,
   // or, for copy-on-write, listed.
   Status beforeFreeze(image::ImageWriter& writer);
@@ -92,6 +96,9 @@ class CheckpointProtocol {
  protected:
   CheckpointProtocol(Session& session, const ProtocolOptions& options, const ProgressFn& progress,
                      CheckpointTimes& times);
+  // While the job runs, before CRIU starts: twins compiled, host memory
+  // reserved, recopy's rounds.
+  virtual Status prepare() = 0;
   // The session paused and its mutex held; `snapshot`: the directory of the
   // tests' reference snapshot (PHOS_TEST_REFERENCE_SNAPSHOT), or empty.
   virtual Status capture(image::ImageWriter& writer, const std::string& snapshot) = 0;

@@ -58,8 +58,6 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr auto kPauseTimeout = std::chrono::seconds(60);
-
 // The driver entry points the engine calls beyond those phosd needs to run:
 // a driver without one (older than CUDA 12.4) cannot checkpoint.
 Status requireEntryPoints(const DriverTable& d) {

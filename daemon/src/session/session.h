@@ -375,8 +375,9 @@ class Session {
   // Holds the session's mutex, which the serving thread holds while it
   // serves a call: no call runs meanwhile.
   [[nodiscard]] std::unique_lock<std::timed_mutex> lockCalls() { return std::unique_lock(mutex_); }
-  // Waits for everything the session's contexts run; fails naming a context
-  // whose work failed (its memory cannot be trusted). Mutex held.
+  // Waits for everything the session's contexts run, every one of them; fails
+  // naming the first context whose work failed (its memory cannot be
+  // trusted). Mutex held.
   Status drainContexts();
   // The session's device allocations (not module globals), each with a
   // context of its device. Mutex held.

@@ -513,18 +513,19 @@ Status Session::describe(image::ImageWriter& writer, json& state,
 
 
 Status Session::drainContexts() {
+  Status first = Status::ok();
   for (const auto& [vid, ctx] : contexts_) {
     if (ctx.real == nullptr) continue;
-    RETURN_IF_ERROR(
-        driverStatus(PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real), "making a context current"));
-    if (CUresult r = PHOS_DRIVER(driver_, CtxSynchronize)(); r != CUDA_SUCCESS) {
-      return makeError(Code::kFailedPrecondition,
-                       "context {} of the session failed (CUresult {}): its memory cannot be trusted",
-                       hex(vid), static_cast<int>(r));
+    CUresult r = PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
+    if (r == CUDA_SUCCESS) r = PHOS_DRIVER(driver_, CtxSynchronize)();
+    if (r != CUDA_SUCCESS && first.isOk()) {
+      first = makeError(Code::kFailedPrecondition,
+                        "context {} of the session failed (CUresult {}): its memory cannot be trusted", hex(vid),
+                        static_cast<int>(r));
     }
   }
   currentReal_ = nullptr;  // the next call makes its own current
-  return Status::ok();
+  return first;
 }
 
 std::vector<DeviceBuffer> Session::allocationList() const {
@@ -553,13 +554,7 @@ void Session::openWindow(AccessGate gate, ValidationMode twins) {
 }
 
 std::vector<Violation> Session::closeWindow(ValidationMode after) {
-  // A context's sticky error is the application's to see: not reported here.
-  for (const auto& [vid, ctx] : contexts_) {
-    if (ctx.real == nullptr) continue;
-    PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
-    PHOS_DRIVER(driver_, CtxSynchronize)();
-  }
-  currentReal_ = nullptr;
+  (void)drainContexts();  // a context's sticky error is the application's to see
   std::vector<Violation> found = validator_.collect();
   if (after == ValidationMode::kOff) validator_.releaseReports();
   setAccessGate({});
