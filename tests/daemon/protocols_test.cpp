@@ -3,19 +3,24 @@
 // checkpoint's moments, as CRIU's action script calls them, on a session
 // served on vgpu in this process: what each saves of the job's memory while
 // the job writes it, and that a checkpoint that fails at any moment leaves
-// the session serving with no window open. No CRIU: these are the GPU half.
+// the session serving with no window open; and what a concurrent restore
+// (on_demand_restore.h) loads while the job's calls write the memory. No
+// CRIU: these are the GPU half.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "protocols/checkpoint_protocols.h"
+#include "protocols/on_demand_restore.h"
 #include "phos/image/reader.h"
 #include "phos/image/writer.h"
 #include "session_harness.h"
@@ -204,6 +209,118 @@ TEST_F(Protocols, ARecopyThatFailsBeforeItsCutClosesItsWindow) {
   EXPECT_TRUE(client_->session().hasAccessGate());
   p->finish(false);  // CRIU gave up before freezing: no beforeFreeze
   expectServingWithoutWindow();
+}
+
+// A concurrent restore of the image of a stop-the-world checkpoint (the
+// allocation holds 0xa5 there) into device memory that holds 0x00, as a
+// target's fresh mapping does. `write` is the job's first call, made while
+// nothing is loaded; the load runs once the call waits for it (or has
+// returned). What the job then reads, and the restore's statistics.
+struct Restored {
+  std::vector<uint8_t> bytes;
+  OnDemandStats stats;
+};
+
+class ConcurrentRestore : public Protocols {
+ protected:
+  Restored restoreWhile(const std::function<void()>& write) {
+    auto stop = protocol("stop");
+    EXPECT_EQ(checkpoint(*stop), kAtTheCut);
+    fill(0x00);
+    auto reader = image::ImageReader::open(image_);
+    EXPECT_TRUE(reader.isOk()) << reader.status().message();
+    if (!reader.isOk()) return {};
+    Session& s = client_->session();
+    std::vector<DeviceBuffer> buffers = s.allocationList();
+    EXPECT_EQ(buffers.size(), 1u);
+    auto blob = (*reader)->findBlob(stop->state().at("allocations")[0].at("blob").get<std::string>());
+    EXPECT_TRUE(blob.has_value());
+    if (buffers.size() != 1 || !blob) return {};
+    buffers[0].blob = *blob;
+    OnDemandRestore loading(s.driver(), std::shared_ptr<const image::ImageReader>(std::move(*reader)),
+                            buffers);
+    EXPECT_TRUE(loading.prepare().isOk());
+    const ValidationMode before = s.validator().mode();
+    EXPECT_TRUE(s.pause(std::chrono::seconds(5)).isOk());
+    {
+      auto lock = s.lockCalls();
+      s.openWindow(loading.gate(), ValidationMode::kValidateRestore);
+    }
+    s.resume();
+    std::atomic<bool> returned{false};
+    std::thread job([&] {
+      write();
+      returned = true;
+    });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!returned && loading.stats().waitedCalls == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    Status loaded = loading.run([](uint64_t) {}, [] { return false; });
+    EXPECT_TRUE(loaded.isOk()) << loaded.message();
+    job.join();
+    EXPECT_TRUE(s.pause(std::chrono::seconds(5)).isOk());
+    {
+      auto lock = s.lockCalls();
+      EXPECT_TRUE(s.closeWindow(before).empty());
+    }
+    s.resume();
+    return {deviceBytes(), loading.stats()};
+  }
+};
+
+// Found by the differential tester after live migrations (seeds 61581 and
+// 62454 of docs/checkpoint.md): the job allocated a buffer and memset rows of
+// it with cuMemsetD2D32 while the target still loaded the memory. A 2D set
+// names the span from its first row to the end of its last, which covered a
+// whole chunk not loaded yet: the chunk was taken as overwritten and never
+// loaded, and the gaps between the rows kept the fresh mapping's zeros.
+TEST_F(ConcurrentRestore, LoadsTheChunkOfA2DSetThatLeavesGapsBetweenItsRows) {
+  // Rows of 196 bytes every 300: the last one ends at 4096, the allocation's end.
+  constexpr uint64_t kPitch = 300, kWidth = 196, kHeight = 14;
+  static_assert(kPitch * (kHeight - 1) + kWidth == Client::kBytes);
+  Client& c = *client_;
+  const Restored r = restoreWhile([&] {
+    EXPECT_EQ(c.call(c.req(EntryPointId::kCuMemsetD2D8_v2)
+                         .message(wire::cuMemsetD2D8_v2_Request{c.device, kPitch, 0x11, kWidth, kHeight}))
+                  .result,
+              CUDA_SUCCESS);
+  });
+  std::vector<uint8_t> expected = kAtTheCut;
+  for (uint64_t row = 0; row < kHeight; ++row) {
+    std::fill_n(expected.begin() + static_cast<std::ptrdiff_t>(row * kPitch), kWidth, 0x11);
+  }
+  EXPECT_EQ(r.bytes, expected);
+  EXPECT_EQ(r.stats.skippedChunks, 0u);
+  EXPECT_EQ(r.stats.waitedCalls, 1u);
+}
+
+// A set of the whole allocation leaves nothing of the image: its chunk is
+// not loaded at all, and the call does not wait.
+TEST_F(ConcurrentRestore, SkipsTheChunkThatASetOverwritesWhole) {
+  Client& c = *client_;
+  const Restored r = restoreWhile([&] {
+    EXPECT_EQ(c.call(c.req(EntryPointId::kCuMemsetD8_v2)
+                         .message(wire::cuMemsetD8_v2_Request{c.device, 0x22, Client::kBytes}))
+                  .result,
+              CUDA_SUCCESS);
+  });
+  EXPECT_EQ(r.bytes, std::vector<uint8_t>(Client::kBytes, 0x22));
+  EXPECT_EQ(r.stats.skippedChunks, 1u);
+  EXPECT_EQ(r.stats.waitedCalls, 0u);
+}
+
+// Rows with no gap between them (the pitch is the width) overwrite their span.
+TEST_F(ConcurrentRestore, SkipsTheChunkThatA2DSetWithoutGapsOverwrites) {
+  Client& c = *client_;
+  const Restored r = restoreWhile([&] {
+    EXPECT_EQ(c.call(c.req(EntryPointId::kCuMemsetD2D8_v2)
+                         .message(wire::cuMemsetD2D8_v2_Request{c.device, 256, 0x33, 256, Client::kBytes / 256}))
+                  .result,
+              CUDA_SUCCESS);
+  });
+  EXPECT_EQ(r.bytes, std::vector<uint8_t>(Client::kBytes, 0x33));
+  EXPECT_EQ(r.stats.skippedChunks, 1u);
 }
 
 }  // namespace

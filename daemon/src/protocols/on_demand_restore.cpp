@@ -82,9 +82,10 @@ void OnDemandRestore::before(const CallAccess& access) {
       });
     };
     // A copy or set that overwrites a whole chunk it does not read (a free
-    // ends it likewise) makes loading it pointless. Not so for a kernel: its
-    // write set is the whole buffer, not what it really writes.
-    if (!access.kernel) {
+    // ends it likewise) makes loading it pointless. Not so for a kernel or a
+    // 2D set, which may leave bytes of their spans as they were
+    // (CallAccess::overwrites).
+    if (access.overwrites || access.ends) {
       bool skipped = false;
       for (const instrument::Buffer& w : access.writes) {
         overlapping(w.base, w.base + w.size, [&](Entry& e) {

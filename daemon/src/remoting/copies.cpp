@@ -243,7 +243,7 @@ class TransferScope {
 // ranges (pageable application memory is CPU state). Exact byte ranges.
 void passCopyGate(Session& s, uint64_t dst, uint64_t src, uint64_t bytes) {
   if (bytes == 0) return;
-  CallAccess access;
+  CallAccess access{.overwrites = true};
   if (s.ownsRange(src, bytes)) access.reads.push_back({src, bytes});
   if (s.ownsRange(dst, bytes)) access.writes.push_back({dst, bytes});
   if (!access.reads.empty() || !access.writes.empty()) s.passGate(access);
@@ -318,7 +318,7 @@ template <typename T>
 CUresult memset(ServerCall& c, CUdeviceptr dst, T value, size_t count, CUstream s) {
   if (count > (~0ull) / sizeof(T)) return CUDA_ERROR_INVALID_VALUE;
   if (!c.checkDeviceRange(dst, count * sizeof(T))) return CUDA_ERROR_INVALID_VALUE;
-  c.session().passGate({{}, {{dst, count * sizeof(T)}}});
+  c.session().passGate({.writes = {{dst, count * sizeof(T)}}, .overwrites = true});
   if constexpr (sizeof(T) == 1) return PHOS_DRIVER(c.driverTable(), MemsetD8Async)(dst, value, count, s);
   if constexpr (sizeof(T) == 2) return PHOS_DRIVER(c.driverTable(), MemsetD16Async)(dst, value, count, s);
   if constexpr (sizeof(T) == 4) return PHOS_DRIVER(c.driverTable(), MemsetD32Async)(dst, value, count, s);
@@ -334,9 +334,9 @@ CUresult memset2D(ServerCall& c, CUdeviceptr dst, size_t pitch, T value, size_t 
   if (height > 1 && pitch != 0 && height - 1 > (kMax - row) / pitch) return CUDA_ERROR_INVALID_VALUE;
   const uint64_t extent = height == 0 ? 0 : pitch * (height - 1) + row;
   if (!c.checkDeviceRange(dst, extent)) return CUDA_ERROR_INVALID_VALUE;
-  // The rows and the gaps between them: the gaps are not written, but a
-  // protocol copies whole buffers anyway.
-  c.session().passGate({{}, {{dst, extent}}});
+  // The rows and the gaps between them, which are not written: the span is
+  // overwritten only when there are no gaps.
+  c.session().passGate({.writes = {{dst, extent}}, .overwrites = height <= 1 || pitch == row});
   if constexpr (sizeof(T) == 1) {
     return PHOS_DRIVER(c.driverTable(), MemsetD2D8Async)(dst, pitch, value, width, height, s);
   }
@@ -417,7 +417,10 @@ CUresult rowCopy(ServerCall& c, RowSide src, RowSide dst, uint64_t width, uint64
     const uint64_t first = rowAddress(side, 0, 0);
     return {first, rowAddress(side, rows - 1, depth - 1) + width - first};
   };
-  CallAccess access;
+  // The destination's span is overwritten when its rows and slices follow
+  // one another with no gap.
+  CallAccess access{.overwrites = (rows == 1 && depth == 1) ||
+                                  (dst.pitch == width && (depth == 1 || dst.height == rows))};
   if (!src.application) access.reads.push_back(span(src));
   if (!dst.application) access.writes.push_back(span(dst));
   if (!access.reads.empty() || !access.writes.empty()) c.session().passGate(access);

@@ -42,6 +42,11 @@ struct CallAccess {
   bool unchecked = false;   // a launch that runs without a twin: nothing checks its writes
   bool everything = false;  // may end any of it (a module unloaded, a context destroyed)
   bool ends = false;        // ends what it writes (a free): its bytes matter no more
+  // Every byte of `writes` is written (a copy or set of one range). A 2D or
+  // 3D copy or set names the span from its first row to its last, gaps
+  // included, and a kernel its whole buffers: what they do not write keeps
+  // the bytes it had, so a protocol may not take the span as overwritten.
+  bool overwrites = false;
 
   // Whether the call may write beyond `writes`: a protocol must assume it
   // writes every buffer.
