@@ -470,6 +470,8 @@ class Runner:
             self._check(case, self._run(case, work, outcome, explain=False, segments=[]))
         except FAILURES as e:
             outcome.failure = str(e).strip() or type(e).__name__
+        if outcome.failure:
+            self.keep_daemon_logs(case, work)
         if outcome.failure and explain_failures:
             outcome.explanation = self.explain(case, work)
         if not outcome.ok:
@@ -477,6 +479,18 @@ class Runner:
         elif not self.keep:
             shutil.rmtree(work, ignore_errors=True)
         return outcome
+
+    def keep_daemon_logs(self, case: Case, work: pathlib.Path):
+        """The test hosts' phosd logs beside a failed case's files (the hosts,
+        and their logs, go at the end of the run)."""
+        hosts = self.hostsets.get(case.slow)
+        if hosts is None or not hosts.is_up:
+            return
+        for host in ("h1", "h2"):
+            try:
+                shutil.copyfile(hosts.state / host / "phosd.log", work / f"phosd.{host}.log")
+            except OSError:
+                pass  # a host that did not start has no log
 
     def explain(self, case: Case, work: pathlib.Path) -> str:
         """Runs the case again with --explain: which items differ, at which step, in which segment."""
