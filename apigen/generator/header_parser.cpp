@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Reads cuda.h and cudaTypedefs.h with libclang into the generator's ApiModel.
+// Reads cuda.h, cudaProfiler.h and their PFN typedef headers with libclang into the generator's ApiModel.
 #include "header_parser.h"
 
 #include <clang-c/Index.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -145,8 +146,18 @@ struct VisitState {
   CXTranslationUnit tu;
   CXFile cudaFile;
   CXFile typedefsFile;
+  CXFile profilerFile;          // null when the profiler header is not read
+  CXFile profilerTypedefsFile;  // null likewise
   ParsePass* pass;
   std::vector<std::string>* problems;
+
+  bool declaresEntryPoints(CXCursor cursor) const {
+    return isInFile(cursor, cudaFile) || (profilerFile != nullptr && isInFile(cursor, profilerFile));
+  }
+  bool declaresTypedefs(CXCursor cursor) const {
+    return isInFile(cursor, typedefsFile) ||
+           (profilerTypedefsFile != nullptr && isInFile(cursor, profilerTypedefsFile));
+  }
 };
 
 void visitMacro(CXCursor cursor, VisitState& st) {
@@ -195,7 +206,7 @@ CXChildVisitResult visitTopLevel(CXCursor cursor, CXCursor, CXClientData data) {
       if (isInFile(cursor, st.cudaFile)) visitMacro(cursor, st);
       break;
     case CXCursor_FunctionDecl: {
-      if (!isInFile(cursor, st.cudaFile)) break;
+      if (!st.declaresEntryPoints(cursor)) break;
       // Static inline helpers (cuGetProcAddress_v2_ptsz in per-thread builds)
       // are compiled into the caller; the driver does not export them.
       if (clang_Cursor_getStorageClass(cursor) == CX_SC_Static || clang_Cursor_isFunctionInlined(cursor) != 0) break;
@@ -205,7 +216,7 @@ CXChildVisitResult visitTopLevel(CXCursor cursor, CXCursor, CXClientData data) {
       break;
     }
     case CXCursor_TypedefDecl:
-      if (isInFile(cursor, st.typedefsFile)) visitTypedef(cursor, st);
+      if (st.declaresTypedefs(cursor)) visitTypedef(cursor, st);
       break;
     default:
       break;
@@ -228,6 +239,28 @@ bool wasIncluded(CXTranslationUnit tu, CXFile file) {
   return search.found;
 }
 
+// The file libclang parses: cudaTypedefs.h itself, or, with the profiler
+// headers, a file in memory that includes both typedef headers (each includes
+// the header it declares the PFNs of).
+struct MainFile {
+  std::string path;
+  std::string contents;  // empty: read `path` from disk
+};
+
+MainFile mainFileFor(const ParseOptions& options) {
+  if (options.profilerTypedefsHeader.empty()) return {options.typedefsHeader, ""};
+  return {"phos-apigen-headers.h", fmt::format("#include \"{}\"\n#include \"{}\"\n", options.typedefsHeader,
+                                               options.profilerTypedefsHeader)};
+}
+
+// The file `path` as the translation unit read it, or null when it did not.
+// clang_getFile also answers for a file the translation unit never read, so
+// the inclusion list decides.
+CXFile includedFile(CXTranslationUnit tu, const std::string& path) {
+  CXFile file = clang_getFile(tu, path.c_str());
+  return file != nullptr && wasIncluded(tu, file) ? file : nullptr;
+}
+
 Result<ParsePass> runPass(void* index, const ParseOptions& options, const std::vector<std::string>& defines) {
   namespace fs = std::filesystem;
   std::vector<std::string> args = {"-x", "c", "-std=c11",
@@ -237,9 +270,12 @@ Result<ParsePass> runPass(void* index, const ParseOptions& options, const std::v
   std::vector<const char*> argv;
   for (const auto& a : args) argv.push_back(a.c_str());
 
+  MainFile main = mainFileFor(options);
+  CXUnsavedFile unsaved{main.path.c_str(), main.contents.c_str(), static_cast<unsigned long>(main.contents.size())};
   CXTranslationUnit raw = nullptr;
   CXErrorCode rc = clang_parseTranslationUnit2(
-      index, options.typedefsHeader.c_str(), argv.data(), static_cast<int>(argv.size()), nullptr, 0,
+      index, main.path.c_str(), argv.data(), static_cast<int>(argv.size()), main.contents.empty() ? nullptr : &unsaved,
+      main.contents.empty() ? 0 : 1,
       CXTranslationUnit_DetailedPreprocessingRecord | CXTranslationUnit_SkipFunctionBodies, &raw);
   if (rc != CXError_Success || raw == nullptr) {
     return makeError(Code::kInternal, "libclang could not parse {} (CXErrorCode {})", options.typedefsHeader,
@@ -257,17 +293,26 @@ Result<ParsePass> runPass(void* index, const ParseOptions& options, const std::v
   }
   if (!errors.empty()) return makeError(Code::kInvalidArgument, "{} does not compile:{}", options.typedefsHeader, errors);
 
-  CXFile cudaFile = clang_getFile(raw, options.cudaHeader.c_str());
-  CXFile typedefsFile = clang_getFile(raw, options.typedefsHeader.c_str());
-  // clang_getFile also answers for a file the translation unit never read, so
-  // ask the inclusion list whether cuda.h is the one cudaTypedefs.h included.
-  if (cudaFile == nullptr || !wasIncluded(raw, cudaFile)) {
+  CXFile cudaFile = includedFile(raw, options.cudaHeader);
+  if (cudaFile == nullptr) {
     return makeError(Code::kInvalidArgument, "{} does not include {} (is it the cudaTypedefs.h of the same toolkit?)",
                      options.typedefsHeader, options.cudaHeader);
   }
+  CXFile profilerFile = nullptr;
+  CXFile profilerTypedefsFile = nullptr;
+  if (!options.profilerHeader.empty()) {
+    profilerFile = includedFile(raw, options.profilerHeader);
+    profilerTypedefsFile = includedFile(raw, options.profilerTypedefsHeader);
+    if (profilerFile == nullptr) {
+      return makeError(Code::kInvalidArgument,
+                       "{} does not include {} (is it the cudaProfilerTypedefs.h of the same toolkit?)",
+                       options.profilerTypedefsHeader, options.profilerHeader);
+    }
+  }
   ParsePass pass;
   std::vector<std::string> problems;
-  VisitState st{raw, cudaFile, typedefsFile, &pass, &problems};
+  VisitState st{raw, cudaFile, clang_getFile(raw, options.typedefsHeader.c_str()), profilerFile, profilerTypedefsFile,
+                &pass, &problems};
   clang_visitChildren(clang_getTranslationUnitCursor(raw), visitTopLevel, &st);
   if (!problems.empty()) return makeError(Code::kInvalidArgument, "unexpected declaration: {}", problems.front());
   return pass;
@@ -287,6 +332,13 @@ Status requireFile(const std::string& path, std::string_view what) {
 Result<ApiModel> parseHeaders(const ParseOptions& options) {
   RETURN_IF_ERROR(requireFile(options.cudaHeader, "CUDA header"));
   RETURN_IF_ERROR(requireFile(options.typedefsHeader, "typedefs header"));
+  if (options.profilerHeader.empty() != options.profilerTypedefsHeader.empty()) {
+    return makeError(Code::kInvalidArgument, "the profiler header and its typedefs header go together: give both or neither");
+  }
+  if (!options.profilerHeader.empty()) {
+    RETURN_IF_ERROR(requireFile(options.profilerHeader, "profiler header"));
+    RETURN_IF_ERROR(requireFile(options.profilerTypedefsHeader, "profiler typedefs header"));
+  }
 
   IndexPtr index(clang_createIndex(/*excludeDeclarationsFromPCH=*/0, /*displayDiagnostics=*/0));
   // Two configurations, because no single one declares every exported symbol:
@@ -300,6 +352,7 @@ Result<ApiModel> parseHeaders(const ParseOptions& options) {
   ApiModel model;
   model.cudaHeader = options.cudaHeader;
   model.typedefsHeader = options.typedefsHeader;
+  model.profilerHeader = options.profilerHeader;
   model.cudaVersion = plain.cudaVersion;
   if (model.cudaVersion == 0) {
     return makeError(Code::kInvalidArgument, "{} defines no CUDA_VERSION: not a CUDA Driver API header",

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// phos-apigen: parses cuda.h and cudaTypedefs.h, builds the API model, runs the requested emitters.
+// phos-apigen: parses cuda.h, cudaProfiler.h and their typedef headers, builds the API model, runs the requested emitters.
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -15,7 +15,8 @@
 namespace {
 
 constexpr std::string_view kUsage =
-    "usage: phos-apigen --cuda-h PATH --typedefs-h PATH [--clang-arg ARG]... [--directions PATH]\n"
+    "usage: phos-apigen --cuda-h PATH --typedefs-h PATH [--profiler-h PATH --profiler-typedefs-h PATH]\n"
+    "                   [--clang-arg ARG]... [--directions PATH]\n"
     "                   [--entry-points-h OUT] [--table-cpp OUT] [--trampolines-cpp OUT]\n"
     "                   [--export-map OUT] [--json OUT] [--stats]\n"
     "Reads the CUDA Driver API headers and writes the requested generated files.\n";
@@ -49,6 +50,10 @@ phos::Result<Options> parseArgs(int argc, char** argv) {
       target = &o.parse.cudaHeader;
     } else if (arg == "--typedefs-h") {
       target = &o.parse.typedefsHeader;
+    } else if (arg == "--profiler-h") {
+      target = &o.parse.profilerHeader;
+    } else if (arg == "--profiler-typedefs-h") {
+      target = &o.parse.profilerTypedefsHeader;
     } else if (arg == "--clang-arg") {
       target = &o.parse.clangArgs.emplace_back();
     } else if (arg == "--directions") {

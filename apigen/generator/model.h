@@ -86,6 +86,7 @@ struct Rename {
 struct ApiModel {
   std::string cudaHeader;      // paths as given on the command line
   std::string typedefsHeader;
+  std::string profilerHeader;  // empty when the profiler header was not read
   int cudaVersion = 0;         // CUDA_VERSION of the parsed header
   std::vector<EntryPoint> entryPoints;  // sorted by symbol
   std::vector<PfnTypedef> typedefs;

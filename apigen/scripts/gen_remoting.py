@@ -519,6 +519,7 @@ PRELUDE = '''// cuda.h as the driver itself is built, so every exported symbol (
 #define __CUDA_API_VERSION_INTERNAL 1
 #endif
 #include <cuda.h>
+#include <cudaProfiler.h>
 '''
 
 

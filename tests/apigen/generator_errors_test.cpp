@@ -54,14 +54,16 @@ ParseOptions optionsFor(const std::string& cudaH, const std::string& typedefsH) 
 }
 
 // A two-function Driver API: enough to exercise every stage.
-constexpr const char* kMiniCudaH = R"(#define CUDA_VERSION 12000
+constexpr const char* kMiniCudaH = R"(#pragma once
+#define CUDA_VERSION 12000
 typedef enum cudaError_enum { CUDA_SUCCESS = 0 } CUresult;
 typedef unsigned long long CUdeviceptr;
 #define cuMemAlloc cuMemAlloc_v2
 CUresult cuInit(unsigned int Flags);
 CUresult cuMemAlloc(CUdeviceptr *dptr, unsigned long bytesize);
 )";
-constexpr const char* kMiniTypedefsH = R"(#include <cuda.h>
+constexpr const char* kMiniTypedefsH = R"(#pragma once
+#include <cuda.h>
 typedef CUresult (*PFN_cuInit_v2000)(unsigned int Flags);
 typedef CUresult (*PFN_cuMemAlloc_v3020)(CUdeviceptr *dptr, unsigned long bytesize);
 )";
@@ -79,6 +81,40 @@ TEST(ParseHeaders, MiniatureHeaderPair) {
   ASSERT_THAT(buildProcAddressMap(*model), IsOk());
   ASSERT_EQ(model->procAddress.size(), 2u);
   EXPECT_EQ(model->procAddress[1].variants.at(0).symbol, "cuMemAlloc_v2");
+}
+
+constexpr const char* kMiniProfilerH = R"(#pragma once
+#include <cuda.h>
+CUresult cuProfilerStart(void);
+)";
+constexpr const char* kMiniProfilerTypedefsH = R"(#include <cudaProfiler.h>
+typedef CUresult (*PFN_cuProfilerStart_v4000)(void);
+)";
+
+TEST(ParseHeaders, ProfilerHeaderPairJoinsTheModel) {
+  TempDir dir;
+  ParseOptions o = optionsFor(dir.write("cuda.h", kMiniCudaH), dir.write("cudaTypedefs.h", kMiniTypedefsH));
+  o.profilerHeader = dir.write("cudaProfiler.h", kMiniProfilerH);
+  o.profilerTypedefsHeader = dir.write("cudaProfilerTypedefs.h", kMiniProfilerTypedefsH);
+  Result<ApiModel> model = parseHeaders(o);
+  ASSERT_THAT(model, IsOk());
+  ASSERT_EQ(model->entryPoints.size(), 3u);
+  EXPECT_EQ(model->entryPoints[2].symbol, "cuProfilerStart");
+  ASSERT_THAT(buildProcAddressMap(*model), IsOk());
+  ASSERT_EQ(model->procAddress.size(), 3u);
+  EXPECT_EQ(model->procAddress[2].publicName, "cuProfilerStart");
+}
+
+TEST(ParseHeaders, ProfilerHeaderNeedsItsTypedefs) {
+  TempDir dir;
+  ParseOptions o = optionsFor(dir.write("cuda.h", kMiniCudaH), dir.write("cudaTypedefs.h", kMiniTypedefsH));
+  o.profilerHeader = dir.write("cudaProfiler.h", kMiniProfilerH);
+  EXPECT_THAT(parseHeaders(o), StatusIs(Code::kInvalidArgument, HasSubstr("give both or neither")));
+  o.profilerTypedefsHeader = dir.path() + "/cudaProfilerTypedefs-missing.h";
+  EXPECT_THAT(parseHeaders(o), StatusIs(Code::kNotFound, HasSubstr("cudaProfilerTypedefs-missing.h")));
+  // Typedefs that include some other profiler header: the one given is never read.
+  o.profilerTypedefsHeader = dir.write("cudaProfilerTypedefs.h", "#include <cuda.h>\n");
+  EXPECT_THAT(parseHeaders(o), StatusIs(Code::kInvalidArgument, HasSubstr("does not include")));
 }
 
 TEST(ParseHeaders, MissingHeader) {

@@ -27,10 +27,10 @@ def main() -> int:
         print(f'non-cu* symbols exported: {foreign[:20]}')
         ok = False
     if missing:
-        print(f'{len(missing)} entry points of cuda.h are not exported: {missing[:20]}')
+        print(f'{len(missing)} entry points of cuda.h and cudaProfiler.h are not exported: {missing[:20]}')
         ok = False
     if extra:
-        print(f'{len(extra)} exported cu* symbols are not entry points of cuda.h: {extra[:20]}')
+        print(f'{len(extra)} exported cu* symbols are not entry points of cuda.h or cudaProfiler.h: {extra[:20]}')
         ok = False
     print(f'{len(exported)} symbols exported, {len(expected)} expected')
     return 0 if ok else 1

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// vgpu's contexts: primary contexts, created contexts, the per-thread stack, limits and flags.
+// vgpu's contexts: primary contexts, created contexts, the per-thread stack, limits and flags, profiler control.
+#include <cudaProfiler.h>
+
 #include <thread>
 
 #include "vgpu_test_support.h"
@@ -167,6 +169,31 @@ TEST_F(ContextTest, LimitsAndCacheConfig) {
   EXPECT_CU(cuCtxSetCacheConfig(CU_FUNC_CACHE_PREFER_SHARED));
   EXPECT_CU(cuCtxDestroy(c));
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuCtxGetLimit(&value, CU_LIMIT_STACK_SIZE));
+}
+
+// cudaProfilerStart/Stop reach these through cuGetProcAddress; a driver
+// without them makes the runtime report cudaErrorCallRequiresNewerDriver.
+TEST_F(ContextTest, ProfilerStartAndStopNeedACurrentContextAndChangeNothing) {
+  void* start = nullptr;
+  CUdriverProcAddressQueryResult found{};
+  ASSERT_CU(cuGetProcAddress("cuProfilerStart", &start, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &found));
+  EXPECT_EQ(found, CU_GET_PROC_ADDRESS_SUCCESS);
+  ASSERT_NE(start, nullptr);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuProfilerStart());
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuProfilerStop());
+  CUcontext c = nullptr;
+  ASSERT_CU(cuCtxCreate(&c, nullptr, 0, 0));
+  EXPECT_CU(reinterpret_cast<CUresult (*)()>(start)());
+  EXPECT_CU(cuProfilerStart());  // already started: no effect
+  EXPECT_CU(cuProfilerStop());
+  EXPECT_CU(cuProfilerStop());
+  // Deprecated: "Starting with CUDA 12.0, it always returns CUDA_ERROR_NOT_SUPPORTED."
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED, cuProfilerInitialize("config", "out", CU_OUT_CSV));
+#pragma GCC diagnostic pop
+  EXPECT_CU(cuCtxSynchronize());
+  EXPECT_CU(cuCtxDestroy(c));
 }
 
 TEST_F(ContextTest, PeerAccessNeedsTwoDevices) {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Entry points: primary contexts, created contexts, the per-thread context stack, limits, peer access.
+// Entry points: primary contexts, created contexts, the per-thread context stack, limits, peer access,
+// profiler control.
 #include "entry.h"
 
 #include "phos/export_tables/export_tables.h"
@@ -300,5 +301,24 @@ CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peerContext) {
       return cuError(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, "peer access has not been enabled");
     }
     return Status::ok();
+  });
+}
+
+// Profiler control (cudaProfiler.h). Start and stop bracket what the active
+// profiling tool collects for the current context; vgpu has no profiling tool,
+// so with a current context they succeed and change nothing, as they do on a GPU
+// with no profiler attached.
+CUresult CUDAAPI cuProfilerStart(void) {
+  return call(__func__, [&](Driver& d) -> Status { return d.current().status(); });
+}
+
+CUresult CUDAAPI cuProfilerStop(void) {
+  return call(__func__, [&](Driver& d) -> Status { return d.current().status(); });
+}
+
+// "Starting with CUDA 12.0, it always returns error code CUDA_ERROR_NOT_SUPPORTED."
+CUresult CUDAAPI cuProfilerInitialize(const char*, const char*, CUoutput_mode) {
+  return call(__func__, [&](Driver&) -> Status {
+    return makeError(Code::kNotSupported, "cuProfilerInitialize is deprecated: CUDA 12.0 and later do not support it");
   });
 }

@@ -7,6 +7,7 @@
 // libcuda.so.1 stays hidden (the version script keeps only cu* as a second fence).
 #pragma GCC visibility push(default)
 #include <cuda.h>
+#include <cudaProfiler.h>
 #pragma GCC visibility pop
 
 #include <exception>

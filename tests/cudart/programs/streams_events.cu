@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Two streams, async copies from and to pinned memory, events between them.
+// Two streams, async copies from and to pinned memory, events between them; the
+// work bracketed by cudaProfilerStart/Stop as NVIDIA's samples do.
+#include <cuda_profiler_api.h>
+
 #include <cstring>
 
 #include "common.h"
@@ -22,6 +25,7 @@ int main() {
   CHECK(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
   CHECK(cudaEventCreate(&start));
   CHECK(cudaEventCreate(&stop));
+  CHECK(cudaProfilerStart());
   CHECK(cudaEventRecord(start, s[0]));
   CHECK(cudaMemcpyAsync(dev, host, 2 * n * sizeof(int), cudaMemcpyHostToDevice, s[0]));
   CHECK(cudaEventRecord(copied, s[0]));
@@ -34,6 +38,7 @@ int main() {
   CHECK(cudaEventRecord(stop, s[0]));
   CHECK(cudaStreamSynchronize(s[1]));
   CHECK(cudaEventSynchronize(stop));
+  CHECK(cudaProfilerStop());
   float ms = -1;
   CHECK(cudaEventElapsedTime(&ms, start, stop));
   if (ms < 0) return 1;
