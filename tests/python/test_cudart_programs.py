@@ -22,9 +22,9 @@ from test_concurrent_restore import restore as restore_with
 TIMEOUT = 120
 PROGRAMS = ["vector_add", "matmul_tiled", "streams_events", "symbols", "atomics_warp", "reduction",
             "printf_hostfunc", "train", "pools", "device_assert", "event_times", "shared_optin", "vector_add_shared",
-            "train_shared"]
+            "train_shared", "pipeline"]
 # Lines a program prints after its steps.
-TAIL_LINES = {"train": 1, "train_shared": 1, "pools": 3, "event_times": 1, "shared_optin": 1}
+TAIL_LINES = {"train": 1, "train_shared": 1, "pools": 3, "event_times": 1, "shared_optin": 1, "pipeline": 1}
 STEPS = 14
 SLEEP_MS = 200
 
@@ -73,7 +73,7 @@ def reference(cudart_dir, env, name="train"):
     return out
 
 
-@pytest.mark.parametrize("name", ["train", "train_shared", "pools", "event_times", "shared_optin"])
+@pytest.mark.parametrize("name", ["train", "train_shared", "pools", "event_times", "shared_optin", "pipeline"])
 def test_killed_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, name):
     """Stop-the-world: the job ends at the checkpoint; its restore finishes it exactly."""
     killed_and_restored(phos, phosd, train(cudart_dir, name), reference(cudart_dir, env, name), env, tmp_path, 4)
@@ -95,7 +95,8 @@ def killed_and_restored(phos, phosd, cmd, ref, env, tmp_path, line):
 
 
 @pytest.mark.parametrize("mode,name", [("cow", "train"), ("recopy", "train"), ("stop", "train"), ("cow", "pools"),
-                                       ("recopy", "pools"), ("cow", "event_times"), ("recopy", "shared_optin")])
+                                       ("recopy", "pools"), ("cow", "event_times"), ("recopy", "shared_optin"),
+                                       ("cow", "pipeline"), ("recopy", "pipeline")])
 def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, mode, name):
     """The job goes on to the uninterrupted end; the image restores to it as well."""
     ref = reference(cudart_dir, env, name)

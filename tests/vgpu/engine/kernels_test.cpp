@@ -1057,6 +1057,56 @@ TEST_P(Kernels, MmaSyncWithLdmatrix) {
   }
 }
 
+// ---------------------------------------------------------------- mbarrier
+
+// kernels/barrier.cu for sm_80 (test_wait) and sm_90 (try_wait): cuda::barrier
+// over many phases, cuda::memcpy_async double buffering, and a producer and
+// its consumers on "full"/"empty" mbarriers waited on by phase parity.
+TEST_P(Kernels, MbarrierPhasesPipelinesAndAsyncCopies) {
+  for (const char* ptx : {"barrier", "barrier_sm90"}) {
+    SCOPED_TRACE(ptx);
+    load(ptx);
+    const int threads = 128, rounds = 9;
+    std::vector<int> values(threads);
+    for (int t = 0; t < threads; ++t) values[t] = t;
+    for (int r = 0; r < rounds; ++r) {
+      std::vector<int> next(threads);
+      for (int t = 0; t < threads; ++t) next[t] = values[(t + 1) % threads] * 3 + r + t;
+      values = next;
+    }
+    int* out = module_.memory().alloc<int>(threads);
+    ASSERT_THAT(module_.launch("split_phases", {2}, {threads}, Params().add(out).add(rounds)), IsOk());
+    for (int t = 0; t < threads; ++t) ASSERT_EQ(out[t], values[t]) << "split_phases " << t;
+
+    const int n = 256 * 6;
+    std::vector<int> in(n);
+    for (int i = 0; i < n; ++i) in[i] = (i * 37) % 101 - 50;
+    int* din = module_.memory().alloc(in);
+    int* sums = module_.memory().alloc<int>(256);
+    ASSERT_THAT(module_.launch("async_copy_sum", {1}, {256}, Params().add(din).add(sums).add(n)), IsOk());
+    for (int t = 0; t < 256; ++t) {
+      int acc = 0;
+      for (int k = 0; k < n / 256; ++k) acc += in[k * 256 + (t * 7 + k) % 256];
+      ASSERT_EQ(sums[t], acc) << "async_copy_sum " << t;
+    }
+
+    const int iterations = 11;
+    int* piped = module_.memory().alloc<int>(128);
+    ASSERT_THAT(module_.launch("producer_consumer", {3}, {128}, Params().add(din).add(piped).add(iterations)), IsOk());
+    for (int t = 32; t < 128; ++t) {
+      int acc = 0;
+      for (int i = 0; i < iterations; ++i) acc += in[i * 32 + t % 32] * (t / 32);
+      ASSERT_EQ(piped[t], acc) << "producer_consumer " << t;
+    }
+  }
+  int* out = module_.memory().alloc<int>(96);
+  ASSERT_THAT(module_.launch("transaction_count", {1}, {96}, Params().add(out)), IsOk());
+  for (int t = 0; t < 96; ++t) {
+    const int i = t % 64;
+    ASSERT_EQ(out[t], i < 32 ? (i + 32) * 5 : i * 7) << "transaction_count " << t;
+  }
+}
+
 TEST_P(Kernels, WmmaNeedsTheWholeWarp) {
   load("wmma");
   const WmmaCase t(9, 1.0);

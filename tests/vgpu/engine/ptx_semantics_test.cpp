@@ -186,6 +186,88 @@ TEST_F(PtxSemantics, AsyncCopyFaults) {
                        HasSubstr("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes is not supported")));
 }
 
+// mbarrier on one thread, step by step: a phase completes when its pending
+// arrivals and its tx-count both reach zero; test_wait with a state asks about
+// the phase that state was taken in, with .parity about the current phase
+// (parity equal) or the one before (parity different); arrive_drop lowers the
+// expected count of the phases after. pending_count reads the count a state
+// holds, which in vgpu is the pending count just before that arrive.
+TEST_F(PtxSemantics, MbarrierPhasesArrivalsAndTransactions) {
+  auto out = run(R"(
+  mov.u32 %r1, bar;
+  mbarrier.init.shared.b64 [%r1], 2;
+  mbarrier.arrive.shared.b64 %rd3, [%r1];
+  mbarrier.test_wait.shared.b64 %p1, [%r1], %rd3;
+  selp.u32 %r2, 1, 0, %p1;  st.global.u32 [%rd1], %r2;
+  mbarrier.test_wait.parity.shared.b64 %p1, [%r1], 1;
+  selp.u32 %r2, 1, 0, %p1;  st.global.u32 [%rd1+4], %r2;
+  mbarrier.test_wait.parity.shared.b64 %p1, [%r1], 0;
+  selp.u32 %r2, 1, 0, %p1;  st.global.u32 [%rd1+8], %r2;
+  mbarrier.arrive_drop.shared.b64 %rd4, [%r1];
+  mbarrier.test_wait.shared.b64 %p1, [%r1], %rd3;
+  selp.u32 %r2, 1, 0, %p1;  st.global.u32 [%rd1+12], %r2;
+  mbarrier.test_wait.parity.shared.b64 %p1, [%r1], 0;
+  selp.u32 %r2, 1, 0, %p1;  st.global.u32 [%rd1+16], %r2;
+  mbarrier.arrive.shared.b64 %rd5, [%r1];
+  mbarrier.test_wait.parity.shared.b64 %p1, [%r1], 1;
+  selp.u32 %r2, 1, 0, %p1;  st.global.u32 [%rd1+20], %r2;
+  mbarrier.pending_count.b64 %r2, %rd3;  st.global.u32 [%rd1+24], %r2;
+  mbarrier.pending_count.b64 %r2, %rd5;  st.global.u32 [%rd1+28], %r2;
+  mbarrier.expect_tx.shared.b64 [%r1], 16;
+  mbarrier.arrive.shared.b64 %rd6, [%r1];
+  mbarrier.try_wait.shared::cta.b64 %p1, [%r1], %rd6;
+  selp.u32 %r2, 1, 0, %p1;  st.global.u32 [%rd1+32], %r2;
+  mbarrier.complete_tx.shared::cta.b64 [%r1], 16;
+  mbarrier.try_wait.shared::cta.b64 %p1, [%r1], %rd6;
+  selp.u32 %r2, 1, 0, %p1;  st.global.u32 [%rd1+36], %r2;
+  mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r1], 8;
+  mbarrier.test_wait.parity.shared.b64 %p1, [%r1], 1;
+  selp.u32 %r2, 1, 0, %p1;  st.global.u32 [%rd1+40], %r2;
+  mbarrier.inval.shared.b64 [%r1];
+  mbarrier.init.shared.b64 [%r1], 3;
+  mbarrier.arrive.noComplete.shared.b64 %rd7, [%r1], 2;
+  mbarrier.pending_count.b64 %r2, %rd7;  st.global.u32 [%rd1+44], %r2;
+)", {}, 12, 1, ".shared .align 8 .b64 bar;");
+  // 0: phase 0 still open; 4: parity 1 is the phase before (complete); 8:
+  // parity 0 is the current one (open); 12, 16: the drop completed phase 0;
+  // 20: with one expected arrival, the next arrive completed phase 1; 24, 28:
+  // the counts before those arrives; 32: arrivals done, 16 bytes still
+  // expected; 36: the bytes came; 40: an arrive that expects bytes leaves the
+  // phase open; 44: three pending before the two arrivals.
+  const std::vector<uint32_t> expected = {0, 1, 0, 1, 1, 1, 2, 1, 0, 1, 0, 3};
+  EXPECT_EQ(out, expected);
+}
+
+// What the ISA leaves undefined faults, named, instead of running on; a form
+// that is no mbarrier operation is refused at load.
+TEST_F(PtxSemantics, MbarrierMisuseFaultsOrIsRefused) {
+  const std::string prelude = ".shared .align 8 .b64 bar;";
+  uint32_t* in = module_.memory().alloc<uint32_t>(4);
+  uint32_t* out = module_.memory().alloc<uint32_t>(4);
+  const std::pair<std::string, std::string> faults[] = {
+      {"mbarrier.init.shared.b64 [%r1], 2;\n  mbarrier.arrive.shared.b64 %rd3, [%r1], 3;", "3 arrivals"},
+      {"mbarrier.init.shared.b64 [%r1], 2;\n  mbarrier.arrive.noComplete.shared.b64 %rd3, [%r1], 2;",
+       ".noComplete arrive completed"},
+      {"mbarrier.init.shared.b64 [%r1], 0;", "outside the range"},
+      {"mbarrier.init.b64 [%rd1], 2;", "not in shared memory"},
+      {"mbarrier.init.shared.b64 [%r1], 2;\n  mbarrier.arrive.shared.b64 %rd3, [%r1];\n"
+       "LOOP:\n  mbarrier.try_wait.shared::cta.b64 %p1, [%r1], %rd3;\n  @!%p1 bra LOOP;",
+       "mbarrier deadlock"}};
+  for (const auto& [body, what] : faults) {
+    ASSERT_THAT(module_.load(kernel("mov.u32 %r1, bar;\n  " + body, prelude)), IsOk()) << body;
+    EXPECT_THAT(module_.launch("k", {1}, {1}, Params().add(out).add(in)),
+                StatusIs(Code::kFailedPrecondition, HasSubstr(what)))
+        << body;
+  }
+  for (const std::string body : {"mbarrier.init.global.b64 [%rd1], 2;", "mbarrier.shared.b64 [%r1];",
+                                 "mbarrier.arrive.test_wait.shared.b64 %rd3, [%r1];",
+                                 "mbarrier.test_wait.shared.b64 %p1, [%r1];"}) {
+    EXPECT_THAT(module_.load(kernel("mov.u32 %r1, bar;\n  " + body, prelude)),
+                StatusIs(Code::kInvalidArgument, HasSubstr("mbarrier")))
+        << body;
+  }
+}
+
 // fns: the PTX ISA's examples, and the edges of its pseudo-code.
 TEST_F(PtxSemantics, FindNthSetBit) {
   auto out = run(R"(

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +38,42 @@ constexpr int kBarriers = 16;
 constexpr uint32_t kMaxCallDepth = 4096;
 constexpr uint32_t kMaxLocalBytesPerThread = 1u << 20;
 constexpr int kQuantum = 2048;  // instructions a warp runs before the next one gets a turn
+// Rounds in a row in which every warp that ran only waited on an mbarrier phase
+// and no mbarrier changed: the block cannot progress (a GPU would hang).
+constexpr uint32_t kMbarrierIdleRounds = 1u << 16;
+
+// An mbarrier object: 8 bytes of shared memory whose layout the ISA leaves
+// opaque. vgpu's: bits 0-20 the pending arrival count, 21-41 the expected
+// arrival count, 42-62 the tx-count (two's complement), bit 63 the phase
+// parity. The state an arrive returns is the object as it was before it.
+struct Mbarrier {
+  static constexpr uint32_t kMaxCount = (1u << 20) - 1;  // counts and tx-counts: at most 2^20 - 1
+  uint32_t pending = 0;
+  uint32_t expected = 0;
+  int32_t tx = 0;
+  uint32_t phase = 0;
+
+  static Mbarrier decode(uint64_t v) {
+    Mbarrier b;
+    b.pending = static_cast<uint32_t>(v & 0x1fffff);
+    b.expected = static_cast<uint32_t>((v >> 21) & 0x1fffff);
+    const auto tx = static_cast<uint32_t>((v >> 42) & 0x1fffff);
+    b.tx = (tx & 0x100000) ? static_cast<int32_t>(tx) - (1 << 21) : static_cast<int32_t>(tx);
+    b.phase = static_cast<uint32_t>(v >> 63);
+    return b;
+  }
+  uint64_t encode() const {
+    return uint64_t{pending} | (uint64_t{expected} << 21) | ((uint64_t(static_cast<uint32_t>(tx)) & 0x1fffff) << 42) |
+           (uint64_t{phase} << 63);
+  }
+  // The current phase completes once every arrival and every transaction
+  // byte it expects has come: the next phase starts with the expected count.
+  void completeIfDone() {
+    if (pending != 0 || tx != 0) return;
+    phase ^= 1;
+    pending = expected;
+  }
+};
 
 // Per-type properties as tables: the interpreter asks them for every lane.
 struct TypeTables {
@@ -226,16 +263,32 @@ class BlockRunner {
       if (!pushFrame(w, *s_.kernel, w.liveMask, 0, nullptr)) return fault_;
     }
     nwarps_ = nwarps;
+    uint32_t idleRounds = 0;
     for (;;) {
       bool anyRunning = false;
+      bool anyWorked = false;
+      mbarrierChanged_ = false;
       for (uint32_t wi = 0; wi < nwarps; ++wi) {
         Warp& w = warps_[wi];
         if (w.state != WarpState::kRunning) continue;
         anyRunning = true;
+        waitYielded_ = false;
         if (runWarp(w) == Step::kStop) return fault_;
+        anyWorked = anyWorked || !waitYielded_;
         if (s_.stop) return Status::ok();
       }
       bool released = releaseBarriers();
+      if (anyRunning && !anyWorked && !mbarrierChanged_ && !released) {
+        if (++idleRounds >= kMbarrierIdleRounds) {
+          return kernelFaultStatus(
+              KernelFault::kLaunchFailed,
+              fmt::format("mbarrier deadlock in {}, block ({},{},{}): every running warp waits on an "
+                          "mbarrier phase that no warp can complete",
+                          s_.kernel->name, ctaid_[0], ctaid_[1], ctaid_[2]));
+        }
+      } else {
+        idleRounds = 0;
+      }
       bool allDone = true;
       for (uint32_t wi = 0; wi < nwarps; ++wi) {
         if (warps_[wi].state != WarpState::kDone) allDone = false;
@@ -639,6 +692,7 @@ class BlockRunner {
       case Opcode::kLd: case Opcode::kLdu: return executeLoad(w, f, in, exec);
       case Opcode::kSt: return executeStore(w, f, in, exec);
       case Opcode::kCp: return executeAsyncCopy(w, f, in, exec);
+      case Opcode::kMbarrier: return executeMbarrier(w, f, in, exec);
       case Opcode::kWmma: return executeWmma(w, f, in, mask, exec);
       case Opcode::kLdmatrix: return executeLdmatrix(w, f, in, mask, exec);
       case Opcode::kMma: return executeMmaSync(w, f, in, mask, exec);
@@ -1001,6 +1055,132 @@ class BlockRunner {
     return Step::kBlocked;
   }
 
+  // ---------------------------------------------------------------- mbarrier
+  // The mbarrier object an mbarrier instruction's lane names, or null after
+  // raising the fault (a bad address, or one outside shared memory).
+  uint8_t* mbarrierObject(Warp& w, Frame& f, const Inst& in, const Opnd& addr, int lane, bool write) {
+    const uint64_t a = effectiveAddress(w, f, addr, lane);
+    uint8_t* p = resolve(w, f, in, in.m.space, addr.base, a, 8, 8, lane, write);
+    if (!p) return nullptr;
+    const bool inShared = (p >= shared_.data() && p < shared_.data() + shared_.size()) ||
+                          (p >= reserved_.data() && p < reserved_.data() + reserved_.size());
+    if (inShared) return p;
+    raise(KernelFault::kIllegalAddress, w, in, lane, fmt::format("the mbarrier object at {:#x} is not in shared memory", a));
+    return nullptr;
+  }
+
+  // cp.async.mbarrier.arrive: an arrive-on the mbarrier once the thread's
+  // earlier cp.async copies complete. Those are complete when issued, so the
+  // arrive happens now. Without .noinc the pending count is first raised by
+  // one, which the arrive takes back: the object is unchanged.
+  Step executeAsyncCopyArrive(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
+    for (uint32_t m = exec; m; m &= m - 1) {
+      const int lane = std::countr_zero(m);
+      uint8_t* p = mbarrierObject(w, f, in, in.ops[0], lane, true);
+      if (!p) return Step::kStop;
+      if (!in.m.has(Flag::kNoinc)) continue;
+      uint64_t word = 0;
+      std::memcpy(&word, p, 8);
+      Mbarrier b = Mbarrier::decode(word);
+      if (b.pending == 0) {
+        return raise(KernelFault::kIllegalInstruction, w, in, lane, "an arrive on an mbarrier phase that expects none");
+      }
+      --b.pending;
+      b.completeIfDone();
+      const uint64_t next = b.encode();
+      std::memcpy(p, &next, 8);
+      mbarrierChanged_ = true;
+    }
+    return Step::kContinue;
+  }
+
+  // The lanes' operations apply one after the other, in lane order. Memory
+  // needs no fences here (vgpu's threads see every store at once), so the
+  // .release/.acquire semantics and the scopes hold as written. A wait whose
+  // phase has not completed ends the warp's turn, letting the warps that will
+  // arrive run. Undefined behaviour the ISA names (counts out of range, an
+  // arrive past the pending count, a .noComplete arrive that completes the
+  // phase) faults instead of running on.
+  Step executeMbarrier(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
+    if (in.m.has(Flag::kPendingCount)) {
+      for (uint32_t m = exec; m; m &= m - 1) {
+        const int lane = std::countr_zero(m);
+        writeReg(f, in.ops[0], lane, Mbarrier::decode(read(w, f, in.ops[1], lane)).pending);
+      }
+      return Step::kContinue;
+    }
+    const bool arrive = in.m.has(Flag::kArrive) || in.m.has(Flag::kArriveDrop);
+    const bool wait = in.m.has(Flag::kTestWait) || in.m.has(Flag::kTryWait);
+    const Opnd& addr = in.ops[arrive || wait ? 1 : 0];
+    bool incomplete = false;
+    for (uint32_t m = exec; m; m &= m - 1) {
+      const int lane = std::countr_zero(m);
+      uint8_t* p = mbarrierObject(w, f, in, addr, lane, !wait);
+      if (!p) return Step::kStop;
+      uint64_t word = 0;
+      std::memcpy(&word, p, 8);
+      Mbarrier b = Mbarrier::decode(word);
+      auto count = [&](size_t i, uint32_t least) -> std::optional<uint32_t> {
+        const uint64_t v = read(w, f, in.ops[i], lane) & 0xffffffffu;
+        if (v < least || v > Mbarrier::kMaxCount) return std::nullopt;
+        return static_cast<uint32_t>(v);
+      };
+      auto outOfRange = [&](size_t i) {
+        return raise(KernelFault::kIllegalInstruction, w, in, lane,
+                     fmt::format("count {} is outside the range the ISA allows", read(w, f, in.ops[i], lane)));
+      };
+      if (wait) {
+        const uint64_t v = read(w, f, in.ops[2], lane);
+        const uint32_t awaited = in.m.has(Flag::kParity) ? static_cast<uint32_t>(v & 1) : Mbarrier::decode(v).phase;
+        const bool complete = b.phase != awaited;  // the awaited phase is the current one until it completes
+        writeReg(f, in.ops[0], lane, complete);
+        incomplete = incomplete || !complete;
+        continue;
+      }
+      if (in.m.has(Flag::kInit)) {
+        auto n = count(1, 1);
+        if (!n) return outOfRange(1);
+        b = Mbarrier{*n, *n, 0, 0};
+      } else if (in.m.has(Flag::kInval)) {
+        b = Mbarrier{};
+      } else if (!arrive) {  // expect_tx, complete_tx
+        auto n = count(1, 0);
+        if (!n) return outOfRange(1);
+        b.tx += in.m.has(Flag::kCompleteTx) ? -static_cast<int32_t>(*n) : static_cast<int32_t>(*n);
+        if (in.m.has(Flag::kCompleteTx)) b.completeIfDone();
+      } else {
+        uint32_t arrivals = 1;
+        if (in.m.has(Flag::kExpectTx)) {
+          auto n = count(2, 0);
+          if (!n) return outOfRange(2);
+          b.tx += static_cast<int32_t>(*n);
+        } else if (in.ops.size() > 2) {
+          auto n = count(2, 1);
+          if (!n) return outOfRange(2);
+          arrivals = *n;
+        }
+        if (arrivals > b.pending || (in.m.has(Flag::kArriveDrop) && arrivals > b.expected)) {
+          return raise(KernelFault::kIllegalInstruction, w, in, lane,
+                       fmt::format("{} arrivals on an mbarrier phase that expects {} more", arrivals, b.pending));
+        }
+        b.pending -= arrivals;
+        if (in.m.has(Flag::kArriveDrop)) b.expected -= arrivals;
+        if (in.m.has(Flag::kNoComplete) && b.pending == 0 && b.tx == 0) {
+          return raise(KernelFault::kIllegalInstruction, w, in, lane,
+                       "a .noComplete arrive completed the mbarrier's phase");
+        }
+        b.completeIfDone();
+        writeReg(f, in.ops[0], lane, word);
+      }
+      const uint64_t next = b.encode();
+      std::memcpy(p, &next, 8);
+      mbarrierChanged_ = true;
+    }
+    if (!incomplete) return Step::kContinue;
+    waitYielded_ = true;
+    return Step::kBlocked;
+  }
+
   // ---------------------------------------------------------------- moves
   Step executeMov(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
     const Opnd& d = in.ops[0];
@@ -1164,6 +1344,7 @@ class BlockRunner {
     if (in.m.has(Flag::kCommitGroup) || in.m.has(Flag::kWaitGroup) || in.m.has(Flag::kWaitAll)) {
       return Step::kContinue;
     }
+    if (in.m.has(Flag::kArrive)) return executeAsyncCopyArrive(w, f, in, exec);
     const Opnd& dst = in.ops[0];
     const Opnd& src = in.ops[1];
     const auto size = static_cast<uint32_t>(in.ops[2].imm);
@@ -2808,6 +2989,8 @@ class BlockRunner {
   uint32_t nwarps_ = 0;
   std::array<BarrierState, kBarriers> barriers_{};
   uint32_t liveThreads_ = 0;
+  bool waitYielded_ = false;      // the warp's turn ended on an mbarrier phase not yet complete
+  bool mbarrierChanged_ = false;  // an mbarrier object changed in this round
   Status fault_;
   uint64_t warpInstructions_ = 0;
   uint64_t laneInstructions_ = 0;

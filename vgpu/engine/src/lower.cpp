@@ -389,16 +389,74 @@ class FunctionLowering {
     return r;
   }
 
+  // mbarrier: one operation on an 8-byte object in shared memory, named by its
+  // first modifier (arrive and arrive_drop may add .expect_tx or .noComplete).
+  // A form the interpreter could not run is refused here, naming it.
+  static Status checkMbarrier(const ptx::Instruction& in, const Inst& inst) {
+    using ptx::Flag;
+    const ptx::Modifiers& m = in.m;
+    const bool arrive = m.has(Flag::kArrive) || m.has(Flag::kArriveDrop);
+    const bool wait = m.has(Flag::kTestWait) || m.has(Flag::kTryWait);
+    const int operations = int{m.has(Flag::kInit)} + int{m.has(Flag::kInval)} + int{arrive} + int{wait} +
+                           int{m.has(Flag::kPendingCount)} + int{m.has(Flag::kCompleteTx)} +
+                           int{m.has(Flag::kExpectTx) && !arrive};
+    auto refuse = [&](std::string_view why) {
+      return makeError(Code::kInvalidArgument, "line {}: {}: {}", in.line, spelledForm(in), why);
+    };
+    if (operations != 1 || (m.has(Flag::kArrive) && m.has(Flag::kArriveDrop)) ||
+        (m.has(Flag::kParity) && !wait) || (m.has(Flag::kNoComplete) && !arrive)) {
+      return refuse("not an mbarrier operation of the PTX ISA");
+    }
+    const bool shared = m.space == ptx::StateSpace::kNone || m.space == ptx::StateSpace::kShared ||
+                        m.space == ptx::StateSpace::kSharedCta || m.space == ptx::StateSpace::kSharedCluster;
+    if (!shared) return refuse("an mbarrier object lives in shared memory");
+    const auto& ops = inst.ops;
+    auto value = [&](size_t i) {
+      return i < ops.size() && (ops[i].kind == OpndKind::kReg || ops[i].kind == OpndKind::kImm);
+    };
+    auto address = [&](size_t i) { return i < ops.size() && ops[i].kind == OpndKind::kAddr; };
+    if (m.has(Flag::kPendingCount)) {
+      return ops.size() == 2 && ops[0].kind == OpndKind::kReg && value(1) ? Status::ok()
+                                                                          : refuse("needs count, state");
+    }
+    if (m.has(Flag::kInval)) return ops.size() == 1 && address(0) ? Status::ok() : refuse("needs [addr]");
+    if (!arrive && !wait) {  // init, expect_tx, complete_tx
+      return ops.size() == 2 && address(0) && value(1) ? Status::ok() : refuse("needs [addr] and a count");
+    }
+    const bool sinkOrReg = !ops.empty() && (ops[0].kind == OpndKind::kReg || ops[0].kind == OpndKind::kSink);
+    if (arrive) {
+      const bool needsCount = m.has(Flag::kNoComplete) || m.has(Flag::kExpectTx);
+      const bool ok = sinkOrReg && address(1) && (ops.size() == 2 ? !needsCount : ops.size() == 3 && value(2));
+      return ok ? Status::ok() : refuse("needs state (or _), [addr] and the count its form takes");
+    }
+    const bool ok = !ops.empty() && ops[0].kind == OpndKind::kReg && address(1) && value(2) &&
+                    (ops.size() == 3 || (ops.size() == 4 && m.has(Flag::kTryWait) && value(3)));
+    return ok ? Status::ok() : refuse("needs waitComplete, [addr] and a state or phase parity");
+  }
+
   // cp.async: the copy of 4, 8 or 16 bytes from global into shared memory
-  // (sm_80), and cp.async.commit_group / wait_group / wait_all. Bulk and tensor
-  // copies, cp.reduce and the mbarrier forms fault when executed.
+  // (sm_80), cp.async.commit_group / wait_group / wait_all, and
+  // cp.async.mbarrier.arrive. Bulk and tensor copies and cp.reduce fault when
+  // executed.
   Status lowerAsyncCopy(const ptx::Instruction& in, Inst& inst) {
     bool other = false;
     for (const ptx::Mod& mod : in.mods) {
       const std::string name = ptx::modName(mod);
-      other = other || name == "reduce" || name == "tensor" || name == "mbarrier" || name == "bulk";
+      other = other || name == "reduce" || name == "tensor" || name == "bulk";
     }
-    if (!in.m.has(ptx::Flag::kAsync) || other) {
+    const bool mbarrier = in.m.has(ptx::Flag::kMbarrier);
+    // cp.async.mbarrier.arrive{.noinc}{.shared{::cta}}.b64 [addr]: an arrive-on
+    // the mbarrier once this thread's earlier cp.async copies are done.
+    if (in.m.has(ptx::Flag::kAsync) && mbarrier && !other && in.m.has(ptx::Flag::kArrive)) {
+      const bool shared = in.m.space == StateSpace::kNone || in.m.space == StateSpace::kShared ||
+                          in.m.space == StateSpace::kSharedCta;
+      if (!shared || in.operands.size() != 1 || in.operands[0].kind != OperandKind::kAddress) {
+        return makeError(Code::kInvalidArgument, "line {}: {} needs [addr] of an mbarrier in shared memory", in.line,
+                         spelledForm(in));
+      }
+      return Status::ok();
+    }
+    if (!in.m.has(ptx::Flag::kAsync) || other || mbarrier) {
       inst.unsupported = true;
       return Status::ok();
     }
@@ -468,6 +526,7 @@ class FunctionLowering {
       inst.ops.push_back(std::move(lo));
     }
     if (in.opcode == ptx::Opcode::kCp) RETURN_IF_ERROR(lowerAsyncCopy(in, inst));
+    if (in.opcode == ptx::Opcode::kMbarrier) RETURN_IF_ERROR(checkMbarrier(in, inst));
     if (in.opcode == ptx::Opcode::kCvt && !cvtSupported(in.m)) inst.unsupported = true;
     if (inst.ops.size() < minOperands(in.opcode, in.m)) {
       return makeError(Code::kInvalidArgument, "line {}: {} needs at least {} operands",

@@ -117,6 +117,8 @@
   X(kInit, "init") X(kInval, "inval") X(kTestWait, "test_wait")                      \
   X(kTryWait, "try_wait") X(kExpectTx, "expect_tx") X(kParity, "parity")             \
   X(kPendingCount, "pending_count") X(kNoComplete, "noComplete")                     \
+  X(kArriveDrop, "arrive_drop") X(kCompleteTx, "complete_tx")                        \
+  X(kMbarrier, "mbarrier")                                                           \
   X(kLaunchDependents, "launch_dependents") X(kWait, "wait")                         \
   X(kFractional, "fractional") X(kLastUse, "last_use") X(kEvictLast, "evict_last")   \
   X(kEvictNormal, "evict_normal") X(kEvictFirst, "evict_first")                      \
