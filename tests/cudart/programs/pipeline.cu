@@ -3,7 +3,7 @@
 // on sm_80 and later: cuda::memcpy_async into two buffers, each with its
 // cuda::barrier, the next tile copied while the current one is used. Built
 // with -arch=sm_90, so the barriers are mbarriers (try_wait) and the copies
-// cp.async. Each step is checked against the same computation on the CPU and
+// cp.async and cp.async.bulk. Each step is checked against the same computation on the CPU and
 // prints a checksum of the state, so a restored run prints the same bytes as
 // an uninterrupted one.
 //   pipeline [--steps N] [--sleep-ms MS]
@@ -45,12 +45,20 @@ __global__ void step(const unsigned* in, unsigned* out, unsigned s) {
   unsigned* dst = out + blockIdx.x * kTile * kTilesPerBlock;
   const int t = threadIdx.x;
   unsigned carry = 0;
-  cuda::memcpy_async(block, tile[0], mine, sizeof(unsigned) * kTile, bar[0]);
+  // Even tiles as a size the runtime cannot prove aligned (one cp.async per
+  // thread), odd ones as 16-byte aligned (one cp.async.bulk for the block).
+  auto fetch = [&](int k) {
+    if (k % 2 == 0) {
+      cuda::memcpy_async(block, tile[k & 1], mine + k * kTile, sizeof(unsigned) * kTile, bar[k & 1]);
+    } else {
+      cuda::memcpy_async(block, tile[k & 1], mine + k * kTile, cuda::aligned_size_t<16>(sizeof(unsigned) * kTile),
+                         bar[k & 1]);
+    }
+  };
+  fetch(0);
   for (int k = 0; k < kTilesPerBlock; ++k) {
     const int cur = k & 1;
-    if (k + 1 < kTilesPerBlock) {
-      cuda::memcpy_async(block, tile[cur ^ 1], mine + (k + 1) * kTile, sizeof(unsigned) * kTile, bar[cur ^ 1]);
-    }
+    if (k + 1 < kTilesPerBlock) fetch(k + 1);
     bar[cur].arrive_and_wait();
     dst[k * kTile + t] = mixWord(tile[cur][t], tile[cur][kTile - 1 - t], s, carry);
     carry = tile[cur][(t + 1) % kTile];

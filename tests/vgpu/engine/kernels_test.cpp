@@ -1061,7 +1061,8 @@ TEST_P(Kernels, MmaSyncWithLdmatrix) {
 
 // kernels/barrier.cu for sm_80 (test_wait) and sm_90 (try_wait): cuda::barrier
 // over many phases, cuda::memcpy_async double buffering, and a producer and
-// its consumers on "full"/"empty" mbarriers waited on by phase parity.
+// its consumers on "full"/"empty" mbarriers waited on by phase parity; on
+// sm_90 also transaction counts and bulk copies both ways.
 TEST_P(Kernels, MbarrierPhasesPipelinesAndAsyncCopies) {
   for (const char* ptx : {"barrier", "barrier_sm90"}) {
     SCOPED_TRACE(ptx);
@@ -1105,6 +1106,12 @@ TEST_P(Kernels, MbarrierPhasesPipelinesAndAsyncCopies) {
     const int i = t % 64;
     ASSERT_EQ(out[t], i < 32 ? (i + 32) * 5 : i * 7) << "transaction_count " << t;
   }
+  std::vector<int> in(256);
+  for (int i = 0; i < 256; ++i) in[i] = i * 11 - 700;
+  int* din = module_.memory().alloc(in);
+  int* bulk = module_.memory().alloc<int>(256);
+  ASSERT_THAT(module_.launch("bulk_copies", {2}, {256}, Params().add(din).add(bulk)), IsOk());
+  for (int t = 0; t < 256; ++t) ASSERT_EQ(bulk[t], in[255 - t] * 3) << "bulk_copies " << t;
 }
 
 TEST_P(Kernels, WmmaNeedsTheWholeWarp) {

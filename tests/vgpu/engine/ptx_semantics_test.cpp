@@ -175,15 +175,31 @@ TEST_F(PtxSemantics, AsyncCopyFaults) {
               IsOk());
   EXPECT_THAT(module_.launch("k", {1}, {1}, Params().add(out).add(in)),
               StatusIs(Code::kFailedPrecondition, HasSubstr("ILLEGAL_ADDRESS")));
-  // Bulk copies (sm_90) fault when executed, named.
-  ASSERT_THAT(module_.load(kernel(
-                  "mov.u32 %r1, buf;\n  cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd2], "
-                  "16, [%r1];",
-                  prelude)),
+  // Bulk copies: sizes in 16-byte units between 16-byte aligned addresses,
+  // within the destination, completing bytes on an mbarrier that exists; and
+  // refused at load without their operands.
+  const std::string bulk = "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes";
+  const std::pair<std::string, std::string> bulkFaults[] = {
+      {"[%r1], [%rd2], 24, [%r1+48];", "not a multiple of 16"},
+      {"[%r1], [%rd2+8], 16, [%r1+48];", "MISALIGNED"},
+      {"[%r1+48], [%rd2], 32, [%r1+32];", "ILLEGAL_ADDRESS"},
+      {"[%r1], [%rd2], 16, [%r1+64];", "ILLEGAL_ADDRESS"}};
+  for (const auto& [operands, what] : bulkFaults) {
+    ASSERT_THAT(module_.load(kernel("mov.u32 %r1, buf;\n  " + bulk + " " + operands, prelude)), IsOk()) << operands;
+    EXPECT_THAT(module_.launch("k", {1}, {1}, Params().add(out).add(in)),
+                StatusIs(Code::kFailedPrecondition, HasSubstr(what)))
+        << operands;
+  }
+  EXPECT_THAT(module_.load(kernel("mov.u32 %r1, buf;\n  " + bulk + " [%r1], [%rd2], 16;", prelude)),
+              StatusIs(Code::kInvalidArgument, HasSubstr("needs [dst], [src], size and [mbar]")));
+  // A bulk copy form vgpu does not run faults when executed, named.
+  ASSERT_THAT(module_.load(kernel("mov.u32 %r1, buf;\n  cp.async.bulk.global.shared::cta.mbarrier::complete_tx::bytes "
+                                  "[%rd1], [%r1], 16, [%r1];",
+                                  prelude)),
               IsOk());
   EXPECT_THAT(module_.launch("k", {1}, {1}, Params().add(out).add(in)),
               StatusIs(Code::kFailedPrecondition,
-                       HasSubstr("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes is not supported")));
+                       HasSubstr("cp.async.bulk.global.shared::cta.mbarrier::complete_tx::bytes is not supported")));
 }
 
 // mbarrier on one thread, step by step: a phase completes when its pending

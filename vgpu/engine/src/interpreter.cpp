@@ -1069,6 +1069,47 @@ class BlockRunner {
     return nullptr;
   }
 
+  // cp.async.bulk: `size` bytes (a multiple of 16, both addresses 16-byte
+  // aligned) copied when issued; into shared memory the copy then completes
+  // that many bytes of the mbarrier's current phase, as the ISA's complete-tx
+  // on the copy's completion does. Out to global memory there is nothing to
+  // wait for: commit_group and wait_group hold already.
+  Step executeBulkCopy(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
+    const bool toShared = in.m.has(Flag::kMbarrierCompleteTxBytes);
+    for (uint32_t m = exec; m; m &= m - 1) {
+      const int lane = std::countr_zero(m);
+      const uint64_t size = read(w, f, in.ops[2], lane) & 0xffffffffu;
+      if (size % 16 != 0) {
+        return raise(KernelFault::kMisalignedAddress, w, in, lane,
+                     fmt::format("a bulk copy of {} bytes, not a multiple of 16", size));
+      }
+      if (toShared && size > Mbarrier::kMaxCount) {
+        return raise(KernelFault::kIllegalInstruction, w, in, lane,
+                     fmt::format("a bulk copy of {} bytes, more than an mbarrier's tx-count can hold", size));
+      }
+      const Opnd& dst = in.ops[0];
+      const Opnd& src = in.ops[1];
+      const auto n = static_cast<uint32_t>(size);
+      const uint8_t* from = resolve(w, f, in, in.m.space2, src.base, effectiveAddress(w, f, src, lane), n, 16, lane, false);
+      if (!from) return Step::kStop;
+      uint8_t* to = resolve(w, f, in, in.m.space, dst.base, effectiveAddress(w, f, dst, lane), n, 16, lane, true);
+      if (!to) return Step::kStop;
+      std::memmove(to, from, n);
+      if (!toShared) continue;
+      uint8_t* p = mbarrierObject(w, f, in, in.ops[3], lane, true);
+      if (!p) return Step::kStop;
+      uint64_t word = 0;
+      std::memcpy(&word, p, 8);
+      Mbarrier b = Mbarrier::decode(word);
+      b.tx -= static_cast<int32_t>(size);
+      b.completeIfDone();
+      const uint64_t next = b.encode();
+      std::memcpy(p, &next, 8);
+      mbarrierChanged_ = true;
+    }
+    return Step::kContinue;
+  }
+
   // cp.async.mbarrier.arrive: an arrive-on the mbarrier once the thread's
   // earlier cp.async copies complete. Those are complete when issued, so the
   // arrive happens now. Without .noinc the pending count is first raised by
@@ -1345,6 +1386,7 @@ class BlockRunner {
       return Step::kContinue;
     }
     if (in.m.has(Flag::kArrive)) return executeAsyncCopyArrive(w, f, in, exec);
+    if (in.m.has(Flag::kBulk)) return executeBulkCopy(w, f, in, exec);
     const Opnd& dst = in.ops[0];
     const Opnd& src = in.ops[1];
     const auto size = static_cast<uint32_t>(in.ops[2].imm);

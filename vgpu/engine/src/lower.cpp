@@ -434,6 +434,40 @@ class FunctionLowering {
     return ok ? Status::ok() : refuse("needs waitComplete, [addr] and a state or phase parity");
   }
 
+  // cp.async.bulk (sm_90) without tensor maps: global or the CTA's shared
+  // memory into shared memory, completing bytes on an mbarrier
+  // (.mbarrier::complete_tx::bytes), and shared memory into global
+  // (.bulk_group, with commit_group and wait_group{.read}). Other forms
+  // (.multicast::cluster, ...) fault when executed.
+  static Status lowerBulkCopy(const ptx::Instruction& in, Inst& inst) {
+    using ptx::Flag;
+    if (in.m.has(Flag::kCommitGroup)) return Status::ok();
+    if (in.m.has(Flag::kWaitGroup)) {
+      if (in.operands.size() == 1 && in.operands[0].kind == OperandKind::kImmInt) return Status::ok();
+      return makeError(Code::kInvalidArgument, "line {}: {} needs the number of groups", in.line, spelledForm(in));
+    }
+    const bool toShared = (in.m.space == StateSpace::kSharedCluster || in.m.space == StateSpace::kSharedCta) &&
+                          (in.m.space2 == StateSpace::kGlobal || in.m.space2 == StateSpace::kSharedCta) &&
+                          in.m.has(Flag::kMbarrierCompleteTxBytes);
+    const bool toGlobal = in.m.space == StateSpace::kGlobal && in.m.space2 == StateSpace::kSharedCta &&
+                          in.m.has(Flag::kBulkGroup);
+    if (!toShared && !toGlobal) {
+      inst.unsupported = true;
+      return Status::ok();
+    }
+    const auto& ops = inst.ops;
+    const size_t base = toShared ? 4 : 3;  // [dst], [src], size{, [mbar]}; then an optional cache policy
+    const bool hint = in.m.has(Flag::kL2CacheHint);
+    const bool ok = ops.size() == base + (hint ? 1 : 0) && ops[0].kind == OpndKind::kAddr &&
+                    ops[1].kind == OpndKind::kAddr && (ops[2].kind == OpndKind::kReg || ops[2].kind == OpndKind::kImm) &&
+                    (!toShared || ops[3].kind == OpndKind::kAddr);
+    if (!ok) {
+      return makeError(Code::kInvalidArgument, "line {}: {} needs [dst], [src], size{}{}", in.line, spelledForm(in),
+                       toShared ? " and [mbar]" : "", hint ? " and a cache policy" : "");
+    }
+    return Status::ok();
+  }
+
   // cp.async: the copy of 4, 8 or 16 bytes from global into shared memory
   // (sm_80), cp.async.commit_group / wait_group / wait_all, and
   // cp.async.mbarrier.arrive. Bulk and tensor copies and cp.reduce fault when
@@ -442,8 +476,10 @@ class FunctionLowering {
     bool other = false;
     for (const ptx::Mod& mod : in.mods) {
       const std::string name = ptx::modName(mod);
-      other = other || name == "reduce" || name == "tensor" || name == "bulk";
+      other = other || name == "reduce" || name == "tensor";
     }
+    if (in.m.has(ptx::Flag::kAsync) && in.m.has(ptx::Flag::kBulk) && !other) return lowerBulkCopy(in, inst);
+    other = other || in.m.has(ptx::Flag::kBulk);
     const bool mbarrier = in.m.has(ptx::Flag::kMbarrier);
     // cp.async.mbarrier.arrive{.noinc}{.shared{::cta}}.b64 [addr]: an arrive-on
     // the mbarrier once this thread's earlier cp.async copies are done.
@@ -525,8 +561,8 @@ class FunctionLowering {
       ASSIGN_OR_RETURN(Opnd lo, lowerOperand(o, in));
       inst.ops.push_back(std::move(lo));
     }
-    if (in.opcode == ptx::Opcode::kCp) RETURN_IF_ERROR(lowerAsyncCopy(in, inst));
     if (in.opcode == ptx::Opcode::kMbarrier) RETURN_IF_ERROR(checkMbarrier(in, inst));
+    if (in.opcode == ptx::Opcode::kCp) RETURN_IF_ERROR(lowerAsyncCopy(in, inst));
     if (in.opcode == ptx::Opcode::kCvt && !cvtSupported(in.m)) inst.unsupported = true;
     if (inst.ops.size() < minOperands(in.opcode, in.m)) {
       return makeError(Code::kInvalidArgument, "line {}: {} needs at least {} operands",

@@ -118,7 +118,7 @@
   X(kTryWait, "try_wait") X(kExpectTx, "expect_tx") X(kParity, "parity")             \
   X(kPendingCount, "pending_count") X(kNoComplete, "noComplete")                     \
   X(kArriveDrop, "arrive_drop") X(kCompleteTx, "complete_tx")                        \
-  X(kMbarrier, "mbarrier")                                                           \
+  X(kMbarrier, "mbarrier") X(kBulkGroup, "bulk_group") X(kRead, "read")             \
   X(kLaunchDependents, "launch_dependents") X(kWait, "wait")                         \
   X(kFractional, "fractional") X(kLastUse, "last_use") X(kEvictLast, "evict_last")   \
   X(kEvictNormal, "evict_normal") X(kEvictFirst, "evict_first")                      \

@@ -3,9 +3,11 @@
 // arrive/wait over many phases, cuda::memcpy_async double buffering (cp.async
 // with cp.async.mbarrier.arrive), and a producer/consumer pipeline on "full"
 // and "empty" mbarriers waited on by phase parity, CUTLASS-style. Built for
-// compute_80 (test_wait) and compute_90 (try_wait, expect_tx/complete_tx).
+// compute_80 (test_wait) and compute_90 (try_wait, expect_tx/complete_tx, and
+// the bulk copies cuda::memcpy_async makes of 16-byte aligned sizes).
 #include <cooperative_groups.h>
 #include <cuda/barrier>
+#include <cuda/ptx>
 
 namespace cg = cooperative_groups;
 using BlockBarrier = cuda::barrier<cuda::thread_scope_block>;
@@ -148,5 +150,28 @@ extern "C" __global__ void transaction_count(int* out) {
                  : "=r"(done) : "r"(addr), "l"(state) : "memory");
   }
   out[t] = data[t % 64];
+}
+
+// Bulk copies (sm_90): a 16-byte aligned cuda::memcpy_async is one
+// cp.async.bulk into shared memory whose bytes complete the barrier's phase;
+// the result goes back with a bulk copy to global memory.
+// out[t] = in[255 - t] * 3.
+extern "C" __global__ void bulk_copies(const int* in, int* out) {
+  __shared__ alignas(16) int tile[2][256];
+#pragma nv_diag_suppress static_var_with_dynamic_init
+  __shared__ BlockBarrier bar;
+  auto block = cg::this_thread_block();
+  if (block.thread_rank() == 0) init(&bar, block.size());
+  block.sync();
+  cuda::memcpy_async(block, tile[0], in, cuda::aligned_size_t<16>(sizeof(int) * 256), bar);
+  bar.arrive_and_wait();
+  tile[1][threadIdx.x] = tile[0][255 - threadIdx.x] * 3;
+  cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+  block.sync();
+  if (threadIdx.x == 0) {
+    cuda::ptx::cp_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared, out, tile[1], sizeof(int) * 256);
+    cuda::ptx::cp_async_bulk_commit_group();
+    cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>());
+  }
 }
 #endif
