@@ -252,7 +252,7 @@ CUresult launchKernel(const char* name, CUfunction f, unsigned gx, unsigned gy, 
                       unsigned bz, unsigned sharedMemBytes, CUstream hStream, void** kernelParams, void** extra,
                       bool perThread, bool cooperative) {
   return call(name, [&](Driver& d) -> Status {
-    LaunchConfig config{{gx, gy, gz}, {bx, by, bz}, sharedMemBytes};
+    LaunchConfig config{{gx, gy, gz}, {bx, by, bz}, sharedMemBytes, cooperative};
     if (cooperative) {
       ASSIGN_OR_RETURN(auto fn, d.function(f));
       ASSIGN_OR_RETURN(const FunctionInfo* info, infoOf(fn));

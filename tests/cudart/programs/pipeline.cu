@@ -3,7 +3,9 @@
 // on sm_80 and later: cuda::memcpy_async into two buffers, each with its
 // cuda::barrier, the next tile copied while the current one is used. Built
 // with -arch=sm_90, so the barriers are mbarriers (try_wait) and the copies
-// cp.async and cp.async.bulk. Each step is checked against the same computation on the CPU and
+// cp.async and cp.async.bulk. Then a cooperative launch mixes each word with
+// one of another block across a grid-wide barrier (cooperative groups'
+// grid.sync()). Each step is checked against the same computation on the CPU and
 // prints a checksum of the state, so a restored run prints the same bytes as
 // an uninterrupted one.
 //   pipeline [--steps N] [--sleep-ms MS]
@@ -66,6 +68,21 @@ __global__ void step(const unsigned* in, unsigned* out, unsigned s) {
   }
 }
 
+// state[i] ^= state[(i + kTile) % kWords] >> 3, every block reading a word
+// of the next block's before any is written.
+__global__ void mixBlocks(unsigned* state) {
+  cg::grid_group grid = cg::this_grid();
+  const unsigned i = static_cast<unsigned>(grid.thread_rank());
+  const unsigned other = state[(i + kTile) % kWords];
+  grid.sync();
+  state[i] ^= other >> 3;
+}
+
+void mixBlocksOnHost(std::vector<unsigned>& state) {
+  const std::vector<unsigned> before = state;
+  for (int i = 0; i < kWords; ++i) state[i] ^= before[(i + kTile) % kWords] >> 3;
+}
+
 void stepOnHost(const std::vector<unsigned>& in, std::vector<unsigned>& out, unsigned s) {
   for (int b = 0; b < kBlocks * kTilesPerBlock; b += kTilesPerBlock) {
     for (int t = 0; t < kTile; ++t) {
@@ -94,11 +111,14 @@ int main(int argc, char** argv) {
     const int from = (s - 1) % 2;
     step<<<kBlocks, kTile>>>(state[from], state[from ^ 1], static_cast<unsigned>(s));
     CHECK(cudaGetLastError());
+    void* args[] = {&state[from ^ 1]};
+    CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(mixBlocks), kWords / kTile, kTile, args, 0, nullptr));
     CHECK(cudaMemcpy(host.data(), state[from ^ 1], kWords * sizeof(unsigned), cudaMemcpyDeviceToHost));
     // The CPU follows the device's own state: a restored run checks its steps too.
     std::vector<unsigned> before(kWords);
     CHECK(cudaMemcpy(before.data(), state[from], kWords * sizeof(unsigned), cudaMemcpyDeviceToHost));
     stepOnHost(before, next, static_cast<unsigned>(s));
+    mixBlocksOnHost(next);
     if (next != host) {
       std::printf("MISMATCH at step %d\n", s);
       return 1;

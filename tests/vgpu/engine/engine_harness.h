@@ -156,7 +156,7 @@ class Module {
   }
 
   Status launch(const std::string& name, Dim3 grid, Dim3 block, const Params& params,
-                std::uint32_t dynamicShared = 0) {
+                std::uint32_t dynamicShared = 0, bool cooperative = false) {
     std::size_t k = kernel(name);
     const FunctionInfo& f = program_->functions()[k];
     EXPECT_EQ(params.count(), f.params.size()) << "argument count of " << f.name;
@@ -165,6 +165,7 @@ class Module {
     config.grid = grid;
     config.block = block;
     config.dynamicSharedBytes = dynamicShared;
+    config.cooperative = cooperative;
     LaunchContext context;
     context.memory = memory_;
     context.printf = &printf_;

@@ -1114,6 +1114,29 @@ TEST_P(Kernels, MbarrierPhasesPipelinesAndAsyncCopies) {
   for (int t = 0; t < 256; ++t) ASSERT_EQ(bulk[t], in[255 - t] * 3) << "bulk_copies " << t;
 }
 
+// grid.sync() of cooperative groups: in a cooperative launch every block runs
+// at once and the barrier completes, whatever the worker count; in a plain
+// launch the grid has no workspace and grid.sync() traps, as on a GPU.
+TEST_P(Kernels, GridSyncInACooperativeLaunch) {
+  for (const char* ptx : {"barrier", "barrier_sm90"}) {
+    SCOPED_TRACE(ptx);
+    load(ptx);
+    const int n = 1000, rounds = 4;  // 4 blocks of 256: the last threads have no word
+    std::vector<int> expected(n);
+    for (int i = 0; i < n; ++i) expected[i] = i;
+    for (int r = 0; r < rounds; ++r) {
+      std::vector<int> next(n);
+      for (int i = 0; i < n; ++i) next[i] = expected[i] * 3 + expected[(i + 1) % n] + r;
+      expected = next;
+    }
+    int* data = module_.memory().alloc<int>(n);
+    ASSERT_THAT(module_.launch("grid_sync", {2, 2}, {256}, Params().add(data).add(n).add(rounds), 0, true), IsOk());
+    for (int i = 0; i < n; ++i) ASSERT_EQ(data[i], expected[i]) << i;
+    EXPECT_THAT(module_.launch("grid_sync", {4}, {256}, Params().add(data).add(n).add(rounds)),
+                StatusIs(Code::kFailedPrecondition, HasSubstr("trap")));
+  }
+}
+
 TEST_P(Kernels, WmmaNeedsTheWholeWarp) {
   load("wmma");
   const WmmaCase t(9, 1.0);

@@ -30,6 +30,7 @@ enum class Special : uint8_t {
   kClusterCtaid, kClusterNctaid, kClusterCtarank, kClusterNctarank, kIsExplicitCluster,
   kClusterid, kNclusterid,
   kReservedSmemBegin, kReservedSmemEnd, kReservedSmemCap, kReservedSmem0, kReservedSmem1,
+  kEnvreg,  // %envreg<32>: the register's number in Opnd::imm
 };
 
 // Shared memory the system reserves per CTA (cooperative groups keep barrier state

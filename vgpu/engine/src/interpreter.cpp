@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -142,6 +143,13 @@ struct LaunchState {
   std::atomic<uint64_t> warpInstructions{0};
   std::atomic<uint64_t> laneInstructions{0};
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  // A cooperative grid's sync workspace, zero at the launch's start: what
+  // %envreg1 (high half) and %envreg2 (low half) point to, as NVIDIA's driver
+  // provides it for cooperative groups' grid.sync() (its barrier word is at
+  // offset 4). Global memory for the launch's instructions.
+  alignas(16) std::array<uint32_t, 4> gridWorkspace{};
+
+  uint64_t workspace() const { return reinterpret_cast<uint64_t>(gridWorkspace.data()); }
 
   void setFault(Status s) {
     std::lock_guard lock(faultMutex);
@@ -204,14 +212,11 @@ class BlockRunner {
         recording_(state.launch->record != nullptr) {}
 
   void run() {
-    const Dim3& g = l_.config.grid;
     for (;;) {
       if (s_.stop) return;
       uint64_t b = s_.nextBlock.fetch_add(1);
       if (b >= s_.totalBlocks) return;
-      ctaid_ = {static_cast<uint32_t>(b % g.x), static_cast<uint32_t>((b / g.x) % g.y),
-                static_cast<uint32_t>(b / (uint64_t{g.x} * g.y))};
-      Status st = runBlock();
+      Status st = runBlock(b);
       if (!st.isOk()) {
         s_.setFault(std::move(st));
         return;
@@ -232,7 +237,82 @@ class BlockRunner {
 
  private:
   // ---------------------------------------------------------------- block
-  Status runBlock() {
+  // Runs the block `b` (in grid order) to its end.
+  Status runBlock(uint64_t b) {
+    RETURN_IF_ERROR(beginBlock(b));
+    for (;;) {
+      bool done = false;
+      RETURN_IF_ERROR(runRound(done));
+      if (done) return Status::ok();
+    }
+  }
+
+ public:
+  // A cooperative grid runs its blocks together, a round of each in turn.
+  Status beginBlock(uint64_t b) {
+    const Dim3& g = l_.config.grid;
+    ctaid_ = {static_cast<uint32_t>(b % g.x), static_cast<uint32_t>((b / g.x) % g.y),
+              static_cast<uint32_t>(b / (uint64_t{g.x} * g.y))};
+    return beginBlock();
+  }
+
+  // One round: each running warp runs for a quantum, then barriers release.
+  // `done` once every warp has exited (or the launch stops).
+  Status runRound(bool& done) {
+    done = false;
+    bool anyRunning = false;
+    bool anyWorked = false;
+    mbarrierChanged_ = false;
+    for (uint32_t wi = 0; wi < nwarps_; ++wi) {
+      Warp& w = warps_[wi];
+      if (w.state != WarpState::kRunning) continue;
+      anyRunning = true;
+      waitYielded_ = false;
+      if (runWarp(w) == Step::kStop) return fault_;
+      anyWorked = anyWorked || !waitYielded_;
+      if (s_.stop) {
+        done = true;
+        return Status::ok();
+      }
+    }
+    bool released = releaseBarriers();
+    if (anyRunning && !anyWorked && !mbarrierChanged_ && !released) {
+      if (++idleRounds_ >= kMbarrierIdleRounds) {
+        return kernelFaultStatus(
+            KernelFault::kLaunchFailed,
+            fmt::format("mbarrier deadlock in {}, block ({},{},{}): every running warp waits on an "
+                        "mbarrier phase that no warp can complete",
+                        s_.kernel->name, ctaid_[0], ctaid_[1], ctaid_[2]));
+      }
+    } else {
+      idleRounds_ = 0;
+    }
+    bool allDone = true;
+    for (uint32_t wi = 0; wi < nwarps_; ++wi) {
+      if (warps_[wi].state != WarpState::kDone) allDone = false;
+    }
+    if (allDone) {
+      done = true;
+      return Status::ok();
+    }
+    if (!anyRunning && !released) {
+      bool anyRunnable = false;
+      for (uint32_t wi = 0; wi < nwarps_; ++wi) {
+        if (warps_[wi].state == WarpState::kRunning) anyRunnable = true;
+      }
+      if (!anyRunnable) {
+        return kernelFaultStatus(
+            KernelFault::kLaunchFailed,
+            fmt::format("barrier deadlock in {}, block ({},{},{}): every live warp waits "
+                        "at a barrier that cannot complete",
+                        s_.kernel->name, ctaid_[0], ctaid_[1], ctaid_[2]));
+      }
+    }
+    return Status::ok();
+  }
+
+ private:
+  Status beginBlock() {
     const Dim3& bd = l_.config.block;
     const uint32_t threads = bd.x * bd.y * bd.z;
     const uint32_t nwarps = (threads + kWarpSize - 1) / kWarpSize;
@@ -263,51 +343,8 @@ class BlockRunner {
       if (!pushFrame(w, *s_.kernel, w.liveMask, 0, nullptr)) return fault_;
     }
     nwarps_ = nwarps;
-    uint32_t idleRounds = 0;
-    for (;;) {
-      bool anyRunning = false;
-      bool anyWorked = false;
-      mbarrierChanged_ = false;
-      for (uint32_t wi = 0; wi < nwarps; ++wi) {
-        Warp& w = warps_[wi];
-        if (w.state != WarpState::kRunning) continue;
-        anyRunning = true;
-        waitYielded_ = false;
-        if (runWarp(w) == Step::kStop) return fault_;
-        anyWorked = anyWorked || !waitYielded_;
-        if (s_.stop) return Status::ok();
-      }
-      bool released = releaseBarriers();
-      if (anyRunning && !anyWorked && !mbarrierChanged_ && !released) {
-        if (++idleRounds >= kMbarrierIdleRounds) {
-          return kernelFaultStatus(
-              KernelFault::kLaunchFailed,
-              fmt::format("mbarrier deadlock in {}, block ({},{},{}): every running warp waits on an "
-                          "mbarrier phase that no warp can complete",
-                          s_.kernel->name, ctaid_[0], ctaid_[1], ctaid_[2]));
-        }
-      } else {
-        idleRounds = 0;
-      }
-      bool allDone = true;
-      for (uint32_t wi = 0; wi < nwarps; ++wi) {
-        if (warps_[wi].state != WarpState::kDone) allDone = false;
-      }
-      if (allDone) return Status::ok();
-      if (!anyRunning && !released) {
-        bool anyRunnable = false;
-        for (uint32_t wi = 0; wi < nwarps; ++wi) {
-          if (warps_[wi].state == WarpState::kRunning) anyRunnable = true;
-        }
-        if (!anyRunnable) {
-          return kernelFaultStatus(
-              KernelFault::kLaunchFailed,
-              fmt::format("barrier deadlock in {}, block ({},{},{}): every live warp waits "
-                          "at a barrier that cannot complete",
-                          s_.kernel->name, ctaid_[0], ctaid_[1], ctaid_[2]));
-        }
-      }
-    }
+    idleRounds_ = 0;
+    return Status::ok();
   }
 
   bool releaseBarriers() {
@@ -462,6 +499,11 @@ class BlockRunner {
       case Special::kReservedSmem1: return s_.reservedBase + kReservedSharedBytes / 2;
       case Special::kReservedSmemEnd: return s_.reservedBase + kReservedSharedBytes;
       case Special::kReservedSmemCap: return kReservedSharedBytes;
+      case Special::kEnvreg:
+        if (!l_.config.cooperative) return 0;
+        if (o.imm == 1) return s_.workspace() >> 32;
+        if (o.imm == 2) return s_.workspace() & 0xffffffffu;
+        return 0;
     }
     (void)f;
     return 0;
@@ -573,7 +615,11 @@ class BlockRunner {
       if (addr + size > w.localSize || addr + size < addr) return illegal("local");
       return w.local[static_cast<size_t>(lane)].data() + addr;
     }
-    // Global and constant: the context's mappings.
+    // Global and constant: the context's mappings, and a cooperative grid's workspace.
+    if (l_.config.cooperative && addr - s_.workspace() < sizeof(s_.gridWorkspace) &&
+        addr + size <= s_.workspace() + sizeof(s_.gridWorkspace)) {
+      return reinterpret_cast<uint8_t*>(addr);
+    }
     if (!l_.context.memory->isAccessible(addr, size)) return illegal("global");
     if (recording_) {
       bool atomic = in.op == Opcode::kAtom || in.op == Opcode::kRed;
@@ -3031,6 +3077,7 @@ class BlockRunner {
   uint32_t nwarps_ = 0;
   std::array<BarrierState, kBarriers> barriers_{};
   uint32_t liveThreads_ = 0;
+  uint32_t idleRounds_ = 0;       // rounds in a row in which every running warp only waited
   bool waitYielded_ = false;      // the warp's turn ended on an mbarrier phase not yet complete
   bool mbarrierChanged_ = false;  // an mbarrier object changed in this round
   Status fault_;
@@ -3042,6 +3089,29 @@ class BlockRunner {
 };
 
 }  // namespace
+
+// A cooperative grid: every block resident at once, as the launch promises,
+// so that a grid-wide barrier completes. One thread runs a round of each
+// block in turn until all have ended.
+void runCooperative(LaunchState& state) {
+  std::vector<std::unique_ptr<BlockRunner>> blocks;
+  blocks.reserve(static_cast<size_t>(state.totalBlocks));
+  for (uint64_t b = 0; b < state.totalBlocks; ++b) {
+    auto& runner = blocks.emplace_back(std::make_unique<BlockRunner>(state, 0));
+    if (Status st = runner->beginBlock(b); !st.isOk()) return state.setFault(std::move(st));
+  }
+  for (size_t live = blocks.size(); live > 0 && !state.stop;) {
+    for (auto& runner : blocks) {
+      if (!runner) continue;
+      bool done = false;
+      if (Status st = runner->runRound(done); !st.isOk()) return state.setFault(std::move(st));
+      if (done) {
+        runner.reset();
+        --live;
+      }
+    }
+  }
+}
 
 Status runKernel(const KernelLaunch& launch, LaunchStats* stats) {
   LaunchState state;
@@ -3055,7 +3125,9 @@ Status runKernel(const KernelLaunch& launch, LaunchStats* stats) {
   state.totalBlocks = uint64_t{g.x} * g.y * g.z;
   uint32_t workers = static_cast<uint32_t>(
       std::clamp<uint64_t>(launch.workers, 1, std::max<uint64_t>(state.totalBlocks, 1)));
-  if (workers == 1) {
+  if (launch.config.cooperative) {
+    runCooperative(state);
+  } else if (workers == 1) {
     BlockRunner runner(state, 0);
     runner.run();
   } else {

@@ -4,6 +4,7 @@
 #include "lower.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -323,6 +324,17 @@ class FunctionLowering {
             r.kind = OpndKind::kSpecial;
             r.special = sp.special;
             r.component = o.component == 'y' ? 1 : o.component == 'z' ? 2 : 0;
+            return r;
+          }
+        }
+        // %envreg0..%envreg31: read-only registers the driver sets per launch.
+        if (std::string_view name = o.name; name.starts_with("%envreg") && name.size() > 7 && name.size() <= 9) {
+          unsigned index = 0;
+          auto [end, ec] = std::from_chars(name.data() + 7, name.data() + name.size(), index);
+          if (ec == std::errc() && end == name.data() + name.size() && index < 32 && (name.size() == 8 || name[7] != '0')) {
+            r.kind = OpndKind::kSpecial;
+            r.special = Special::kEnvreg;
+            r.imm = index;
             return r;
           }
         }

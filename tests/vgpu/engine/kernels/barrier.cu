@@ -4,7 +4,8 @@
 // with cp.async.mbarrier.arrive), and a producer/consumer pipeline on "full"
 // and "empty" mbarriers waited on by phase parity, CUTLASS-style. Built for
 // compute_80 (test_wait) and compute_90 (try_wait, expect_tx/complete_tx, and
-// the bulk copies cuda::memcpy_async makes of 16-byte aligned sizes).
+// the bulk copies cuda::memcpy_async makes of 16-byte aligned sizes). And the
+// grid-wide barrier of a cooperative launch.
 #include <cooperative_groups.h>
 #include <cuda/barrier>
 #include <cuda/ptx>
@@ -115,6 +116,21 @@ extern "C" __global__ void producer_consumer(const int* in, int* out, int iterat
     }
   }
   out[t] = acc;
+}
+
+// A grid-wide barrier (cooperative groups' grid.sync(), which needs a
+// cooperative launch): each round every thread reads its right neighbour's
+// word across block boundaries, all blocks sync, then each writes its own.
+extern "C" __global__ void grid_sync(int* data, int n, int rounds) {
+  cg::grid_group grid = cg::this_grid();
+  const int i = static_cast<int>(grid.thread_rank());
+  if (i < n) data[i] = i;
+  for (int r = 0; r < rounds; ++r) {
+    grid.sync();
+    const int v = i < n ? data[(i + 1) % n] : 0;
+    grid.sync();
+    if (i < n) data[i] = data[i] * 3 + v + r;
+  }
 }
 
 #if __CUDA_ARCH__ >= 900

@@ -97,6 +97,10 @@ struct LaunchConfig {
   Dim3 grid;
   Dim3 block;
   std::uint32_t dynamicSharedBytes = 0;
+  // A cooperative launch (cuLaunchCooperativeKernel, CU_LAUNCH_ATTRIBUTE_COOPERATIVE):
+  // every block is resident at once and the grid has a sync workspace, so a
+  // grid-wide barrier (cooperative groups' grid.sync()) completes.
+  bool cooperative = false;
 };
 
 // Half-open byte range [begin, end).
