@@ -177,6 +177,32 @@ TEST_F(RealModuleTest, PtxTextLoadsAndRuns) {
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuModuleUnload(m));
 }
 
+// A kernel compiled for thread block clusters (__cluster_dims__) runs in
+// clusters on a GPU at every launch; vgpu runs no clusters, so the launch is
+// refused, naming the shape, rather than run as clusters of one CTA.
+TEST_F(RealModuleTest, KernelsCompiledForClustersAreRefusedAtLaunch) {
+  const char* ptx = R"(.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry clustered() .reqnctapercluster 2, 1, 1
+{
+  ret;
+}
+)";
+  CUmodule m = nullptr;
+  ASSERT_CU(cuModuleLoadData(&m, ptx));
+  CUfunction f = function(m, "clustered");
+  int width = -1, height = -1;
+  EXPECT_CU(cuFuncGetAttribute(&width, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, f));
+  EXPECT_CU(cuFuncGetAttribute(&height, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT, f));
+  EXPECT_EQ(width, 2);
+  EXPECT_EQ(height, 1);
+  EXPECT_LAUNCH_REFUSED(CUDA_ERROR_NOT_SUPPORTED,
+                        cuLaunchKernel(f, 2, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr));
+  EXPECT_CU(cuCtxSynchronize());
+  EXPECT_CU(cuModuleUnload(m));
+}
+
 TEST_F(RealModuleTest, BadImagesAreRefused) {
   CUmodule m = nullptr;
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuModuleLoadData(&m, nullptr));

@@ -421,6 +421,8 @@ TEST_F(ModuleTest, LaunchKernelExAndCooperativeLaunch) {
   EXPECT_EQ(launches[0].config.grid.x, 3u);
   EXPECT_EQ(launches[0].config.block.x, 64u);
   EXPECT_EQ(launches[1].config.grid.x, static_cast<unsigned>(sms));
+  EXPECT_TRUE(launches[0].config.cooperative);
+  EXPECT_TRUE(launches[1].config.cooperative);
   EXPECT_CU(cuModuleUnload(m));
 }
 

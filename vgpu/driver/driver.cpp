@@ -1133,6 +1133,13 @@ Status Driver::launch(CUfunction handle, const LaunchConfig& config, CUstream st
   if (b.x == 0 || b.y == 0 || b.z == 0 || b.x > 1024 || b.y > 1024 || b.z > 64) {
     return cuErrorf(CUDA_ERROR_INVALID_VALUE, "block ({},{},{}) is outside (1024, 1024, 64)", b.x, b.y, b.z);
   }
+  const auto& cluster = info.requiredCluster;
+  if (std::uint64_t{cluster[0]} * cluster[1] * cluster[2] > 1) {
+    return cuErrorf(CUDA_ERROR_NOT_SUPPORTED,
+                    "{} is compiled for thread block clusters of ({},{},{}) CTAs (.reqnctapercluster), which vgpu "
+                    "does not run",
+                    info.name, cluster[0], cluster[1], cluster[2]);
+  }
   std::uint64_t threads = std::uint64_t{b.x} * b.y * b.z;
   if (threads > static_cast<std::uint64_t>(std::min(1024, info.maxThreadsPerBlock))) {
     return cuErrorf(CUDA_ERROR_INVALID_VALUE, "{} threads per block exceed the limit of {}", threads,

@@ -254,6 +254,9 @@ class EngineLoader final : public ProgramLoader {
           for (uint32_t v : a.values) product *= v;
           info.maxThreadsPerBlock = static_cast<int>(std::min<uint64_t>(product, 1024));
         }
+        if (a.kind == ptx::FunctionAttribute::Kind::kReqNctaPerCluster) {
+          for (size_t d = 0; d < 3; ++d) info.requiredCluster[d] = d < a.values.size() ? a.values[d] : 1;
+        }
       }
       program->functions_.push_back(std::move(info));
       program->kernelIndex_.push_back(static_cast<uint32_t>(i));

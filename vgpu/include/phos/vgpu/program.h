@@ -2,6 +2,7 @@
 // The seam between vgpu's driver and a PTX execution engine: loading PTX and launching kernels.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -47,6 +48,9 @@ struct FunctionInfo {
   std::size_t localBytesPerThread = 0;
   int registersPerThread = 32;      // reported by cuFuncGetAttribute(NUM_REGS)
   int maxThreadsPerBlock = 1024;    // .maxntid product when present
+  // .reqnctapercluster: the cluster shape every launch of the kernel has (its
+  // CTAs run together and share memory); all 0 when the kernel sets none.
+  std::array<std::uint32_t, 3> requiredCluster{0, 0, 0};
 };
 
 // One module-scope variable in the global or constant state space, allocated by
