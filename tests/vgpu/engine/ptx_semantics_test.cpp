@@ -284,6 +284,30 @@ TEST_F(PtxSemantics, MbarrierMisuseFaultsOrIsRefused) {
   }
 }
 
+// Half-precision atomics as cuda_fp16.h's atomicAdd emits them (.noftz:
+// subnormal inputs and results are kept, which vgpu's f16 arithmetic does),
+// each half rounded to nearest even on its own.
+TEST_F(PtxSemantics, HalfPrecisionAtomicAdds) {
+  auto out = run(R"(
+  ld.global.u32 %r1, [%rd2];
+  atom.global.add.noftz.f16x2 %r2, [%rd1], %r1;
+  st.global.u32 [%rd1+4], %r2;
+  ld.global.u32 %r3, [%rd2+4];
+  red.global.add.noftz.bf16x2 [%rd1+8], %r3;
+  ld.global.u16 %h1, [%rd2+8];
+  atom.global.add.noftz.f16 %h2, [%rd1+12], %h1;
+  atom.global.add.noftz.f16 %h2, [%rd1+12], %h1;
+  st.global.u16 [%rd1+14], %h2;
+)", {0x3c000001u,   // f16x2 halves: 2^-24 (the smallest subnormal) and 1.0
+     0x3f803f80u,   // bf16x2: 1.0 and 1.0
+     0x00000200u},  // f16 subnormal 2^-15
+    4);
+  // Memory started at 0: the f16x2 sum is the input (subnormal kept), the old
+  // value 0; bf16x2 1.0 + 0; the f16 subnormal added twice, 2^-14 (normal).
+  const std::vector<uint32_t> expected = {0x3c000001u, 0u, 0x3f803f80u, 0x02000400u};
+  EXPECT_EQ(out, expected);
+}
+
 // fns: the PTX ISA's examples, and the edges of its pseudo-code.
 TEST_F(PtxSemantics, FindNthSetBit) {
   auto out = run(R"(
