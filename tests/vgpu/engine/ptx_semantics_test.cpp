@@ -284,6 +284,21 @@ TEST_F(PtxSemantics, MbarrierMisuseFaultsOrIsRefused) {
   }
 }
 
+// Prefetches name their cache level (Thrust's sm_90 kernels use
+// prefetch.global.L2); they move no data and run as no-ops.
+TEST_F(PtxSemantics, PrefetchesWithCacheLevels) {
+  auto out = run(R"(
+  prefetch.global.L2 [%rd2];
+  prefetch.global.L1 [%rd2+4];
+  prefetch.L2 [%rd2];
+  prefetchu.L1 [%rd2];
+  prefetch.global.L2::evict_last [%rd2];
+  ld.global.u32 %r1, [%rd2];
+  st.global.u32 [%rd1], %r1;
+)", {42u}, 1);
+  EXPECT_EQ(out, std::vector<uint32_t>{42u});
+}
+
 // Half-precision atomics as cuda_fp16.h's atomicAdd emits them (.noftz:
 // subnormal inputs and results are kept, which vgpu's f16 arithmetic does),
 // each half rounded to nearest even on its own.

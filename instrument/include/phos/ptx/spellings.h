@@ -119,7 +119,7 @@
   X(kPendingCount, "pending_count") X(kNoComplete, "noComplete")                     \
   X(kArriveDrop, "arrive_drop") X(kCompleteTx, "complete_tx")                        \
   X(kMbarrier, "mbarrier") X(kBulkGroup, "bulk_group") X(kRead, "read")             \
-  X(kNoftz, "noftz")                                                                 \
+  X(kNoftz, "noftz") X(kLevelL1, "L1") X(kLevelL2, "L2")                             \
   X(kLaunchDependents, "launch_dependents") X(kWait, "wait")                         \
   X(kFractional, "fractional") X(kLastUse, "last_use") X(kEvictLast, "evict_last")   \
   X(kEvictNormal, "evict_normal") X(kEvictFirst, "evict_first")                      \
