@@ -22,7 +22,7 @@ from test_concurrent_restore import restore as restore_with
 TIMEOUT = 120
 PROGRAMS = ["vector_add", "matmul_tiled", "streams_events", "symbols", "atomics_warp", "reduction",
             "printf_hostfunc", "train", "pools", "device_assert", "event_times", "shared_optin", "vector_add_shared",
-            "train_shared", "pipeline", "thrust_sort"]
+            "train_shared", "pipeline", "thrust_sort", "cg_partitions"]
 # Lines a program prints after its steps.
 TAIL_LINES = {"train": 1, "train_shared": 1, "pools": 3, "event_times": 1, "shared_optin": 1, "pipeline": 1}
 STEPS = 14

@@ -904,6 +904,46 @@ TEST_F(PtxSemantics, ShuffleOutOfRangePredicate) {
   for (uint32_t t = 0; t < 32; ++t) EXPECT_EQ(out[t], t >= 2 ? (t - 2 + 1000) : t) << t;
 }
 
+// Warp operations whose lanes pass different membermasks (cooperative
+// groups' binary_partition and labeled_partition do) act on each mask's lanes
+// apart: here the even lanes and the odd lanes.
+TEST_F(PtxSemantics, SyncOperationsActOnEachLanesMembermask) {
+  auto out = run(R"(
+  and.b32 %r1, %r0, 1;
+  setp.eq.u32 %p1, %r1, 0;
+  selp.b32 %r2, 0x55555555, 0xaaaaaaaa, %p1;
+  mul.lo.u32 %r3, %r0, 20;
+  cvt.u64.u32 %rd3, %r3;
+  add.u64 %rd4, %rd1, %rd3;
+  redux.sync.add.u32 %r4, %r0, %r2;
+  st.global.u32 [%rd4], %r4;
+  setp.lt.u32 %p2, %r0, 8;
+  vote.sync.ballot.b32 %r4, %p2, %r2;
+  st.global.u32 [%rd4+4], %r4;
+  vote.sync.any.pred %p3, %p2, %r2;
+  selp.u32 %r4, 1, 0, %p3;
+  st.global.u32 [%rd4+8], %r4;
+  shr.u32 %r5, %r0, 2;
+  match.any.sync.b32 %r4, %r5, %r2;
+  st.global.u32 [%rd4+12], %r4;
+  match.all.sync.b32 %r4|%p4, %r1, %r2;
+  selp.u32 %r6, 1, 0, %p4;
+  add.u32 %r4, %r4, %r6;
+  st.global.u32 [%rd4+16], %r4;
+)", {}, 32 * 5, 32);
+  ASSERT_EQ(out.size(), 32u * 5);
+  for (uint32_t lane = 0; lane < 32; ++lane) {
+    const bool even = lane % 2 == 0;
+    const uint32_t group = even ? 0x55555555u : 0xaaaaaaaau;
+    const uint32_t* o = &out[lane * 5];
+    EXPECT_EQ(o[0], even ? 240u : 256u) << lane;                      // sum of the group's lane ids
+    EXPECT_EQ(o[1], even ? 0x55u : 0xaau) << lane;                    // its lanes below 8
+    EXPECT_EQ(o[2], 1u) << lane;
+    EXPECT_EQ(o[3], (0xfu << (lane / 4 * 4)) & group) << lane;        // same lane / 4, in the group
+    EXPECT_EQ(o[4], group + 1) << lane;                               // all equal in the group
+  }
+}
+
 TEST_F(PtxSemantics, VoteUniAndMatchAll) {
   auto out = run(R"(
   and.b32 %r1, %r0, 0;

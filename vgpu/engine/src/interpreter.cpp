@@ -1929,23 +1929,38 @@ class BlockRunner {
     return Step::kContinue;
   }
 
+  // The lanes a .sync warp operation of `lane` acts on: those of its
+  // membermask (operand `maskOperand`, when the form has one) that execute it
+  // together. Lanes that pass different masks (cooperative groups'
+  // binary_partition, labeled_partition) form separate groups.
+  uint32_t syncGroup(const Warp& w, const Frame& f, const Inst& in, size_t maskOperand, int lane,
+                     uint32_t exec) const {
+    if (in.ops.size() <= maskOperand) return exec;
+    return static_cast<uint32_t>(read(w, f, in.ops[maskOperand], lane)) & exec;
+  }
+
   Step executeVote(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
     uint32_t ballot = 0;
     for (uint32_t m = exec; m; m &= m - 1) {
       int lane = std::countr_zero(m);
       if (read(w, f, in.ops[1], lane) & 1) ballot |= 1u << lane;
     }
-    uint64_t r;
-    if (in.m.has(Flag::kBallot)) {
-      r = ballot;
-    } else if (in.m.has(Flag::kAll)) {
-      r = ballot == exec;
-    } else if (in.m.has(Flag::kAny)) {
-      r = ballot != 0;
-    } else {
-      r = ballot == exec || ballot == 0;  // .uni
+    for (uint32_t m = exec; m; m &= m - 1) {
+      const int lane = std::countr_zero(m);
+      const uint32_t group = syncGroup(w, f, in, 2, lane, exec);
+      const uint32_t votes = ballot & group;
+      uint64_t r;
+      if (in.m.has(Flag::kBallot)) {
+        r = votes;
+      } else if (in.m.has(Flag::kAll)) {
+        r = votes == group;
+      } else if (in.m.has(Flag::kAny)) {
+        r = votes != 0;
+      } else {
+        r = votes == group || votes == 0;  // .uni
+      }
+      writeReg(f, in.ops[0], lane, r);
     }
-    for (uint32_t m = exec; m; m &= m - 1) writeReg(f, in.ops[0], std::countr_zero(m), r);
     return Step::kContinue;
   }
 
@@ -1959,17 +1974,19 @@ class BlockRunner {
       int lane = std::countr_zero(m);
       v[static_cast<size_t>(lane)] = truncBytes(read(w, f, in.ops[1], lane), bytes);
     }
-    bool all = true;
-    uint64_t first = v[static_cast<size_t>(std::countr_zero(exec))];
-    for (uint32_t m = exec; m; m &= m - 1) all = all && v[static_cast<size_t>(std::countr_zero(m))] == first;
     for (uint32_t m = exec; m; m &= m - 1) {
       int lane = std::countr_zero(m);
+      const uint32_t group = syncGroup(w, f, in, 2, lane, exec);
       uint32_t r = 0;
       if (in.m.has(Flag::kAll)) {
-        r = all ? exec : 0;
+        bool all = true;
+        for (uint32_t k = group; k; k &= k - 1) {
+          all = all && v[static_cast<size_t>(std::countr_zero(k))] == v[static_cast<size_t>(lane)];
+        }
+        r = all ? group : 0;
         if (pred) writeReg(f, *pred, lane, all);
       } else {
-        for (uint32_t k = exec; k; k &= k - 1) {
+        for (uint32_t k = group; k; k &= k - 1) {
           int other = std::countr_zero(k);
           if (v[static_cast<size_t>(other)] == v[static_cast<size_t>(lane)]) r |= 1u << other;
         }
@@ -1981,29 +1998,42 @@ class BlockRunner {
 
   Step executeRedux(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
     bool sign = tsigned(in.type);
-    int64_t acc = 0;
-    bool firstLane = true;
+    std::array<int64_t, kWarpSize> x{};
     for (uint32_t m = exec; m; m &= m - 1) {
       int lane = std::countr_zero(m);
       uint32_t raw = static_cast<uint32_t>(read(w, f, in.ops[1], lane));
-      int64_t x = sign ? static_cast<int32_t>(raw) : static_cast<int64_t>(raw);
-      if (firstLane) {
-        acc = x;
-        firstLane = false;
-        continue;
-      }
-      switch (in.m.atomOp) {
-        case ptx::AtomOp::kAdd: acc += x; break;
-        case ptx::AtomOp::kMin: acc = std::min(acc, x); break;
-        case ptx::AtomOp::kMax: acc = std::max(acc, x); break;
-        case ptx::AtomOp::kAnd: acc &= x; break;
-        case ptx::AtomOp::kOr: acc |= x; break;
-        case ptx::AtomOp::kXor: acc ^= x; break;
-        default: break;
-      }
+      x[static_cast<size_t>(lane)] = sign ? static_cast<int32_t>(raw) : static_cast<int64_t>(raw);
     }
-    uint64_t r = static_cast<uint32_t>(acc);
-    for (uint32_t m = exec; m; m &= m - 1) writeReg(f, in.ops[0], std::countr_zero(m), r);
+    uint32_t lastGroup = 0;
+    uint64_t lastResult = 0;
+    for (uint32_t m = exec; m; m &= m - 1) {
+      const int lane = std::countr_zero(m);
+      const uint32_t group = syncGroup(w, f, in, 2, lane, exec);
+      if (group != lastGroup || lastGroup == 0) {
+        int64_t acc = 0;
+        bool firstLane = true;
+        for (uint32_t k = group; k; k &= k - 1) {
+          const int64_t v = x[static_cast<size_t>(std::countr_zero(k))];
+          if (firstLane) {
+            acc = v;
+            firstLane = false;
+            continue;
+          }
+          switch (in.m.atomOp) {
+            case ptx::AtomOp::kAdd: acc += v; break;
+            case ptx::AtomOp::kMin: acc = std::min(acc, v); break;
+            case ptx::AtomOp::kMax: acc = std::max(acc, v); break;
+            case ptx::AtomOp::kAnd: acc &= v; break;
+            case ptx::AtomOp::kOr: acc |= v; break;
+            case ptx::AtomOp::kXor: acc ^= v; break;
+            default: break;
+          }
+        }
+        lastGroup = group;
+        lastResult = static_cast<uint32_t>(acc);
+      }
+      writeReg(f, in.ops[0], lane, lastResult);
+    }
     return Step::kContinue;
   }
 
