@@ -265,6 +265,9 @@ TEST_F(PtxSemantics, MbarrierMisuseFaultsOrIsRefused) {
       {"mbarrier.init.shared.b64 [%r1], 2;\n  mbarrier.arrive.noComplete.shared.b64 %rd3, [%r1], 2;",
        ".noComplete arrive completed"},
       {"mbarrier.init.shared.b64 [%r1], 0;", "outside the range"},
+      {"mbarrier.init.shared.b64 [%r1], 1;\n  mbarrier.expect_tx.shared.b64 [%r1], 1048575;\n"
+       "  mbarrier.expect_tx.shared.b64 [%r1], 1;",
+       "tx-count would be 1048576"},
       {"mbarrier.init.b64 [%rd1], 2;", "not in shared memory"},
       {"mbarrier.init.shared.b64 [%r1], 2;\n  mbarrier.arrive.shared.b64 %rd3, [%r1];\n"
        "LOOP:\n  mbarrier.try_wait.shared::cta.b64 %p1, [%r1], %rd3;\n  @!%p1 bra LOOP;",

@@ -9,6 +9,7 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -1115,6 +1116,22 @@ class BlockRunner {
     return nullptr;
   }
 
+  static Mbarrier loadMbarrier(const uint8_t* p) {
+    uint64_t word = 0;
+    std::memcpy(&word, p, 8);
+    return Mbarrier::decode(word);
+  }
+  void storeMbarrier(uint8_t* p, const Mbarrier& b) {
+    const uint64_t word = b.encode();
+    std::memcpy(p, &word, 8);
+    mbarrierChanged_ = true;
+  }
+  // A tx-count past what the object holds (2^20 - 1 either way) is undefined.
+  Step txCountOverflow(const Warp& w, const Inst& in, int lane, int32_t tx) {
+    return raise(KernelFault::kIllegalInstruction, w, in, lane,
+                 fmt::format("the mbarrier's tx-count would be {}, beyond the 2^20 - 1 it holds", tx));
+  }
+
   // cp.async.bulk: `size` bytes (a multiple of 16, both addresses 16-byte
   // aligned) copied when issued; into shared memory the copy then completes
   // that many bytes of the mbarrier's current phase, as the ISA's complete-tx
@@ -1144,14 +1161,11 @@ class BlockRunner {
       if (!toShared) continue;
       uint8_t* p = mbarrierObject(w, f, in, in.ops[3], lane, true);
       if (!p) return Step::kStop;
-      uint64_t word = 0;
-      std::memcpy(&word, p, 8);
-      Mbarrier b = Mbarrier::decode(word);
+      Mbarrier b = loadMbarrier(p);
       b.tx -= static_cast<int32_t>(size);
+      if (b.tx < -static_cast<int32_t>(Mbarrier::kMaxCount)) return txCountOverflow(w, in, lane, b.tx);
       b.completeIfDone();
-      const uint64_t next = b.encode();
-      std::memcpy(p, &next, 8);
-      mbarrierChanged_ = true;
+      storeMbarrier(p, b);
     }
     return Step::kContinue;
   }
@@ -1166,17 +1180,13 @@ class BlockRunner {
       uint8_t* p = mbarrierObject(w, f, in, in.ops[0], lane, true);
       if (!p) return Step::kStop;
       if (!in.m.has(Flag::kNoinc)) continue;
-      uint64_t word = 0;
-      std::memcpy(&word, p, 8);
-      Mbarrier b = Mbarrier::decode(word);
+      Mbarrier b = loadMbarrier(p);
       if (b.pending == 0) {
         return raise(KernelFault::kIllegalInstruction, w, in, lane, "an arrive on an mbarrier phase that expects none");
       }
       --b.pending;
       b.completeIfDone();
-      const uint64_t next = b.encode();
-      std::memcpy(p, &next, 8);
-      mbarrierChanged_ = true;
+      storeMbarrier(p, b);
     }
     return Step::kContinue;
   }
@@ -1204,9 +1214,8 @@ class BlockRunner {
       const int lane = std::countr_zero(m);
       uint8_t* p = mbarrierObject(w, f, in, addr, lane, !wait);
       if (!p) return Step::kStop;
-      uint64_t word = 0;
-      std::memcpy(&word, p, 8);
-      Mbarrier b = Mbarrier::decode(word);
+      const Mbarrier before = loadMbarrier(p);
+      Mbarrier b = before;
       auto count = [&](size_t i, uint32_t least) -> std::optional<uint32_t> {
         const uint64_t v = read(w, f, in.ops[i], lane) & 0xffffffffu;
         if (v < least || v > Mbarrier::kMaxCount) return std::nullopt;
@@ -1234,6 +1243,7 @@ class BlockRunner {
         auto n = count(1, 0);
         if (!n) return outOfRange(1);
         b.tx += in.m.has(Flag::kCompleteTx) ? -static_cast<int32_t>(*n) : static_cast<int32_t>(*n);
+        if (std::abs(b.tx) > static_cast<int32_t>(Mbarrier::kMaxCount)) return txCountOverflow(w, in, lane, b.tx);
         if (in.m.has(Flag::kCompleteTx)) b.completeIfDone();
       } else {
         uint32_t arrivals = 1;
@@ -1241,6 +1251,7 @@ class BlockRunner {
           auto n = count(2, 0);
           if (!n) return outOfRange(2);
           b.tx += static_cast<int32_t>(*n);
+          if (b.tx > static_cast<int32_t>(Mbarrier::kMaxCount)) return txCountOverflow(w, in, lane, b.tx);
         } else if (in.ops.size() > 2) {
           auto n = count(2, 1);
           if (!n) return outOfRange(2);
@@ -1257,11 +1268,9 @@ class BlockRunner {
                        "a .noComplete arrive completed the mbarrier's phase");
         }
         b.completeIfDone();
-        writeReg(f, in.ops[0], lane, word);
+        writeReg(f, in.ops[0], lane, before.encode());
       }
-      const uint64_t next = b.encode();
-      std::memcpy(p, &next, 8);
-      mbarrierChanged_ = true;
+      storeMbarrier(p, b);
     }
     if (!incomplete) return Step::kContinue;
     waitYielded_ = true;
