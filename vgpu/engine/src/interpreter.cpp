@@ -277,17 +277,7 @@ class BlockRunner {
       }
     }
     bool released = releaseBarriers();
-    if (anyRunning && !anyWorked && !mbarrierChanged_ && !released) {
-      if (++idleRounds_ >= kMbarrierIdleRounds) {
-        return kernelFaultStatus(
-            KernelFault::kLaunchFailed,
-            fmt::format("mbarrier deadlock in {}, block ({},{},{}): every running warp waits on an "
-                        "mbarrier phase that no warp can complete",
-                        s_.kernel->name, ctaid_[0], ctaid_[1], ctaid_[2]));
-      }
-    } else {
-      idleRounds_ = 0;
-    }
+    RETURN_IF_ERROR(checkProgress(anyRunning && !anyWorked && !mbarrierChanged_ && !released));
     bool allDone = true;
     for (uint32_t wi = 0; wi < nwarps_; ++wi) {
       if (warps_[wi].state != WarpState::kDone) allDone = false;
@@ -346,6 +336,21 @@ class BlockRunner {
     nwarps_ = nwarps;
     idleRounds_ = 0;
     return Status::ok();
+  }
+
+  // `idle`: every warp that ran this round only waited on an mbarrier phase,
+  // and nothing changed that could complete one. Many such rounds in a row
+  // are a deadlock.
+  Status checkProgress(bool idle) {
+    if (!idle) {
+      idleRounds_ = 0;
+      return Status::ok();
+    }
+    if (++idleRounds_ < kMbarrierIdleRounds) return Status::ok();
+    return kernelFaultStatus(KernelFault::kLaunchFailed,
+                             fmt::format("mbarrier deadlock in {}, block ({},{},{}): every running warp waits on an "
+                                         "mbarrier phase that no warp can complete",
+                                         s_.kernel->name, ctaid_[0], ctaid_[1], ctaid_[2]));
   }
 
   bool releaseBarriers() {
@@ -1215,66 +1220,76 @@ class BlockRunner {
       uint8_t* p = mbarrierObject(w, f, in, addr, lane, !wait);
       if (!p) return Step::kStop;
       const Mbarrier before = loadMbarrier(p);
-      Mbarrier b = before;
-      auto count = [&](size_t i, uint32_t least) -> std::optional<uint32_t> {
-        const uint64_t v = read(w, f, in.ops[i], lane) & 0xffffffffu;
-        if (v < least || v > Mbarrier::kMaxCount) return std::nullopt;
-        return static_cast<uint32_t>(v);
-      };
-      auto outOfRange = [&](size_t i) {
-        return raise(KernelFault::kIllegalInstruction, w, in, lane,
-                     fmt::format("count {} is outside the range the ISA allows", read(w, f, in.ops[i], lane)));
-      };
       if (wait) {
         const uint64_t v = read(w, f, in.ops[2], lane);
         const uint32_t awaited = in.m.has(Flag::kParity) ? static_cast<uint32_t>(v & 1) : Mbarrier::decode(v).phase;
-        const bool complete = b.phase != awaited;  // the awaited phase is the current one until it completes
+        const bool complete = before.phase != awaited;  // the awaited phase is the current one until it completes
         writeReg(f, in.ops[0], lane, complete);
         incomplete = incomplete || !complete;
         continue;
       }
-      if (in.m.has(Flag::kInit)) {
-        auto n = count(1, 1);
-        if (!n) return outOfRange(1);
-        b = Mbarrier{*n, *n, 0, 0};
-      } else if (in.m.has(Flag::kInval)) {
-        b = Mbarrier{};
-      } else if (!arrive) {  // expect_tx, complete_tx
-        auto n = count(1, 0);
-        if (!n) return outOfRange(1);
-        b.tx += in.m.has(Flag::kCompleteTx) ? -static_cast<int32_t>(*n) : static_cast<int32_t>(*n);
-        if (std::abs(b.tx) > static_cast<int32_t>(Mbarrier::kMaxCount)) return txCountOverflow(w, in, lane, b.tx);
-        if (in.m.has(Flag::kCompleteTx)) b.completeIfDone();
-      } else {
-        uint32_t arrivals = 1;
-        if (in.m.has(Flag::kExpectTx)) {
-          auto n = count(2, 0);
-          if (!n) return outOfRange(2);
-          b.tx += static_cast<int32_t>(*n);
-          if (b.tx > static_cast<int32_t>(Mbarrier::kMaxCount)) return txCountOverflow(w, in, lane, b.tx);
-        } else if (in.ops.size() > 2) {
-          auto n = count(2, 1);
-          if (!n) return outOfRange(2);
-          arrivals = *n;
-        }
-        if (arrivals > b.pending || (in.m.has(Flag::kArriveDrop) && arrivals > b.expected)) {
-          return raise(KernelFault::kIllegalInstruction, w, in, lane,
-                       fmt::format("{} arrivals on an mbarrier phase that expects {} more", arrivals, b.pending));
-        }
-        b.pending -= arrivals;
-        if (in.m.has(Flag::kArriveDrop)) b.expected -= arrivals;
-        if (in.m.has(Flag::kNoComplete) && b.pending == 0 && b.tx == 0) {
-          return raise(KernelFault::kIllegalInstruction, w, in, lane,
-                       "a .noComplete arrive completed the mbarrier's phase");
-        }
-        b.completeIfDone();
-        writeReg(f, in.ops[0], lane, before.encode());
-      }
+      Mbarrier b = before;
+      const Step st = arrive ? mbarrierArrive(w, f, in, lane, b) : mbarrierSet(w, f, in, lane, b);
+      if (st != Step::kContinue) return st;
+      if (arrive) writeReg(f, in.ops[0], lane, before.encode());
       storeMbarrier(p, b);
     }
     if (!incomplete) return Step::kContinue;
     waitYielded_ = true;
     return Step::kBlocked;
+  }
+
+  // Operand `i` of an mbarrier instruction as a count the ISA allows (at
+  // least `least`, at most 2^20 - 1); nullopt after raising the fault.
+  std::optional<uint32_t> mbarrierCount(Warp& w, Frame& f, const Inst& in, size_t i, int lane, uint32_t least) {
+    const uint64_t v = read(w, f, in.ops[i], lane) & 0xffffffffu;
+    if (v >= least && v <= Mbarrier::kMaxCount) return static_cast<uint32_t>(v);
+    raise(KernelFault::kIllegalInstruction, w, in, lane, fmt::format("count {} is outside the range the ISA allows", v));
+    return std::nullopt;
+  }
+
+  // init, inval, expect_tx, complete_tx.
+  Step mbarrierSet(Warp& w, Frame& f, const Inst& in, int lane, Mbarrier& b) {
+    if (in.m.has(Flag::kInval)) {
+      b = Mbarrier{};
+      return Step::kContinue;
+    }
+    auto n = mbarrierCount(w, f, in, 1, lane, in.m.has(Flag::kInit) ? 1 : 0);
+    if (!n) return Step::kStop;
+    if (in.m.has(Flag::kInit)) {
+      b = Mbarrier{*n, *n, 0, 0};
+      return Step::kContinue;
+    }
+    b.tx += in.m.has(Flag::kCompleteTx) ? -static_cast<int32_t>(*n) : static_cast<int32_t>(*n);
+    if (std::abs(b.tx) > static_cast<int32_t>(Mbarrier::kMaxCount)) return txCountOverflow(w, in, lane, b.tx);
+    if (in.m.has(Flag::kCompleteTx)) b.completeIfDone();
+    return Step::kContinue;
+  }
+
+  // arrive and arrive_drop, with a count or .expect_tx's bytes.
+  Step mbarrierArrive(Warp& w, Frame& f, const Inst& in, int lane, Mbarrier& b) {
+    uint32_t arrivals = 1;
+    if (in.m.has(Flag::kExpectTx)) {
+      auto n = mbarrierCount(w, f, in, 2, lane, 0);
+      if (!n) return Step::kStop;
+      b.tx += static_cast<int32_t>(*n);
+      if (b.tx > static_cast<int32_t>(Mbarrier::kMaxCount)) return txCountOverflow(w, in, lane, b.tx);
+    } else if (in.ops.size() > 2) {
+      auto n = mbarrierCount(w, f, in, 2, lane, 1);
+      if (!n) return Step::kStop;
+      arrivals = *n;
+    }
+    if (arrivals > b.pending || (in.m.has(Flag::kArriveDrop) && arrivals > b.expected)) {
+      return raise(KernelFault::kIllegalInstruction, w, in, lane,
+                   fmt::format("{} arrivals on an mbarrier phase that expects {} more", arrivals, b.pending));
+    }
+    b.pending -= arrivals;
+    if (in.m.has(Flag::kArriveDrop)) b.expected -= arrivals;
+    if (in.m.has(Flag::kNoComplete) && b.pending == 0 && b.tx == 0) {
+      return raise(KernelFault::kIllegalInstruction, w, in, lane, "a .noComplete arrive completed the mbarrier's phase");
+    }
+    b.completeIfDone();
+    return Step::kContinue;
   }
 
   // ---------------------------------------------------------------- moves
