@@ -78,9 +78,9 @@ Status loadBeside(const ptx::Module& original, Module& program, Module& twins, c
 class TwinEquivalence : public ::testing::TestWithParam<uint32_t> {
  protected:
   // The program's own module from its own text, the twins in a module beside it.
-  void load(instrument::TwinMode mode) {
-    const std::string text = readFile(ptxPath("twin"));
-    Result<ptx::Module> original = ptx::parseModule(text, "twin.ptx");
+  void load(instrument::TwinMode mode, const std::string& ptx = "twin") {
+    const std::string text = readFile(ptxPath(ptx));
+    Result<ptx::Module> original = ptx::parseModule(text, ptx + ".ptx");
     ASSERT_THAT(original, IsOk());
     original_ = std::move(original).value();
     ASSERT_THAT(module_.load(text), IsOk());
@@ -395,6 +395,59 @@ TEST_P(TwinEquivalence, RestoreTwinReportsLoadsOfRangesNotYetReadable) {
     EXPECT_GE(e.address, reinterpret_cast<uint64_t>(dx));
     EXPECT_LT(e.address, reinterpret_cast<uint64_t>(dx + n));
   }
+}
+
+// Asynchronous copies read global memory as loads do: a restore twin of
+// kernels/barrier.cu's sm_90 kernels (a cuda::memcpy_async of 4-byte pieces,
+// one of a 16-byte aligned size that is a cp.async.bulk, and a bulk copy back
+// to global memory) computes what the kernel computes, and reports the
+// copies' reads of memory not yet readable; a checkpoint twin reports the
+// bulk copy's write to memory it may not write.
+TEST_P(TwinEquivalence, AsyncAndBulkCopiesAreCheckedAsTheGlobalAccessesTheyAre) {
+  load(instrument::TwinMode::kRestore, "barrier_sm90");
+  std::vector<int> in(1536);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int>(i * 13 % 1000) - 500;
+  int* din = module_.memory().alloc(in);
+  const int n = static_cast<int>(in.size());
+  for (const char* kernel : {"async_copy_sum", "bulk_copies"}) {
+    SCOPED_TRACE(kernel);
+    const bool bulk = std::string(kernel) == "bulk_copies";
+    auto params = [&](int* out) { return bulk ? Params().add(din).add(out) : Params().add(din).add(out).add(n); };
+    int* expected = module_.memory().alloc<int>(256);
+    ASSERT_THAT(module_.launch(kernel, {1}, {256}, params(expected)), IsOk());
+    int* allowed = module_.memory().alloc<int>(256);
+    Validator all = validator({allow(din, in.size(), kLoadBit), allow(allowed, 256, kLoadBit | kStoreBit)});
+    ASSERT_THAT(twins_.launch(std::string(kernel) + "__phos_twin", {1}, {256}, withValidator(params(allowed), all)),
+                IsOk());
+    expectSameBits(expected, allowed, 256);
+    EXPECT_EQ(all.report->count, 0u);
+    int* unread = module_.memory().alloc<int>(256);
+    Validator none = validator({allow(unread, 256, kLoadBit | kStoreBit)}, 4096);
+    ASSERT_THAT(twins_.launch(std::string(kernel) + "__phos_twin", {1}, {256}, withValidator(params(unread), none)),
+                IsOk());
+    expectSameBits(expected, unread, 256);
+    ASSERT_GT(none.report->count, 0u);
+    for (const ReportEntry& e : none.entries()) {
+      EXPECT_EQ(e.kind, static_cast<uint32_t>(ViolationKind::kLoad));
+      EXPECT_GE(e.address, reinterpret_cast<uint64_t>(din));
+      EXPECT_LT(e.address, reinterpret_cast<uint64_t>(din + in.size()));
+    }
+  }
+}
+
+TEST_P(TwinEquivalence, ABulkCopyToGlobalMemoryIsCheckedAsAStore) {
+  load(instrument::TwinMode::kCheckpoint, "barrier_sm90");
+  std::vector<int> in(256, 3);
+  int* din = module_.memory().alloc(in);
+  int* out = module_.memory().alloc<int>(256);
+  Validator readOnly = validator({allow(din, in.size(), kLoadBit), allow(out, 256, kLoadBit)});
+  ASSERT_THAT(twins_.launch("bulk_copies__phos_twin", {1}, {256}, withValidator(Params().add(din).add(out), readOnly)),
+              IsOk());
+  ASSERT_EQ(readOnly.report->count, 1u);  // one bulk copy of the whole tile
+  const ReportEntry& e = readOnly.entry(0);
+  EXPECT_EQ(e.kind, static_cast<uint32_t>(ViolationKind::kStore));
+  EXPECT_EQ(e.address, reinterpret_cast<uint64_t>(out));
+  EXPECT_EQ(e.size, 1024u);
 }
 
 // The twins read and write the program's own module variables: a pointer a
