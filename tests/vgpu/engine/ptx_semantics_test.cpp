@@ -302,6 +302,39 @@ TEST_F(PtxSemantics, PrefetchesWithCacheLevels) {
   EXPECT_EQ(out, std::vector<uint32_t>{42u});
 }
 
+// barrier.cluster (cooperative groups' cluster.sync(): arrive, then wait) in a
+// launch without clusters: the cluster is the CTA, and a wait returns only
+// once every thread of it has arrived, however long the others take to get
+// there. Warp 1 spins well past a scheduling quantum before it stores and
+// arrives; warp 0 arrives and waits at once, then reads what warp 1 stored.
+TEST_F(PtxSemantics, ClusterBarrierWaitsForEveryThreadsArrival) {
+  auto out = run(R"(
+  mov.u32 %r1, buf;
+  shl.b32 %r2, %r0, 2;
+  add.u32 %r3, %r1, %r2;
+  setp.lt.u32 %p1, %r0, 32;
+  @%p1 bra READY;
+  mov.u32 %r4, 0;
+SPIN:
+  add.u32 %r4, %r4, 1;
+  setp.lt.u32 %p2, %r4, 5000;
+  @%p2 bra SPIN;
+  st.shared.u32 [%r3], %r4;
+  barrier.cluster.arrive;
+  barrier.cluster.wait;
+  bra DONE;
+READY:
+  barrier.cluster.arrive.release.aligned;
+  barrier.cluster.wait.acquire.aligned;
+  ld.shared.u32 %r5, [%r3+128];
+  cvt.u64.u32 %rd3, %r2;
+  add.u64 %rd4, %rd1, %rd3;
+  st.global.u32 [%rd4], %r5;
+DONE:
+)", {}, 32, 64, ".shared .align 4 .b32 buf[64];");
+  EXPECT_EQ(out, std::vector<uint32_t>(32, 5000u));
+}
+
 // Half-precision atomics as cuda_fp16.h's atomicAdd emits them (.noftz:
 // subnormal inputs and results are kept, which vgpu's f16 arithmetic does),
 // each half rounded to nearest even on its own.

@@ -193,6 +193,17 @@ struct Warp {
   // A pending bar.red: where its result goes when the barrier completes.
   const Inst* barrierInst = nullptr;
   uint32_t barrierMask = 0;
+  // The cluster barrier's phase when the warp last arrived on it.
+  uint64_t clusterPhase = 0;
+};
+
+// barrier.cluster: split arrive and wait. A phase completes once every
+// non-exited thread of the cluster (here: of the CTA) has arrived; a wait
+// returns once the phase its warp arrived in has completed.
+struct ClusterBarrier {
+  uint32_t arrived = 0;
+  uint64_t phase = 0;
+  std::vector<uint32_t> waiting;  // warps blocked in barrier.cluster.wait
 };
 
 struct BarrierState {
@@ -311,6 +322,7 @@ class BlockRunner {
     reserved_.fill(0);
     if (warps_.size() < nwarps) warps_.resize(nwarps);
     barriers_ = {};
+    clusterBarrier_ = ClusterBarrier{};
     liveThreads_ = threads;
     for (uint32_t wi = 0; wi < nwarps; ++wi) {
       Warp& w = warps_[wi];
@@ -324,6 +336,7 @@ class BlockRunner {
       w.carry = 0;
       w.clock = 0;
       w.barrierInst = nullptr;
+      w.clusterPhase = 0;
       for (uint32_t lane = 0; lane < kWarpSize; ++lane) {
         uint32_t t = first + lane;
         w.tid[0][lane] = t % bd.x;
@@ -354,7 +367,7 @@ class BlockRunner {
   }
 
   bool releaseBarriers() {
-    bool released = false;
+    bool released = releaseClusterBarrier();
     for (int b = 0; b < kBarriers; ++b) {
       BarrierState& bar = barriers_[static_cast<size_t>(b)];
       if (bar.arrived == 0) continue;
@@ -1067,7 +1080,37 @@ class BlockRunner {
   }
 
   // ---------------------------------------------------------------- barriers
+  // barrier.cluster.arrive / .wait (any .sem, .aligned). Launches have no
+  // clusters of more than one CTA, so the cluster is the CTA.
+  Step executeClusterBarrier(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
+    ++f.stack.back().pc;
+    if (exec == 0) return Step::kContinue;
+    if (in.m.has(Flag::kArrive)) {
+      clusterBarrier_.arrived += static_cast<uint32_t>(std::popcount(exec));
+      w.clusterPhase = clusterBarrier_.phase;
+      releaseClusterBarrier();
+      return Step::kContinue;
+    }
+    if (clusterBarrier_.phase > w.clusterPhase) return Step::kContinue;  // its phase has completed
+    clusterBarrier_.waiting.push_back(w.index);
+    w.state = WarpState::kBarrier;
+    return Step::kBlocked;
+  }
+
+  // Completes the cluster barrier's phase once every non-exited thread has
+  // arrived (threads that exit meanwhile are not waited for).
+  bool releaseClusterBarrier() {
+    ClusterBarrier& bar = clusterBarrier_;
+    if (bar.arrived == 0 || bar.arrived < liveThreads_) return false;
+    ++bar.phase;
+    bar.arrived = 0;
+    for (uint32_t wi : bar.waiting) warps_[wi].state = WarpState::kRunning;
+    bar.waiting.clear();
+    return true;
+  }
+
   Step executeBarrier(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
+    if (in.m.scope == ptx::Scope::kCluster) return executeClusterBarrier(w, f, in, exec);
     Entry& e = f.stack.back();
     ++e.pc;
     if (in.m.has(Flag::kWarp)) return Step::kContinue;  // bar.warp.sync: lanes are in step
@@ -3130,6 +3173,7 @@ class BlockRunner {
   std::vector<Warp> warps_;
   uint32_t nwarps_ = 0;
   std::array<BarrierState, kBarriers> barriers_{};
+  ClusterBarrier clusterBarrier_;
   uint32_t liveThreads_ = 0;
   uint32_t idleRounds_ = 0;       // rounds in a row in which every running warp only waited
   bool waitYielded_ = false;      // the warp's turn ended on an mbarrier phase not yet complete
