@@ -419,9 +419,9 @@ class FunctionLowering {
         (m.has(Flag::kParity) && !wait) || (m.has(Flag::kNoComplete) && !arrive)) {
       return refuse("not an mbarrier operation of the PTX ISA");
     }
-    const bool shared = m.space == ptx::StateSpace::kNone || m.space == ptx::StateSpace::kShared ||
-                        m.space == ptx::StateSpace::kSharedCta || m.space == ptx::StateSpace::kSharedCluster;
-    if (!shared) return refuse("an mbarrier object lives in shared memory");
+    if (m.space != ptx::StateSpace::kNone && !ptx::isSharedSpace(m.space)) {
+      return refuse("an mbarrier object lives in shared memory");
+    }
     const auto& ops = inst.ops;
     auto value = [&](size_t i) {
       return i < ops.size() && (ops[i].kind == OpndKind::kReg || ops[i].kind == OpndKind::kImm);
