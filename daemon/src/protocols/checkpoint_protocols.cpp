@@ -139,7 +139,7 @@ Status precopy(Session& s, std::unique_ptr<StagedWrite>& staged,
     // A migration streams each round to the target while the job runs.
     if (outgoing == nullptr) continue;
     for (uint64_t index : taken) {
-      const SoftRecopy::Chunk c = recopier->chunk(index);
+      const SoftRecopy::ChunkSlot c = recopier->slotOf(index);
       if (c.gone) continue;
       RETURN_IF_ERROR(outgoing->precopyChunk(c.address, {staged->data() + c.offset, c.bytes}));
     }

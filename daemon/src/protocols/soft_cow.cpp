@@ -12,36 +12,25 @@
 #include "session/staging_buffer.h"
 
 namespace phos::daemon {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-}  // namespace
 
 SoftCopyOnWrite::SoftCopyOnWrite(const DriverTable& driver, image::ImageWriter& writer,
                                  std::vector<DeviceBuffer> buffers, const std::vector<DeviceSpace>& devices,
                                  std::map<std::pair<int, int>, uint64_t> peerQuota, size_t chunkBytes)
-    : driver_(driver),
+    : ChunkedProtocol(driver, cut(buffers, chunkBytes)),
       writer_(writer),
       chunkBytes_(chunkBytes),
       quotaLeft_(std::move(peerQuota)),
       gateStreams_(driver),
       copyStreams_(driver) {
   for (const DeviceSpace& d : devices) spaces_[d.device] = Space{d.context, d.reserveBytes, 0};
-  for (const DeviceBuffer& b : buffers) {
-    for (uint64_t at = 0, chunk = 0; at < b.bytes; at += chunkBytes_, ++chunk) {
-      DeviceBuffer part{b.blob, b.address + at, std::min<uint64_t>(chunkBytes_, b.bytes - at), b.context, b.device};
-      entries_.emplace(part.address, Entry{part, chunk});
-    }
-    // A device nobody described has no reserve: its writers wait.
-    spaces_.try_emplace(b.device, Space{b.context, 0, 0});
-  }
+  // A device nobody described has no reserve: its writers wait.
+  for (const DeviceBuffer& b : buffers) spaces_.try_emplace(b.device, Space{b.context, 0, 0});
 }
 
 SoftCopyOnWrite::~SoftCopyOnWrite() {
   CUcontext saved = nullptr;
   PHOS_DRIVER(driver_, CtxGetCurrent)(&saved);
-  for (auto& [address, e] : entries_) {
+  for (const Chunk& e : chunks_) {
     if (e.shadow == 0) continue;
     PHOS_DRIVER(driver_, CtxSetCurrent)(e.shadowContext);
     PHOS_DRIVER(driver_, MemFree_v2)(e.shadow);
@@ -54,7 +43,7 @@ Status SoftCopyOnWrite::prepare() {
     RETURN_IF_ERROR(copyStreams_.add(space.context, "a copy stream"));
     RETURN_IF_ERROR(gateStreams_.add(space.context, "a gate stream"));
   }
-  for (const auto& [address, e] : entries_) {
+  for (const Chunk& e : chunks_) {
     RETURN_IF_ERROR(copyStreams_.add(e.buffer.context, "a copy stream"));
     RETURN_IF_ERROR(gateStreams_.add(e.buffer.context, "a gate stream"));
   }
@@ -62,60 +51,50 @@ Status SoftCopyOnWrite::prepare() {
   return Status::ok();
 }
 
-AccessGate SoftCopyOnWrite::gate() {
-  return [this](const CallAccess& access) {
-    if (access.everything) {
-      // It ends memory, shadows included (they live in its context): it
-      // waits until everything is saved.
-      std::unique_lock lock(mutex_);
+void SoftCopyOnWrite::before(const CallAccess& access) {
+  if (access.everything) {
+    // It ends memory, shadows included (they live in its context): it waits
+    // until everything is saved.
+    std::unique_lock lock(mutex_);
+    ++stats_.anythingCalls;
+    CallWait wait(stats_);
+    auto allSaved = [&] {
+      return failed_ || std::all_of(chunks_.begin(), chunks_.end(), [](const Chunk& e) { return e.state == State::kSaved; });
+    };
+    if (!allSaved()) {
+      wait.waiting();
+      changed_.wait(lock, allSaved);
+    }
+    return;
+  }
+  if (access.mayWriteAnything()) {
+    // It may write anything: every buffer not saved yet is protected first.
+    {
+      std::lock_guard lock(mutex_);
       ++stats_.anythingCalls;
-      const auto start = Clock::now();
-      bool waited = false;
-      changed_.wait(lock, [&] {
-        const bool done = failed_ || std::all_of(entries_.begin(), entries_.end(),
-                                                 [](const auto& e) { return e.second.state == State::kSaved; });
-        waited = waited || !done;
-        return done;
-      });
-      if (waited) {
-        ++stats_.waitedCalls;
-        stats_.waitedSeconds += std::chrono::duration<double>(Clock::now() - start).count();
-      }
-      return;
     }
-    if (access.mayWriteAnything()) {
-      // It may write anything: every buffer not saved yet is protected first.
-      {
-        std::lock_guard lock(mutex_);
-        ++stats_.anythingCalls;
-      }
-      beforeWrite(0, UINT64_MAX);
-      return;
-    }
-    for (const instrument::Buffer& w : access.writes) beforeWrite(w.base, w.base + w.size);
-  };
+    beforeWrite(0, UINT64_MAX);
+    return;
+  }
+  for (const instrument::Buffer& w : access.writes) beforeWrite(w.base, w.base + w.size);
 }
 
 // On the serving thread, before a call that writes [begin, end).
 void SoftCopyOnWrite::beforeWrite(uint64_t begin, uint64_t end) {
   if (begin >= end) return;
   std::unique_lock lock(mutex_);
-  std::vector<Entry*> touched;
-  auto it = entries_.upper_bound(begin);
-  if (it != entries_.begin()) --it;
-  for (; it != entries_.end() && it->first < end; ++it) {
-    if (it->second.buffer.address + it->second.buffer.bytes > begin) touched.push_back(&it->second);
-  }
+  std::vector<Chunk*> touched;
+  forEachOverlapping(begin, end, [&](Chunk& e) { touched.push_back(&e); });
   // Shadows first, then the waits: waiting chunk by chunk in address order
   // would follow the saving loop, which goes in that order too, and wait for
   // every chunk.
-  for (Entry* e : touched) {
+  for (Chunk* e : touched) {
     if (e->state == State::kPending) protect(lock, *e);
   }
-  for (Entry* e : touched) protect(lock, *e);
+  for (Chunk* e : touched) protect(lock, *e);
 }
 
-int SoftCopyOnWrite::shadowPlace(const Entry& e) {
+int SoftCopyOnWrite::shadowPlace(const Chunk& e) {
   const int own = e.buffer.device;
   auto fits = [&](int device) {
     const Space& space = spaces_.at(device);
@@ -136,7 +115,7 @@ int SoftCopyOnWrite::shadowPlace(const Entry& e) {
 }
 
 // Under the mutex: the shadow of `e` was saved (or never filled); its room goes back.
-void SoftCopyOnWrite::releaseShadow(Entry& e) {
+void SoftCopyOnWrite::releaseShadow(Chunk& e) {
   Space& space = spaces_.at(e.shadowDevice);
   space.usedBytes -= e.buffer.bytes;
   reserveUsed_ -= e.buffer.bytes;
@@ -146,14 +125,8 @@ void SoftCopyOnWrite::releaseShadow(Entry& e) {
 }
 
 // Returns once `e` is shadowed or saved (or the protocol failed).
-void SoftCopyOnWrite::protect(std::unique_lock<std::mutex>& lock, Entry& e) {
-  Clock::time_point waitStart{};
-  auto waited = [&] {
-    if (waitStart == Clock::time_point{}) {
-      waitStart = Clock::now();
-      ++stats_.waitedCalls;
-    }
-  };
+void SoftCopyOnWrite::protect(std::unique_lock<std::mutex>& lock, Chunk& e) {
+  CallWait wait(stats_);
   while (!failed_) {
     if (e.state == State::kShadowed || e.state == State::kSaved) break;
     const int place = e.state == State::kPending ? shadowPlace(e) : -1;
@@ -161,7 +134,7 @@ void SoftCopyOnWrite::protect(std::unique_lock<std::mutex>& lock, Entry& e) {
       // Being saved (or shadowed) right now, or no room for a shadow: the
       // saving loop takes this buffer next and frees shadows as it goes.
       if (e.state == State::kPending) next_ = &e;
-      waited();
+      wait.waiting();
       changed_.wait(lock);
       continue;
     }
@@ -218,17 +191,42 @@ void SoftCopyOnWrite::protect(std::unique_lock<std::mutex>& lock, Entry& e) {
       e.state = State::kPending;
       next_ = &e;
       changed_.notify_all();
-      waited();
+      wait.waiting();
       changed_.wait(lock);
     }
   }
-  if (waitStart != Clock::time_point{}) {
-    stats_.waitedSeconds += std::chrono::duration<double>(Clock::now() - waitStart).count();
+}
+
+// The chunk a writer waits for, else the next one not saved in address order
+// (from the start again once at the end: a chunk whose shadow could not be
+// made goes back to pending); nullptr when all are saved.
+SoftCopyOnWrite::Chunk* SoftCopyOnWrite::pick(std::unique_lock<std::mutex>& lock) {
+  if (next_ != nullptr && next_->state == State::kPending) return std::exchange(next_, nullptr);
+  next_ = nullptr;
+  // Shadows on a device the application wants memory back on go first.
+  if (givingBack_) {
+    for (Chunk& candidate : chunks_) {
+      if (candidate.state == State::kShadowed && spaces_.at(candidate.shadowDevice).reserveBytes == 0) {
+        return &candidate;
+      }
+    }
   }
+  for (int pass = 0; pass < 2; ++pass) {
+    for (; cursor_ < chunks_.size(); ++cursor_) {
+      Chunk& candidate = chunks_[cursor_];
+      if (candidate.state == State::kShadowing) {
+        // The gate is copying it into a shadow: wait for that.
+        changed_.wait(lock, [&] { return candidate.state != State::kShadowing || failed_; });
+      }
+      if (candidate.state == State::kPending || candidate.state == State::kShadowed) return &candidate;
+    }
+    cursor_ = 0;
+  }
+  return nullptr;
 }
 
 Status SoftCopyOnWrite::run(const std::function<void(uint64_t)>& advanced) {
-  const auto start = Clock::now();
+  const auto start = std::chrono::steady_clock::now();
   StagingBuffer staging(driver_, chunkBytes_);
   Status status = Status::ok();
   auto fail = [&](Status failure) {
@@ -237,50 +235,17 @@ Status SoftCopyOnWrite::run(const std::function<void(uint64_t)>& advanced) {
     changed_.notify_all();
     return failure;
   };
-  if (!entries_.empty()) {
-    Status ready = driverStatus(PHOS_DRIVER(driver_, CtxSetCurrent)(entries_.begin()->second.buffer.context),
+  if (!chunks_.empty()) {
+    Status ready = driverStatus(PHOS_DRIVER(driver_, CtxSetCurrent)(chunks_.front().buffer.context),
                                 "making a context current");
     if (ready.isOk()) ready = staging.allocate();
     if (!ready.isOk()) return fail(ready);
   }
   std::unique_lock lock(mutex_);
-  auto cursor = entries_.begin();
-  // The buffer a writer waits for, else the next one not saved in address
-  // order (from the start again once at the end: a buffer whose shadow could
-  // not be made goes back to pending); nullptr when all are saved.
-  auto pick = [&]() -> Entry* {
-    if (next_ != nullptr && next_->state == State::kPending) return std::exchange(next_, nullptr);
-    next_ = nullptr;
-    // Shadows on a device the application wants memory back on go first.
-    if (givingBack_) {
-      for (auto& [address, candidate] : entries_) {
-        if (candidate.state == State::kShadowed && spaces_.at(candidate.shadowDevice).reserveBytes == 0) {
-          return &candidate;
-        }
-      }
-    }
-    for (int pass = 0; pass < 2; ++pass) {
-      for (; cursor != entries_.end(); ++cursor) {
-        Entry& candidate = cursor->second;
-        if (candidate.state == State::kShadowing) {
-          // The gate is copying it into a shadow: wait for that.
-          changed_.wait(lock, [&] { return candidate.state != State::kShadowing || failed_; });
-        }
-        if (candidate.state == State::kPending || candidate.state == State::kShadowed) return &candidate;
-      }
-      cursor = entries_.begin();
-    }
-    return nullptr;
-  };
   for (;;) {
     // The application's own transfers first, unless a writer waits for us.
-    if (transfers_ != nullptr && next_ == nullptr) {
-      lock.unlock();
-      const double yielded = transfers_->yield().count();
-      lock.lock();
-      stats_.yieldedSeconds += yielded;
-    }
-    Entry* e = pick();
+    if (next_ == nullptr) giveWay(lock);
+    Chunk* e = pick(lock);
     if (e == nullptr) break;
     const bool fromShadow = e->state == State::kShadowed;
     const CUdeviceptr source = fromShadow ? e->shadow : e->buffer.address;
@@ -305,7 +270,7 @@ Status SoftCopyOnWrite::run(const std::function<void(uint64_t)>& advanced) {
       status = driverStatus(r, fmt::format("saving device memory at {:#x}{} ({})", e->buffer.address,
                                            fromShadow ? fmt::format(" from its shadow at {:#x}", source) : "", step));
     } else {
-      status = writer_.writeChunk(e->buffer.blob, e->chunk, {staging.data(), bytes});
+      status = writer_.writeChunk(e->buffer.blob, e->index, {staging.data(), bytes});
     }
     if (!status.isOk()) return fail(status);
     advanced(bytes);
@@ -319,7 +284,7 @@ Status SoftCopyOnWrite::run(const std::function<void(uint64_t)>& advanced) {
     }
     changed_.notify_all();
   }
-  stats_.copySeconds = std::chrono::duration<double>(Clock::now() - start).count();
+  stats_.copySeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   lock.unlock();
   PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
   return Status::ok();
@@ -334,11 +299,6 @@ void SoftCopyOnWrite::giveBack(int device) {
   givingBack_ = true;
   changed_.notify_all();
   changed_.wait(lock, [&] { return space->second.usedBytes == 0 || failed_; });
-}
-
-SoftCowStats SoftCopyOnWrite::stats() const {
-  std::lock_guard lock(mutex_);
-  return stats_;
 }
 
 }  // namespace phos::daemon

@@ -18,38 +18,40 @@
 
 #include <cuda.h>
 
-#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <vector>
 
-#include "session/context_streams.h"
-#include "protocols/device_buffer.h"
-#include "session/driver_table.h"
-#include "session/launch_validator.h"
-#include "protocols/peer_offload.h"
-#include "session/transfer_tracker.h"
-#include "phos/image/writer.h"
 #include "phos/common/status.h"
+#include "phos/image/writer.h"
+#include "protocols/chunked_protocol.h"
+#include "protocols/peer_offload.h"
+#include "session/context_streams.h"
 
 namespace phos::daemon {
 
-struct SoftCowStats {
+struct SoftCowStats : GateStats {
   uint64_t shadowedChunks = 0;  // chunks copied into a shadow before a write
   uint64_t shadowedBytes = 0;
   uint64_t peakReserveBytes = 0;  // most shadow bytes held at once (all devices)
   uint64_t peerShadowedChunks = 0;  // of shadowedChunks, those placed on a peer device
   uint64_t peerShadowedBytes = 0;
-  uint64_t waitedCalls = 0;       // calls the gate made wait (buffer being saved, reserve exhausted)
-  uint64_t givenBack = 0;         // allocations of the application that needed the shadows' memory
-  double waitedSeconds = 0;       // how long those calls waited in total
-  uint64_t anythingCalls = 0;     // calls that may write anything (a launch without twin, an unload)
-  double copySeconds = 0;         // run(): the first chunk to the last
-  double yieldedSeconds = 0;      // run() gave way to the application's own transfers
+  uint64_t givenBack = 0;           // allocations of the application that needed the shadows' memory
+  double copySeconds = 0;           // run(): the first chunk to the last
 };
 
-class SoftCopyOnWrite {
+// A chunk's state in soft copy-on-write.
+struct SoftCowChunk {
+  enum class State : uint8_t { kPending, kShadowing, kShadowed, kSaving, kSaved };
+  State state = State::kPending;
+  CUdeviceptr shadow = 0;
+  int shadowDevice = -1;              // where the shadow lives: the buffer's device or a peer
+  CUcontext shadowContext = nullptr;  // the context it was allocated in
+};
+
+class SoftCopyOnWrite : public ChunkedProtocol<SoftCowChunk, SoftCowStats> {
  public:
   // `devices`: every device of the session, with a context and the device
   // memory shadows may hold there at once; `peerQuota`: bytes of device
@@ -58,16 +60,10 @@ class SoftCopyOnWrite {
   SoftCopyOnWrite(const DriverTable& driver, image::ImageWriter& writer, std::vector<DeviceBuffer> buffers,
                   const std::vector<DeviceSpace>& devices, std::map<std::pair<int, int>, uint64_t> peerQuota,
                   size_t chunkBytes);
-  ~SoftCopyOnWrite();
-  SoftCopyOnWrite(const SoftCopyOnWrite&) = delete;
-  SoftCopyOnWrite& operator=(const SoftCopyOnWrite&) = delete;
+  ~SoftCopyOnWrite() override;
 
   // Creates the private streams; before gate() is installed.
   Status prepare();
-  // The saving loop waits while the application has transfers pending.
-  void giveWayTo(TransferTracker* transfers) { transfers_ = transfers; }
-  // The session's access gate for the window (valid while this object lives).
-  AccessGate gate();
   // Saves every buffer, on the calling thread, and returns when all are in
   // the image (or the first error; writers are then let through, since the
   // image is discarded anyway). `advanced(n)` reports progress.
@@ -78,47 +74,35 @@ class SoftCopyOnWrite {
   // which the saving loop does first. On the serving thread, from the
   // session's MemoryRelief.
   void giveBack(int device);
-  SoftCowStats stats() const;
 
  private:
-  enum class State : uint8_t { kPending, kShadowing, kShadowed, kSaving, kSaved };
-  // One chunk of a buffer: the unit that is saved, shadowed and waited for.
-  struct Entry {
-    DeviceBuffer buffer;  // address and bytes of this chunk
-    uint64_t chunk = 0;  // its index in the blob
-    State state = State::kPending;
-    CUdeviceptr shadow = 0;
-    int shadowDevice = -1;             // where the shadow lives: the buffer's device or a peer
-    CUcontext shadowContext = nullptr;  // the context it was allocated in
-  };
+  using State = SoftCowChunk::State;
   struct Space {
     CUcontext context = nullptr;
     uint64_t reserveBytes = 0;
     uint64_t usedBytes = 0;
   };
 
+  void before(const CallAccess& access) override;
   void beforeWrite(uint64_t begin, uint64_t end);
-  void protect(std::unique_lock<std::mutex>& lock, Entry& e);
+  void protect(std::unique_lock<std::mutex>& lock, Chunk& e);
   // The device to shadow `e` on: its own if its reserve has room, else a peer
   // the plan allows with room (the one with most quota left); -1 if none.
-  int shadowPlace(const Entry& e);
-  void releaseShadow(Entry& e);
+  int shadowPlace(const Chunk& e);
+  void releaseShadow(Chunk& e);
+  // The chunk to save next (nullptr when all are saved), holding `lock`.
+  Chunk* pick(std::unique_lock<std::mutex>& lock);
 
-  const DriverTable& driver_;
   image::ImageWriter& writer_;
   const size_t chunkBytes_;
-  mutable std::mutex mutex_;
-  std::condition_variable changed_;
-  std::map<CUdeviceptr, Entry> entries_;  // chunks by address; buffers do not overlap
-  Entry* next_ = nullptr;                 // saved next: a writer waits for it
+  Chunk* next_ = nullptr;                 // saved next: a writer waits for it
+  size_t cursor_ = 0;                     // the saving loop's place in address order
   std::map<int, Space> spaces_;                         // by device
   std::map<std::pair<int, int>, uint64_t> quotaLeft_;  // (from, to): bytes of peer shadows it may still place
   uint64_t reserveUsed_ = 0;                           // all devices
   bool failed_ = false;
   bool givingBack_ = false;  // some device's shadows are wanted back (giveBack)
   ContextStreams gateStreams_, copyStreams_;
-  TransferTracker* transfers_ = nullptr;
-  SoftCowStats stats_;
 };
 
 }  // namespace phos::daemon

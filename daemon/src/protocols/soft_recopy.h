@@ -16,48 +16,42 @@
 
 #include <cuda.h>
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <vector>
 
-#include "session/context_streams.h"
-#include "session/driver_table.h"
-#include "session/launch_validator.h"
 #include "phos/common/status.h"
-#include "protocols/soft_cow.h"
-#include "session/transfer_tracker.h"
+#include "protocols/chunked_protocol.h"
+#include "session/context_streams.h"
 
 namespace phos::daemon {
 
-struct SoftRecopyStats {
+// A call waits at the gate only when it frees a chunk being copied.
+struct SoftRecopyStats : GateStats {
   std::vector<uint64_t> roundChunks;  // chunks copied in each round while the application ran
-  uint64_t anythingCalls = 0;         // calls that may write anything (all chunks dirty again)
   double precopySeconds = 0;          // the rounds, first to last
-  double yieldedSeconds = 0;          // the rounds gave way to the application's own transfers
 };
 
-class SoftRecopy {
+// A chunk's state in soft recopy.
+struct SoftRecopyChunk {
+  uint64_t offset = 0;   // its slot in the staging memory
+  bool dirty = true;
+  bool gone = false;     // freed: never copied again
+  bool copying = false;  // a copy of it is in flight
+};
+
+class SoftRecopy : public ChunkedProtocol<SoftRecopyChunk, SoftRecopyStats> {
  public:
   // `staging`: host memory of `capacity` bytes the chunks are copied into, in
-  // the order of `buffers` (DeviceBuffer::blob is not used).
+  // address order (DeviceBuffer::blob is not used).
   SoftRecopy(const DriverTable& driver, const std::vector<DeviceBuffer>& buffers, std::byte* staging,
              uint64_t capacity, size_t chunkBytes);
-  ~SoftRecopy();
-  SoftRecopy(const SoftRecopy&) = delete;
-  SoftRecopy& operator=(const SoftRecopy&) = delete;
+  ~SoftRecopy() override;
 
   // Creates the private copy streams; before gate() is installed. Fails when
   // `capacity` is below the buffers' bytes.
   Status prepare();
-  // The session's access gate for the window (valid while this object lives).
-  AccessGate gate();
-  // The rounds wait while the application has transfers pending.
-  void giveWayTo(TransferTracker* transfers) { transfers_ = transfers; }
-
   // Chunks dirty now (all of them before the first round).
   uint64_t dirtyChunks() const;
   // Takes the dirty set (they are clean from here on, unless written again).
@@ -68,13 +62,13 @@ class SoftRecopy {
   Status copy(const std::vector<uint64_t>& taken, const std::function<void(uint64_t)>& advanced);
   // A chunk takeDirty() named: its device address, size and slot; `gone`
   // once it was freed.
-  struct Chunk {
+  struct ChunkSlot {
     CUdeviceptr address = 0;
     uint64_t bytes = 0;
     uint64_t offset = 0;
     bool gone = false;
   };
-  Chunk chunk(uint64_t index) const;
+  ChunkSlot slotOf(uint64_t index) const;
   // Every chunk dirty again (a launch wrote outside what its twin was told).
   void markAllDirty();
 
@@ -85,34 +79,19 @@ class SoftRecopy {
   std::optional<uint64_t> slot(CUdeviceptr address, uint64_t bytes) const;
   // The host bytes the slots take; further copies go after them.
   uint64_t slotBytes() const { return slotBytes_; }
-  SoftRecopyStats stats() const;
 
  private:
-  struct Entry {
-    DeviceBuffer chunk;  // address and bytes of this chunk
-    uint64_t offset = 0;  // its slot in the staging memory
-    bool dirty = true;
-    bool gone = false;     // freed: never copied again
-    bool copying = false;  // a copy of it is in flight
-  };
-
+  void before(const CallAccess& access) override;
   void beforeWrite(uint64_t begin, uint64_t end);
   // Before a call that frees [begin, end): its chunks are dropped, once no
   // copy of them is in flight.
   void beforeEnd(uint64_t begin, uint64_t end);
 
-  const DriverTable& driver_;
   std::byte* const staging_;
   const uint64_t capacity_;
   uint64_t slotBytes_ = 0;
-  mutable std::mutex mutex_;
-  std::condition_variable copied_;          // a batch of copies finished
-  std::vector<Entry> entries_;              // by address
-  std::map<CUdeviceptr, size_t> byAddress_;  // chunk address -> index in entries_
   uint64_t dirty_ = 0;
   ContextStreams streams_;
-  TransferTracker* transfers_ = nullptr;
-  SoftRecopyStats stats_;
 };
 
 }  // namespace phos::daemon
