@@ -43,7 +43,7 @@ PLAIN_STRUCTS = {
     'struct CUuuid_st', 'struct CUdevprop_st', 'struct CUmemLocation_st',
 }
 # Encodings whose meaning only a handwritten server hook can give.
-HOOK_ONLY = {'address', 'image', 'file_image', 'out_array', 'out_handle_array', 'out_bytes',
+HOOK_ONLY = {'address', 'image', 'file_image', 'out_handle_array', 'out_bytes',
              'out_bytes_array', 'kernel_params', 'launch_config', 'descriptor', 'skip', 'in_value'}
 # Encodings that take an argument: the parameter holding a count, or a type.
 WITH_ARGUMENT = {'array', 'out_array', 'out_handle_array', 'out_string', 'out_bytes_array', 'in_as', 'in_value'}
@@ -259,6 +259,14 @@ def check_annotation(name, a, variants, where):
                         + ('needs an argument ("enc:count")' if arg is None else 'takes no argument'))
         if enc in HOOK_ONLY and a.get('server') != 'hook':
             raise Error(f'{where}: remoted.{name}.params.{pname}: "{enc}" needs "server": "hook"')
+        if enc == 'out_array' and a.get('server') != 'hook':
+            # The generated server lends the driver an array of plain values.
+            for v in variants:
+                q = v.param(pname)
+                element = bare(pointee(q.canonical)) if q is not None else None
+                if element is not None and not (element in SCALARS or element.startswith('enum ')):
+                    raise Error(f'{where}: remoted.{name}.params.{pname}: "out_array" of {element} needs '
+                                '"server": "hook" (only arrays of scalars and enums are generated)')
     for symbol in a.get('revisions', []):
         if not any(v.symbol == symbol and v.origin == 'legacy' for v in variants):
             raise Error(f'{where}: remoted.{name}.revisions: {symbol} is not an older revision of {name}')
@@ -471,6 +479,9 @@ def server_prepare(p, e):
         return [f'std::vector<{t}> {n};',
                 f'if (!req.{n}.copyTo(&{n}, {count})) return call.fail(CUDA_ERROR_INVALID_VALUE);'], \
             (f'std::span<const {t}>({n})' if hook else f'{n}.empty() ? nullptr : {n}.data()')
+    if enc == 'out_array' and not hook:
+        return [f'std::vector<{t}> {n};', f'if (req.{n} && !call.sizeOutArray(&{n}, req.{p.arg})) return;'], \
+            f'req.{n} ? {n}.data() : nullptr'
     if enc in ('out_array', 'out_handle_array'):
         et = 'uint64_t' if enc == 'out_handle_array' else t
         return [f'std::vector<{et}> {n};'], f'req.{n} ? &{n} : nullptr'

@@ -88,6 +88,13 @@ def test_an_application_address_without_a_server_hook_is_refused(model, tmp_path
     refused(model, tmp_path, mutate, '"address" needs "server": "hook"')
 
 
+def test_a_generated_out_array_of_handles_is_refused(model, tmp_path):
+    # The generated server lends the driver arrays of scalars and enums only.
+    def mutate(p):
+        p["remoted"]["cuModuleEnumerateFunctions"] = {"why": "test", "params": {"functions": "out_array:numFunctions"}}
+    refused(model, tmp_path, mutate, '"out_array" of struct CUfunc_st * needs "server": "hook"')
+
+
 def test_an_entry_point_both_remoted_and_excluded_is_refused(model, tmp_path):
     refused(model, tmp_path, lambda p: p["excluded"].update(cuMemAlloc="no"),
             "cuMemAlloc is remoted and excluded")

@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // vgpu with several devices (PHOS_VGPU_DEVICES=2): ordinals, peer access and peer copies.
+#include <algorithm>
+#include <iterator>
 #include <vector>
+
+#include <gmock/gmock.h>
 
 #include "vgpu_test_support.h"
 
@@ -41,6 +45,47 @@ TEST_F(MultiDeviceTest, DevicesHaveDistinctWindowsAndIds) {
   EXPECT_NE(std::memcmp(u0.bytes, u1.bytes, sizeof(u0.bytes)), 0);
   EXPECT_CU(cuMemFree(a));
   EXPECT_CU(cuMemFree(b));
+}
+
+// The native atomics of a link (cuDeviceGet{Host,P2P}AtomicCapabilities):
+// none with the host (the profile's HOST_NATIVE_ATOMIC_SUPPORTED is 0); over
+// the default NVLink between the two devices (NATIVE_ATOMIC_SUPPORTED is 1)
+// every form CUDA's atomic functions have on the devices' compute capability.
+TEST_F(MultiDeviceTest, AtomicCapabilitiesOfTheHostAndThePeerLink) {
+  const CUatomicOperation ops[] = {CU_ATOMIC_OPERATION_INTEGER_ADD, CU_ATOMIC_OPERATION_INTEGER_INCREMENT,
+                                   CU_ATOMIC_OPERATION_CAS, CU_ATOMIC_OPERATION_FLOAT_ADD,
+                                   CU_ATOMIC_OPERATION_FLOAT_MAX};
+  constexpr unsigned kInts = CU_ATOMIC_CAPABILITY_SIGNED | CU_ATOMIC_CAPABILITY_UNSIGNED |
+                             CU_ATOMIC_CAPABILITY_SCALAR_32 | CU_ATOMIC_CAPABILITY_SCALAR_64;
+  unsigned caps[5];
+  std::fill(std::begin(caps), std::end(caps), 0xdeadu);
+  EXPECT_CU(cuDeviceGetHostAtomicCapabilities(caps, ops, 5, 0));
+  EXPECT_THAT(caps, ::testing::Each(0u));
+
+  int native = 0;
+  ASSERT_CU(cuDeviceGetP2PAttribute(&native, CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED, 0, 1));
+  ASSERT_EQ(native, 1);
+  int major = 0;
+  ASSERT_CU(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0));
+  const bool hopper = major >= 9;  // 128-bit exchange and compare-and-swap, float4 add
+  EXPECT_CU(cuDeviceGetP2PAtomicCapabilities(caps, ops, 5, 0, 1));
+  EXPECT_EQ(caps[0], kInts | CU_ATOMIC_CAPABILITY_REDUCTION);
+  EXPECT_EQ(caps[1], CU_ATOMIC_CAPABILITY_UNSIGNED | CU_ATOMIC_CAPABILITY_SCALAR_32 | CU_ATOMIC_CAPABILITY_REDUCTION);
+  EXPECT_EQ(caps[2], kInts | (hopper ? unsigned{CU_ATOMIC_CAPABILITY_SCALAR_128} : 0u));
+  EXPECT_EQ(caps[3], CU_ATOMIC_CAPABILITY_SCALAR_32 | CU_ATOMIC_CAPABILITY_SCALAR_64 | CU_ATOMIC_CAPABILITY_REDUCTION |
+                         (hopper ? unsigned{CU_ATOMIC_CAPABILITY_VECTOR_32x4} : 0u));
+  EXPECT_EQ(caps[4], 0u);
+
+  // The documented errors.
+  const CUatomicOperation bad[] = {CU_ATOMIC_OPERATION_OR, CU_ATOMIC_OPERATION_MAX};
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuDeviceGetHostAtomicCapabilities(nullptr, ops, 5, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuDeviceGetHostAtomicCapabilities(caps, nullptr, 5, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuDeviceGetHostAtomicCapabilities(caps, ops, 0, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuDeviceGetHostAtomicCapabilities(caps, bad, 2, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_DEVICE, cuDeviceGetHostAtomicCapabilities(caps, ops, 5, 7));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_DEVICE, cuDeviceGetP2PAtomicCapabilities(caps, ops, 5, 1, 1));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_DEVICE, cuDeviceGetP2PAtomicCapabilities(caps, ops, 5, 0, 7));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuDeviceGetP2PAtomicCapabilities(caps, bad, 2, 0, 1));
 }
 
 TEST_F(MultiDeviceTest, PeerAccessAndPeerCopies) {

@@ -4,6 +4,7 @@
 
 #include <strings.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -307,6 +308,83 @@ CUresult CUDAAPI cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttribute attri
       case CU_DEVICE_P2P_ATTRIBUTE_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED: *value = 0; break;
       default: return cuErrorf(CUDA_ERROR_INVALID_VALUE, "P2P attribute {} is invalid", static_cast<int>(attrib));
     }
+    return Status::ok();
+  });
+}
+
+namespace {
+
+// The forms of `op` that CUDA's atomic functions have (the CUDA C++
+// Programming Guide, "Atomic Functions") on a device of compute capability
+// `ccMajor`, as CUatomicOperationCapability bits: a link that supports every
+// CUDA-valid atomic natively supports these. Floating-point min and max are
+// not among CUDA's atomic functions: none.
+unsigned cudaAtomicForms(CUatomicOperation op, int ccMajor) {
+  constexpr unsigned kInts = CU_ATOMIC_CAPABILITY_SIGNED | CU_ATOMIC_CAPABILITY_UNSIGNED |
+                             CU_ATOMIC_CAPABILITY_SCALAR_32 | CU_ATOMIC_CAPABILITY_SCALAR_64;
+  const unsigned wide = ccMajor >= 9 ? unsigned{CU_ATOMIC_CAPABILITY_SCALAR_128} : 0u;  // 128-bit exch and cas
+  switch (op) {
+    case CU_ATOMIC_OPERATION_INTEGER_ADD:
+    case CU_ATOMIC_OPERATION_INTEGER_MIN:
+    case CU_ATOMIC_OPERATION_INTEGER_MAX:
+    case CU_ATOMIC_OPERATION_AND:
+    case CU_ATOMIC_OPERATION_OR:
+    case CU_ATOMIC_OPERATION_XOR: return kInts | CU_ATOMIC_CAPABILITY_REDUCTION;
+    case CU_ATOMIC_OPERATION_INTEGER_INCREMENT:
+    case CU_ATOMIC_OPERATION_INTEGER_DECREMENT:  // unsigned int only
+      return CU_ATOMIC_CAPABILITY_UNSIGNED | CU_ATOMIC_CAPABILITY_SCALAR_32 | CU_ATOMIC_CAPABILITY_REDUCTION;
+    case CU_ATOMIC_OPERATION_EXCHANGE:
+    case CU_ATOMIC_OPERATION_CAS: return kInts | wide;
+    case CU_ATOMIC_OPERATION_FLOAT_ADD:  // float, double; float4 on compute capability 9.x
+      return CU_ATOMIC_CAPABILITY_SCALAR_32 | CU_ATOMIC_CAPABILITY_SCALAR_64 | CU_ATOMIC_CAPABILITY_REDUCTION |
+             (ccMajor >= 9 ? unsigned{CU_ATOMIC_CAPABILITY_VECTOR_32x4} : 0u);
+    default: return 0;
+  }
+}
+
+// The checks both capability queries make of their arrays.
+Status checkAtomicQuery(unsigned* capabilities, const CUatomicOperation* operations, unsigned count) {
+  RETURN_IF_ERROR(requireNonNull(capabilities, "capabilities"));
+  RETURN_IF_ERROR(requireNonNull(operations, "operations"));
+  if (count == 0) return cuError(CUDA_ERROR_INVALID_VALUE, "count is 0");
+  for (unsigned i = 0; i < count; ++i) {
+    if (static_cast<unsigned>(operations[i]) >= CU_ATOMIC_OPERATION_MAX) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "operations[{}] = {} is not an atomic operation", i,
+                      static_cast<int>(operations[i]));
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+CUresult CUDAAPI cuDeviceGetHostAtomicCapabilities(unsigned int* capabilities, const CUatomicOperation* operations,
+                                                   unsigned int count, CUdevice dev) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(d.checkDevice(dev));
+    RETURN_IF_ERROR(checkAtomicQuery(capabilities, operations, count));
+    // The device and the host share no atomics natively
+    // (CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED is 0, and so is the
+    // partial one): no operation has a native form over that link.
+    std::fill(capabilities, capabilities + count, 0u);
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuDeviceGetP2PAtomicCapabilities(unsigned int* capabilities, const CUatomicOperation* operations,
+                                                  unsigned int count, CUdevice srcDevice, CUdevice dstDevice) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(d.checkDevice(srcDevice));
+    RETURN_IF_ERROR(d.checkDevice(dstDevice));
+    if (srcDevice == dstDevice) return cuError(CUDA_ERROR_INVALID_DEVICE, "source and destination are the same device");
+    RETURN_IF_ERROR(checkAtomicQuery(capabilities, operations, count));
+    // As cuDeviceGetP2PAttribute says: over an NVLink every CUDA-valid atomic
+    // is native, over PCIe none is.
+    const auto& links = d.platform().nvlinkGBps;
+    const bool nvlink = links.contains({std::min(srcDevice, dstDevice), std::max(srcDevice, dstDevice)});
+    const int ccMajor = std::min(d.platform().devices[static_cast<std::size_t>(srcDevice)].ccMajor,
+                                 d.platform().devices[static_cast<std::size_t>(dstDevice)].ccMajor);
+    for (unsigned i = 0; i < count; ++i) capabilities[i] = nvlink ? cudaAtomicForms(operations[i], ccMajor) : 0u;
     return Status::ok();
   });
 }

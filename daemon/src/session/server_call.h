@@ -95,6 +95,21 @@ class ServerCall {
   }
   const DriverTable& driverTable() const { return driver_; }
 
+  // An out array of `count` elements the server fills for a generated call
+  // (never a null pointer, so the driver sees one where the application
+  // passed one): sized if it fits in half a reply (a ring slot); otherwise
+  // answers CUDA_ERROR_INVALID_VALUE and returns false.
+  template <typename T, typename N>
+  bool sizeOutArray(std::vector<T>* items, N count) {
+    const uint64_t n = count > 0 ? static_cast<uint64_t>(count) : 0;
+    if (n > replyBuffer_.size() / 2 / sizeof(T)) {
+      fail(CUDA_ERROR_INVALID_VALUE);
+      return false;
+    }
+    items->resize(std::max<uint64_t>(n, 1));
+    return true;
+  }
+
   // Starts the reply with `result`; the returned encoder takes the outputs.
   ipc::Encoder& reply(CUresult result);
   uint64_t exportHandle(HandleType type, CUresult result, void* real);

@@ -318,5 +318,23 @@ TEST_F(SemanticsTest, KernelUsesPinnedMemoryThroughItsDevicePointer) {
   EXPECT_CU(cuMemFreeHost(out));
 }
 
+// A generated out array (apigen/remoting.json "out_array") comes back whole,
+// and one larger than half a ring slot is refused with CUDA_ERROR_INVALID_VALUE
+// before phosd lends the driver memory for it (docs/remoting.md).
+TEST_F(SemanticsTest, GeneratedOutArraysComeBackWholeAndOversizedOnesAreRefused) {
+  std::vector<CUatomicOperation> ops(8, CU_ATOMIC_OPERATION_INTEGER_ADD);
+  std::vector<unsigned> caps(ops.size(), 0xdeadu);
+  ASSERT_CU(cuDeviceGetHostAtomicCapabilities(caps.data(), ops.data(), static_cast<unsigned>(ops.size()), device_));
+  EXPECT_EQ(caps, std::vector<unsigned>(ops.size(), 0u));  // vgpu: no native atomics with the host
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuDeviceGetHostAtomicCapabilities(caps.data(), ops.data(), 0, device_));
+  // 12000 bytes of capabilities: over half of phosd's 16 KiB slots (the
+  // request's 12000 bytes of operations fit in one).
+  ops.assign(3000, CU_ATOMIC_OPERATION_INTEGER_ADD);
+  caps.assign(ops.size(), 0xdeadu);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuDeviceGetHostAtomicCapabilities(caps.data(), ops.data(), static_cast<unsigned>(ops.size()), device_));
+  EXPECT_EQ(caps[0], 0xdeadu);
+}
+
 }  // namespace
 }  // namespace phos::shim::testing
