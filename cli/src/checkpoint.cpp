@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // phos checkpoint / phos restore: a running process into an image and back.
+#include "phos/common/unique_fd.h"
 #include "phos/daemon/checkpoint.h"
 
 #include <fcntl.h>
@@ -454,23 +455,17 @@ int restoreOnce(const RestoreArgs& args, bool eager, std::string& rollback) {
   // Concurrent: the CPU memory too loads while the job runs, where CRIU can.
   options.lazyPages = !eager;
   // Files given for the job's standard descriptors (a migrated job's log).
-  struct Files {
-    int fds[3] = {-1, -1, -1};
-    ~Files() {
-      for (int fd : fds)
-        if (fd >= 0) ::close(fd);
-    }
-  } files;
+  UniqueFd files[3];
   for (int fd = 0; fd < 3; ++fd) {
     if (args.stdio[fd].empty()) continue;
-    files.fds[fd] = ::open(args.stdio[fd].c_str(),
-                           fd == 0 ? O_RDONLY | O_CLOEXEC : O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (files.fds[fd] < 0) {
+    files[fd].reset(::open(args.stdio[fd].c_str(),
+                           fd == 0 ? O_RDONLY | O_CLOEXEC : O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644));
+    if (!files[fd]) {
       std::fprintf(stderr, "phos restore: cannot open %s for the job's %s: %s\n", args.stdio[fd].c_str(),
                    fd == 0 ? "stdin" : fd == 1 ? "stdout" : "stderr", std::strerror(errno));
       return kExitBadInput;
     }
-    options.stdio[fd] = files.fds[fd];
+    options.stdio[fd] = files[fd].get();
   }
   options.beforeRestore = [&gpu](const image::ImageReader& reader) { return gpu.before(reader); };
   std::optional<double> runningAfter;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // posix_spawn-based runner that drains stdout and stderr without deadlocking.
+#include "phos/common/unique_fd.h"
 #include "phos/common/subprocess.h"
 
 #include <fcntl.h>
@@ -25,22 +26,19 @@ class Pipe {
   Pipe() = default;
   Pipe(const Pipe&) = delete;
   Pipe& operator=(const Pipe&) = delete;
-  ~Pipe() { closeBoth(); }
   Status open() {
-    if (pipe2(fds_, O_CLOEXEC) != 0) return errnoError(errno, "pipe2");
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return errnoError(errno, "pipe2");
+    read_.reset(fds[0]);
+    write_.reset(fds[1]);
     return Status::ok();
   }
-  int readEnd() const { return fds_[0]; }
-  int writeEnd() const { return fds_[1]; }
-  void closeWrite() { closeFd(fds_[1]); }
-  void closeBoth() { closeFd(fds_[0]); closeFd(fds_[1]); }
+  int readEnd() const { return read_.get(); }
+  int writeEnd() const { return write_.get(); }
+  void closeWrite() { write_.reset(); }
 
  private:
-  static void closeFd(int& fd) {
-    if (fd >= 0) ::close(fd);
-    fd = -1;
-  }
-  int fds_[2] = {-1, -1};
+  UniqueFd read_, write_;
 };
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "api_trace.h"
 #include "client_call.h"
 #include "connection.h"
+#include "phos/common/unique_fd.h"
 #include "phos/common/ipc/host_calls.h"
 #include "phos/common/log.h"
 #include "phos/cuda_api/client_hooks.h"
@@ -83,12 +84,12 @@ CUresult mapPinned(CUresult result, uint64_t address, uint64_t mapped, std::stri
                    size_t bytes) {
   if (result != CUDA_SUCCESS) return result;
   const std::string path(pathText);
-  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  UniqueFd fd(open(path.c_str(), O_RDWR | O_CLOEXEC));
   void* p = MAP_FAILED;
-  if (fd >= 0) {
-    p = mmap(reinterpret_cast<void*>(address), mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd,
-             0);
-    close(fd);
+  if (fd) {
+    p = mmap(reinterpret_cast<void*>(address), mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE,
+             fd.get(), 0);
+    fd.reset();
   }
   if (p == MAP_FAILED || p != reinterpret_cast<void*>(address)) {
     log::get("shim")->error("cannot map pinned memory {} at {:#x}: {}", path, address, std::strerror(errno));
@@ -150,13 +151,13 @@ bool serveHostCallQueue(const std::string& path) {
   static std::string served;
   std::lock_guard lock(mutex);
   if (path == served) return true;
-  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) {
+  UniqueFd fd(open(path.c_str(), O_RDWR | O_CLOEXEC));
+  if (!fd) {
     log::get("shim")->error("cannot open the host-call queue {}: {}", path, std::strerror(errno));
     return false;
   }
-  void* p = mmap(nullptr, sizeof(ipc::HostCallQueue), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
+  void* p = mmap(nullptr, sizeof(ipc::HostCallQueue), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  fd.reset();
   if (p == MAP_FAILED) {
     log::get("shim")->error("cannot map the host-call queue {}: {}", path, std::strerror(errno));
     return false;

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "phos/common/unique_fd.h"
 #include "phos/common/ipc/control.h"
 
 namespace {
@@ -57,16 +58,16 @@ bool hintSupervisor(const std::string& mode, int& result) {
   addr.sun_family = AF_UNIX;
   const size_t length = std::strlen(name);
   std::memcpy(addr.sun_path + 1, name + 1, length - 1);  // abstract: a leading NUL
-  const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
+  phos::UniqueFd fd(socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd) {
     result = -1;
     return true;
   }
   const std::string text = "checkpoint " + mode;
-  const ssize_t sent = sendto(fd, text.data(), text.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&addr),
+  const ssize_t sent = sendto(fd.get(), text.data(), text.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&addr),
                               static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + length));
   const int e = errno;
-  close(fd);
+  fd.reset();
   errno = e;
   result = sent == static_cast<ssize_t>(text.size()) ? 0 : -1;
   return true;
@@ -105,31 +106,31 @@ extern "C" __attribute__((visibility("default"))) int phos_sdk_checkpoint(const 
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   const std::string logPath = target.string() + ".log";
-  const int log = open(logPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (log < 0) return -1;
-  const int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  phos::UniqueFd log(open(logPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!log) return -1;
+  phos::UniqueFd devnull(open("/dev/null", O_RDONLY | O_CLOEXEC));
   const pid_t child = fork();
   if (child < 0) {
     const int e = errno;
-    close(log);
-    if (devnull >= 0) close(devnull);
+    log.reset();
+    devnull.reset();
     errno = e;
     return -1;
   }
   if (child == 0) {
     if (fork() == 0) {
       setsid();
-      if (devnull >= 0) dup2(devnull, 0);
-      dup2(log, 1);
-      dup2(log, 2);
+      if (devnull) dup2(devnull.get(), 0);
+      dup2(log.get(), 1);
+      dup2(log.get(), 2);
       close_range(3, ~0U, 0);  // none of the application's descriptors
       execv(argv[0], argv.data());
       _exit(127);
     }
     _exit(0);
   }
-  close(log);
-  if (devnull >= 0) close(devnull);
+  log.reset();
+  devnull.reset();
   int status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }

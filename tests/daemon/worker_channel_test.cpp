@@ -38,7 +38,7 @@ TEST_F(WorkerChannelTest, MessagesKeepTheirBoundariesAndOrder) {
   auto first = receiveMessage(ends_[1], /*wait=*/true);
   ASSERT_THAT(first, IsOk());
   EXPECT_EQ(first->body, (json{{"op", "info"}, {"id", 1}}));
-  EXPECT_EQ(first->fd, -1);
+  EXPECT_FALSE(first->fd);
   auto second = receiveMessage(ends_[1], /*wait=*/true);
   ASSERT_THAT(second, IsOk());
   EXPECT_EQ(second->body["op"], "end");
@@ -55,10 +55,10 @@ TEST_F(WorkerChannelTest, ADescriptorTravelsWithItsMessage) {
   close(pipeFds[1]);
   auto got = receiveMessage(ends_[1], /*wait=*/true);
   ASSERT_THAT(got, IsOk());
-  ASSERT_GE(got->fd, 0);
-  EXPECT_NE(fcntl(got->fd, F_GETFD) & FD_CLOEXEC, 0);
-  ASSERT_EQ(write(got->fd, "x", 1), 1);
-  close(got->fd);
+  ASSERT_TRUE(got->fd);
+  EXPECT_NE(fcntl(got->fd.get(), F_GETFD) & FD_CLOEXEC, 0);
+  ASSERT_EQ(write(got->fd.get(), "x", 1), 1);
+  got->fd.reset();
   char c = 0;
   EXPECT_EQ(read(pipeFds[0], &c, 1), 1);
   EXPECT_EQ(c, 'x');

@@ -27,7 +27,7 @@ struct Listener {
   Listener() {
     auto listening = listenOn("127.0.0.1:0");
     EXPECT_TRUE(listening.isOk()) << listening.status().message();
-    fd = *listening;
+    fd = listening->release();
     address = "127.0.0.1:" + std::to_string(boundPort(fd));
   }
   ~Listener() { ::close(fd); }
@@ -124,7 +124,7 @@ TEST(Channel, SomethingElseThanPhosIsTurnedAway) {
 // refuses the frame instead of taking the bytes.
 TEST(Channel, AChangedFrameFailsItsIntegrityCheck) {
   Listener l;
-  int relayListen = *listenOn("127.0.0.1:0");
+  int relayListen = listenOn("127.0.0.1:0")->release();
   const std::string relayAddress = "127.0.0.1:" + std::to_string(boundPort(relayListen));
   auto server = l.accept(kKey);
   // The relay copies the handshake as is, then flips the last body byte of the first frame.

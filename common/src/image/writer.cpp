@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // ImageWriter: chunked, checksummed, optionally compressed; published by an atomic rename.
+#include "phos/common/unique_fd.h"
 #include "phos/image/writer.h"
 
 #include <dirent.h>
@@ -26,15 +27,11 @@ namespace fs = std::filesystem;
 
 struct ImageWriter::BlobState {
   BlobInfo info;
-  int fd = -1;
+  UniqueFd fd;
   std::mutex mutex;  // guards everything below and the file's end
   uint64_t end = 0;
   std::vector<bool> written;
   uint64_t writtenCount = 0;
-
-  ~BlobState() {
-    if (fd >= 0) ::close(fd);
-  }
 };
 
 namespace {
@@ -55,12 +52,9 @@ Status writeAll(int fd, const void* data, size_t size, uint64_t offset, const fs
 }
 
 Status syncPath(const fs::path& path, bool directory) {
-  int fd = ::open(path.c_str(), (directory ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errnoError(errno, fmt::format("opening {} to sync it", path.string()));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) return errnoError(err, fmt::format("syncing {}", path.string()));
+  UniqueFd fd(::open(path.c_str(), (directory ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC));
+  if (!fd) return errnoError(errno, fmt::format("opening {} to sync it", path.string()));
+  if (::fsync(fd.get()) != 0) return errnoError(errno, fmt::format("syncing {}", path.string()));
   return Status::ok();
 }
 
@@ -71,21 +65,18 @@ Status chownTree(int fd, uid_t uid, const fs::path& shownAs) {
   if (::fchown(fd, uid, static_cast<gid_t>(-1)) != 0) {
     return errnoError(errno, fmt::format("giving {} to uid {}", shownAs.string(), uid));
   }
-  int listFd = ::dup(fd);
-  if (listFd < 0) return errnoError(errno, fmt::format("listing {}", shownAs.string()));
-  DIR* dir = ::fdopendir(listFd);
-  if (dir == nullptr) {
-    ::close(listFd);
-    return errnoError(errno, fmt::format("listing {}", shownAs.string()));
-  }
+  UniqueFd listFd(::dup(fd));
+  if (!listFd) return errnoError(errno, fmt::format("listing {}", shownAs.string()));
+  DIR* dir = ::fdopendir(listFd.get());
+  if (dir == nullptr) return errnoError(errno, fmt::format("listing {}", shownAs.string()));
+  listFd.release();  // the DIR owns it now (closedir)
   Status status;
   while (dirent* entry = ::readdir(dir)) {
     std::string_view name = entry->d_name;
     if (name == "." || name == "..") continue;
-    int child = ::openat(fd, entry->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (child >= 0) {
-      status = chownTree(child, uid, shownAs / name);
-      ::close(child);
+    UniqueFd child(::openat(fd, entry->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (child) {
+      status = chownTree(child.get(), uid, shownAs / name);
     } else if (::fchownat(fd, entry->d_name, uid, static_cast<gid_t>(-1), AT_SYMLINK_NOFOLLOW) != 0) {
       status = errnoError(errno, fmt::format("giving {} to uid {}", (shownAs / name).string(), uid));
     }
@@ -97,15 +88,15 @@ Status chownTree(int fd, uid_t uid, const fs::path& shownAs) {
 
 // Size and checksum of a file, streamed.
 Result<CpuFile> describeFile(const fs::path& path, std::string relative) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errnoError(errno, fmt::format("opening {}", path.string()));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return errnoError(errno, fmt::format("opening {}", path.string()));
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
   std::vector<char> buffer(1 << 20);
   CpuFile file{std::move(relative), 0, 0};
   Status status;
   for (;;) {
-    ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    ssize_t n = ::read(fd.get(), buffer.data(), buffer.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       status = errnoError(errno, fmt::format("reading {}", path.string()));
@@ -117,7 +108,6 @@ Result<CpuFile> describeFile(const fs::path& path, std::string relative) {
   }
   file.checksum = XXH3_64bits_digest(state);
   XXH3_freeState(state);
-  ::close(fd);
   if (!status.isOk()) return status;
   return file;
 }
@@ -224,10 +214,10 @@ Result<size_t> ImageWriter::addBlob(std::string name, std::string kind, uint64_t
 }
 
 Status ImageWriter::openBlobFile(BlobState& blob) {
-  if (blob.fd >= 0) return Status::ok();
+  if (blob.fd) return Status::ok();
   fs::path path = staging_ / blob.info.file;
-  blob.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (blob.fd < 0) return errnoError(errno, fmt::format("creating {}", path.string()));
+  blob.fd.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (!blob.fd) return errnoError(errno, fmt::format("creating {}", path.string()));
   return Status::ok();
 }
 
@@ -265,7 +255,7 @@ Status ImageWriter::writeChunk(size_t blobIndex, uint64_t chunk, std::span<const
   }
   record.fileOffset = blob->end;
   RETURN_IF_ERROR(openBlobFile(*blob));
-  RETURN_IF_ERROR(writeAll(blob->fd, stored.data(), stored.size(), record.fileOffset,
+  RETURN_IF_ERROR(writeAll(blob->fd.get(), stored.data(), stored.size(), record.fileOffset,
                            staging_ / info.file));
   blob->end += stored.size();
   blob->info.chunks[chunk] = record;
@@ -316,7 +306,7 @@ Status ImageWriter::commit() {
                          blob->info.name, blob->writtenCount, blob->info.chunkCount());
       }
       RETURN_IF_ERROR(openBlobFile(*blob));
-      if (::fsync(blob->fd) != 0) {
+      if (::fsync(blob->fd.get()) != 0) {
         return errnoError(errno, fmt::format("syncing {}", (staging_ / blob->info.file).string()));
       }
       manifest.blobs.push_back(blob->info);
@@ -342,24 +332,20 @@ Status ImageWriter::commit() {
 
     std::string text = toJson(manifest).dump(1);
     fs::path manifestPath = staging_ / kManifestFile;
-    int fd = ::open(manifestPath.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return errnoError(errno, fmt::format("creating {}", manifestPath.string()));
-    Status written = writeAll(fd, text.data(), text.size(), 0, manifestPath);
-    if (written.isOk() && ::fsync(fd) != 0) {
-      written = errnoError(errno, fmt::format("syncing {}", manifestPath.string()));
+    {
+      UniqueFd fd(::open(manifestPath.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+      if (!fd) return errnoError(errno, fmt::format("creating {}", manifestPath.string()));
+      RETURN_IF_ERROR(writeAll(fd.get(), text.data(), text.size(), 0, manifestPath));
+      if (::fsync(fd.get()) != 0) return errnoError(errno, fmt::format("syncing {}", manifestPath.string()));
     }
-    ::close(fd);
-    RETURN_IF_ERROR(written);
     for (const fs::path& dir : directories) RETURN_IF_ERROR(syncPath(dir, true));
 
     // Root's writer gives the whole tree to its owner, root by default: files
     // that CRIU wrote as the job's user become root's too.
     if (options_.owner || ::geteuid() == 0) {
-      int top = ::open(staging_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (top < 0) return errnoError(errno, fmt::format("opening {}", staging_.string()));
-      Status given = chownTree(top, options_.owner.value_or(::geteuid()), staging_);
-      ::close(top);
-      RETURN_IF_ERROR(given);
+      UniqueFd top(::open(staging_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!top) return errnoError(errno, fmt::format("opening {}", staging_.string()));
+      RETURN_IF_ERROR(chownTree(top.get(), options_.owner.value_or(::geteuid()), staging_));
     }
     // RENAME_NOREPLACE: an image that appeared meanwhile is never replaced.
     if (::renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, directory_.c_str(),

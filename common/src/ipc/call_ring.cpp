@@ -146,7 +146,7 @@ std::byte* CallRing::payload(uint64_t position) const {
   return reinterpret_cast<std::byte*>(&slot(position)) + sizeof(SlotHeader);
 }
 
-Result<CallRing> CallRing::create(const std::string& path, RingGeometry geometry, int* sharedLock) {
+Result<CallRing> CallRing::create(const std::string& path, RingGeometry geometry, UniqueFd* sharedLock) {
   RETURN_IF_ERROR(checkGeometry(geometry));
   // Made unnamed in the ring's directory (O_TMPFILE), sized, filled in and
   // locked, then linked to `path`: a link never replaces a file, and no one
@@ -154,18 +154,14 @@ Result<CallRing> CallRing::create(const std::string& path, RingGeometry geometry
   // unlocked would take it for a stale one and remove it).
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  int fd = ::open(dir.c_str(), O_RDWR | O_TMPFILE | O_CLOEXEC, 0600);
-  if (fd < 0) return errnoError(errno, "create ring file " + path);
-  auto fail = [&](Status s) {
-    ::close(fd);
-    return s;
-  };
+  UniqueFd file(::open(dir.c_str(), O_RDWR | O_TMPFILE | O_CLOEXEC, 0600));
+  if (!file) return errnoError(errno, "create ring file " + path);
+  const int fd = file.get();
   size_t bytes = fileBytes(geometry);
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) return fail(errnoError(errno, "size ring file " + path));
-  if (sharedLock != nullptr && flock(fd, LOCK_SH) != 0) return fail(errnoError(errno, "lock ring file " + path));
-  auto base = mapFile(fd, bytes, path);
-  if (!base) return fail(base.status());
-  CallRing ring(*base, bytes, geometry, true);
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) return errnoError(errno, "size ring file " + path);
+  if (sharedLock != nullptr && flock(fd, LOCK_SH) != 0) return errnoError(errno, "lock ring file " + path);
+  ASSIGN_OR_RETURN(void* base, mapFile(fd, bytes, path));
+  CallRing ring(base, bytes, geometry, true);
   // The file is fresh (zero-filled) and nobody else has mapped it yet.
   auto& h = ring.header();
   h.magic = detail::kMagic;
@@ -180,36 +176,27 @@ Result<CallRing> CallRing::create(const std::string& path, RingGeometry geometry
   const std::string self = "/proc/self/fd/" + std::to_string(fd);
   if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW) != 0) {
     if (errno == EEXIST) {
-      return fail(makeError(Code::kFailedPrecondition,
-                            "ring file {} exists: another session (or a restore of it) has it", path));
+      return makeError(Code::kFailedPrecondition, "ring file {} exists: another session (or a restore of it) has it",
+                       path);
     }
-    return fail(errnoError(errno, "create ring file " + path));
+    return errnoError(errno, "create ring file " + path);
   }
-  if (sharedLock != nullptr) {
-    *sharedLock = fd;
-  } else {
-    ::close(fd);
-  }
+  if (sharedLock != nullptr) *sharedLock = std::move(file);
   return ring;
 }
 
 Result<CallRing> CallRing::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return errnoError(errno, "open ring file " + path);
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  if (!fd) return errnoError(errno, "open ring file " + path);
   struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    Status s = errnoError(errno, "stat ring file " + path);
-    ::close(fd);
-    return s;
-  }
+  if (fstat(fd.get(), &st) != 0) return errnoError(errno, "stat ring file " + path);
   size_t bytes = static_cast<size_t>(st.st_size);
   if (bytes < detail::kHeaderBytes) {
-    ::close(fd);
     return makeError(Code::kDataLoss, "ring file {} is {} bytes, too small for a header", path,
                      bytes);
   }
-  auto base = mapFile(fd, bytes, path);
-  ::close(fd);
+  auto base = mapFile(fd.get(), bytes, path);
+  fd.reset();
   if (!base) return base.status();
   const auto* h = static_cast<const RingHeader*>(*base);
   RingGeometry g{h->slotCount, h->slotBytes, h->laneCount, h->laneSlotBytes};

@@ -48,17 +48,17 @@ Result<pid_t> lockHolder(int fd, const std::string& path) {
 
 }  // namespace
 
-Result<int> lockDaemonDirectory(const std::string& runtimeDirectory) {
+Result<UniqueFd> lockDaemonDirectory(const std::string& runtimeDirectory) {
   const std::string path = daemonLockPath(runtimeDirectory);
-  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return errnoError(errno, fmt::format("cannot open the daemon lock {}", path));
+  UniqueFd file(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!file) return errnoError(errno, fmt::format("cannot open the daemon lock {}", path));
+  const int fd = file.get();
   struct flock lock {};
   lock.l_type = F_WRLCK;
   lock.l_whence = SEEK_SET;
   if (fcntl(fd, F_SETLK, &lock) != 0) {
     const int e = errno;
     Result<pid_t> holder = lockHolder(fd, path);
-    close(fd);
     if (e == EAGAIN || e == EACCES) {
       return makeError(Code::kAlreadyExists, "a phosd (pid {}) already serves {}",
                        holder.isOk() ? std::to_string(*holder) : std::string("unknown"), runtimeDirectory);
@@ -68,36 +68,32 @@ Result<int> lockDaemonDirectory(const std::string& runtimeDirectory) {
   // For people: who holds it.
   const std::string pid = std::to_string(getpid()) + "\n";
   if (ftruncate(fd, 0) == 0) (void)!pwrite(fd, pid.data(), pid.size(), 0);  // a courtesy: the lock is what counts
-  return fd;
+  return file;
 }
 
 Result<pid_t> daemonHoldingLock(const std::string& runtimeDirectory) {
   const std::string path = daemonLockPath(runtimeDirectory);
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd) {
     if (errno == ENOENT) return pid_t{0};
     return errnoError(errno, fmt::format("cannot open the daemon lock {}", path));
   }
-  Result<pid_t> holder = lockHolder(fd, path);
-  close(fd);  // ours held no lock: closing releases nothing
-  return holder;
+  return lockHolder(fd.get(), path);  // ours holds no lock: closing it releases nothing
 }
 
 namespace {
 
-Result<int> connectTo(const std::string& socketPath) {
+Result<UniqueFd> connectTo(const std::string& socketPath) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socketPath.size() >= sizeof(addr.sun_path)) {
     return makeError(Code::kInvalidArgument, "control socket path {} is too long", socketPath);
   }
   std::memcpy(addr.sun_path, socketPath.c_str(), socketPath.size() + 1);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return errnoError(errno, "socket");
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    int e = errno;
-    close(fd);
-    return Status(Code::kUnavailable, fmt::format("no phosd at {}: {}", socketPath, std::strerror(e)));
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return errnoError(errno, "socket");
+  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return Status(Code::kUnavailable, fmt::format("no phosd at {}: {}", socketPath, std::strerror(errno)));
   }
   return fd;
 }
@@ -117,26 +113,10 @@ Status sendAll(int fd, std::string_view bytes) {
 }  // namespace
 
 Result<ControlStream> ControlStream::open(const std::string& socketPath, const std::string& request) {
-  ASSIGN_OR_RETURN(int fd, connectTo(socketPath));
-  ControlStream stream(fd);
+  ASSIGN_OR_RETURN(UniqueFd fd, connectTo(socketPath));
+  ControlStream stream(std::move(fd));
   RETURN_IF_ERROR(stream.writeLine(request));
   return stream;
-}
-
-ControlStream::ControlStream(ControlStream&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), buffer_(std::move(other.buffer_)) {}
-
-ControlStream& ControlStream::operator=(ControlStream&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) close(fd_);
-    fd_ = std::exchange(other.fd_, -1);
-    buffer_ = std::move(other.buffer_);
-  }
-  return *this;
-}
-
-ControlStream::~ControlStream() {
-  if (fd_ >= 0) close(fd_);
 }
 
 Result<std::string> ControlStream::readLine() {
@@ -148,7 +128,7 @@ Result<std::string> ControlStream::readLine() {
       return line;
     }
     if (buffer_.size() > kMaxControlMessage) return makeError(Code::kDataLoss, "a line of phosd is too long");
-    ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+    ssize_t n = recv(fd_.get(), buf, sizeof(buf), 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       return errnoError(errno, "cannot read from phosd");
@@ -161,16 +141,13 @@ Result<std::string> ControlStream::readLine() {
 Status ControlStream::writeLine(std::string_view line) {
   std::string out(line);
   out += '\n';
-  return sendAll(fd_, out);
+  return sendAll(fd_.get(), out);
 }
 
 Result<std::string> controlRequest(const std::string& socketPath, const std::string& request,
                                    std::chrono::milliseconds timeout) {
-  ASSIGN_OR_RETURN(int fd, connectTo(socketPath));
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
+  ASSIGN_OR_RETURN(UniqueFd connection, connectTo(socketPath));
+  const int fd = connection.get();
   RETURN_IF_ERROR_CTX(sendAll(fd, request + "\n"), fmt::format("phosd at {}", socketPath));
   std::string answer;
   const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The authenticated channel between daemons (phos/net/channel.h).
+#include "phos/common/unique_fd.h"
 #include "phos/net/channel.h"
 
 #include <arpa/inet.h>
@@ -161,16 +162,14 @@ std::string Key::hex() const {
   return out;
 }
 
-Result<int> listenOn(const std::string& address) {
+Result<UniqueFd> listenOn(const std::string& address) {
   ASSIGN_OR_RETURN(sockaddr_in addr, resolve(address));
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return makeError(Code::kIo, "socket: {}", errnoText());
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return makeError(Code::kIo, "socket: {}", errnoText());
   int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 16) != 0) {
-    Status s = makeError(Code::kUnavailable, "cannot listen on {}: {}", address, errnoText());
-    ::close(fd);
-    return s;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd.get(), 16) != 0) {
+    return makeError(Code::kUnavailable, "cannot listen on {}: {}", address, errnoText());
   }
   return fd;
 }
@@ -185,30 +184,9 @@ int boundPort(int fd) {
 Channel::Channel(int fd, std::vector<std::byte> sessionKey, bool client, std::string peer)
     : fd_(fd), sessionKey_(std::move(sessionKey)), client_(client), peer_(std::move(peer)) {}
 
-Channel::Channel(Channel&& other) noexcept { *this = std::move(other); }
-
-Channel& Channel::operator=(Channel&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = std::exchange(other.fd_, -1);
-    sessionKey_ = std::move(other.sessionKey_);
-    client_ = other.client_;
-    sendSeq_ = other.sendSeq_;
-    receiveSeq_ = other.receiveSeq_;
-    sent_ = other.sent_;
-    received_ = other.received_;
-    peer_ = std::move(other.peer_);
-  }
-  return *this;
-}
-
-Channel::~Channel() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
 Status Channel::writeAll(std::span<const std::byte> bytes) {
   while (!bytes.empty()) {
-    ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    ssize_t n = ::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return makeError(Code::kUnavailable, "sending to {}: {}", peer_, errnoText());
     bytes = bytes.subspan(static_cast<size_t>(n));
@@ -221,12 +199,12 @@ Status Channel::readAll(std::span<std::byte> bytes, Clock::time_point deadline) 
   while (!bytes.empty()) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) return makeError(Code::kUnavailable, "{} sent nothing in time", peer_);
-    pollfd p{fd_, POLLIN, 0};
+    pollfd p{fd_.get(), POLLIN, 0};
     int ready = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
     if (ready < 0 && errno == EINTR) continue;
     if (ready < 0) return makeError(Code::kIo, "poll: {}", errnoText());
     if (ready == 0) continue;
-    ssize_t n = ::recv(fd_, bytes.data(), bytes.size(), 0);
+    ssize_t n = ::recv(fd_.get(), bytes.data(), bytes.size(), 0);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return makeError(Code::kUnavailable, "receiving from {}: {}", peer_, errnoText());
     if (n == 0) return makeError(Code::kUnavailable, "{} closed the connection", peer_);
@@ -337,7 +315,7 @@ Status Channel::send(const nlohmann::json& header, std::span<const std::byte> bo
 }
 
 bool Channel::readable(std::chrono::milliseconds timeout) const {
-  pollfd p{fd_, POLLIN, 0};
+  pollfd p{fd_.get(), POLLIN, 0};
   return ::poll(&p, 1, static_cast<int>(timeout.count())) > 0;
 }
 

@@ -21,6 +21,7 @@
 
 #include "criu/criu_support.h"
 #include "phos/common/log.h"
+#include "phos/common/unique_fd.h"
 #include "phos/common/status.h"
 
 namespace phos::checkpoint::detail {
@@ -57,8 +58,8 @@ class ActionChannel {
       return errnoError(errno, "creating a directory for CRIU's action script");
     }
     std::unique_ptr<ActionChannel> channel(new ActionChannel(dirTemplate, std::move(hooks)));
-    channel->lock_ = ::open(dirTemplate.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (channel->lock_ < 0 || ::flock(channel->lock_, LOCK_EX) != 0) {
+    channel->lock_.reset(::open(dirTemplate.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!channel->lock_ || ::flock(channel->lock_.get(), LOCK_EX) != 0) {
       return errnoError(errno, fmt::format("locking {}", dirTemplate));
     }
     RETURN_IF_ERROR(channel->setUp());
@@ -79,12 +80,12 @@ class ActionChannel {
 
   ~ActionChannel() {
     stop();
-    for (int fd : {request_, reply_, stop_}) {
-      if (fd >= 0) ::close(fd);
-    }
+    request_.reset();
+    reply_.reset();
+    stop_.reset();
     std::error_code ec;
     fs::remove_all(dir_, ec);
-    if (lock_ >= 0) ::close(lock_);
+    lock_.reset();  // last: the directory is gone
   }
 
   fs::path script() const { return dir_ / "action.sh"; }
@@ -93,7 +94,7 @@ class ActionChannel {
   void stop() {
     if (!thread_.joinable()) return;
     uint64_t one = 1;
-    (void)!::write(stop_, &one, sizeof one);
+    (void)!::write(stop_.get(), &one, sizeof one);
     thread_.join();
   }
 
@@ -134,10 +135,10 @@ class ActionChannel {
       // A channel is created, then locked: a young directory may be one
       // between the two.
       if (::time(nullptr) - st.st_mtime < 60) continue;
-      const int fd = ::open(it->path().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (fd < 0) continue;
-      const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0;
-      ::close(fd);
+      const bool held = [&] {
+        UniqueFd fd(::open(it->path().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        return !fd || ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0;  // closing releases it
+      }();
       if (held) continue;
       std::error_code removeError;
       fs::remove_all(it->path(), removeError);
@@ -153,13 +154,13 @@ class ActionChannel {
         return errnoError(errno, fmt::format("creating the FIFO {}", fifo.string()));
       }
     }
-    request_ = ::open(request.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
-    reply_ = ::open(reply.c_str(), O_RDWR | O_CLOEXEC);
-    if (request_ < 0 || reply_ < 0) {
+    request_.reset(::open(request.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
+    reply_.reset(::open(reply.c_str(), O_RDWR | O_CLOEXEC));
+    if (!request_ || !reply_) {
       return errnoError(errno, fmt::format("opening the FIFOs in {}", dir_.string()));
     }
-    stop_ = ::eventfd(0, EFD_CLOEXEC);
-    if (stop_ < 0) return errnoError(errno, "eventfd");
+    stop_.reset(::eventfd(0, EFD_CLOEXEC));
+    if (!stop_) return errnoError(errno, "eventfd");
     std::string steps;
     for (const auto& [step, hook] : hooks_) steps += fmt::format("{}{}", steps.empty() ? "" : "|", name(step));
     std::string text = fmt::format(
@@ -186,7 +187,7 @@ class ActionChannel {
   void serve() {
     std::string line;
     for (;;) {
-      pollfd fds[2] = {{request_, POLLIN, 0}, {stop_, POLLIN, 0}};
+      pollfd fds[2] = {{request_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
       if (::poll(fds, 2, -1) < 0) {
         if (errno == EINTR) continue;
         // The script then waits for ever, and CRIU with it.
@@ -195,7 +196,7 @@ class ActionChannel {
       }
       if (fds[1].revents != 0) return;
       char buf[256];
-      ssize_t n = ::read(request_, buf, sizeof buf);
+      ssize_t n = ::read(request_.get(), buf, sizeof buf);
       if (n <= 0) continue;
       line.append(buf, static_cast<size_t>(n));
       const size_t end = line.find('\n');
@@ -215,14 +216,14 @@ class ActionChannel {
         ok = outcomes_[step].isOk();
       }
       std::string answer = ok ? "ok\n" : "fail\n";
-      (void)!::write(reply_, answer.data(), answer.size());
+      (void)!::write(reply_.get(), answer.data(), answer.size());
     }
   }
 
   fs::path dir_;
   Hooks hooks_;
-  int request_ = -1, reply_ = -1, stop_ = -1;
-  int lock_ = -1;  // flock on dir_ while the channel lives
+  UniqueFd request_, reply_, stop_;
+  UniqueFd lock_;  // flock on dir_ while the channel lives
   std::thread thread_;
   // Written by the serving thread, read after stop() joined it.
   std::map<Step, Status> outcomes_;

@@ -252,25 +252,22 @@ Status Outgoing::sendLate(const image::ImageReader& reader, std::vector<std::pai
 void Outgoing::relayFailed(Status status) {
   std::lock_guard lock(relayMutex_);
   if (relayStatus_.isOk()) relayStatus_ = std::move(status);
-  ::shutdown(relayFd_, SHUT_RDWR);  // CRIU sees the page server gone: its dump fails, the job resumes
+  ::shutdown(relayFd_.get(), SHUT_RDWR);  // CRIU sees the page server gone: its dump fails, the job resumes
 }
 
-Result<int> Outgoing::openPageRelay() {
+Result<UniqueFd> Outgoing::openPageRelay() {
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
     return makeError(Code::kIo, "socketpair: {}", std::strerror(errno));
   }
-  if (Status s = channel_.send({{"kind", "pages-open"}}); !s.isOk()) {
-    ::close(pair[0]);
-    ::close(pair[1]);
-    return s;
-  }
-  relayFd_ = pair[0];
+  UniqueFd ours(pair[0]), criusEnd(pair[1]);
+  RETURN_IF_ERROR(channel_.send({{"kind", "pages-open"}}));
+  relayFd_ = std::move(ours);
   const auto start = Clock::now();
   relayUp_ = std::thread([this] {
     std::vector<std::byte> buf(1u << 20);
     for (;;) {
-      ssize_t n = ::read(relayFd_, buf.data(), buf.size());
+      ssize_t n = ::read(relayFd_.get(), buf.data(), buf.size());
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         if (Status s = channel_.send({{"kind", "pages-end"}}); !s.isOk()) relayFailed(s);
@@ -289,7 +286,7 @@ Result<int> Outgoing::openPageRelay() {
       if (kind == "pages-ack") {
         std::span<const std::byte> bytes = frame->body;
         while (!bytes.empty()) {
-          ssize_t n = ::write(relayFd_, bytes.data(), bytes.size());
+          ssize_t n = ::write(relayFd_.get(), bytes.data(), bytes.size());
           if (n < 0 && errno == EINTR) continue;
           if (n <= 0) return;  // CRIU is gone; its exit status tells
           bytes = bytes.subspan(static_cast<size_t>(n));
@@ -307,16 +304,13 @@ Result<int> Outgoing::openPageRelay() {
       }
     }
   });
-  return pair[1];
+  return criusEnd;
 }
 
 Status Outgoing::closePageRelay() {
   if (relayUp_.joinable()) relayUp_.join();
   if (relayDown_.joinable()) relayDown_.join();
-  if (relayFd_ >= 0) {
-    ::close(relayFd_);
-    relayFd_ = -1;
-  }
+  relayFd_.reset();
   std::lock_guard lock(relayMutex_);
   return relayStatus_;
 }
@@ -423,17 +417,17 @@ class Incoming {
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
       return makeError(Code::kIo, "socketpair: {}", std::strerror(errno));
     }
-    pagesFd_ = pair[0];
-    pageServer_ = std::thread([this, path = criuBinary.path, theirs = pair[1]] {
+    pagesFd_.reset(pair[0]);
+    pageServer_ = std::thread([this, path = criuBinary.path, theirs = UniqueFd(pair[1])]() mutable {
       pageServerResult_.emplace(runCapture({path, "page-server", "-D", pagesDir_.string(), "--ps-socket", "20", "-o",
                                             "page-server.log"},
-                                           CaptureOptions{.passFds = {{theirs, 20}}}));
-      ::close(theirs);  // the replies' reader sees the end
+                                           CaptureOptions{.passFds = {{theirs.get(), 20}}}));
+      theirs.reset();  // the replies' reader sees the end
     });
     pageReplies_ = std::thread([this] {
       std::vector<std::byte> buf(64u << 10);
       for (;;) {
-        ssize_t n = ::read(pagesFd_, buf.data(), buf.size());
+        ssize_t n = ::read(pagesFd_.get(), buf.data(), buf.size());
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) return;
         if (!channel_.send({{"kind", "pages-ack"}}, std::span(buf).first(static_cast<size_t>(n))).isOk()) return;
@@ -443,11 +437,11 @@ class Incoming {
   }
 
   Status onPages(net::Frame& frame) {
-    if (pagesFd_ < 0) return makeError(Code::kInvalidArgument, "pages without a page server");
+    if (!pagesFd_) return makeError(Code::kInvalidArgument, "pages without a page server");
     ASSIGN_OR_RETURN(auto raw, unpack(frame, frame.header.value("bytes", uint64_t{0})));
     std::span<const std::byte> bytes = raw;
     while (!bytes.empty()) {
-      ssize_t n = ::write(pagesFd_, bytes.data(), bytes.size());
+      ssize_t n = ::write(pagesFd_.get(), bytes.data(), bytes.size());
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;  // the page server is gone: its exit status says why
       bytes = bytes.subspan(static_cast<size_t>(n));
@@ -456,12 +450,11 @@ class Incoming {
   }
 
   Status onPagesEnd() {
-    if (pagesFd_ < 0) return makeError(Code::kInvalidArgument, "pages-end without a page server");
-    ::shutdown(pagesFd_, SHUT_WR);
+    if (!pagesFd_) return makeError(Code::kInvalidArgument, "pages-end without a page server");
+    ::shutdown(pagesFd_.get(), SHUT_WR);
     pageServer_.join();
     pageReplies_.join();
-    ::close(pagesFd_);
-    pagesFd_ = -1;
+    pagesFd_.reset();
     std::string error;
     if (!pageServerResult_->isOk()) {
       error = pageServerResult_->status().message();
@@ -705,11 +698,10 @@ class Incoming {
   }
 
   void stopPageServer() {
-    if (pagesFd_ >= 0) ::shutdown(pagesFd_, SHUT_RDWR);
+    if (pagesFd_) ::shutdown(pagesFd_.get(), SHUT_RDWR);
     if (pageServer_.joinable()) pageServer_.join();
     if (pageReplies_.joinable()) pageReplies_.join();
-    if (pagesFd_ >= 0) ::close(pagesFd_);
-    pagesFd_ = -1;
+    pagesFd_.reset();
   }
 
   void discard() {
@@ -727,7 +719,7 @@ class Incoming {
   std::set<std::pair<size_t, uint64_t>> late_;          // (blob, chunk) that come after "go"
   // CRIU's page server: where it writes, its socket, its process and our reader of its replies.
   fs::path pagesDir_;
-  int pagesFd_ = -1;
+  UniqueFd pagesFd_;
   std::thread pageServer_, pageReplies_;
   std::optional<Result<ProcessOutput>> pageServerResult_;
   image::Manifest manifest_;
@@ -735,7 +727,7 @@ class Incoming {
   std::unique_ptr<image::ImageWriter> writer_;
 };
 
-[[noreturn]] void listen(int fd, const ListenerOptions& options, pid_t parent) {
+[[noreturn]] void listen(UniqueFd listening, const ListenerOptions& options, pid_t parent) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(0);
   ::signal(SIGCHLD, SIG_IGN);  // connections' processes are reaped by the kernel
@@ -743,18 +735,18 @@ class Incoming {
   ::signal(SIGTERM, SIG_DFL);
   auto log = log::get("daemon");
   for (;;) {
-    int client = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (client < 0) {
+    UniqueFd client(::accept4(listening.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!client) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       log->error("migration listener: accept: {}", std::strerror(errno));
       ::_exit(1);
     }
     pid_t child = ::fork();
     if (child == 0) {
-      ::close(fd);
+      listening.reset();
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       ::signal(SIGCHLD, SIG_DFL);  // runCapture waits for phos restore
-      auto channel = net::Channel::accept(client, options.key, std::chrono::seconds(10));
+      auto channel = net::Channel::accept(client.release(), options.key, std::chrono::seconds(10));
       if (!channel) {
         log->warn("refused a migration: {}", channel.status().message());
         ::_exit(1);
@@ -763,7 +755,6 @@ class Incoming {
       Incoming(std::move(*channel), options).serve();
       ::_exit(0);
     }
-    ::close(client);
   }
 }
 
@@ -773,7 +764,7 @@ Result<pid_t> startListener(const ListenerOptions& options) {
   if (options.cli.empty()) {
     return makeError(Code::kFailedPrecondition, "a daemon that accepts migrations needs the phos command to restore");
   }
-  ASSIGN_OR_RETURN(int fd, net::listenOn(options.address));
+  ASSIGN_OR_RETURN(UniqueFd fd, net::listenOn(options.address));
   // What incoming migrations of an earlier daemon left (one killed midway):
   // no migration runs yet. Outgoing images (out-*) stay: a job may be stopped
   // waiting on one.
@@ -786,12 +777,9 @@ Result<pid_t> startListener(const ListenerOptions& options) {
   }
   const pid_t parent = ::getpid();
   pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(fd);
-    return makeError(Code::kIo, "fork: {}", std::strerror(errno));
-  }
-  if (pid == 0) listen(fd, options, parent);
-  ::close(fd);
+  if (pid < 0) return makeError(Code::kIo, "fork: {}", std::strerror(errno));
+  if (pid == 0) listen(std::move(fd), options, parent);
+  fd.reset();
   log::get("daemon")->info("accepting migrations on {} (listener pid {})", options.address, pid);
   return pid;
 }

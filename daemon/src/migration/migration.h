@@ -51,6 +51,7 @@
 #include <nlohmann/json.hpp>
 
 #include "phos/common/status.h"
+#include "phos/common/unique_fd.h"
 #include "phos/image/reader.h"
 #include "phos/net/channel.h"
 
@@ -74,7 +75,7 @@ class Outgoing {
   // (CheckpointOptions::pageServerSocket; the caller closes it once CRIU has
   // exited). closePageRelay() waits until the target's page server has
   // written them all.
-  Result<int> openPageRelay();
+  Result<UniqueFd> openPageRelay();
   Status closePageRelay();
 
   // After the image is published (the job stopped): sends it, and once the
@@ -103,7 +104,7 @@ class Outgoing {
   net::Channel channel_;
   bool compress_ = true;
   // The page relay: CRIU <-> relayFd_ <-> channel (two threads while CRIU dumps).
-  int relayFd_ = -1;
+  UniqueFd relayFd_;
   std::thread relayUp_, relayDown_;
   Status relayStatus_ = Status::ok();
   std::mutex relayMutex_;

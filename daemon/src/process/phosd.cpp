@@ -124,20 +124,17 @@ constexpr std::chrono::seconds kImageWait{600};
 Daemon::Impl::~Impl() {
   stopMigrationListener();
   shutdownWorkers();
-  for (auto& c : waitingForWorker) {
-    close(c.fd);
-    if (c.pidfd >= 0) close(c.pidfd);
-  }
-  for (auto& [fd, c] : pendingControl) close(fd);
-  if (listenFd >= 0) {
-    close(listenFd);
+  waitingForWorker.clear();
+  pendingControl.clear();
+  if (listenFd) {
+    listenFd.reset();
     // Only the socket it bound: never one a later daemon made there.
     struct stat st {};
     if (stat(socketPath.c_str(), &st) == 0 && st.st_dev == socketDevice && st.st_ino == socketInode) {
       unlink(socketPath.c_str());
     }
   }
-  if (lockFd >= 0) close(lockFd);  // last: the directory is free once the socket is gone
+  lockFd.reset();  // last: the directory is free once the socket is gone
 }
 
 Status Daemon::Impl::bind() {
@@ -148,15 +145,15 @@ Status Daemon::Impl::bind() {
   // the socket, alone however busy the first one is.
   ASSIGN_OR_RETURN(lockFd, ipc::lockDaemonDirectory(runtimeDir));
   unlink(socketPath.c_str());  // a dead daemon's
-  listenFd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (listenFd < 0) return errnoError(errno, "socket");
+  listenFd.reset(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!listenFd) return errnoError(errno, "socket");
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socketPath.size() >= sizeof(addr.sun_path)) {
     return makeError(Code::kInvalidArgument, "socket path {} is too long", socketPath);
   }
   std::memcpy(addr.sun_path, socketPath.c_str(), socketPath.size() + 1);
-  if (::bind(listenFd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  if (::bind(listenFd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     return errnoError(errno, fmt::format("cannot bind {}", socketPath));
   }
   struct stat st {};
@@ -165,23 +162,16 @@ Status Daemon::Impl::bind() {
   socketInode = st.st_ino;
   // Anyone may connect; every request is checked against SO_PEERCRED.
   chmod(socketPath.c_str(), 0666);
-  if (listen(listenFd, 64) != 0) return errnoError(errno, "listen");
+  if (listen(listenFd.get(), 64) != 0) return errnoError(errno, "listen");
   return Status::ok();
 }
 
 void Daemon::Impl::closeMainDescriptors() {
-  if (listenFd >= 0) close(listenFd);
-  if (lockFd >= 0) close(lockFd);  // a record lock is the process's: the child holds none
-  for (auto& [fd, c] : pendingControl) close(fd);
-  for (auto& [pid, w] : workers) {
-    close(w.channel);
-    if (w.pidfd >= 0) close(w.pidfd);
-    if (w.clientPidfd >= 0) close(w.clientPidfd);
-  }
-  for (auto& c : waitingForWorker) {
-    close(c.fd);
-    if (c.pidfd >= 0) close(c.pidfd);
-  }
+  listenFd.reset();
+  lockFd.reset();  // a record lock is the process's: the child holds none
+  pendingControl.clear();
+  workers.clear();
+  waitingForWorker.clear();
 }
 
 Status Daemon::Impl::forkWorker() {
@@ -189,28 +179,23 @@ Status Daemon::Impl::forkWorker() {
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
     return errnoError(errno, "socketpair for a worker");
   }
+  UniqueFd mainEnd(sv[0]), workerEnd(sv[1]);
   pid_t pid = fork();
-  if (pid < 0) {
-    int e = errno;
-    close(sv[0]);
-    close(sv[1]);
-    return errnoError(e, "fork of a worker");
-  }
+  if (pid < 0) return errnoError(errno, "fork of a worker");
   if (pid == 0) {
-    close(sv[0]);
+    mainEnd.reset();
     closeMainDescriptors();
-    runWorker(workerConfig, sv[1]);
+    runWorker(workerConfig, workerEnd.release());
   }
-  close(sv[1]);
+  workerEnd.reset();
   WorkerHandle w;
   w.pid = pid;
-  w.channel = sv[0];
-  w.pidfd = pidfdOpen(pid);
-  if (w.pidfd < 0) {
+  w.channel = std::move(mainEnd);
+  w.pidfd.reset(pidfdOpen(pid));
+  if (!w.pidfd) {
     int e = errno;
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
-    close(sv[0]);
     return errnoError(e, fmt::format("cannot watch worker {}", pid));
   }
   workers.emplace(pid, std::move(w));
@@ -257,15 +242,14 @@ void Daemon::Impl::noteWorkerFailure(const std::string& why) {
     while (!waitingForWorker.empty()) {
       WaitingClient c = std::move(waitingForWorker.front());
       waitingForWorker.pop_front();
-      if (c.pidfd >= 0) close(c.pidfd);
-      answerAndClose(c.fd, refusal(fmt::format("no phosd worker could start: {}", why)));
+      answerAndClose(std::move(c.connection), refusal(fmt::format("no phosd worker could start: {}", why)));
     }
   }
 }
 
 Status Daemon::Impl::tell(WorkerHandle& w, const json& message, int fd) {
   // Never blocks main: a worker that does not read its channel is broken.
-  return detail::sendMessage(w.channel, message, fd, /*wait=*/false);
+  return detail::sendMessage(w.channel.get(), message, fd, /*wait=*/false);
 }
 
 void Daemon::Impl::ask(WorkerHandle& w, json message, std::chrono::milliseconds timeout, std::function<void(const json*)> done) {
@@ -280,10 +264,7 @@ void Daemon::Impl::ask(WorkerHandle& w, json message, std::chrono::milliseconds 
 }
 
 void Daemon::Impl::endWorker(WorkerHandle& w) {
-  if (w.clientPidfd >= 0) {
-    close(w.clientPidfd);
-    w.clientPidfd = -1;
-  }
+  w.clientPidfd.reset();
   if (w.state == WorkerHandle::State::kEnding) return;
   w.state = WorkerHandle::State::kEnding;
   if (Status s = tell(w, {{"op", "end"}}); !s.isOk()) {
@@ -340,14 +321,13 @@ json Daemon::Impl::adopt(WorkerHandle& w, const json& m) {
   if (w.state != WorkerHandle::State::kRestoring || pid <= 0 || pid != w.clientPid) {
     return refusal(fmt::format("worker {} restored no session for pid {}", w.pid, pid));
   }
-  int pidfd = pidfdOpen(pid);
-  if (pidfd < 0) return refusal(fmt::format("cannot watch pid {}: {}", pid, std::strerror(errno)));
+  UniqueFd pidfd(pidfdOpen(pid));
+  if (!pidfd) return refusal(fmt::format("cannot watch pid {}: {}", pid, std::strerror(errno)));
   struct stat st {};
   if (stat(fmt::format("/proc/{}", pid).c_str(), &st) != 0 || st.st_uid != w.uid) {
-    close(pidfd);
     return refusal(fmt::format("pid {} is not a process of uid {}, whose session was restored", pid, w.uid));
   }
-  w.clientPidfd = pidfd;
+  w.clientPidfd = std::move(pidfd);
   w.command = commandOf(pid);
   w.state = WorkerHandle::State::kServing;
   w.image.clear();
@@ -362,14 +342,13 @@ bool Daemon::Impl::drainChannel(pid_t pid) {
     auto it = workers.find(pid);
     if (it == workers.end()) return false;
     bool empty = false;
-    auto message = detail::receiveMessage(it->second.channel, /*wait=*/false, &empty);
+    auto message = detail::receiveMessage(it->second.channel.get(), /*wait=*/false, &empty);
     if (!message.isOk()) {
       if (empty) return true;
       if (message.status().code() == Code::kUnavailable) return false;
       log::get("daemon")->warn("worker {}: {}", pid, message.status().message());
       continue;
     }
-    if (message->fd >= 0) close(message->fd);  // workers send none
     onWorkerMessage(it->second, message->body);
   }
 }
@@ -428,9 +407,9 @@ void Daemon::Impl::onWorkerExit(pid_t pid) {
       log->error("session {}: worker {} serving pid {} {}; the session is lost", w.session, pid, w.clientPid, how);
       break;
   }
-  if (w.clientPidfd >= 0) close(w.clientPidfd);
-  close(w.channel);
-  close(w.pidfd);
+  w.clientPidfd.reset();
+  w.channel.reset();
+  w.pidfd.reset();
   serveWaitingClients();  // restores that waited for it to end
   for (auto r = waiting.begin(); r != waiting.end();) {
     if (r->second.worker != pid) {
@@ -477,15 +456,16 @@ void Daemon::Impl::startAttach(WorkerHandle& w, WaitingClient& c) {
   w.session = id;
   w.clientPid = pid;
   w.uid = c.peer.uid;
-  w.clientPidfd = c.pidfd;  // watched from now on: a client dying meanwhile ends the worker
-  const int fd = c.fd;
+  w.clientPidfd = std::move(c.pidfd);  // watched from now on: a client dying meanwhile ends the worker
+  // The answer waits for the worker (ask's callbacks are copied): shared.
+  auto client = std::make_shared<UniqueFd>(std::move(c.connection));
   const pid_t workerPid = w.pid;
   json assign = {{"op", "assign"}, {"session", id}, {"pid", pid}, {"uid", c.peer.uid}};
   if (c.request.contains("validate") && c.request["validate"].is_boolean()) {
     assign["validate"] = c.request["validate"];
   }
   ask(w, assign, std::chrono::seconds(10),
-      [this, fd, workerPid, id, pid](const json* answer) {
+      [this, client, workerPid, id, pid](const json* answer) {
         auto it = workers.find(workerPid);
         WorkerHandle* assigned = it == workers.end() ? nullptr : &it->second;
         if (answer == nullptr || !answer->value("ok", false) || assigned == nullptr ||
@@ -496,7 +476,7 @@ void Daemon::Impl::startAttach(WorkerHandle& w, WaitingClient& c) {
                                 : fmt::format("pid {} exited while its session was created", pid);
           log::get("daemon")->warn("session {}: attach of pid {} failed: {}", id, pid, why);
           if (assigned != nullptr) endWorker(*assigned);
-          answerAndClose(fd, refusal(why));
+          answerAndClose(std::move(*client), refusal(why));
           return;
         }
         assigned->state = WorkerHandle::State::kServing;
@@ -504,8 +484,8 @@ void Daemon::Impl::startAttach(WorkerHandle& w, WaitingClient& c) {
         assigned->command = commandOf(pid);
         log::get("daemon")->info("session {}: pid {} uid {} ({}) in worker {}", id, pid, assigned->uid,
                                  assigned->command, workerPid);
-        answerAndClose(fd, {{"ok", true}, {"session", id}, {"ring", assigned->ring}, {"daemon_pid", getpid()},
-                            {"worker_pid", workerPid}});
+        answerAndClose(std::move(*client), {{"ok", true}, {"session", id}, {"ring", assigned->ring},
+                                            {"daemon_pid", getpid()}, {"worker_pid", workerPid}});
       });
 }
 
@@ -516,13 +496,14 @@ void Daemon::Impl::startRestore(WorkerHandle& w, WaitingClient& c) {
   w.image = c.image;
   log::get("daemon")->info("session {}: restore of {} in worker {}", id, c.request.value("image", std::string()),
                            w.pid);
-  Status s = tell(w, {{"op", "restore"}, {"session", id}, {"peer_uid", c.peer.uid}, {"request", c.request}}, c.fd);
+  Status s = tell(w, {{"op", "restore"}, {"session", id}, {"peer_uid", c.peer.uid}, {"request", c.request}},
+                  c.connection.get());
   if (!s.isOk()) {
-    answerAndClose(c.fd, refusal(fmt::format("cannot hand the restore to worker {}: {}", w.pid, s.message())));
+    answerAndClose(std::move(c.connection),
+                   refusal(fmt::format("cannot hand the restore to worker {}: {}", w.pid, s.message())));
     endWorker(w);
-    return;
   }
-  close(c.fd);  // the worker has its own copy and answers the client
+  // (Otherwise the worker has its own copy of the connection and answers the client.)
 }
 
 bool Daemon::Impl::imageBeingRestored(const WaitingClient& c) const {
@@ -558,10 +539,10 @@ void Daemon::Impl::expire() {
       ++c;
       continue;
     }
-    const int fd = c->first;
+    UniqueFd client = std::move(c->second.connection);
     const ucred peer = c->second.peer;
     c = pendingControl.erase(c);
-    serveControl(fd, peer, nullptr);
+    serveControl(std::move(client), peer, nullptr);
   }
   for (auto r = waiting.begin(); r != waiting.end();) {
     if (r->second.deadline > now) {
@@ -577,7 +558,7 @@ void Daemon::Impl::expire() {
       ++c;
       continue;
     }
-    answerAndClose(c->fd, json{{"ok", false},
+    answerAndClose(std::move(c->connection), json{{"ok", false},
                                {"code", ipc::kBusy},
                                {"error", fmt::format("{} is still being restored by another request after {} s",
                                                      c->image, kImageWait.count())}});
@@ -590,12 +571,11 @@ void Daemon::Impl::expire() {
     }
     WaitingClient c = std::move(*it);
     it = waitingForWorker.erase(it);
-    if (c.pidfd >= 0) close(c.pidfd);
     std::string why = fmt::format("no phosd worker became ready within {} s ({} starting{})",
                                   options.workerWait.count(), countIn({WorkerHandle::State::kStarting}),
                                   lastWorkerFailure.empty() ? "" : "; the last one failed: " + lastWorkerFailure);
     log::get("daemon")->error("{}", why);
-    answerAndClose(c.fd, refusal(why));
+    answerAndClose(std::move(c.connection), refusal(why));
   }
 }
 
@@ -605,7 +585,7 @@ Status Daemon::Impl::pollOnce(bool accept, std::chrono::milliseconds timeout) {
   enum class Kind { kListen, kChannel, kWorkerExit, kClientExit, kControl };
   std::vector<std::pair<Kind, pid_t>> owners;
   if (accept) {
-    fds.push_back({listenFd, POLLIN, 0});
+    fds.push_back({listenFd.get(), POLLIN, 0});
     owners.emplace_back(Kind::kListen, 0);
     for (const auto& [fd, c] : pendingControl) {
       fds.push_back({fd, POLLIN, 0});
@@ -613,12 +593,12 @@ Status Daemon::Impl::pollOnce(bool accept, std::chrono::milliseconds timeout) {
     }
   }
   for (const auto& [pid, w] : workers) {
-    fds.push_back({w.channel, POLLIN, 0});
+    fds.push_back({w.channel.get(), POLLIN, 0});
     owners.emplace_back(Kind::kChannel, pid);
-    fds.push_back({w.pidfd, POLLIN, 0});
+    fds.push_back({w.pidfd.get(), POLLIN, 0});
     owners.emplace_back(Kind::kWorkerExit, pid);
-    if (w.clientPidfd >= 0) {
-      fds.push_back({w.clientPidfd, POLLIN, 0});
+    if (w.clientPidfd) {
+      fds.push_back({w.clientPidfd.get(), POLLIN, 0});
       owners.emplace_back(Kind::kClientExit, pid);
     }
   }
@@ -650,7 +630,7 @@ Status Daemon::Impl::pollOnce(bool accept, std::chrono::milliseconds timeout) {
   for (size_t i = 0; i < fds.size(); ++i) {
     if (fds[i].revents == 0 || owners[i].first != Kind::kClientExit) continue;
     auto it = workers.find(owners[i].second);
-    if (it != workers.end() && it->second.clientPidfd == fds[i].fd) onClientExit(owners[i].second);
+    if (it != workers.end() && it->second.clientPidfd.get() == fds[i].fd) onClientExit(owners[i].second);
   }
   for (size_t i = 0; i < fds.size(); ++i) {
     if (fds[i].revents != 0 && owners[i].first == Kind::kControl) readControl(owners[i].second);
@@ -658,9 +638,9 @@ Status Daemon::Impl::pollOnce(bool accept, std::chrono::milliseconds timeout) {
   expire();
   if (accept && (fds[0].revents & POLLIN) != 0) {
     for (;;) {
-      int fd = accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) break;
-      acceptControl(fd);
+      UniqueFd client(accept4(listenFd.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!client) break;
+      acceptControl(std::move(client));
     }
   }
   return Status::ok();

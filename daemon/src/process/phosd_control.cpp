@@ -62,19 +62,19 @@ json Daemon::Impl::sessionJson(const WorkerHandle& w) const {
               {"busy", true}};
 }
 
-void Daemon::Impl::answerPs(int fd, const ucred& peer) {
+void Daemon::Impl::answerPs(UniqueFd client, const ucred& peer) {
   struct Gather {
-    int fd;
+    UniqueFd client;
     std::map<uint64_t, json> sessions;
     int outstanding = 0;
     void finish() {
       json list = json::array();
       for (auto& [id, s] : sessions) list.push_back(std::move(s));
-      answerAndClose(fd, {{"ok", true}, {"sessions", list}});
+      answerAndClose(std::move(client), {{"ok", true}, {"sessions", list}});
     }
   };
   auto gather = std::make_shared<Gather>();
-  gather->fd = fd;
+  gather->client = std::move(client);
   std::vector<pid_t> asked;
   for (auto& [pid, w] : workers) {
     if (w.state != WorkerHandle::State::kServing) continue;
@@ -131,14 +131,14 @@ json Daemon::Impl::pingAnswer() const {
           {"sessions", countIn({WorkerHandle::State::kServing})}};
 }
 
-std::optional<json> Daemon::Impl::handle(const json& request, const ucred& peer, int fd) {
+std::optional<json> Daemon::Impl::handle(const json& request, const ucred& peer, UniqueFd& client) {
   if (!request.is_object() || !request.contains("op") || !request["op"].is_string()) {
     return refusal("a request is a JSON object with a string \"op\"");
   }
   const std::string op = request["op"];
   if (op == "ping") return pingAnswer();
   if (op == "ps") {
-    answerPs(fd, peer);
+    answerPs(std::move(client), peer);
     return std::nullopt;
   }
   if (op == "stop") {
@@ -159,9 +159,9 @@ std::optional<json> Daemon::Impl::handle(const json& request, const ucred& peer,
     if (named != static_cast<int64_t>(peer.pid)) {
       return refusal(fmt::format("pid {} is not the connecting process ({})", named, peer.pid));
     }
-    int pidfd = pidfdOpen(peer.pid);
-    if (pidfd < 0) return refusal(fmt::format("cannot watch pid {}: {}", peer.pid, std::strerror(errno)));
-    startOrQueue({WaitingClient::Kind::kAttach, fd, peer, request, pidfd, {}});
+    UniqueFd pidfd(pidfdOpen(peer.pid));
+    if (!pidfd) return refusal(fmt::format("cannot watch pid {}: {}", peer.pid, std::strerror(errno)));
+    startOrQueue({WaitingClient::Kind::kAttach, std::move(client), peer, request, std::move(pidfd), {}});
     return std::nullopt;
   }
   json migrate;
@@ -210,10 +210,10 @@ std::optional<json> Daemon::Impl::handle(const json& request, const ucred& peer,
                                         op == "validation" ? "inspect the validation of" : op, named, w->uid)}};
     }
     if (op == "validation") {
-      if (Status s = tell(*w, {{"op", "validation"}, {"request", request}}, fd); !s.isOk()) {
+      if (Status s = tell(*w, {{"op", "validation"}, {"request", request}}, client.get()); !s.isOk()) {
         return refusal(fmt::format("cannot ask worker {}: {}", w->pid, s.message()));
       }
-      close(fd);
+      client.reset();  // the worker answers on its own copy
       return std::nullopt;
     }
     json forwarded = request;
@@ -231,11 +231,11 @@ std::optional<json> Daemon::Impl::handle(const json& request, const ucred& peer,
                    {"peer_uid", peer.uid},
                    {"migrate", migrate}};
     }
-    if (Status s = tell(*w, {{"op", "checkpoint"}, {"request", forwarded}}, fd); !s.isOk()) {
+    if (Status s = tell(*w, {{"op", "checkpoint"}, {"request", forwarded}}, client.get()); !s.isOk()) {
       return refusal(fmt::format("cannot hand the checkpoint to worker {}: {}", w->pid, s.message()));
     }
     log::get("daemon")->info("session {}: {} asked by uid {}", w->session, op, peer.uid);
-    close(fd);  // the worker answers on its own copy
+    client.reset();  // the worker answers on its own copy
     return std::nullopt;
   }
   if (op == "restore") {
@@ -245,27 +245,24 @@ std::optional<json> Daemon::Impl::handle(const json& request, const ucred& peer,
     if (request.contains("eager") && !request["eager"].is_boolean()) {
       return refusal("restore: \"eager\" must be true or false");
     }
-    startOrQueue({WaitingClient::Kind::kRestore, fd, peer, request, -1, {}, restoreKey(request)});
+    startOrQueue({WaitingClient::Kind::kRestore, std::move(client), peer, request, {}, {}, restoreKey(request)});
     return std::nullopt;
   }
   return refusal(fmt::format("unknown op \"{}\"", op));
 }
 
-void Daemon::Impl::acceptControl(int fd) {
+void Daemon::Impl::acceptControl(UniqueFd client) {
   ucred peer{};
   socklen_t len = sizeof(peer);
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) {
-    close(fd);
-    return;
-  }
+  if (getsockopt(client.get(), SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) return;
   if (pendingControl.size() >= kMaxPendingControl) {
     auto oldest = std::min_element(pendingControl.begin(), pendingControl.end(), [](const auto& a, const auto& b) {
       return a.second.deadline < b.second.deadline;
     });
-    close(oldest->first);
-    pendingControl.erase(oldest);
+    pendingControl.erase(oldest);  // closes it
   }
-  pendingControl[fd] = {peer, {}, Clock::now() + kControlLineBound};
+  const int fd = client.get();
+  pendingControl[fd] = {std::move(client), peer, {}, Clock::now() + kControlLineBound};
   readControl(fd);  // its request may be there already
 }
 
@@ -279,14 +276,13 @@ void Daemon::Impl::readControl(int fd) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // more later
     if (n < 0) {
-      close(fd);
-      pendingControl.erase(it);
+      pendingControl.erase(it);  // closes it
       return;
     }
     if (n == 0) {  // the client finished sending without a whole line
-      const ucred peer = c.peer;
+      PendingControl done = std::move(c);
       pendingControl.erase(it);
-      serveControl(fd, peer, nullptr);
+      serveControl(std::move(done.connection), done.peer, nullptr);
       return;
     }
     const size_t searched = c.line.size();
@@ -299,10 +295,12 @@ void Daemon::Impl::readControl(int fd) {
   }
   PendingControl done = std::move(c);
   pendingControl.erase(it);
-  serveControl(fd, done.peer, done.line.size() <= ipc::kMaxControlMessage ? &done.line : nullptr);
+  serveControl(std::move(done.connection), done.peer,
+               done.line.size() <= ipc::kMaxControlMessage ? &done.line : nullptr);
 }
 
-void Daemon::Impl::serveControl(int fd, const ucred& peer, const std::string* line) {
+void Daemon::Impl::serveControl(UniqueFd client, const ucred& peer, const std::string* line) {
+  const int fd = client.get();
   // Answers are written blocking, bounded: a client that never reads
   // cannot hold the daemon longer than that.
   int flags = fcntl(fd, F_GETFL);
@@ -318,13 +316,13 @@ void Daemon::Impl::serveControl(int fd, const ucred& peer, const std::string* li
       answer = refusal("the request is not valid JSON");
     } else {
       try {
-        answer = handle(request, peer, fd);
+        answer = handle(request, peer, client);
       } catch (const std::exception& e) {  // a JSON value of the wrong type
         answer = refusal(fmt::format("bad request: {}", e.what()));
       }
     }
   }
-  if (answer) answerAndClose(fd, *answer);
+  if (answer) answerAndClose(std::move(client), *answer);
 }
 
 }  // namespace phos::daemon

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "phos/common/status.h"
+#include "phos/common/unique_fd.h"
 #include "phos/daemon/phosd.h"
 #include "phos/net/channel.h"
 #include "process/worker.h"
@@ -34,10 +35,7 @@ using Clock = std::chrono::steady_clock;
 inline int pidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
 // Answers a client whose request main handled (or gave up on) and closes it.
-inline void answerAndClose(int fd, const json& answer) {
-  detail::writeLine(fd, answer);
-  close(fd);
-}
+inline void answerAndClose(UniqueFd client, const json& answer) { detail::writeLine(client.get(), answer); }
 
 inline json refusal(std::string error) { return {{"ok", false}, {"error", std::move(error)}}; }
 
@@ -52,8 +50,8 @@ struct WorkerHandle {
     kEnding,     // told to end; main waits for it to exit
   };
   pid_t pid = 0;
-  int channel = -1;
-  int pidfd = -1;
+  UniqueFd channel;
+  UniqueFd pidfd;
   State state = State::kStarting;
   std::string failure;  // what it said before exiting without becoming ready
   json pool = json::array();
@@ -62,7 +60,7 @@ struct WorkerHandle {
   uint64_t session = 0;
   pid_t clientPid = 0;
   uid_t uid = 0;
-  int clientPidfd = -1;
+  UniqueFd clientPidfd;
   std::string command;
   std::string ring;
   std::string image;  // restoring: the image (restoreKey), until the process is adopted
@@ -72,6 +70,7 @@ struct WorkerHandle {
 // are read as their bytes come, beside everything else the main loop does:
 // idle or slow clients (any user may connect) cannot delay anyone else.
 struct PendingControl {
+  UniqueFd connection;
   ucred peer{};
   std::string line;
   Clock::time_point deadline;  // the whole line by then
@@ -80,10 +79,10 @@ struct PendingControl {
 // A client waiting for a spare worker (attach or restore).
 struct WaitingClient {
   enum class Kind { kAttach, kRestore } kind = Kind::kAttach;
-  int fd = -1;
+  UniqueFd connection;
   ucred peer{};
   json request;
-  int pidfd = -1;  // attach: the client process
+  UniqueFd pidfd;  // attach: the client process
   Clock::time_point deadline;
   std::string image;  // restore: restoreKey of its request, resolved once
 };
@@ -96,11 +95,11 @@ struct Daemon::Impl {
   std::string driverPath;
   int driverVersion = 0;
   int deviceCount = 0;
-  int listenFd = -1;
-  int lockFd = -1;               // runtimeDir/phosd.lock, write-locked for the daemon's life
+  UniqueFd listenFd;
+  UniqueFd lockFd;               // runtimeDir/phosd.lock, write-locked for the daemon's life
   dev_t socketDevice = 0;        // the socket this daemon bound: the only one it unlinks
   ino_t socketInode = 0;
-  std::map<int, PendingControl> pendingControl;  // by descriptor
+  std::map<int, PendingControl> pendingControl;  // by its connection's descriptor
   std::optional<net::Key> key;  // options.keyFile's
   pid_t migrationListener = -1;
   uint64_t nextSession = 0;
@@ -195,13 +194,13 @@ struct Daemon::Impl {
 
   json sessionJson(const WorkerHandle& w) const;
 
-  void answerPs(int fd, const ucred& peer);
+  void answerPs(UniqueFd client, const ucred& peer);
 
   json pingAnswer() const;
 
-  // The answer, or nullopt when the connection `fd` was handed on (to a
+  // The answer, or nullopt when the connection `client` was handed on (to a
   // worker, or to wait for one) and is answered later.
-  std::optional<json> handle(const json& request, const ucred& peer, int fd);
+  std::optional<json> handle(const json& request, const ucred& peer, UniqueFd& client);
 
   // A new control connection: its request is read as it arrives (readControl).
   // At most kMaxPendingControl wait at once; beyond, the one waiting longest
@@ -209,7 +208,7 @@ struct Daemon::Impl {
   static constexpr size_t kMaxPendingControl = 256;
   static constexpr auto kControlLineBound = std::chrono::seconds(2);
 
-  void acceptControl(int fd);
+  void acceptControl(UniqueFd client);
 
   // Reads what arrived on a pending connection; once the line is complete,
   // serves it.
@@ -217,7 +216,7 @@ struct Daemon::Impl {
 
   // One request per connection; `line` is null when it was not one line of
   // at most kMaxControlMessage bytes in time.
-  void serveControl(int fd, const ucred& peer, const std::string* line);
+  void serveControl(UniqueFd client, const ucred& peer, const std::string* line);
 
   // Answers what waited too long: requests to workers, clients waiting for one.
   void expire();

@@ -94,22 +94,20 @@ Result<Message> receiveMessage(int channel, bool wait, bool* empty) {
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
         c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-      std::memcpy(&out.fd, CMSG_DATA(c), sizeof(int));
+      int fd = -1;
+      std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
+      out.fd.reset(fd);
     }
   }
-  if (n == 0) {
-    if (out.fd >= 0) close(out.fd);
-    return makeError(Code::kUnavailable, "the other end of the worker channel is gone");
-  }
+  // (A message refused below closes the descriptor it brought.)
+  if (n == 0) return makeError(Code::kUnavailable, "the other end of the worker channel is gone");
   if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 ||
       static_cast<size_t>(n) > kMaxChannelMessage) {
-    if (out.fd >= 0) close(out.fd);
     return makeError(Code::kOutOfRange, "a worker channel message was truncated ({} bytes)", n);
   }
   buffer.resize(static_cast<size_t>(n));
   out.body = json::parse(buffer, nullptr, /*allow_exceptions=*/false);
   if (out.body.is_discarded() || !out.body.is_object()) {
-    if (out.fd >= 0) close(out.fd);
     return makeError(Code::kInvalidArgument, "a worker channel message is not a JSON object");
   }
   return out;
@@ -306,15 +304,12 @@ class Worker {
       assign(m);
     } else if (op == "info") {
       info(m);
-    } else if (op == "checkpoint" && message.fd >= 0) {
-      checkpoint(m, message.fd);
-      message.fd = -1;
-    } else if (op == "validation" && message.fd >= 0) {
-      validation(message.fd);
-      message.fd = -1;
-    } else if (op == "restore" && message.fd >= 0) {
-      restore(m, message.fd);
-      message.fd = -1;
+    } else if (op == "checkpoint" && message.fd) {
+      checkpoint(m, std::move(message.fd));
+    } else if (op == "validation" && message.fd) {
+      validation(std::move(message.fd));
+    } else if (op == "restore" && message.fd) {
+      restore(m, std::move(message.fd));
     } else if (op == "end") {
       if (operationRunning_.load()) {
         log::get("daemon")->info("{}: its process is gone; finishing the {} first", who(),
@@ -324,7 +319,6 @@ class Worker {
     } else {
       log::get("daemon")->warn("{}: unknown message from phosd: {}", who(), m.dump());
     }
-    if (message.fd >= 0) close(message.fd);
   }
 
   void assign(const json& m) {
@@ -374,7 +368,6 @@ class Worker {
                      {"code", ipc::kBusy},
                      {"error", fmt::format("{} is running a {} already; try again when it is done",
                                            who(), operationName_)}});
-      close(fd);
       return false;
     }
     if (operation_.joinable()) operation_.join();
@@ -387,21 +380,21 @@ class Worker {
     return true;
   }
 
-  void checkpoint(const json& m, int fd) {
+  void checkpoint(const json& m, UniqueFd client) {
     Session* session = nullptr;
     {
       std::lock_guard lock(mutex_);
       session = session_.get();
     }
     if (session == nullptr) {
-      writeLine(
-          fd, {{"ok", false}, {"code", ipc::kNoSession}, {"error", "this worker serves no session"}});
-      close(fd);
+      writeLine(client.get(),
+                {{"ok", false}, {"code", ipc::kNoSession}, {"error", "this worker serves no session"}});
       return;
     }
-    if (!beginOperation("checkpoint", fd)) return;
+    if (!beginOperation("checkpoint", client.get())) return;
     json request = m.value("request", json::object());
-    operation_ = std::thread([this, session, request, fd] {
+    operation_ = std::thread([this, session, request, client = std::move(client)]() mutable {
+      const int fd = client.get();
       auto log = log::get("daemon");
       log->info("session {}: checkpoint of pid {} into {}", session->id(), session->pid(),
                 request.value("image", std::string("?")));
@@ -433,26 +426,27 @@ class Worker {
         ending_ = true;
       }
       writeLine(fd, answer);
-      close(fd);
+      client.reset();  // the client sees the end of the answer before the next operation may start
       operationRunning_ = false;
     });
   }
 
   // `phos validate`: what the session's twins reported so far. The session
   // is parked while its contexts drain and the reports are read.
-  void validation(int fd) {
+  void validation(UniqueFd client) {
     Session* session = nullptr;
     {
       std::lock_guard lock(mutex_);
       session = session_.get();
     }
     if (session == nullptr) {
-      writeLine(fd, {{"ok", false}, {"code", ipc::kNoSession}, {"error", "this worker serves no session"}});
-      close(fd);
+      writeLine(client.get(),
+                {{"ok", false}, {"code", ipc::kNoSession}, {"error", "this worker serves no session"}});
       return;
     }
-    if (!beginOperation("validation report", fd)) return;
-    operation_ = std::thread([this, session, fd] {
+    if (!beginOperation("validation report", client.get())) return;
+    operation_ = std::thread([this, session, client = std::move(client)]() mutable {
+      const int fd = client.get();
       auto answer = session->validationReport(std::chrono::seconds(10));
       if (answer.isOk()) {
         (*answer)["ok"] = true;
@@ -460,17 +454,17 @@ class Worker {
       } else {
         writeLine(fd, {{"ok", false}, {"error", answer.status().message()}});
       }
-      close(fd);
+      client.reset();
       operationRunning_ = false;
     });
   }
 
-  void restore(const json& m, int fd) {
+  void restore(const json& m, UniqueFd client) {
+    const int fd = client.get();
     {
       std::lock_guard lock(mutex_);
       if (session_ != nullptr) {
         writeLine(fd, {{"ok", false}, {"error", "this worker already serves a session"}});
-        close(fd);
         return;
       }
     }
@@ -480,16 +474,15 @@ class Worker {
     // restored, rather than restoring as root.
     if (!m.contains("peer_uid") || !m["peer_uid"].is_number_unsigned()) {
       writeLine(fd, {{"ok", false}, {"code", wireCode(Code::kInternal)}, {"error", "phosd did not say which uid asks to restore"}});
-      close(fd);
       ending_ = true;
       operationRunning_ = false;
       return;
     }
     const auto peerUid = m["peer_uid"].get<uid_t>();
     json request = m.value("request", json::object());
-    operation_ = std::thread([this, id, peerUid, request, fd] {
-      restoreAndWaitForAdopt(id, peerUid, request, fd);
-      close(fd);
+    operation_ = std::thread([this, id, peerUid, request, client = std::move(client)]() mutable {
+      restoreAndWaitForAdopt(id, peerUid, request, client.get());
+      client.reset();
       operationRunning_ = false;
     });
   }

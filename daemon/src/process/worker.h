@@ -13,6 +13,7 @@
 
 #include "phos/common/ipc/call_ring.h"
 #include "phos/common/status.h"
+#include "phos/common/unique_fd.h"
 
 namespace phos::daemon {
 
@@ -62,7 +63,7 @@ Status sendMessage(int channel, const nlohmann::json& message, int fd = -1, bool
 
 struct Message {
   nlohmann::json body;
-  int fd = -1;  // a descriptor that came with it, owned by the receiver
+  UniqueFd fd;  // a descriptor that came with it, if any
 };
 // The next message. kUnavailable at end of file (the peer is gone), and
 // when `wait` is false and none is queued (then `empty` is set).

@@ -307,7 +307,7 @@ json runCheckpoint(Session& s, const json& request, const ProgressFn& progress) 
   if (outgoing) {
     auto relay = outgoing->openPageRelay();
     if (!relay.isOk()) return failure(relay.status());
-    criuPages = UniqueFd(*relay);
+    criuPages = std::move(*relay);
     options.pageServerSocket = criuPages.get();
     // A stop-the-world migration restores eagerly on the target, as a copy
     // of an image would; after a recopy the job runs while memory loads.

@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "session/session_files.h"
+
 namespace phos::daemon {
 namespace {
 
@@ -22,23 +24,7 @@ constexpr std::chrono::milliseconds kLivenessPeriod{100};
 }  // namespace
 
 Result<std::shared_ptr<HostCallChannel>> HostCallChannel::create(const std::string& path, uid_t uid, pid_t pid) {
-  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return errnoError(errno, fmt::format("cannot create {}", path));
-  const size_t bytes = sizeof(ipc::HostCallQueue);
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
-      (fchown(fd, uid, static_cast<gid_t>(-1)) != 0 && geteuid() == 0)) {
-    int e = errno;
-    ::close(fd);
-    unlink(path.c_str());
-    return errnoError(e, fmt::format("cannot prepare {} for uid {}", path, uid));
-  }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (p == MAP_FAILED) {
-    int e = errno;
-    unlink(path.c_str());
-    return errnoError(e, fmt::format("cannot map {}", path));
-  }
+  ASSIGN_OR_RETURN(void* p, mapSessionFile(path, sizeof(ipc::HostCallQueue), uid));
   // A fresh file reads as zeros: every slot kHostCallFree.
   return std::shared_ptr<HostCallChannel>(new HostCallChannel(path, static_cast<ipc::HostCallQueue*>(p), pid));
 }

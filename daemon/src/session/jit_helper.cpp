@@ -14,6 +14,7 @@
 
 #include "session/driver_table.h"
 #include "phos/common/subprocess.h"
+#include "phos/common/unique_fd.h"
 #include "phos/daemon/phosd.h"
 
 namespace phos::daemon {
@@ -42,24 +43,21 @@ void configureJitHelper(std::string cli, std::string driverPath) {
 Result<std::string> compileOutOfProcess(int ordinal, std::string_view ptx) {
   const JitHelper& h = helper();
   if (h.cli.empty() || h.driverPath.empty()) return makeError(Code::kUnavailable, "no JIT helper in this process");
-  const int input = memfd_create("phos-jit-ptx", MFD_CLOEXEC);
-  if (input < 0) return errnoError(errno, "memfd for the JIT helper's PTX");
+  UniqueFd memfd(memfd_create("phos-jit-ptx", MFD_CLOEXEC));
+  if (!memfd) return errnoError(errno, "memfd for the JIT helper's PTX");
+  const int input = memfd.get();
   size_t done = 0;
   while (done < ptx.size()) {
     const ssize_t n = ::write(input, ptx.data() + done, ptx.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = errno;
-      ::close(input);
-      return errnoError(e, "writing the JIT helper's PTX");
-    }
+    if (n <= 0) return errnoError(errno, "writing the JIT helper's PTX");
     done += static_cast<size_t>(n);
   }
   ::lseek(input, 0, SEEK_SET);
   auto ran = runCapture({h.cli, "jit", "--driver", h.driverPath, "--device", std::to_string(ordinal), "--input-fd",
                          std::to_string(kHelperInput)},
                         {.passFds = {{input, kHelperInput}}});
-  ::close(input);
+  memfd.reset();
   if (!ran.isOk()) return makeError(Code::kFailedPrecondition, "the JIT helper: {}", ran.status().message());
   if (ran->exitCode != 0 || ran->out.empty()) {
     std::string why = ran->err;

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "session/host_calls.h"
+#include "session/session_files.h"
 #include "phos/common/log.h"
 #include "phos/cuda_api/api_table.h"
 
@@ -64,11 +65,9 @@ Status Session::start(const ipc::RingGeometry& geometry) {
 }
 
 bool ringLocked(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool held = flock(fd, LOCK_EX | LOCK_NB) != 0;
-  close(fd);  // releases the lock if it was taken
-  return held;
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return false;
+  return flock(fd.get(), LOCK_EX | LOCK_NB) != 0;  // closing releases the lock if it was taken
 }
 
 void Session::startServing() {
@@ -153,8 +152,7 @@ void Session::stop() {
   pinned_.clear();
   ring_.reset();
   if (!ringPath_.empty()) unlink(ringPath_.c_str());
-  if (ringLock_ >= 0) close(ringLock_);
-  ringLock_ = -1;
+  ringLock_.reset();
 }
 
 void Session::serve() {
@@ -481,29 +479,7 @@ Result<PinnedRange> Session::createPinned(size_t bytes, unsigned flags) {
   if (at + r.mapped > slice + kPinnedSlice) {
     return makeError(Code::kResourceExhausted, "pinned memory of session {} exceeds {} bytes", id_, kPinnedSlice);
   }
-  int fd = open(r.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return errnoError(errno, fmt::format("cannot create {}", r.path));
-  if (ftruncate(fd, static_cast<off_t>(r.mapped)) != 0) {
-    int e = errno;
-    close(fd);
-    unlink(r.path.c_str());
-    return errnoError(e, fmt::format("cannot size {} to {} bytes", r.path, r.mapped));
-  }
-  if (fchown(fd, uid_, static_cast<gid_t>(-1)) != 0 && geteuid() == 0) {
-    int e = errno;
-    close(fd);
-    unlink(r.path.c_str());
-    return errnoError(e, fmt::format("cannot give {} to uid {}", r.path, uid_));
-  }
-  void* p = mmap(reinterpret_cast<void*>(at), r.mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE,
-                 fd, 0);
-  close(fd);
-  if (p == MAP_FAILED || p != reinterpret_cast<void*>(at)) {
-    int e = errno;
-    if (p != MAP_FAILED) munmap(p, r.mapped);
-    unlink(r.path.c_str());
-    return errnoError(e, fmt::format("cannot map {} at {:#x}", r.path, at));
-  }
+  RETURN_IF_ERROR(mapSessionFile(r.path, r.mapped, uid_, at).status());
   r.address = at;
   pinned_[r.address] = r;
   return r;

@@ -32,6 +32,7 @@
 #include "session/transfer_tracker.h"
 #include "phos/common/ipc/call_ring.h"
 #include "phos/common/ipc/transfer_lane.h"
+#include "phos/common/unique_fd.h"
 #include "phos/common/subprocess.h"
 #include "protocols/progress.h"
 #include "session/server_call.h"
@@ -438,7 +439,7 @@ class Session {
   std::string ringPath_;
   // Held (flock LOCK_SH) while the session owns its files: a restore of the
   // same image elsewhere sees them in use (session_rebuild.cpp).
-  int ringLock_ = -1;
+  UniqueFd ringLock_;
   std::optional<ipc::CallRing> ring_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};

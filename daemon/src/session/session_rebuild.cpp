@@ -29,6 +29,7 @@
 
 #include "protocols/device_copy.h"
 #include "session/host_calls.h"
+#include "session/session_files.h"
 #include "phos/common/log.h"
 #include "phos/common/subprocess.h"
 #include "session/session.h"
@@ -100,30 +101,6 @@ Status claimPath(const std::string& path, const std::string& ringPath, pid_t pro
   }
   if (unlink(path.c_str()) != 0)
     return errnoError(errno, fmt::format("cannot remove the stale {}", path));
-  return Status::ok();
-}
-
-// Creates `path` (owned by `uid`, 0600) of `bytes` and maps it shared at
-// exactly `address` in this process.
-Status mapShared(const std::string& path, uintptr_t address, size_t bytes, uid_t uid) {
-  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return errnoError(errno, fmt::format("cannot create {}", path));
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
-      (fchown(fd, uid, static_cast<gid_t>(-1)) != 0 && geteuid() == 0)) {
-    int e = errno;
-    close(fd);
-    unlink(path.c_str());
-    return errnoError(e, fmt::format("cannot prepare {}", path));
-  }
-  void* p = mmap(reinterpret_cast<void*>(address), bytes, PROT_READ | PROT_WRITE,
-                 MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED || p != reinterpret_cast<void*>(address)) {
-    int e = p == MAP_FAILED ? errno : EEXIST;
-    if (p != MAP_FAILED) munmap(p, bytes);
-    unlink(path.c_str());
-    return errnoError(e, fmt::format("cannot map {} at {:#x}", path, address));
-  }
   return Status::ok();
 }
 
@@ -729,7 +706,7 @@ class Session::Rebuilder {
       r.context = p.value("context", uint64_t{0});
       ASSIGN_OR_RETURN(size_t blob, blobOf(reader_, p, "pinned"));
       RETURN_IF_ERROR(claimPath(r.path, "", s_.pid_, s_.uid_));  // the ring is ours
-      RETURN_IF_ERROR(mapShared(r.path, r.address, r.mapped, s_.uid_));
+      RETURN_IF_ERROR(mapSessionFile(r.path, r.mapped, s_.uid_, r.address).status());
       s_.pinned_[r.address] = r;  // from here on stop() unmaps and removes it
       RETURN_IF_ERROR(reader_.read(blob, 0, {reinterpret_cast<std::byte*>(r.address), r.bytes}));
       RETURN_IF_ERROR(makeCurrent(r.context));

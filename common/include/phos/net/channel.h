@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "phos/common/unique_fd.h"
 #include "phos/common/status.h"
 
 namespace phos::net {
@@ -58,11 +59,6 @@ class Channel {
   // The listener's side of the handshake on an accepted socket (taken over).
   static Result<Channel> accept(int fd, const Key& key, std::chrono::milliseconds timeout);
 
-  Channel(Channel&& other) noexcept;
-  Channel& operator=(Channel&& other) noexcept;
-  Channel(const Channel&) = delete;
-  Channel& operator=(const Channel&) = delete;
-  ~Channel();
 
   Status send(const nlohmann::json& header, std::span<const std::byte> body = {});
   // Waits up to `timeout` for the next frame. kUnavailable: the peer closed
@@ -76,14 +72,14 @@ class Channel {
   uint64_t bytesReceived() const { return received_; }
   // "ADDRESS:PORT" of the other end.
   const std::string& peer() const { return peer_; }
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
 
  private:
   Channel(int fd, std::vector<std::byte> sessionKey, bool client, std::string peer);
   Status writeAll(std::span<const std::byte> bytes);
   Status readAll(std::span<std::byte> bytes, std::chrono::steady_clock::time_point deadline);
 
-  int fd_ = -1;
+  UniqueFd fd_;
   std::vector<std::byte> sessionKey_;
   bool client_ = false;
   uint64_t sendSeq_ = 0;
@@ -94,7 +90,7 @@ class Channel {
 };
 
 // A listening TCP socket on "ADDRESS:PORT" (port 0: any; see boundPort).
-Result<int> listenOn(const std::string& address);
+Result<UniqueFd> listenOn(const std::string& address);
 // The port a listening socket got.
 int boundPort(int fd);
 

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "phos/common/status.h"
+#include "phos/common/unique_fd.h"
 
 namespace phos::ipc {
 
@@ -62,7 +63,7 @@ class CallRing {
   // ring: it is never replaced). The file appears at `path` whole and, with
   // `sharedLock`, already holding a shared flock on the descriptor stored
   // there (the session's liveness lock, which the caller keeps and closes).
-  static Result<CallRing> create(const std::string& path, RingGeometry geometry, int* sharedLock = nullptr);
+  static Result<CallRing> create(const std::string& path, RingGeometry geometry, UniqueFd* sharedLock = nullptr);
   // Application side: maps an existing ring, checking its magic and version.
   static Result<CallRing> open(const std::string& path);
 

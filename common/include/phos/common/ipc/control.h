@@ -52,6 +52,7 @@
 #include <string_view>
 
 #include "phos/common/status.h"
+#include "phos/common/unique_fd.h"
 
 namespace phos::ipc {
 
@@ -79,7 +80,7 @@ std::string daemonLockPath(const std::string& runtimeDirectory);
 // Takes the lock for this process; the returned descriptor holds it (close
 // it, or exit, to release). kAlreadyExists naming the holder's pid when a
 // daemon holds it.
-Result<int> lockDaemonDirectory(const std::string& runtimeDirectory);
+Result<UniqueFd> lockDaemonDirectory(const std::string& runtimeDirectory);
 // The pid of the daemon holding the lock, 0 when none does (no daemon, or
 // one that died: the kernel drops its lock). Never call it in the daemon's
 // own process: closing any descriptor of the file drops that process's lock.
@@ -98,21 +99,16 @@ class ControlStream {
  public:
   // Connects and sends `request`. kUnavailable when nothing listens there.
   static Result<ControlStream> open(const std::string& socketPath, const std::string& request);
-  ControlStream(ControlStream&& other) noexcept;
-  ControlStream& operator=(ControlStream&& other) noexcept;
-  ControlStream(const ControlStream&) = delete;
-  ControlStream& operator=(const ControlStream&) = delete;
-  ~ControlStream();
 
   // The next line (without its newline). Waits as long as the daemon works;
   // kUnavailable when it closed the connection (or died) first.
   Result<std::string> readLine();
   Status writeLine(std::string_view line);
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
 
  private:
-  explicit ControlStream(int fd) : fd_(fd) {}
-  int fd_ = -1;
+  explicit ControlStream(UniqueFd fd) : fd_(std::move(fd)) {}
+  UniqueFd fd_;
   std::string buffer_;
 };
 
