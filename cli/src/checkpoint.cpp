@@ -2,6 +2,7 @@
 // phos checkpoint / phos restore: a running process into an image and back.
 #include "phos/common/unique_fd.h"
 #include "phos/daemon/checkpoint.h"
+#include "phos/daemon/restore_job.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -277,183 +278,14 @@ struct RestoreArgs {
   bool eager = false;
 };
 
-// The GPU half of a restore, through phosd: the session is re-created before
-// CRIU runs and adopted by the restored pid after. The connection lives
-// across both hooks; closing it abandons the session. Unless eager, device
-// memory loads while the process runs: phosd says at the end whether it all
-// loaded, or whether the process had to end because a launch touched memory
-// speculation did not foresee (rollback: restore again, eagerly).
-class GpuRestore {
- public:
-  GpuRestore(std::string runtimeDir, ProgressLine& progress, bool eager, bool waitForLoads)
-      : runtimeDir_(std::move(runtimeDir)),
-        socket_(ipc::controlSocketPath(runtimeDir_)),
-        progress_(progress),
-        eager_(eager),
-        waitForLoads_(waitForLoads) {}
-  ~GpuRestore() { finish(); }
-
-  Status before(const image::ImageReader& reader) {
-    const json& state = reader.manifest().state;
-    bool hasGpu = state.contains("gpu") && state["gpu"].is_object() &&
-                  state["gpu"].contains("sessions") && state["gpu"]["sessions"].is_array() &&
-                  !state["gpu"]["sessions"].empty();
-    if (!hasGpu) return Status::ok();
-    std::string image = fs::absolute(reader.directory()).lexically_normal().string();
-    const std::string request = json{{"op", "restore"}, {"image", image}, {"eager", eager_}}.dump();
-    auto stream = ipc::ControlStream::open(socket_, request);
-    if (!stream && stream.status().code() == Code::kUnavailable) {
-      // The GPU state needs phosd: start one, as phos run does.
-      if (Status started = ensureDaemon(runtimeDir_, ""); !started.isOk()) {
-        return makeError(Code::kFailedPrecondition,
-                         "the image has GPU state and no phosd answers at {}; starting one failed: {}; "
-                         "nothing was restored",
-                         socket_, started.message());
-      }
-      stream = ipc::ControlStream::open(socket_, request);
-    }
-    if (!stream) return std::move(stream).status();
-    stream_.emplace(std::move(*stream));
-    ASSIGN_OR_RETURN(json answer, finalLine("re-creating the GPU session"));
-    if (answer["ok"] != true) {
-      stream_.reset();
-      return makeError(Code::kFailedPrecondition, "phosd could not re-create the GPU session: {}",
-                       answer.value("error", std::string("no reason given")));
-    }
-    session_ = answer.value("session", json());
-    rebuiltAt_ = std::chrono::steady_clock::now();
-    return Status::ok();
-  }
-
-  void after(std::optional<pid_t> restored) {
-    if (!stream_) return;
-    if (!restored) {
-      stream_.reset();  // CRIU failed: phosd drops the session
-      return;
-    }
-    if (Status s = stream_->writeLine(json{{"adopt", *restored}}.dump()); !s.isOk()) {
-      adoptError_ = s.message();
-      return;
-    }
-    auto final = finalLine("handing the GPU session to the restored process");
-    adoptedAt_ = std::chrono::steady_clock::now();  // its calls are served from here
-    if (!final) {
-      adoptError_ = final.status().message();
-    } else if ((*final)["ok"] != true) {
-      adoptError_ = final->value("error", std::string("phosd refused"));
-    } else if (final->value("loading", false)) {
-      // The process runs; its device memory is still loading.
-      if (waitForLoads_) {
-        watchLoads();
-      } else {
-        watcher_ = std::thread([this] { watchLoads(); });
-      }
-    }
-  }
-
-  // Waits for the outcome of the loads (after the process ended, or returned).
-  void finish() {
-    if (watcher_.joinable()) watcher_.join();
-  }
-
-  bool used() const { return session_.has_value(); }
-  // When phosd had re-created the GPU session (with its memory, unless it
-  // loads concurrently), and when it gave the restored process its session
-  // back (if it did).
-  std::optional<std::chrono::steady_clock::time_point> rebuiltAt() const { return rebuiltAt_; }
-  std::optional<std::chrono::steady_clock::time_point> adoptedAt() const { return adoptedAt_; }
-  const std::string& adoptError() const { return adoptError_; }
-  // After finish(): why the process was ended to be restored again eagerly
-  // (empty: it was not), what the loads did, and what went wrong meanwhile.
-  const std::string& rollback() const { return rollback_; }
-  const json& loads() const { return loads_; }
-  const std::string& loadError() const { return loadError_; }
-
- private:
-  // Reads phosd's lines until the loads' outcome.
-  void watchLoads() {
-    for (;;) {
-      auto line = stream_->readLine();
-      if (!line) {
-        loadError_ = "phosd stopped answering while the device memory loaded: " + line.status().message();
-        return;
-      }
-      json message = json::parse(*line, nullptr, false);
-      if (!message.is_object()) continue;
-      if (message.contains("loaded")) {
-        loads_ = message["loaded"];
-        return;
-      }
-      if (message.contains("rollback")) {
-        rollback_ = message.value("rollback", std::string("phosd rolled the restore back"));
-        loads_ = message.value("report", json::object());
-        return;
-      }
-      if (message.contains("damaged")) {
-        loadError_ = fmt::format("the image is damaged: {}; phosd ended the process before it could read that "
-                                 "memory (its output so far is the uninterrupted run's)",
-                                 message.value("damaged", std::string("a chunk does not match its checksum")));
-        loads_ = message.value("report", json::object());
-        return;
-      }
-      if (message.contains("ended")) {
-        loads_ = message.value("report", json::object());
-        return;
-      }
-    }
-  }
-
-  Result<json> finalLine(const char* what) {
-    for (;;) {
-      auto line = stream_->readLine();
-      if (!line) {
-        progress_.clear();
-        return makeError(Code::kUnavailable, "phosd stopped answering while {}: {}", what,
-                         line.status().message());
-      }
-      json message = json::parse(*line, nullptr, false);
-      if (!message.is_object()) {
-        progress_.clear();
-        return makeError(Code::kInternal, "phosd sent a line that is not a JSON object: {}", *line);
-      }
-      if (message.contains("progress")) {
-        progress_.update(message["progress"]);
-        continue;
-      }
-      if (message.contains("ok")) {
-        progress_.clear();
-        return message;
-      }
-    }
-  }
-
-  std::string runtimeDir_;
-  std::string socket_;
-  ProgressLine& progress_;
-  std::optional<ipc::ControlStream> stream_;
-  std::optional<json> session_;
-  std::string adoptError_;
-  std::optional<std::chrono::steady_clock::time_point> rebuiltAt_, adoptedAt_;
-  const bool eager_;
-  const bool waitForLoads_;
-  std::thread watcher_;
-  std::string rollback_;
-  json loads_;
-  std::string loadError_;
-};
-
-// One attempt; `rollback` gets why phosd ended the restored process (its
-// device memory loaded concurrently and a launch touched what speculation did
-// not foresee): the caller restores again, eagerly.
-int restoreOnce(const RestoreArgs& args, bool eager, std::string& rollback) {
+int runRestore(const RestoreArgs& args) {
   ProgressLine progress(!args.json);
-  GpuRestore gpu(runtimeDirOf(args.runtimeDir), progress, eager, args.detach);
-  checkpoint::RestoreOptions options;
+  checkpoint::JobRestoreOptions options;
   options.image = args.image;
+  options.runtimeDir = runtimeDirOf(args.runtimeDir);
   options.detach = args.detach;
+  options.eager = args.eager;
   options.inheritStdio = !args.keepDescriptors;
-  // Concurrent: the CPU memory too loads while the job runs, where CRIU can.
-  options.lazyPages = !eager;
   // Files given for the job's standard descriptors (a migrated job's log).
   UniqueFd files[3];
   for (int fd = 0; fd < 3; ++fd) {
@@ -467,99 +299,62 @@ int restoreOnce(const RestoreArgs& args, bool eager, std::string& rollback) {
     }
     options.stdio[fd] = files[fd].get();
   }
-  options.beforeRestore = [&gpu](const image::ImageReader& reader) { return gpu.before(reader); };
-  std::optional<double> runningAfter;
-  auto start = std::chrono::steady_clock::now();
-  options.afterRestore = [&](std::optional<pid_t> pid) {
-    gpu.after(pid);  // waits for the loads too when detached
-    if (!pid) return;
-    runningAfter = std::chrono::duration<double>(gpu.adoptedAt().value_or(std::chrono::steady_clock::now()) - start)
-                       .count();
-    if (args.detach) return;
-    forwardSignalsTo(*pid);
-    if (!args.json) {
-      // stdout belongs to the job now: phos speaks on stderr.
-      std::fprintf(stderr, "phos: restored pid %d from %s in %.2f s; waiting for it to exit\n",
-                   *pid, args.image.c_str(), *runningAfter);
+  options.progress = [&progress](const json& p) {
+    if (p.is_null()) {
+      progress.clear();
+    } else {
+      progress.update(p);
     }
   };
+  options.startDaemon = [&options] { return ensureDaemon(options.runtimeDir, ""); };
+  options.running = [&args](pid_t pid, double seconds) {
+    if (args.detach) return;
+    forwardSignalsTo(pid);
+    if (!args.json) {
+      // stdout belongs to the job now: phos speaks on stderr.
+      std::fprintf(stderr, "phos: restored pid %d from %s in %.2f s; waiting for it to exit\n", pid,
+                   args.image.c_str(), seconds);
+    }
+  };
+  options.rolledBack = [](const std::string& why) {
+    std::fprintf(stderr, "phos restore: %s; the process is restored again, its device memory loaded first\n",
+                 why.c_str());
+    gForwardTo = 0;  // the first process is gone
+  };
   if (!args.detach) installForwarding();
-  auto report = checkpoint::restoreProcess(options);
-  gpu.finish();
+  auto report = checkpoint::restoreJob(options);
   if (!report) {
     std::fprintf(stderr, "phos restore: %s\n", report.status().message().c_str());
     if (!args.detach && gForwardTo.load() <= 0) uninstallForwarding();
     return restoreExitCode(report.status());
   }
-  if (!gpu.rollback().empty()) {
-    rollback = gpu.rollback();
-    return kExitFailure;
+  const pid_t pid = report->process.pid;
+  if (!report->loadError.empty()) std::fprintf(stderr, "phos restore: pid %d: %s\n", pid, report->loadError.c_str());
+  if (!report->adoptError.empty()) {
+    std::fprintf(stderr, "phos restore: pid %d runs, but phosd did not give it its GPU session back: %s\n", pid,
+                 report->adoptError.c_str());
   }
-  if (!gpu.loadError().empty()) {
-    std::fprintf(stderr, "phos restore: pid %d: %s\n", report->pid, gpu.loadError().c_str());
+  if (!report->process.cpuLoadError.empty()) {
+    std::fprintf(stderr, "phos restore: pid %d: %s\n", pid, report->process.cpuLoadError.c_str());
   }
-  if (!gpu.adoptError().empty()) {
-    std::fprintf(stderr,
-                 "phos restore: pid %d runs, but phosd did not give it its GPU session back: %s\n",
-                 report->pid, gpu.adoptError().c_str());
-  }
-  json out = {{"pid", report->pid},
-              {"image", args.image},
-              {"restore_seconds", report->restoreSeconds},
-              {"running_seconds", runningAfter.value_or(report->restoreSeconds)},
-              {"total_seconds", report->totalSeconds},
-              {"gpu_session", gpu.used()},
-              {"eager", eager},
-              {"detached", args.detach}};
-  if (auto rebuilt = gpu.rebuiltAt()) {
-    out["gpu_rebuilt_seconds"] = std::chrono::duration<double>(*rebuilt - start).count();
-  }
-  if (!gpu.loads().is_null()) out["concurrent_load"] = gpu.loads();
-  out["cpu_lazy"] = report->cpuLazy;
-  if (report->cpuLoadedSeconds) out["cpu_loaded_seconds"] = *report->cpuLoadedSeconds;
-  if (!report->cpuEagerReason.empty()) out["cpu_eager_reason"] = report->cpuEagerReason;
-  if (!report->cpuLoadError.empty()) {
-    out["cpu_load_error"] = report->cpuLoadError;
-    std::fprintf(stderr, "phos restore: pid %d: %s\n", report->pid, report->cpuLoadError.c_str());
-  }
-  if (!gpu.loadError().empty()) out["load_error"] = gpu.loadError();
-  if (report->exitCode) out["exit_code"] = *report->exitCode;
+  const json out = report->toJson(args.image, args.detach);
   if (args.detach) {
     if (args.json) {
       std::printf("%s\n", out.dump(2).c_str());
     } else {
-      std::printf("phos: restored pid %d from %s in %.2f s\n", report->pid, args.image.c_str(),
-                  report->restoreSeconds);
+      std::printf("phos: restored pid %d from %s in %.2f s\n", pid, args.image.c_str(),
+                  report->process.restoreSeconds);
     }
-    return gpu.adoptError().empty() && gpu.loadError().empty() && report->cpuLoadError.empty() ? kExitOk
-                                                                                                : kExitFailure;
+    return report->clean() ? kExitOk : kExitFailure;
   }
   // In the foreground, the job's output is on stdout; our report goes to stderr.
   if (args.json) {
     std::fprintf(stderr, "%s\n", out.dump().c_str());
   } else {
-    std::fprintf(stderr, "phos: restored pid %d exited with code %d\n", report->pid,
-                 report->exitCode.value_or(0));
+    std::fprintf(stderr, "phos: restored pid %d exited with code %d\n", pid, report->process.exitCode.value_or(0));
   }
   // A process that phosd ended because its memory could not be loaded failed.
-  return gpu.loadError().empty() ? report->exitCode.value_or(0) : kExitFailure;
-}
-
-int runRestore(const RestoreArgs& args) {
-  std::string rollback;
-  int code = restoreOnce(args, args.eager, rollback);
-  if (rollback.empty()) return code;
-  std::fprintf(stderr, "phos restore: %s; the process is restored again, its device memory loaded first\n",
-               rollback.c_str());
-  gForwardTo = 0;  // the first process is gone
-  rollback.clear();
-  code = restoreOnce(args, true, rollback);
-  if (!rollback.empty()) {
-    // An eager restore loads everything before the process runs: nothing to roll back.
-    std::fprintf(stderr, "phos restore: %s\n", rollback.c_str());
-    return kExitFailure;
-  }
-  return code;
+  return report->loadError.empty() ? report->process.exitCode.value_or(0) : kExitFailure;
 }
 
 }  // namespace

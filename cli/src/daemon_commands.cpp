@@ -262,7 +262,6 @@ int runRun(const RunArgs& args) {
     FaultToleranceOptions ft = args.ft;
     ft.runtimeDir = dir;
     ft.jobEnvironment = jobEnvironment;
-    ft.cli = std::getenv("PHOS_CLI") != nullptr ? std::getenv("PHOS_CLI") : "phos";
     ft.levels.clear();
     for (size_t start = 0; start <= args.ftLevels.size();) {
       size_t end = args.ftLevels.find(',', start);

@@ -25,7 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "phos/common/ipc/control.h"
-#include "phos/common/subprocess.h"
+#include "phos/daemon/restore_job.h"
 #include "phos/image/reader.h"
 #include "phos/policy/online_estimator.h"
 #include "subcommands.h"
@@ -317,15 +317,25 @@ class Supervisor {
       say(fmt::format("{}: {}: {}", image.string(), problems[0].where, problems[0].what));
       return false;
     }
-    // The job keeps our standard descriptors, as it had them.
-    const std::string self = fmt::format("/proc/{}/fd/", ::getpid());
-    auto restored = runCapture({options_.cli, "restore", "--image", image.string(), "--detach", "--json",
-                                "--runtime-dir", options_.runtimeDir, "--stdin", self + "0", "--stdout", self + "1",
-                                "--stderr", self + "2"},
-                               CaptureOptions{.inheritStdin = true});  // a terminal job's terminal, for CRIU
-    if (!restored.isOk() || restored->exitCode != 0) {
-      say(fmt::format("restoring {} failed: {}", image.string(),
-                      restored.isOk() ? restored->err : restored.status().message()));
+    // The job keeps our standard descriptors (a terminal's, for CRIU too), as it had them.
+    checkpoint::JobRestoreOptions restore;
+    restore.image = image;
+    restore.runtimeDir = options_.runtimeDir;
+    restore.detach = true;
+    restore.startDaemon = [this] { return ensureDaemon(options_.runtimeDir, ""); };
+    restore.rolledBack = [&](const std::string& why) {
+      say(fmt::format("{}: {}; restoring it again, its device memory loaded first", image.string(), why));
+    };
+    auto restored = checkpoint::restoreJob(restore);
+    if (!restored.isOk()) {
+      say(fmt::format("restoring {} failed: {}", image.string(), restored.status().message()));
+      return false;
+    }
+    if (!restored->clean()) {
+      const std::string why = !restored->adoptError.empty() ? restored->adoptError
+                              : !restored->loadError.empty() ? restored->loadError
+                                                              : restored->process.cpuLoadError;
+      say(fmt::format("restoring {} failed: pid {}: {}", image.string(), restored->process.pid, why));
       return false;
     }
     return true;  // the same pid: CRIU gives it back

@@ -19,7 +19,6 @@ struct FaultToleranceOptions {
   int maxRestores = 10;
   std::string mode = "cow";                          // the checkpoints' protocol
   std::string runtimeDir;                            // the daemon's
-  std::string cli;                                   // this phos binary (phos restore)
   // Set in the job's environment only (LD_PRELOAD=libphos.so, ...).
   std::vector<std::pair<std::string, std::string>> jobEnvironment;
 };

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // posix_spawn-based runner that drains stdout and stderr without deadlocking.
-#include "phos/common/unique_fd.h"
 #include "phos/common/subprocess.h"
+#include "phos/common/unique_fd.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 // ImageWriter: chunked, checksummed, optionally compressed; published by an atomic rename.
-#include "phos/common/unique_fd.h"
 #include "phos/image/writer.h"
 
 #include <dirent.h>
@@ -20,6 +19,7 @@
 
 #include "codec.h"
 #include "phos/common/log.h"
+#include "phos/common/unique_fd.h"
 
 namespace phos::image {
 

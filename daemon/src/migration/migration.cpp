@@ -2,6 +2,7 @@
 // Live migration: the source's Outgoing and the target's listener (migration.h).
 #include "migration/migration.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -21,6 +22,7 @@
 #include "phos/common/log.h"
 #include "phos/common/subprocess.h"
 #include "phos/daemon/criu.h"
+#include "phos/daemon/restore_job.h"
 #include "phos/image/reader.h"
 #include "phos/image/writer.h"
 
@@ -600,36 +602,45 @@ class Incoming {
 
   Status onGo(bool eager) {
     if (!published()) return makeError(Code::kInvalidArgument, "go before the image was complete");
-    std::vector<std::string> argv{options_.cli,   "restore",        "--image",       directory_.string(),
-                                  "--detach",     "--json",         "--runtime-dir", options_.runtimeDir,
-                                  "--stdin",      stdioPath(0),     "--stdout",      stdioPath(1),
-                                  "--stderr",     stdioPath(2)};
-    if (eager) argv.push_back("--eager");
+    // The job's standard descriptors: the files it had (a shared file system), else a log here.
+    UniqueFd stdio[3];
+    for (int fd = 0; fd < 3; ++fd) {
+      const std::string path = stdioPath(fd);
+      stdio[fd].reset(::open(path.c_str(), fd == 0 ? O_RDONLY | O_CLOEXEC : O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,
+                             0644));
+      if (!stdio[fd]) return errnoError(errno, fmt::format("opening {} for the job's descriptor {}", path, fd));
+    }
+    checkpoint::JobRestoreOptions restore;
+    restore.image = directory_;
+    restore.runtimeDir = options_.runtimeDir;
+    restore.detach = true;
+    restore.eager = eager;
+    for (int fd = 0; fd < 3; ++fd) restore.stdio[fd] = stdio[fd].get();
     // The restore runs while the late chunks arrive; a chunk the job waits
     // for is asked of the source first.
-    std::optional<Result<ProcessOutput>> result;
+    std::optional<Result<checkpoint::JobRestoreReport>> result;
     std::atomic<bool> done{false};
     std::thread restoring([&] {
-      result.emplace(runCapture(argv));
+      result.emplace(checkpoint::restoreJob(restore));
       done = true;
     });
     Status streaming = receiveLate(done);
     restoring.join();
-    if (!result->isOk()) return result->status();
-    ProcessOutput restored = std::move(**result);
     std::error_code ec;
-    if (!streaming.isOk() && restored.exitCode == 0) {
+    if (!result->isOk() || !(*result)->clean()) {
+      fs::remove_all(directory_, ec);
+      if (!result->isOk()) return result->status();
+      const checkpoint::JobRestoreReport& failed = **result;
+      return makeError(Code::kFailedPrecondition, "pid {}: {}", failed.process.pid,
+                       !failed.adoptError.empty() ? failed.adoptError
+                       : !failed.loadError.empty() ? failed.loadError
+                                                   : failed.process.cpuLoadError);
+    }
+    if (!streaming.isOk()) {
       log::get("daemon")->warn("migration from {}: {} (the job has every chunk it needs)", channel_.peer(),
                                streaming.message());
     }
-    if (restored.exitCode != 0) {
-      std::string why = restored.err.empty() ? fmt::format("phos restore exited {}", restored.exitCode) : restored.err;
-      while (!why.empty() && why.back() == '\n') why.pop_back();
-      fs::remove_all(directory_, ec);
-      return makeError(Code::kFailedPrecondition, "{}", why);
-    }
-    json report = json::parse(restored.out, nullptr, false);
-    if (!report.is_object()) report = {{"output", restored.out}};
+    json report = (*result)->toJson(directory_, /*detached=*/true);
     log::get("daemon")->info("migration from {}: pid {} runs here", channel_.peer(), report.value("pid", 0));
     fs::remove_all(directory_, ec);  // everything is loaded: the job no longer reads it
     return channel_.send({{"kind", "restored"}, {"report", report}});
@@ -745,7 +756,7 @@ class Incoming {
     if (child == 0) {
       listening.reset();
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      ::signal(SIGCHLD, SIG_DFL);  // runCapture waits for phos restore
+      ::signal(SIGCHLD, SIG_DFL);  // runCapture waits for CRIU
       auto channel = net::Channel::accept(client.release(), options.key, std::chrono::seconds(10));
       if (!channel) {
         log->warn("refused a migration: {}", channel.status().message());
@@ -761,9 +772,6 @@ class Incoming {
 }  // namespace
 
 Result<pid_t> startListener(const ListenerOptions& options) {
-  if (options.cli.empty()) {
-    return makeError(Code::kFailedPrecondition, "a daemon that accepts migrations needs the phos command to restore");
-  }
   ASSIGN_OR_RETURN(UniqueFd fd, net::listenOn(options.address));
   // What incoming migrations of an earlier daemon left (one killed midway):
   // no migration runs yet. Outgoing images (out-*) stay: a job may be stopped

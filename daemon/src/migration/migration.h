@@ -122,8 +122,7 @@ class Outgoing {
 struct ListenerOptions {
   std::string address;     // "ADDR:PORT"
   net::Key key;
-  std::string runtimeDir;  // images arrive in runtimeDir/migrations
-  std::string cli;         // the phos binary that restores (phos restore)
+  std::string runtimeDir;  // images arrive in runtimeDir/migrations; phosd's control socket is there
 };
 
 // Binds `address` and forks the listener process, which accepts migrations

@@ -721,7 +721,7 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
                        "--listen needs --key FILE: migrations are accepted only from peers that hold the key");
     }
     // Forked before any worker, while this process has no other thread.
-    auto listener = migration::startListener({options.listen, *impl->key, impl->runtimeDir, options.cli});
+    auto listener = migration::startListener({options.listen, *impl->key, impl->runtimeDir});
     if (!listener.isOk()) return makeError(Code::kInvalidArgument, "{}", listener.status().message());
     impl->migrationListener = *listener;
   }
