@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // phos checkpoint / phos restore: a running process into an image and back.
 #include "phos/common/unique_fd.h"
-#include "phos/daemon/checkpoint.h"
-#include "phos/daemon/restore_job.h"
+#include "phos/criu/checkpoint.h"
+#include "phos/criu/restore_job.h"
 
 #include <fcntl.h>
 #include <signal.h>

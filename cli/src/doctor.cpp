@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "phos/common/subprocess.h"
-#include "phos/daemon/criu.h"
+#include "phos/criu/criu.h"
 #include "subcommands.h"
 
 namespace phos::cli {

@@ -25,7 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "phos/common/ipc/control.h"
-#include "phos/daemon/restore_job.h"
+#include "phos/criu/restore_job.h"
 #include "phos/image/reader.h"
 #include "phos/policy/online_estimator.h"
 #include "subcommands.h"

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "byte_units.h"
-#include "phos/daemon/gpu_state_check.h"
+#include "phos/criu/gpu_state_check.h"
 #include "phos/image/reader.h"
 #include "subcommands.h"
 

@@ -21,8 +21,8 @@
 
 #include "phos/common/log.h"
 #include "phos/common/subprocess.h"
-#include "phos/daemon/criu.h"
-#include "phos/daemon/restore_job.h"
+#include "phos/criu/criu.h"
+#include "phos/criu/restore_job.h"
 #include "phos/image/reader.h"
 #include "phos/image/writer.h"
 

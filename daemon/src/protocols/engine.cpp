@@ -45,7 +45,7 @@
 #include "phos/common/log.h"
 #include "phos/common/subprocess.h"
 #include "phos/common/unique_fd.h"
-#include "phos/daemon/checkpoint.h"
+#include "phos/criu/checkpoint.h"
 #include "session/session.h"
 #include "session/session_image.h"
 #include "protocols/soft_cow.h"

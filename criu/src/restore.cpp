@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // restoreProcess: CRIU out of a PhOS image, with the GPU half's hooks, its
 // memory loaded eagerly or while it runs (CRIU's lazy-pages server).
-#include "phos/daemon/checkpoint.h"
+#include "phos/criu/checkpoint.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -24,11 +24,11 @@
 
 #include <fmt/format.h>
 
-#include "criu/criu_support.h"
+#include "criu_support.h"
 #include "phos/common/subprocess.h"
 #include "phos/common/unique_fd.h"
-#include "phos/daemon/criu.h"
-#include "phos/daemon/gpu_state_check.h"
+#include "phos/criu/criu.h"
+#include "phos/criu/gpu_state_check.h"
 #include "phos/image/reader.h"
 namespace phos::checkpoint {
 

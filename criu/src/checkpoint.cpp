@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // checkpointProcess: CRIU into a PhOS image, with the GPU half's hooks
 // (restore.cpp brings it back).
-#include "phos/daemon/checkpoint.h"
+#include "phos/criu/checkpoint.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -33,12 +33,12 @@
 #include <thread>
 #include <vector>
 
-#include "criu/action_channel.h"
-#include "criu/criu_support.h"
+#include "action_channel.h"
+#include "criu_support.h"
 #include "phos/common/log.h"
 #include "phos/common/subprocess.h"
-#include "phos/daemon/criu.h"
-#include "phos/daemon/gpu_state_check.h"
+#include "phos/criu/criu.h"
+#include "phos/criu/gpu_state_check.h"
 #include "phos/image/reader.h"
 #include "phos/image/safe_open.h"
 #include "phos/image/writer.h"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // checkGpuState: the GPU state's references to blobs, checked without a device.
-#include "phos/daemon/gpu_state_check.h"
+#include "phos/criu/gpu_state_check.h"
 
 #include <fmt/format.h>
 

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "phos/daemon/checkpoint.h"
+#include "phos/criu/checkpoint.h"
 #include "status_matchers.h"
 
 namespace phos::checkpoint {

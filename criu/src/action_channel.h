@@ -19,7 +19,7 @@
 
 #include <fmt/format.h>
 
-#include "criu/criu_support.h"
+#include "criu_support.h"
 #include "phos/common/log.h"
 #include "phos/common/unique_fd.h"
 #include "phos/common/status.h"

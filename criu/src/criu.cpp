@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // CRIU discovery: environment, build option, project install, PATH.
-#include "phos/daemon/criu.h"
+#include "phos/criu/criu.h"
 
 #include <unistd.h>
 

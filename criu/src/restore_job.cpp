@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Restoring a job: CRIU's half and phosd's half, and the eager second attempt
-// after a rollback (phos/daemon/restore_job.h).
-#include "phos/daemon/restore_job.h"
+// after a rollback (phos/criu/restore_job.h).
+#include "phos/criu/restore_job.h"
 
 #include <chrono>
 #include <thread>

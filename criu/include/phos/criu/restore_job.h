@@ -21,7 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "phos/common/status.h"
-#include "phos/daemon/checkpoint.h"
+#include "phos/criu/checkpoint.h"
 
 namespace phos::checkpoint {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // CRIU discovery: version parsing (unit) and the real install (criu suite).
-#include "phos/daemon/criu.h"
+#include "phos/criu/criu.h"
 
 #include <cstdlib>
 #include <fstream>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "criu/criu_support.h"
+#include "criu_support.h"
 
 #include <signal.h>
 #include <sys/statvfs.h>
