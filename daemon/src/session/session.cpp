@@ -24,19 +24,6 @@
 namespace phos::daemon {
 namespace {
 
-// Pinned host memory is mapped at the same address in phosd and in the
-// application, so that pointers to it mean the same thing on both sides
-// (unified addressing) and kernels may use them. Each session places its
-// ranges in its own slice of this window.
-constexpr uintptr_t kPinnedWindow = 0x500000000000ull;
-constexpr uintptr_t kPinnedSlice = 16ull << 30;  // 16 GiB per session
-constexpr uint64_t kPinnedSlices = 1024;
-
-size_t pageRound(size_t n) {
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  return (n + page - 1) / page * page;
-}
-
 }  // namespace
 
 Session::Session(uint64_t id, pid_t pid, uid_t uid, const DriverTable& driver, ContextPool& pool,
@@ -134,7 +121,7 @@ void Session::stop() {
   validator_.release(nullptr);
   // Registered in a context of the session (portable): unregistered while
   // one is current, so that the next session's range at this address can be.
-  for (const auto& entry : pinned_) unregisterPinned(entry.second);
+  for (const auto& entry : pinned_.ranges()) unregisterPinned(entry.second);
   if (lanesRegistered_) PHOS_DRIVER(driver_, MemHostUnregister)(lanesBase_);
   lanesRegistered_ = false;
   PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
@@ -145,10 +132,6 @@ void Session::stop() {
   contexts_.clear();
   allocations_.clear();
   heaps_.clear();  // unmaps and releases the session's device memory
-  for (auto& [address, range] : pinned_) {
-    munmap(reinterpret_cast<void*>(range.address), range.mapped);
-    unlink(range.path.c_str());
-  }
   pinned_.clear();
   ring_.reset();
   if (!ringPath_.empty()) unlink(ringPath_.c_str());
@@ -317,7 +300,7 @@ SessionInfo Session::infoLocked() const {
     ++i.allocations;
     i.deviceBytes += alloc.bytes;
   }
-  for (const auto& [a, range] : pinned_) i.pinnedBytes += range.bytes;
+  i.pinnedBytes += pinned_.bytes();
   i.modules = static_cast<uint64_t>(std::max<int64_t>(0, modules_.load()));
   i.contexts = contexts_.size();
   i.calls = calls_.load();
@@ -339,13 +322,7 @@ const Allocation* Session::findAllocation(CUdeviceptr p) const {
   return p - a.address < a.bytes ? &a : nullptr;
 }
 
-const PinnedRange* Session::findPinned(uintptr_t p) const {
-  auto it = pinned_.upper_bound(p);
-  if (it == pinned_.begin()) return nullptr;
-  --it;
-  const PinnedRange& r = it->second;
-  return p - r.address < r.bytes ? &r : nullptr;
-}
+const PinnedRange* Session::findPinned(uintptr_t p) const { return pinned_.find(p); }
 
 bool Session::ownsRange(CUdeviceptr p, size_t bytes) const {
   if (const Allocation* a = findAllocation(p)) return bytes <= a->bytes - (p - a->address);
@@ -448,41 +425,8 @@ uint64_t Session::contextOf(uint64_t handle) const {
   return it != contextOfHandle_.end() ? it->second : currentContext_;
 }
 
-uintptr_t Session::pinnedSlice() const {
-  if (!pinned_.empty()) {
-    const uintptr_t first = pinned_.begin()->first;
-    if (first >= kPinnedWindow) return first - (first - kPinnedWindow) % kPinnedSlice;
-  }
-  return kPinnedWindow + (id_ % kPinnedSlices) * kPinnedSlice;
-}
-
 Result<PinnedRange> Session::createPinned(size_t bytes, unsigned flags) {
-  PinnedRange r;
-  r.bytes = bytes;
-  r.mapped = pageRound(bytes == 0 ? 1 : bytes);
-  r.flags = flags;
-  r.context = currentContext_;
-  // Named after the ring (a restored session keeps the image's): the ring's
-  // lock is what keeps a starting phosd from removing the file as a dead
-  // session's (phosd.cpp's removeStaleSessionFiles).
-  do {
-    r.path = fmt::format("{}-pinned-{}", ringPath_, ++pinnedSerial_);
-  } while (std::any_of(pinned_.begin(), pinned_.end(), [&](const auto& e) { return e.second.path == r.path; }));
-  // Place it after the session's last range, inside the session's slice (a
-  // restored session keeps the slice its ranges were in).
-  const uintptr_t slice = pinnedSlice();
-  uintptr_t at = slice;
-  if (!pinned_.empty()) {
-    const auto& last = pinned_.rbegin()->second;
-    at = last.address + last.mapped;
-  }
-  if (at + r.mapped > slice + kPinnedSlice) {
-    return makeError(Code::kResourceExhausted, "pinned memory of session {} exceeds {} bytes", id_, kPinnedSlice);
-  }
-  RETURN_IF_ERROR(mapSessionFile(r.path, r.mapped, uid_, at).status());
-  r.address = at;
-  pinned_[r.address] = r;
-  return r;
+  return pinned_.create(ringPath_, bytes, flags, currentContext_);
 }
 
 void Session::unregisterPinned(const PinnedRange& range) {
@@ -505,8 +449,9 @@ void Session::unregisterPinned(const PinnedRange& range) {
 }
 
 Status Session::freePinned(uintptr_t address) {
-  auto it = pinned_.find(address);
-  if (it == pinned_.end()) return makeError(Code::kNotFound, "{:#x} is not pinned memory of this session", address);
+  if (!pinned_.ranges().contains(address)) {
+    return makeError(Code::kNotFound, "{:#x} is not pinned memory of this session", address);
+  }
   // Work of any of the session's contexts may still use the range.
   for (const auto& [vid, ctx] : contexts_) {
     if (ctx.real == nullptr) continue;
@@ -514,9 +459,7 @@ Status Session::freePinned(uintptr_t address) {
     PHOS_DRIVER(driver_, CtxSynchronize)();
   }
   PHOS_DRIVER(driver_, CtxSetCurrent)(currentReal_);
-  munmap(reinterpret_cast<void*>(it->second.address), it->second.mapped);
-  unlink(it->second.path.c_str());
-  pinned_.erase(it);
+  pinned_.remove(address);
   return Status::ok();
 }
 
@@ -675,22 +618,18 @@ void Session::destroyContext(uint64_t id) {
   // driver unregisters only with a context current: left registered, the
   // range would stay the driver's after it is unmapped, and the next session
   // whose slice holds this address could not register its own.
-  bool drained = false;
-  for (auto p = pinned_.begin(); p != pinned_.end();) {
-    if (p->second.context != id) {
-      ++p;
-      continue;
-    }
-    if (!drained) {
-      PHOS_DRIVER(driver_, CtxSetCurrent)(real);
-      currentReal_ = real;
-      PHOS_DRIVER(driver_, CtxSynchronize)();
-      drained = true;
-    }
-    unregisterPinned(p->second);
-    munmap(reinterpret_cast<void*>(p->second.address), p->second.mapped);
-    unlink(p->second.path.c_str());
-    p = pinned_.erase(p);
+  std::vector<PinnedRange> ofContext;
+  for (const auto& [address, range] : pinned_.ranges()) {
+    if (range.context == id) ofContext.push_back(range);
+  }
+  if (!ofContext.empty()) {
+    PHOS_DRIVER(driver_, CtxSetCurrent)(real);
+    currentReal_ = real;
+    PHOS_DRIVER(driver_, CtxSynchronize)();
+  }
+  for (const PinnedRange& range : ofContext) {
+    unregisterPinned(range);
+    pinned_.remove(range.address);
   }
   if (currentReal_ == real) {
     PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);

@@ -22,6 +22,7 @@
 
 #include <condition_variable>
 
+#include "session/pinned_memory.h"
 #include "session/context_pool.h"
 #include "protocols/device_buffer.h"
 #include "session/device_heap.h"
@@ -74,15 +75,6 @@ struct ModuleRecord {
 
 // Pinned host memory: a shared-memory file mapped at the same address in the
 // application and in phosd.
-struct PinnedRange {
-  uintptr_t address = 0;
-  size_t bytes = 0;      // what the application asked for
-  size_t mapped = 0;     // page-rounded
-  unsigned flags = 0;
-  std::string path;
-  uint64_t context = 0;
-};
-
 // Two host buffers registered with the driver, through which phosd copies
 // between the application's pageable memory and the device (one chunk is
 // copied by the driver while the next is read from the application), and the
@@ -280,9 +272,6 @@ class Session {
   // in; the current one when it is not known.
   uint64_t contextOf(uint64_t handle) const;
   Result<PinnedRange> createPinned(size_t bytes, unsigned flags);
-  // Where the session's pinned ranges go: the slice of the window its id
-  // picks, or (restored) the one its ranges are in.
-  uintptr_t pinnedSlice() const;
   Status freePinned(uintptr_t address);
   // Unregisters a pinned range with the driver, even when its context faulted.
   void unregisterPinned(const PinnedRange& range);
@@ -462,7 +451,7 @@ class Session {
   std::shared_ptr<HostCallChannel> hostCalls_;
   std::map<int, PrimaryContext> primaries_;
   std::map<CUdeviceptr, Allocation> allocations_;
-  std::map<uintptr_t, PinnedRange> pinned_;
+  PinnedMemory pinned_{id_, uid_};
   std::map<std::pair<uint64_t, uint64_t>, CUstream> perThreadStreams_;
   std::map<uint64_t, std::string> functionNames_;
   std::map<uint64_t, uint64_t> launchesByFunction_;
@@ -473,7 +462,6 @@ class Session {
   std::atomic<uint64_t> calls_{0};
   std::atomic<uint64_t> launches_{0};
   std::atomic<int64_t> modules_{0};
-  uint64_t pinnedSerial_ = 0;
   std::map<uint64_t, CopyStaging> staging_;  // by context
   bool lanesRegistered_ = false;
   std::byte* lanesBase_ = nullptr;  // what was registered, for MemHostUnregister

@@ -3,13 +3,18 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <thread>
 
 #include <fmt/format.h>
 
+#include "phos/common/subprocess.h"
 #include "phos/common/unique_fd.h"
+#include "session/session.h"
 
 namespace phos::daemon {
 
@@ -38,6 +43,41 @@ Result<void*> mapSessionFile(const std::string& path, size_t bytes, uid_t uid, u
     return fail(EEXIST, fmt::format("cannot map {} at {:#x}", path, address));
   }
   return p;
+}
+
+Status claimSessionPath(const std::string& path, const std::string& ringPath, pid_t process, uid_t owner) {
+  if (path.rfind("/dev/shm/phos-", 0) != 0 || path.find("..") != std::string::npos) {
+    return makeError(Code::kDataLoss, "the image names a session file outside /dev/shm/phos-*: {}",
+                     path);
+  }
+  auto inUse = [&](std::string why) {
+    return makeError(Code::kFailedPrecondition,
+                     "{} is in use ({}): the checkpointed session still runs on this host, or "
+                     "another restore of it "
+                     "does",
+                     path, why);
+  };
+  bool held = !ringPath.empty() && ringLocked(ringPath);
+  if (held && !processEnded(process))
+    return inUse(fmt::format("a session holds its ring, and pid {} runs", process));
+  // A session whose process just ended is still being freed by its worker for
+  // a moment: wait for that.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (held && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    held = ringLocked(ringPath);
+  }
+  if (held) return inUse("a session holds its ring");
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return Status::ok();
+  if (st.st_uid != owner && geteuid() == 0) {
+    return makeError(Code::kPermissionDenied,
+                     "{} belongs to uid {}, not to uid {} whose session is restored", path,
+                     st.st_uid, owner);
+  }
+  if (unlink(path.c_str()) != 0)
+    return errnoError(errno, fmt::format("cannot remove the stale {}", path));
+  return Status::ok();
 }
 
 }  // namespace phos::daemon

@@ -19,4 +19,14 @@ namespace phos::daemon {
 // chooses when `address` is 0. Nothing is left at `path` when it fails.
 Result<void*> mapSessionFile(const std::string& path, size_t bytes, uid_t uid, uintptr_t address = 0);
 
+// A session file of an image is about to be re-created at `path`: one left
+// by a session that is gone is removed; while a live session holds the ring
+// at `ringPath` locked (CallRing::create), the checkpointed session still runs
+// here (kFailedPrecondition). An empty `ringPath`: the caller holds the
+// session's ring itself. The path comes from the manifest, which its writer
+// controls: only /dev/shm/phos-* (kDataLoss otherwise), and a file there that
+// does not belong to `owner` (the restored session's uid) is another user's
+// session file, never removed for this one (kPermissionDenied).
+Status claimSessionPath(const std::string& path, const std::string& ringPath, pid_t process, uid_t owner);
+
 }  // namespace phos::daemon

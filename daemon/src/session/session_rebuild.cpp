@@ -62,48 +62,6 @@ std::string mappingsAround(uint64_t from, uint64_t to) {
   return out.empty() ? "none" : out;
 }
 
-// A session file of the image is about to be re-created at its path: one left
-// by a session that is gone is removed; while a live session holds the ring
-// locked (CallRing::create), the checkpointed session still runs here. An
-// empty `ringPath`: the caller holds the session's ring itself.
-// The path comes from the manifest, which its writer controls: a file there
-// that does not belong to `owner` (the restored session's uid) is another
-// user's session file, and is never removed for this one.
-Status claimPath(const std::string& path, const std::string& ringPath, pid_t process, uid_t owner) {
-  if (path.rfind("/dev/shm/phos-", 0) != 0 || path.find("..") != std::string::npos) {
-    return makeError(Code::kDataLoss, "the image names a session file outside /dev/shm/phos-*: {}",
-                     path);
-  }
-  auto inUse = [&](std::string why) {
-    return makeError(Code::kFailedPrecondition,
-                     "{} is in use ({}): the checkpointed session still runs on this host, or "
-                     "another restore of it "
-                     "does",
-                     path, why);
-  };
-  bool held = !ringPath.empty() && ringLocked(ringPath);
-  if (held && !processEnded(process))
-    return inUse(fmt::format("a session holds its ring, and pid {} runs", process));
-  // A session whose process just ended is still being freed by its worker for
-  // a moment: wait for that.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (held && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    held = ringLocked(ringPath);
-  }
-  if (held) return inUse("a session holds its ring");
-  struct stat st {};
-  if (lstat(path.c_str(), &st) != 0) return Status::ok();
-  if (st.st_uid != owner && geteuid() == 0) {
-    return makeError(Code::kPermissionDenied,
-                     "{} belongs to uid {}, not to uid {} whose session is restored", path,
-                     st.st_uid, owner);
-  }
-  if (unlink(path.c_str()) != 0)
-    return errnoError(errno, fmt::format("cannot remove the stale {}", path));
-  return Status::ok();
-}
-
 }  // namespace
 
 class Session::Rebuilder {
@@ -176,7 +134,7 @@ class Session::Rebuilder {
     if (!st_.contains("ring"))
       return makeError(Code::kDataLoss, "the session's call ring is not in the image");
     ASSIGN_OR_RETURN(ringPath_, field<std::string>(st_["ring"], "path", "ring"));
-    RETURN_IF_ERROR(claimPath(ringPath_, ringPath_, s_.pid_, s_.uid_));
+    RETURN_IF_ERROR(claimSessionPath(ringPath_, ringPath_, s_.pid_, s_.uid_));
     // The ring is created and locked at once: another restore of this session
     // (a copy of the image) now finds it held and claims none of its files.
     // Its contents, the application's pending calls, come last.
@@ -695,27 +653,15 @@ class Session::Rebuilder {
   }
 
   Status pinned() {
-    // Pinned memory: the same file path, mapped at the same address.
-    for (const json& p : st_.value("pinned", json::array())) {
-      PinnedRange r;
-      ASSIGN_OR_RETURN(r.address, field<uint64_t>(p, "address", "pinned"));
-      ASSIGN_OR_RETURN(r.bytes, field<uint64_t>(p, "bytes", "pinned"));
-      ASSIGN_OR_RETURN(r.mapped, field<uint64_t>(p, "mapped", "pinned"));
-      ASSIGN_OR_RETURN(r.path, field<std::string>(p, "path", "pinned"));
-      r.flags = p.value("flags", 0u);
-      r.context = p.value("context", uint64_t{0});
-      ASSIGN_OR_RETURN(size_t blob, blobOf(reader_, p, "pinned"));
-      RETURN_IF_ERROR(claimPath(r.path, "", s_.pid_, s_.uid_));  // the ring is ours
-      RETURN_IF_ERROR(mapSessionFile(r.path, r.mapped, s_.uid_, r.address).status());
-      s_.pinned_[r.address] = r;  // from here on stop() unmaps and removes it
-      RETURN_IF_ERROR(reader_.read(blob, 0, {reinterpret_cast<std::byte*>(r.address), r.bytes}));
+    // Pinned memory: the same file path, mapped at the same address, and
+    // registered with the driver again in its context.
+    auto registerAgain = [&](const PinnedRange& r) -> Status {
       RETURN_IF_ERROR(makeCurrent(r.context));
-      RETURN_IF_ERROR(
-          driverStatus(PHOS_DRIVER(d_, MemHostRegister_v2)(
-                           reinterpret_cast<void*>(r.address), r.mapped,
-                           CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP),
-                       fmt::format("registering pinned memory at {} again", hex(r.address))));
-    }
+      return driverStatus(PHOS_DRIVER(d_, MemHostRegister_v2)(reinterpret_cast<void*>(r.address), r.mapped,
+                                                              CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP),
+                          fmt::format("registering pinned memory at {} again", hex(r.address)));
+    };
+    RETURN_IF_ERROR(s_.pinned_.rebuild(reader_, st_.value("pinned", json::array()), s_.pid_, registerAgain));
     PHOS_DRIVER(d_, CtxSetCurrent)(nullptr);
     s_.currentReal_ = nullptr;
     return Status::ok();
@@ -726,7 +672,7 @@ class Session::Rebuilder {
       const json& h = st_["host_calls"];
       ASSIGN_OR_RETURN(std::string path, field<std::string>(h, "path", "host_calls"));
       ASSIGN_OR_RETURN(size_t blob, blobOf(reader_, h, "host_calls"));
-      RETURN_IF_ERROR(claimPath(path, "", s_.pid_, s_.uid_));  // the ring is ours
+      RETURN_IF_ERROR(claimSessionPath(path, "", s_.pid_, s_.uid_));  // the ring is ours
       ASSIGN_OR_RETURN(auto channel, HostCallChannel::create(path, s_.uid_, s_.pid_));
       std::vector<std::byte> bytes(reader_.manifest().blobs[blob].size);
       RETURN_IF_ERROR(reader_.read(blob, 0, bytes));

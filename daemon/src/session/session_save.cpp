@@ -594,20 +594,10 @@ Status Session::describeShared(image::ImageWriter& writer, json& state, uint64_t
                      "lane's bytes back; checkpoint again once the copy has returned",
                      pid_, *lane);
   }
-  uint64_t total = 0;
-  for (const auto& [address, r] : pinned_) total += r.bytes;
+  const uint64_t total = pinned_.bytes();
   PhaseProgress phase(progress, "pinned", total);
   phase.start();
-  json pinned = json::array();
-  for (const auto& [address, r] : pinned_) {
-    std::string name = fmt::format("pinned/{}", hex(address));
-    ASSIGN_OR_RETURN(size_t blob, writer.addBlob(name, "pinned-host", r.bytes, {{"address", address}}));
-    RETURN_IF_ERROR(writer.writeBlob(blob, {reinterpret_cast<const std::byte*>(address), r.bytes}));
-    phase.advance(r.bytes);
-    pinned.push_back({{"address", address}, {"bytes", r.bytes}, {"mapped", r.mapped}, {"flags", r.flags},
-                      {"path", r.path}, {"context", r.context}, {"blob", name}});
-  }
-  state["pinned"] = pinned;
+  ASSIGN_OR_RETURN(state["pinned"], pinned_.save(writer, phase));
   bytes += total;
   if (ring_.has_value()) {
     auto snap = ring_->snapshot();
