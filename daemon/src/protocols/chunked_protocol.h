@@ -96,6 +96,22 @@ class ChunkedProtocol {
     }
   }
 
+  // Calls write(begin, end) for each span `access` may write; a call whose
+  // writes are not known may write anything: [0, UINT64_MAX), counted in
+  // anythingCalls.
+  template <typename Write>
+  void forEachWrite(const CallAccess& access, Write&& write) {
+    if (access.mayWriteAnything()) {
+      {
+        std::lock_guard lock(mutex_);
+        ++stats_.anythingCalls;
+      }
+      write(0, UINT64_MAX);
+      return;
+    }
+    for (const instrument::Buffer& w : access.writes) write(w.base, w.base + w.size);
+  }
+
   // The chunk that is exactly [address, address + bytes), if any.
   const Chunk* find(CUdeviceptr address, uint64_t bytes) const {
     auto it = std::lower_bound(chunks_.begin(), chunks_.end(), address,

@@ -67,16 +67,8 @@ void SoftCopyOnWrite::before(const CallAccess& access) {
     }
     return;
   }
-  if (access.mayWriteAnything()) {
-    // It may write anything: every buffer not saved yet is protected first.
-    {
-      std::lock_guard lock(mutex_);
-      ++stats_.anythingCalls;
-    }
-    beforeWrite(0, UINT64_MAX);
-    return;
-  }
-  for (const instrument::Buffer& w : access.writes) beforeWrite(w.base, w.base + w.size);
+  // (A call that may write anything has every chunk not saved yet protected first.)
+  forEachWrite(access, [this](uint64_t begin, uint64_t end) { beforeWrite(begin, end); });
 }
 
 // On the serving thread, before a call that writes [begin, end).

@@ -46,15 +46,7 @@ void SoftRecopy::before(const CallAccess& access) {
     for (const instrument::Buffer& w : access.writes) beforeEnd(w.base, w.base + w.size);
     return;
   }
-  if (access.mayWriteAnything()) {
-    {
-      std::lock_guard lock(mutex_);
-      ++stats_.anythingCalls;
-    }
-    beforeWrite(0, UINT64_MAX);
-    return;
-  }
-  for (const instrument::Buffer& w : access.writes) beforeWrite(w.base, w.base + w.size);
+  forEachWrite(access, [this](uint64_t begin, uint64_t end) { beforeWrite(begin, end); });
 }
 
 void SoftRecopy::beforeWrite(uint64_t begin, uint64_t end) {
