@@ -172,6 +172,7 @@ void Daemon::Impl::closeMainDescriptors() {
   pendingControl.clear();
   workers.clear();
   waitingForWorker.clear();
+  waiting.clear();  // clients' connections that answers to workers' replies hold (attach, ps)
 }
 
 Status Daemon::Impl::forkWorker() {
