@@ -286,19 +286,7 @@ int runRestore(const RestoreArgs& args) {
   options.detach = args.detach;
   options.eager = args.eager;
   options.inheritStdio = !args.keepDescriptors;
-  // Files given for the job's standard descriptors (a migrated job's log).
-  UniqueFd files[3];
-  for (int fd = 0; fd < 3; ++fd) {
-    if (args.stdio[fd].empty()) continue;
-    files[fd].reset(::open(args.stdio[fd].c_str(),
-                           fd == 0 ? O_RDONLY | O_CLOEXEC : O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644));
-    if (!files[fd]) {
-      std::fprintf(stderr, "phos restore: cannot open %s for the job's %s: %s\n", args.stdio[fd].c_str(),
-                   fd == 0 ? "stdin" : fd == 1 ? "stdout" : "stderr", std::strerror(errno));
-      return kExitBadInput;
-    }
-    options.stdio[fd] = files[fd].get();
-  }
+  for (int fd = 0; fd < 3; ++fd) options.stdio[fd] = args.stdio[fd];
   options.progress = [&progress](const json& p) {
     if (p.is_null()) {
       progress.clear();

@@ -332,10 +332,7 @@ class Supervisor {
       return false;
     }
     if (!restored->clean()) {
-      const std::string why = !restored->adoptError.empty() ? restored->adoptError
-                              : !restored->loadError.empty() ? restored->loadError
-                                                              : restored->process.cpuLoadError;
-      say(fmt::format("restoring {} failed: pid {}: {}", image.string(), restored->process.pid, why));
+      say(fmt::format("restoring {} failed: pid {}: {}", image.string(), restored->process.pid, restored->problem()));
       return false;
     }
     return true;  // the same pid: CRIU gives it back

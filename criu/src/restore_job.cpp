@@ -3,13 +3,18 @@
 // after a rollback (phos/criu/restore_job.h).
 #include "phos/criu/restore_job.h"
 
+#include <fcntl.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <thread>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "phos/common/ipc/control.h"
+#include "phos/common/unique_fd.h"
 #include "phos/image/reader.h"
 
 namespace phos::checkpoint {
@@ -177,16 +182,33 @@ class GpuRestore {
   std::string loadError_;
 };
 
+// The files given for the job's standard descriptors (JobRestoreOptions::stdio),
+// opened once for every attempt.
+Status openStdio(const JobRestoreOptions& job, UniqueFd (&files)[3]) {
+  for (int fd = 0; fd < 3; ++fd) {
+    const std::string& path = job.stdio[fd];
+    if (path.empty()) continue;
+    files[fd].reset(::open(path.c_str(), fd == 0 ? O_RDONLY | O_CLOEXEC : O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,
+                           0644));
+    if (!files[fd]) {
+      return makeError(Code::kInvalidArgument, "cannot open {} for the job's {}: {}", path,
+                       fd == 0 ? "stdin" : fd == 1 ? "stdout" : "stderr", std::strerror(errno));
+    }
+  }
+  return Status::ok();
+}
+
 // One attempt; `rollback` gets why phosd ended the restored process (its
 // device memory loaded concurrently and a launch touched what speculation did
 // not foresee): the caller restores again, eagerly.
-Result<JobRestoreReport> restoreOnce(const JobRestoreOptions& job, bool eager, std::string& rollback) {
+Result<JobRestoreReport> restoreOnce(const JobRestoreOptions& job, const UniqueFd (&stdio)[3], bool eager,
+                                     std::string& rollback) {
   GpuRestore gpu(job, eager);
   RestoreOptions options;
   options.image = job.image;
   options.detach = job.detach;
   options.inheritStdio = job.inheritStdio;
-  for (int fd = 0; fd < 3; ++fd) options.stdio[fd] = job.stdio[fd];
+  for (int fd = 0; fd < 3; ++fd) options.stdio[fd] = stdio[fd].get();
   // Concurrent: the CPU memory too loads while the job runs, where CRIU can.
   options.lazyPages = !eager;
   options.beforeRestore = [&gpu](const image::ImageReader& reader) { return gpu.before(reader); };
@@ -242,12 +264,14 @@ json JobRestoreReport::toJson(const fs::path& image, bool detached) const {
 }
 
 Result<JobRestoreReport> restoreJob(const JobRestoreOptions& options) {
+  UniqueFd stdio[3];
+  RETURN_IF_ERROR(openStdio(options, stdio));
   std::string rollback;
-  ASSIGN_OR_RETURN(JobRestoreReport report, restoreOnce(options, options.eager, rollback));
+  ASSIGN_OR_RETURN(JobRestoreReport report, restoreOnce(options, stdio, options.eager, rollback));
   if (rollback.empty()) return report;
   if (options.rolledBack) options.rolledBack(rollback);
   std::string again;
-  ASSIGN_OR_RETURN(report, restoreOnce(options, true, again));
+  ASSIGN_OR_RETURN(report, restoreOnce(options, stdio, true, again));
   if (!again.empty()) {
     // An eager restore loads everything before the process runs: nothing to roll back.
     return makeError(Code::kInternal, "{}", again);

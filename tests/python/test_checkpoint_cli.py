@@ -262,6 +262,11 @@ def test_restore_while_the_process_still_runs_fails_with_crius_reason(phos, job,
     (["checkpoint", "--pid", "0", "--image", "/tmp/phos-never"], "pid 0 is not a process id"),
     (["checkpoint", "--pid", "1", "--image", "/tmp/x", "--compress", "gzip"], "gzip"),
     (["restore"], "--image is required"),
+    # The job's descriptors are opened before anything is restored.
+    (["restore", "--image", "/tmp/phos-never", "--stdin", "/nonexistent/in"],
+     "cannot open /nonexistent/in for the job's stdin"),
+    (["restore", "--image", "/tmp/phos-never", "--stdout", "/nonexistent/out"],
+     "cannot open /nonexistent/out for the job's stdout"),
     (["inspect"], "IMAGE is required"),
 ])
 def test_bad_command_lines_are_refused(phos, args, message):

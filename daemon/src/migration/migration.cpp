@@ -602,20 +602,12 @@ class Incoming {
 
   Status onGo(bool eager) {
     if (!published()) return makeError(Code::kInvalidArgument, "go before the image was complete");
-    // The job's standard descriptors: the files it had (a shared file system), else a log here.
-    UniqueFd stdio[3];
-    for (int fd = 0; fd < 3; ++fd) {
-      const std::string path = stdioPath(fd);
-      stdio[fd].reset(::open(path.c_str(), fd == 0 ? O_RDONLY | O_CLOEXEC : O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,
-                             0644));
-      if (!stdio[fd]) return errnoError(errno, fmt::format("opening {} for the job's descriptor {}", path, fd));
-    }
     checkpoint::JobRestoreOptions restore;
     restore.image = directory_;
     restore.runtimeDir = options_.runtimeDir;
     restore.detach = true;
     restore.eager = eager;
-    for (int fd = 0; fd < 3; ++fd) restore.stdio[fd] = stdio[fd].get();
+    for (int fd = 0; fd < 3; ++fd) restore.stdio[fd] = stdioPath(fd);
     // The restore runs while the late chunks arrive; a chunk the job waits
     // for is asked of the source first.
     std::optional<Result<checkpoint::JobRestoreReport>> result;
@@ -631,10 +623,7 @@ class Incoming {
       fs::remove_all(directory_, ec);
       if (!result->isOk()) return result->status();
       const checkpoint::JobRestoreReport& failed = **result;
-      return makeError(Code::kFailedPrecondition, "pid {}: {}", failed.process.pid,
-                       !failed.adoptError.empty() ? failed.adoptError
-                       : !failed.loadError.empty() ? failed.loadError
-                                                   : failed.process.cpuLoadError);
+      return makeError(Code::kFailedPrecondition, "pid {}: {}", failed.process.pid, failed.problem());
     }
     if (!streaming.isOk()) {
       log::get("daemon")->warn("migration from {}: {} (the job has every chunk it needs)", channel_.peer(),

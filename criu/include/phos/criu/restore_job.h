@@ -33,7 +33,10 @@ struct JobRestoreOptions {
   bool detach = false;
   bool eager = false;  // load all memory before the job runs
   bool inheritStdio = true;
-  int stdio[3] = {-1, -1, -1};  // RestoreOptions::stdio
+  // With inheritStdio: files for the job's 0 (read), 1 and 2 (appended,
+  // created if missing); empty: ours. One that cannot be opened is
+  // kInvalidArgument naming it, before anything runs.
+  std::string stdio[3];
   // phosd's progress lines while it re-creates the session; null json once it is done.
   std::function<void(const nlohmann::json&)> progress;
   // The image has GPU state and no phosd answers: start one, or fail (unset).
@@ -58,8 +61,11 @@ struct JobRestoreReport {
   std::string loadError;
   std::string rolledBack;  // why a first, concurrent attempt was rolled back (empty: it was not)
 
-  // No error once the job ran.
-  bool clean() const { return adoptError.empty() && loadError.empty() && process.cpuLoadError.empty(); }
+  // The first thing that went wrong once the job ran; empty when nothing did.
+  const std::string& problem() const {
+    return !adoptError.empty() ? adoptError : !loadError.empty() ? loadError : process.cpuLoadError;
+  }
+  bool clean() const { return problem().empty(); }
   // What `phos restore --json` prints.
   nlohmann::json toJson(const std::filesystem::path& image, bool detached) const;
 };
