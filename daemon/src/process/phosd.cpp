@@ -39,6 +39,7 @@
 #include "migration/migration.h"
 #include "phos/net/channel.h"
 #include "session/session.h"
+#include "session/session_files.h"
 #include "process/phosd_impl.h"
 #include "process/worker.h"
 

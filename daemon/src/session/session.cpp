@@ -51,12 +51,6 @@ Status Session::start(const ipc::RingGeometry& geometry) {
   return Status::ok();
 }
 
-bool ringLocked(const std::string& path) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return false;
-  return flock(fd.get(), LOCK_EX | LOCK_NB) != 0;  // closing releases the lock if it was taken
-}
-
 void Session::startServing() {
   if (thread_.joinable() || !ring_.has_value()) return;
   replyBuffer_.resize(ring_->payloadCapacity());

@@ -159,10 +159,6 @@ struct SessionInfo {
 class HostCallChannel;
 class Engine;
 
-// Whether a live session holds the ring file at `path` (the shared flock that
-// CallRing::create takes for it, kept in Session::ringLock_).
-bool ringLocked(const std::string& path);
-
 class Session {
  public:
   Session(uint64_t id, pid_t pid, uid_t uid, const DriverTable& driver, ContextPool& pool,

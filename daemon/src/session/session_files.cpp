@@ -2,6 +2,7 @@
 #include "session/session_files.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,7 +15,6 @@
 
 #include "phos/common/subprocess.h"
 #include "phos/common/unique_fd.h"
-#include "session/session.h"
 
 namespace phos::daemon {
 
@@ -43,6 +43,12 @@ Result<void*> mapSessionFile(const std::string& path, size_t bytes, uid_t uid, u
     return fail(EEXIST, fmt::format("cannot map {} at {:#x}", path, address));
   }
   return p;
+}
+
+bool ringLocked(const std::string& path) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return false;
+  return flock(fd.get(), LOCK_EX | LOCK_NB) != 0;  // closing releases the lock if it was taken
 }
 
 Status claimSessionPath(const std::string& path, const std::string& ringPath, pid_t process, uid_t owner) {

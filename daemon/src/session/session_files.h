@@ -19,6 +19,10 @@ namespace phos::daemon {
 // chooses when `address` is 0. Nothing is left at `path` when it fails.
 Result<void*> mapSessionFile(const std::string& path, size_t bytes, uid_t uid, uintptr_t address = 0);
 
+// Whether a live session holds the ring file at `path` (the shared flock that
+// CallRing::create takes for it, kept in Session::ringLock_).
+bool ringLocked(const std::string& path);
+
 // A session file of an image is about to be re-created at `path`: one left
 // by a session that is gone is removed; while a live session holds the ring
 // at `ringPath` locked (CallRing::create), the checkpointed session still runs
