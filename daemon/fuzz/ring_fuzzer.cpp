@@ -157,7 +157,7 @@ void initialize() {
                                   .message(wire::cuMemsetD8_v2_Request{world->victimPointer, kVictimFill, kVictimBytes}))
                          .result;
   if (r != CUDA_SUCCESS) die("victim memset failed");
-  world->victimReal = v.contexts().at(world->victimContext).real;
+  world->victimReal = v.contexts().find(world->victimContext)->real;
   world->tokens[kVictimPointer] = world->victimPointer;
   world->tokens[kVictimContext] = world->victimContext;
   // The victim's context is not current on this thread for the sessions to come.

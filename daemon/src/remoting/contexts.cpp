@@ -12,7 +12,7 @@ namespace {
 uint64_t adoptContext(Session& s, CUcontext real, int device, bool primary) {
   uint64_t id = s.handles().exportHandle(HandleType::kCUctx_st, real);
   s.captureOutput(real);
-  s.contexts()[id] = SessionContext{real, device, primary};
+  s.contexts().adopt(id, SessionContext{real, device, primary});
   return id;
 }
 
@@ -33,7 +33,7 @@ bool validDevice(ServerCall& c, int device) {
 
 // Destroys the driver context; the virtual id stays (a later retain re-binds it).
 void releasePrimary(Session& s, PrimaryContext& st) {
-  if (s.contexts().count(st.id) != 0) {
+  if (s.contexts().contains(st.id)) {
     s.passGate({.everything = true});  // its memory goes with it
     s.destroyContext(st.id);
   }
@@ -68,9 +68,8 @@ CUresult cuCtxCreate(ServerCall& c, uint64_t* pctx, const CUctxCreateParams* par
 }
 
 CUresult cuCtxDestroy(ServerCall& c, Handle<CUcontext> ctx) {
-  auto& contexts = c.session().contexts();
-  auto it = contexts.find(ctx.id);
-  if (it == contexts.end() || it->second.primary) return CUDA_ERROR_INVALID_CONTEXT;
+  const SessionContext* context = c.session().contexts().find(ctx.id);
+  if (context == nullptr || context->primary) return CUDA_ERROR_INVALID_CONTEXT;
   c.session().passGate({.everything = true});
   PHOS_DRIVER(c.driverTable(), CtxSynchronize)();
   c.session().destroyContext(ctx.id);
@@ -82,8 +81,7 @@ CUresult cuDevicePrimaryCtxRetain(ServerCall& c, uint64_t* pctx, CUdevice dev) {
   if (!validDevice(c, dev)) return CUDA_ERROR_INVALID_DEVICE;
   Session& s = c.session();
   PrimaryContext& st = s.primary(dev);
-  auto& contexts = s.contexts();
-  if (st.id == 0 || contexts.find(st.id) == contexts.end()) {
+  if (st.id == 0 || !s.contexts().contains(st.id)) {
     auto ctx = s.pool().take(dev, st.flags);
     if (!ctx.isOk()) return CUDA_ERROR_OUT_OF_MEMORY;
     if (st.id == 0) {
@@ -91,7 +89,7 @@ CUresult cuDevicePrimaryCtxRetain(ServerCall& c, uint64_t* pctx, CUdevice dev) {
     } else {
       // Released earlier: the same virtual id, a new driver context.
       s.handles().bind(HandleType::kCUctx_st, st.id, *ctx);
-      contexts[st.id] = SessionContext{*ctx, dev, true};
+      s.contexts().adopt(st.id, SessionContext{*ctx, dev, true});
       s.captureOutput(*ctx);
     }
   }

@@ -183,8 +183,7 @@ namespace {
 // The device a stream's work runs on: its context's (the current one for the
 // default streams).
 int deviceOfStream(Session& s, uint64_t stream) {
-  const auto it = s.contexts().find(s.contextOf(stream));
-  return it != s.contexts().end() ? it->second.device : s.currentDevice();
+  return s.contexts().deviceOf(s.contextOf(stream), s.currentDevice());
 }
 
 // What a pool handle stands for: the session's pool object (null for the

@@ -43,9 +43,8 @@ bool ServerCall::resolveRaw(HandleType type, uint64_t id, void** out) {
   }
   void* real = nullptr;
   if (type == HandleType::kCUctx_st) {
-    auto& contexts = session_.contexts();
-    auto it = contexts.find(id);
-    real = it != contexts.end() ? it->second.real : nullptr;
+    const SessionContext* context = session_.contexts().find(id);
+    real = context != nullptr ? context->real : nullptr;
   } else {
     real = session_.handles().resolve(type, id);
   }

@@ -95,7 +95,7 @@ void Session::stop() {
   std::lock_guard lock(mutex_);
   // Contexts go first: destroying one frees its allocations, streams and
   // modules, and drains its work.
-  for (auto& [vid, ctx] : contexts_) {
+  for (const auto& [vid, ctx] : contexts_) {
     if (ctx.real == nullptr) continue;
     PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
     // The pool destroys contexts later, on its own thread: work still queued
@@ -120,10 +120,10 @@ void Session::stop() {
   lanesRegistered_ = false;
   PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
   currentReal_ = nullptr;
-  for (auto& [vid, ctx] : contexts_) {
+  for (const auto& [vid, ctx] : contexts_) {
     if (ctx.real != nullptr) pool_.retire(ctx.real, ctx.device);
   }
-  contexts_.clear();
+  contexts_ = SessionContexts();
   allocations_.clear();
   heaps_.clear();  // unmaps and releases the session's device memory
   pinned_.clear();
@@ -158,10 +158,7 @@ void Session::serve() {
 
 bool Session::makeCurrent(uint64_t context) {
   CUcontext real = nullptr;
-  if (context != 0) {
-    auto it = contexts_.find(context);
-    if (it != contexts_.end()) real = it->second.real;
-  }
+  if (const SessionContext* c = contexts_.find(context); c != nullptr && context != 0) real = c->real;
   currentContext_ = real != nullptr ? context : 0;
   if (real == currentReal_) return true;
   if (PHOS_DRIVER(driver_, CtxSetCurrent)(real) != CUDA_SUCCESS) return false;
@@ -330,8 +327,7 @@ void Session::addAllocation(const Allocation& a) {
 }
 
 int Session::currentDevice() const {
-  auto it = contexts_.find(currentContext_);
-  return it != contexts_.end() ? it->second.device : 0;
+  return contexts_.deviceOf(currentContext_, 0);
 }
 
 CUresult Session::allocateDevice(int device, size_t bytes, CUdeviceptr* address) {
@@ -399,13 +395,7 @@ size_t Session::heapMappedBytes(int device, CUdeviceptr address) const {
 }
 
 CUcontext Session::contextOn(int device) const {
-  if (auto it = contexts_.find(currentContext_); it != contexts_.end() && it->second.device == device) {
-    return it->second.real;
-  }
-  for (const auto& [vid, ctx] : contexts_) {
-    if (ctx.real != nullptr && ctx.device == device) return ctx.real;
-  }
-  return nullptr;
+  return contexts_.on(device, currentContext_);
 }
 
 void Session::removeAllocation(CUdeviceptr p) { allocations_.erase(p); }
@@ -415,8 +405,7 @@ void Session::removeGlobalsOf(void* module) {
   }
 }
 uint64_t Session::contextOf(uint64_t handle) const {
-  auto it = contextOfHandle_.find(handle);
-  return it != contextOfHandle_.end() ? it->second : currentContext_;
+  return contexts_.ownerOf(handle, currentContext_);
 }
 
 Result<PinnedRange> Session::createPinned(size_t bytes, unsigned flags) {
@@ -432,8 +421,7 @@ void Session::unregisterPinned(const PinnedRange& range) {
   // context of the pool does it. Left registered, the range would stay the
   // driver's after it is unmapped, and the next session whose slice holds this
   // address could not register its own.
-  auto owner = contexts_.find(range.context);
-  const int device = owner != contexts_.end() ? owner->second.device : 0;
+  const int device = contexts_.deviceOf(range.context, 0);
   auto fresh = pool_.take(device, 0);
   if (!fresh.isOk()) return;
   PHOS_DRIVER(driver_, CtxSetCurrent)(*fresh);
@@ -577,10 +565,10 @@ void Session::freeStaging(uint64_t context) {
 }
 
 void Session::destroyContext(uint64_t id) {
-  auto it = contexts_.find(id);
-  if (it == contexts_.end()) return;
-  const CUcontext real = it->second.real;
-  const int device = it->second.device;
+  const SessionContext* context = contexts_.find(id);
+  if (context == nullptr) return;
+  const CUcontext real = context->real;
+  const int device = context->device;
   // Its memory goes with it, as cuMemAlloc's does.
   PHOS_DRIVER(driver_, CtxSetCurrent)(real);
   currentReal_ = real;
@@ -631,23 +619,15 @@ void Session::destroyContext(uint64_t id) {
   }
   // Its streams, events, modules and functions die with it: their handles
   // must never reach the driver again.
-  for (auto h = contextOfHandle_.begin(); h != contextOfHandle_.end();) {
-    if (h->second == id) {
-      handles_.erase(h->first);
-      moduleRecords_.erase(h->first);
-      events_.erase(h->first);
-      h = contextOfHandle_.erase(h);
-    } else {
-      ++h;
-    }
+  // A released primary context is not "destroyed" to its threads: a retain
+  // brings it back under the same id (SessionContexts::remove).
+  for (uint64_t object : contexts_.remove(id)) {
+    handles_.erase(object);
+    moduleRecords_.erase(object);
+    events_.erase(object);
   }
   restoreMarks_.erase(id);  // destroyed with the context
-  const bool primary = it->second.primary;
   handles_.erase(id);
-  contexts_.erase(it);
-  // A released primary context is not "destroyed" to its threads: a retain
-  // brings it back under the same id.
-  if (!primary) destroyedContexts_.insert(id);
   pool_.retire(real, device);
 }
 
@@ -663,13 +643,13 @@ Result<std::shared_ptr<HostCallChannel>> Session::hostCalls() {
 void Session::forgetHandle(uint64_t id) {
   handles_.erase(id);
   events_.erase(id);
-  contextOfHandle_.erase(id);
+  contexts_.forgetObject(id);
 }
 
 void Session::noteContextObject(HandleType type, uint64_t id) {
   const bool owned = type == HandleType::kCUstream_st || type == HandleType::kCUevent_st ||
                      type == HandleType::kCUmod_st || type == HandleType::kCUfunc_st;
-  if (owned && id != 0 && currentContext_ != 0) contextOfHandle_.emplace(id, currentContext_);
+  if (owned && id != 0 && currentContext_ != 0) contexts_.noteObject(id, currentContext_);
 }
 
 void Session::noteLaunch(uint64_t function) {

@@ -23,6 +23,7 @@
 #include <condition_variable>
 
 #include "session/pinned_memory.h"
+#include "session/session_contexts.h"
 #include "session/context_pool.h"
 #include "protocols/device_buffer.h"
 #include "session/device_heap.h"
@@ -124,22 +125,6 @@ struct EventState {
   std::map<uint64_t, float> restoredIntervals;
 };
 
-// A context the session owns, by virtual id.
-struct SessionContext {
-  CUcontext real = nullptr;
-  int device = 0;
-  bool primary = false;
-};
-
-// A session's primary context of one device: the driver's primary context
-// is one per process (here: shared by every session), so each session gets a
-// context of its own from the pool, reference counted as CUDA documents.
-struct PrimaryContext {
-  uint64_t id = 0;  // stable for the session, across release and retain
-  unsigned refs = 0;
-  unsigned flags = 0;
-};
-
 struct SessionInfo {
   bool busy = false;  // in a call that outlasted the query: counters are from before it
   uint64_t id = 0;
@@ -206,8 +191,8 @@ class Session {
   const DriverTable& driver() const { return driver_; }
   ContextPool& pool() { return pool_; }
   HandleTable& handles() { return handles_; }
-  std::map<uint64_t, SessionContext>& contexts() { return contexts_; }
-  PrimaryContext& primary(int device) { return primaries_[device]; }
+  SessionContexts& contexts() { return contexts_; }
+  PrimaryContext& primary(int device) { return contexts_.primary(device); }
   // The virtual id of the context current for the call being served.
   uint64_t currentContext() const { return currentContext_; }
 
@@ -310,9 +295,7 @@ class Session {
   void destroyContext(uint64_t id);
   // True for the id of a context the session destroyed (and did not re-bind,
   // as a retained primary context is).
-  bool contextDestroyed(uint64_t id) const {
-    return id != 0 && destroyedContexts_.count(id) != 0 && contexts_.count(id) == 0;
-  }
+  bool contextDestroyed(uint64_t id) const { return contexts_.destroyed(id); }
   // A stream or event the application destroyed: its id must never reach the
   // driver again (a checkpoint would query or time a freed object, and
   // NVIDIA's driver crashes on one), nor come back at a restore.
@@ -439,13 +422,10 @@ class Session {
   // Takes the snapshot info() falls back on; mutex_ held.
   SessionInfo infoLocked() const;
   HandleTable handles_;
-  std::map<uint64_t, SessionContext> contexts_;
-  std::set<uint64_t> destroyedContexts_;
-  std::map<uint64_t, uint64_t> contextOfHandle_;  // handle id -> context id
+  SessionContexts contexts_;
   std::map<uint64_t, std::set<uint64_t>> kernelFunctions_;  // kernel id -> contexts (noteKernelFunction)
   std::mutex hostCallsMutex_;  // not mutex_: stop() closes the queue while a call may be served
   std::shared_ptr<HostCallChannel> hostCalls_;
-  std::map<int, PrimaryContext> primaries_;
   std::map<CUdeviceptr, Allocation> allocations_;
   PinnedMemory pinned_{id_, uid_};
   std::map<std::pair<uint64_t, uint64_t>, CUstream> perThreadStreams_;

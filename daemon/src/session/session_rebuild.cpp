@@ -156,63 +156,11 @@ class Session::Rebuilder {
 
   // Contexts, from the pool.
   Status contexts() {
-    for (const json& c : st_.value("contexts", json::array())) {
-      ASSIGN_OR_RETURN(uint64_t vid, field<uint64_t>(c, "id", "context"));
-      ASSIGN_OR_RETURN(int device, field<int>(c, "device", "context"));
-      if (device < 0 || device >= s_.pool_.deviceCount()) {
-        return makeError(Code::kFailedPrecondition,
-                         "the image's context {} is on device {}; this host has {}", hex(vid),
-                         device, s_.pool_.deviceCount());
-      }
-      ASSIGN_OR_RETURN(CUcontext real, s_.pool_.take(device, c.value("flags", 0u)));
-      s_.contexts_[vid] = {real, device, c.value("primary", false)};
-      s_.handles_.bind(HandleType::kCUctx_st, vid, real);
-      s_.captureOutput(real);
-      RETURN_IF_ERROR(
-          driverStatus(PHOS_DRIVER(d_, CtxSetCurrent)(real), "making a context current"));
-      const json limits = c.value("limits", json::object());
-      for (const auto& [limit, value] : limits.items()) {
-        const CUlimit which = static_cast<CUlimit>(std::stoi(limit));
-        size_t now = 0;
-        // Set only what differs from the fresh context's value: some limits
-        // cannot be set once the context ran work, and most were never changed.
-        if (PHOS_DRIVER(d_, CtxGetLimit)(&now, which) == CUDA_SUCCESS &&
-            now != value.get<size_t>()) {
-          RETURN_IF_ERROR(
-              driverStatus(PHOS_DRIVER(d_, CtxSetLimit)(which, value.get<size_t>()),
-                           fmt::format("setting limit {} of context {} again", limit, hex(vid))));
-          log::get("daemon")->debug(
-              "restore: limit {} of context {} set to {} (the fresh context had {})", limit,
-              hex(vid), value.get<size_t>(), now);
-        }
-      }
-      if (c.contains("cache_config")) {
-        PHOS_DRIVER(d_, CtxSetCacheConfig)(static_cast<CUfunc_cache>(c.value("cache_config", 0)));
-      }
-    }
-    for (const json& p : st_.value("primaries", json::array())) {
-      PrimaryContext& pc = s_.primaries_[p.value("device", 0)];
-      pc.id = p.value("id", uint64_t{0});
-      pc.refs = p.value("refs", 0u);
-      pc.flags = p.value("flags", 0u);
-    }
-    for (const json& c : st_.value("destroyed_contexts", json::array()))
-      s_.destroyedContexts_.insert(c.get<uint64_t>());
-    return Status::ok();
+    return s_.contexts_.rebuild(d_, s_.pool_, s_.handles_, st_,
+                                [this](CUcontext real) { s_.captureOutput(real); });
   }
 
-  Result<CUcontext> contextReal(uint64_t vid) {
-    auto it = s_.contexts_.find(vid);
-    if (it == s_.contexts_.end())
-      return makeError(Code::kDataLoss, "the image names context {}, which it does not hold",
-                       hex(vid));
-    return it->second.real;
-  }
-
-  Status makeCurrent(uint64_t vid) {
-    ASSIGN_OR_RETURN(CUcontext real, contextReal(vid));
-    return driverStatus(PHOS_DRIVER(d_, CtxSetCurrent)(real), "making a context current");
-  }
+  Status makeCurrent(uint64_t vid) { return s_.contexts_.makeCurrent(d_, vid); }
 
   Status heaps() {
     // Device memory, at its addresses, in the ranges it was in.
@@ -227,11 +175,9 @@ class Session::Rebuilder {
     // ranges first, then the allocations and modules in the job's order, then
     // every copy.
     for (const auto& [device, base] : heapBases_) {
-      auto in = std::find_if(s_.contexts_.begin(), s_.contexts_.end(),
-                             [&](const auto& c) { return c.second.device == device; });
-      if (in == s_.contexts_.end())
-        continue;  // no context on it now: reserved with its first allocation
-      RETURN_IF_ERROR(makeCurrent(in->first));
+      CUcontext in = s_.contexts_.on(device, 0);
+      if (in == nullptr) continue;  // no context on it now: reserved with its first allocation
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d_, CtxSetCurrent)(in), "making a context current"));
       auto& heap = s_.heaps_[device];
       heap = std::make_unique<DeviceHeap>(d_, device, base, true);
       if (CUresult r = heap->reserve(); r != CUDA_SUCCESS) {
@@ -336,7 +282,7 @@ class Session::Rebuilder {
                          bytes, reader_.manifest().blobs[blob].size);
       }
       if (deferred_ != nullptr) {
-        ASSIGN_OR_RETURN(CUcontext real, contextReal(context));
+        ASSIGN_OR_RETURN(CUcontext real, s_.contexts_.real(context));
         deferred_->push_back({blob, address, bytes, real});
         continue;
       }
@@ -349,7 +295,7 @@ class Session::Rebuilder {
   // saved name none).
   uint64_t holderOf(const json& g, bool library, uint64_t context) const {
     if (g.contains("context")) return g.value("context", uint64_t{0});
-    return library && !s_.contexts_.empty() ? s_.contexts_.begin()->first : context;
+    return library && s_.contexts_.size() != 0 ? s_.contexts_.begin()->first : context;
   }
 
   Status module(const json& m) {
@@ -380,7 +326,7 @@ class Session::Rebuilder {
       auto it = placements.find(holder);
       if (vgpu == nullptr || vgpu->size < sizeof(vgpu::ExportTable) || it == placements.end())
         return Status::ok();
-      ASSIGN_OR_RETURN(CUcontext in, contextReal(holder));
+      ASSIGN_OR_RETURN(CUcontext in, s_.contexts_.real(holder));
       return driverStatus(vgpu->placeNextModuleGlobals(in, it->second),
                           fmt::format("placing the globals of module {}", hex(mid)));
     };
@@ -420,7 +366,7 @@ class Session::Rebuilder {
                        static_cast<int>(r));
     }
     s_.handles_.bind(library ? HandleType::kCUlib_st : HandleType::kCUmod_st, mid, real);
-    if (!library) s_.contextOfHandle_[mid] = context;
+    if (!library) s_.contexts_.noteObject(mid, context);
     s_.moduleRecords_[mid] = std::move(rec);
     s_.noteModule(+1);
     return moduleGlobals(m, mid, library, real, context);
@@ -431,10 +377,7 @@ class Session::Rebuilder {
     const int device = m.value("device", 0);
     for (const json& g : m.value("globals", json::array())) {
       // A library's globals are per context: each on its context's device.
-      int globalDevice = device;
-      if (auto held = s_.contexts_.find(g.value("context", context)); held != s_.contexts_.end()) {
-        globalDevice = held->second.device;
-      }
+      const int globalDevice = s_.contexts_.deviceOf(g.value("context", context), device);
       ASSIGN_OR_RETURN(std::string name, field<std::string>(g, "name", "global"));
       ASSIGN_OR_RETURN(CUdeviceptr was, field<uint64_t>(g, "address", "global"));
       ASSIGN_OR_RETURN(size_t blob, blobOf(reader_, g, "global"));
@@ -443,7 +386,7 @@ class Session::Rebuilder {
       CUresult r = CUDA_SUCCESS;
       const uint64_t holder = holderOf(g, library, context);
       if (library) {
-        ASSIGN_OR_RETURN(CUcontext in, contextReal(holder));
+        ASSIGN_OR_RETURN(CUcontext in, s_.contexts_.real(holder));
         PHOS_DRIVER(d_, CtxSetCurrent)(in);
         r = PHOS_DRIVER(d_, LibraryGetGlobal)(&address, &bytes, static_cast<CUlibrary>(real),
                                               name.c_str());
@@ -498,7 +441,7 @@ class Session::Rebuilder {
                          hex(mid), hex(lid));
       }
       s_.handles_.bind(HandleType::kCUmod_st, mid, mod);
-      if (context != 0) s_.contextOfHandle_[mid] = context;
+      if (context != 0) s_.contexts_.noteObject(mid, context);
     }
     return Status::ok();
   }
@@ -588,7 +531,7 @@ class Session::Rebuilder {
             return PHOS_DRIVER(d_, FuncSetAttribute)(fn, a, v);
           }));
       s_.handles_.bind(HandleType::kCUfunc_st, fid, fn);
-      if (context != 0) s_.contextOfHandle_[fid] = context;
+      if (context != 0) s_.contexts_.noteObject(fid, context);
     }
     return Status::ok();
   }
@@ -603,7 +546,7 @@ class Session::Rebuilder {
                                        &stream, x.value("flags", 0u), x.value("priority", 0)),
                                    fmt::format("creating stream {} again", hex(sid))));
       s_.handles_.bind(HandleType::kCUstream_st, sid, stream);
-      s_.contextOfHandle_[sid] = context;
+      s_.contexts_.noteObject(sid, context);
     }
     return Status::ok();
   }
@@ -618,7 +561,7 @@ class Session::Rebuilder {
       RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d_, EventCreate)(&event, flags),
                                    fmt::format("creating event {} again", hex(eid))));
       s_.handles_.bind(HandleType::kCUevent_st, eid, event);
-      s_.contextOfHandle_[eid] = context;
+      s_.contexts_.noteObject(eid, context);
       EventState& state = s_.event(eid);
       state.flags = flags;
       state.recorded = x.value("recorded", false);

@@ -70,37 +70,8 @@ class Session::Describer {
   // references; the session's device ranges.
   Status contexts() {
     RETURN_IF_ERROR(s_.drainContexts());
-    json contexts = json::array();
-    for (const auto& [vid, ctx] : s_.contexts_) {
-      if (ctx.real == nullptr) continue;
-      RETURN_IF_ERROR(
-          driverStatus(PHOS_DRIVER(d_, CtxSetCurrent)(ctx.real), "making a context current"));
-      unsigned flags = 0;
-      PHOS_DRIVER(d_, CtxGetFlags)(&flags);
-      // Limits and cache preference the application may have set.
-      json limits = json::object();
-      for (CUlimit limit : kSettableLimits) {
-        size_t value = 0;
-        if (PHOS_DRIVER(d_, CtxGetLimit)(&value, limit) == CUDA_SUCCESS)
-          limits[std::to_string(limit)] = value;
-      }
-      CUfunc_cache cache = CU_FUNC_CACHE_PREFER_NONE;
-      PHOS_DRIVER(d_, CtxGetCacheConfig)(&cache);
-      contexts.push_back({{"id", vid},
-                          {"device", ctx.device},
-                          {"primary", ctx.primary},
-                          {"flags", flags},
-                          {"limits", limits},
-                          {"cache_config", static_cast<int>(cache)}});
-    }
+    RETURN_IF_ERROR(s_.contexts_.save(d_, state_));
     s_.currentReal_ = nullptr;  // changed above; the next call makes its own current
-    state_["contexts"] = contexts;
-    json primaries = json::array();
-    for (const auto& [device, p] : s_.primaries_) {
-      primaries.push_back({{"device", device}, {"id", p.id}, {"refs", p.refs}, {"flags", p.flags}});
-    }
-    state_["primaries"] = primaries;
-    state_["destroyed_contexts"] = s_.destroyedContexts_;
     json heaps = json::array();
     for (const auto& [device, heap] : s_.heaps_)
       heaps.push_back({{"device", device}, {"base", heap->base()}});
@@ -172,9 +143,7 @@ class Session::Describer {
                        writer_.addBlob(name, "module-image", rec->image.size(),
                                        {{"module", id}, {"library", rec->library}}));
       RETURN_IF_ERROR(writer_.writeBlob(imageBlob, std::as_bytes(std::span(rec->image))));
-      int device = 0;
-      if (auto ctx = s_.contexts_.find(rec->context); ctx != s_.contexts_.end())
-        device = ctx->second.device;
+      const int device = s_.contexts_.deviceOf(rec->context, 0);
       json globals = json::array();
       json entry = {{"id", id},
                     {"library", rec->library},
@@ -201,9 +170,9 @@ class Session::Describer {
         holders.push_back(rec->context);
       }
       for (uint64_t holder : holders) {
-        auto ctx = s_.contexts_.find(holder);
-        if (ctx == s_.contexts_.end()) continue;
-        PHOS_DRIVER(d_, CtxSetCurrent)(ctx->second.real);
+        const SessionContext* ctx = s_.contexts_.find(holder);
+        if (ctx == nullptr) continue;
+        PHOS_DRIVER(d_, CtxSetCurrent)(ctx->real);
         for (const std::string& g : *names) {
           CUdeviceptr address = 0;
           size_t bytes = 0;
@@ -224,7 +193,7 @@ class Session::Describer {
           ASSIGN_OR_RETURN(size_t blob,
                            writer_.addBlob(blobName, "module-global", bytes,
                                            {{"module", id}, {"name", g}, {"address", address}}));
-          copies_.push_back({blob, address, bytes, nullptr, ctx->second.device});
+          copies_.push_back({blob, address, bytes, nullptr, ctx->device});
           globals.push_back({{"name", g},
                              {"context", holder},
                              {"address", address},
@@ -262,8 +231,8 @@ class Session::Describer {
     for (uint64_t id : s_.handles_.ids(HandleType::kCUmod_st)) {
       if (s_.moduleRecords_.count(id) != 0) continue;
       auto* m = static_cast<CUmodule>(s_.handles_.resolve(HandleType::kCUmod_st, id));
-      if (auto ctx = s_.contexts_.find(s_.contextOf(id)); ctx != s_.contexts_.end()) {
-        PHOS_DRIVER(d_, CtxSetCurrent)(ctx->second.real);
+      if (const SessionContext* ctx = s_.contexts_.find(s_.contextOf(id)); ctx != nullptr) {
+        PHOS_DRIVER(d_, CtxSetCurrent)(ctx->real);
       }
       if (uint64_t lib = libraryOfModule(m); lib != 0) {
         libraryModules.push_back({{"id", id}, {"library", lib}, {"context", s_.contextOf(id)}});
@@ -333,15 +302,14 @@ class Session::Describer {
       json ownFunctions = json::array();
       if (auto used = s_.kernelFunctions_.find(id); used != s_.kernelFunctions_.end()) {
         for (uint64_t context : used->second) {
-          auto ctx = s_.contexts_.find(context);
+          const SessionContext* ctx = s_.contexts_.find(context);
           CUfunction f = nullptr;
-          if (ctx == s_.contexts_.end() ||
-              PHOS_DRIVER(d_, CtxSetCurrent)(ctx->second.real) != CUDA_SUCCESS ||
+          if (ctx == nullptr || PHOS_DRIVER(d_, CtxSetCurrent)(ctx->real) != CUDA_SUCCESS ||
               PHOS_DRIVER(d_, KernelGetFunction)(&f, k) != CUDA_SUCCESS) {
             continue;
           }
           const json kernelLevel =
-              perDevice.value(std::to_string(ctx->second.device), json::object());
+              perDevice.value(std::to_string(ctx->device), json::object());
           const json now = settableAttributes([&](CUfunction_attribute a, int* v) {
             return PHOS_DRIVER(d_, FuncGetAttribute)(v, a, f);
           });
@@ -387,9 +355,8 @@ class Session::Describer {
       auto it = marks.find(context);
       if (it != marks.end()) return it->second;
       CUevent mark = nullptr;
-      auto ctx = s_.contexts_.find(context);
-      if (ctx == s_.contexts_.end() || ctx->second.real == nullptr ||
-          PHOS_DRIVER(d_, CtxSetCurrent)(ctx->second.real) != CUDA_SUCCESS ||
+      const SessionContext* ctx = s_.contexts_.find(context);
+      if (ctx == nullptr || ctx->real == nullptr || PHOS_DRIVER(d_, CtxSetCurrent)(ctx->real) != CUDA_SUCCESS ||
           PHOS_DRIVER(d_, EventCreate)(&mark, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
         return marks[context] = nullptr;
       }
@@ -513,39 +480,23 @@ Status Session::describe(image::ImageWriter& writer, json& state,
 
 
 Status Session::drainContexts() {
-  Status first = Status::ok();
-  for (const auto& [vid, ctx] : contexts_) {
-    if (ctx.real == nullptr) continue;
-    CUresult r = PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
-    if (r == CUDA_SUCCESS) r = PHOS_DRIVER(driver_, CtxSynchronize)();
-    if (r != CUDA_SUCCESS && first.isOk()) {
-      first = makeError(Code::kFailedPrecondition,
-                        "context {} of the session failed (CUresult {}): its memory cannot be trusted", hex(vid),
-                        static_cast<int>(r));
-    }
-  }
+  Status drained = contexts_.drain(driver_);
   currentReal_ = nullptr;  // the next call makes its own current
-  return first;
+  return drained;
 }
 
 std::vector<DeviceBuffer> Session::allocationList() const {
   std::vector<DeviceBuffer> buffers;
   for (const auto& [address, a] : allocations_) {
     if (a.module != nullptr) continue;
-    auto ctx = contexts_.find(a.context);
-    if (ctx == contexts_.end() || ctx->second.real == nullptr) continue;
-    buffers.push_back({0, address, a.bytes, ctx->second.real, ctx->second.device});
+    const SessionContext* ctx = contexts_.find(a.context);
+    if (ctx == nullptr || ctx->real == nullptr) continue;
+    buffers.push_back({0, address, a.bytes, ctx->real, ctx->device});
   }
   return buffers;
 }
 
-std::map<int, CUcontext> Session::contextsByDevice() const {
-  std::map<int, CUcontext> found;
-  for (const auto& [vid, ctx] : contexts_) {
-    if (ctx.real != nullptr) found.try_emplace(ctx.device, ctx.real);
-  }
-  return found;
-}
+std::map<int, CUcontext> Session::contextsByDevice() const { return contexts_.byDevice(); }
 
 void Session::openWindow(AccessGate gate, ValidationMode twins) {
   setAccessGate(std::move(gate));
