@@ -299,7 +299,7 @@ CUresult unifiedCopy(ServerCall& c, CUdeviceptr dst, CUdeviceptr src, size_t byt
   // Between host memory (the application's, or pinned) and the device: one
   // of its transfers.
   std::optional<TransferScope> transfer;
-  if (session.findAllocation(dst) == nullptr || session.findAllocation(src) == nullptr) {
+  if (session.memory().find(dst) == nullptr || session.memory().find(src) == nullptr) {
     transfer.emplace(session, async, s);
   }
   if (dstOurs && srcOurs) return finish(c, PHOS_DRIVER(c.driverTable(), MemcpyAsync)(dst, src, bytes, s), async, s);

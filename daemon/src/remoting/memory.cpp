@@ -16,7 +16,7 @@ namespace {
 
 // A free ends a buffer's contents: for the protocols, a write of all of it.
 void passFreeGate(Session& s, uint64_t address) {
-  const Allocation* a = s.findAllocation(address);
+  const Allocation* a = s.memory().find(address);
   if (a != nullptr && a->address == address) s.passGate({.writes = {{a->address, a->bytes}}, .ends = true});
 }
 
@@ -84,7 +84,7 @@ size_t pointerAttributeBytes(CUpointer_attribute attribute) {
 }
 
 // The session's own memory; anything else is unknown memory to it.
-bool ownsPointer(Session& s, CUdeviceptr p) { return s.findAllocation(p) != nullptr || s.findPinned(p) != nullptr; }
+bool ownsPointer(Session& s, CUdeviceptr p) { return s.memory().find(p) != nullptr || s.findPinned(p) != nullptr; }
 
 // Memory from the session's heap is a VMM mapping to the driver, but the
 // application allocated it with cuMemAlloc: it answers as such memory does
@@ -117,7 +117,7 @@ bool heapAllocationAttribute(const Allocation& a, CUpointer_attribute attribute,
 
 // Driver objects in a value become what the application may hold.
 void virtualizePointerAttribute(Session& s, CUpointer_attribute attribute, std::byte* value, CUdeviceptr p) {
-  if (const Allocation* a = s.findAllocation(p); a != nullptr && a->module == nullptr) {
+  if (const Allocation* a = s.memory().find(p); a != nullptr && a->module == nullptr) {
     if (heapAllocationAttribute(*a, attribute, value)) return;
   }
   if (attribute == CU_POINTER_ATTRIBUTE_CONTEXT) {
@@ -130,7 +130,7 @@ void virtualizePointerAttribute(Session& s, CUpointer_attribute attribute, std::
     std::memcpy(value, &id, sizeof(id));
   } else if (attribute == CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE) {
     // The session's pool (its handle), not the driver's: none for cuMemAlloc memory.
-    const Allocation* a = s.findAllocation(p);
+    const Allocation* a = s.memory().find(p);
     const uint64_t pool = a != nullptr ? a->pool : 0;
     std::memcpy(value, &pool, sizeof(pool));
   }
@@ -144,7 +144,7 @@ CUresult cuMemAlloc(ServerCall& c, CUdeviceptr* dptr, size_t bytesize) {
   if (s.currentContext() == 0) return CUDA_ERROR_INVALID_CONTEXT;
   const int device = s.currentDevice();
   CUresult r = s.allocateDevice(device, bytesize, dptr);
-  if (r == CUDA_SUCCESS) s.addAllocation({*dptr, bytesize, s.currentContext(), nullptr, device});
+  if (r == CUDA_SUCCESS) s.memory().add({*dptr, bytesize, s.currentContext(), nullptr, device});
   return r;
 }
 
@@ -163,7 +163,7 @@ CUresult cuMemAllocPitch(ServerCall& c, CUdeviceptr* dptr, size_t* pPitch, size_
   const int device = s.currentDevice();
   r = s.allocateDevice(device, pitch * height, dptr);
   if (r != CUDA_SUCCESS) return r;
-  s.addAllocation({*dptr, pitch * height, s.currentContext(), nullptr, device});
+  s.memory().add({*dptr, pitch * height, s.currentContext(), nullptr, device});
   *pPitch = pitch;
   return CUDA_SUCCESS;
 }
@@ -235,7 +235,7 @@ CUresult cuMemAllocFromPoolAsync(ServerCall& c, CUdeviceptr* dptr, size_t bytesi
 CUresult cuMemFreeAsync(ServerCall& c, CUdeviceptr dptr, Handle<CUstream> hStream) {
   Session& s = c.session();
   if (s.currentContext() == 0) return CUDA_ERROR_INVALID_CONTEXT;
-  const Allocation* a = s.findAllocation(dptr);
+  const Allocation* a = s.memory().find(dptr);
   if (a == nullptr || a->address != dptr || a->module != nullptr) return CUDA_ERROR_INVALID_VALUE;
   passFreeGate(s, dptr);
   return s.memoryPools().freeAsync(s, dptr, hStream.real);
@@ -479,7 +479,7 @@ CUresult cuMemGetAddressRange(ServerCall& c, CUdeviceptr* pbase, size_t* psize, 
   CUdeviceptr base = 0;
   size_t size = 0;
   CUresult r = CUDA_SUCCESS;
-  if (const Allocation* a = c.session().findAllocation(dptr); a != nullptr && a->module == nullptr) {
+  if (const Allocation* a = c.session().memory().find(dptr); a != nullptr && a->module == nullptr) {
     base = a->address;
     size = a->bytes;
   } else {

@@ -87,7 +87,7 @@ CUresult getGlobal(ServerCall& c, EntryPointId id, CUdeviceptr* dptr, size_t* by
   CUresult r = c.driverTable().get<CUresult (*)(CUdeviceptr*, size_t*, Owner, const char*)>(id)(&address, &size,
                                                                                                 owner.real, name);
   if (r == CUDA_SUCCESS && size > 0) {
-    c.session().addAllocation({address, size, c.session().contextOf(owner.id), static_cast<void*>(owner.real)});
+    c.session().memory().add({address, size, c.session().contextOf(owner.id), static_cast<void*>(owner.real)});
   }
   if (dptr != nullptr) *dptr = address;
   if (bytes != nullptr) *bytes = size;
@@ -114,7 +114,7 @@ CUresult loadModuleImage(ServerCall& c, uint64_t* module, const ipc::ImageRef& r
   if (CUresult r = readImage(c, ref, &image); r != CUDA_SUCCESS) return r;
   CUmodule m = nullptr;
   std::shared_ptr<const PreparedModule> prepared;
-  c.session().reserveHeap(c.session().currentDevice());
+  c.session().memory().reserve(c.session().currentDevice());
   CUresult r = loadModule(c.driverTable(), image, &m, &prepared);
   if (r != CUDA_SUCCESS) return r;
   c.session().noteModule(+1);
@@ -132,7 +132,7 @@ CUresult loadLibraryImage(ServerCall& c, uint64_t* library, const ipc::ImageRef&
   if (CUresult r = readImage(c, ref, &image); r != CUDA_SUCCESS) return r;
   CUlibrary lib = nullptr;
   std::shared_ptr<const PreparedModule> prepared;
-  c.session().reserveHeap(c.session().currentDevice());
+  c.session().memory().reserve(c.session().currentDevice());
   CUresult r = loadLibrary(c.driverTable(), image, &lib, &prepared);
   if (r != CUDA_SUCCESS) return r;
   c.session().noteModule(+1);
@@ -213,7 +213,7 @@ CUresult cuModuleUnload(ServerCall& c, Handle<CUmodule> hmod) {
   CUresult r = PHOS_DRIVER(c.driverTable(), ModuleUnload)(hmod.real);
   if (r == CUDA_SUCCESS) {
     c.session().validator().forgetModule(hmod.real);
-    c.session().removeGlobalsOf(hmod.real);
+    c.session().memory().removeGlobalsOf(hmod.real);
     c.session().forgetModule(hmod.id);
     for (uint64_t id : dying) c.session().handles().erase(id);
   }
@@ -256,8 +256,8 @@ CUresult cuLibraryUnload(ServerCall& c, Handle<CUlibrary> library) {
   CUresult r = PHOS_DRIVER(d, LibraryUnload)(library.real);
   if (r == CUDA_SUCCESS) {
     c.session().validator().forgetLibrary(library.real);
-    c.session().removeGlobalsOf(library.real);
-    c.session().removeGlobalsOf(m);
+    c.session().memory().removeGlobalsOf(library.real);
+    c.session().memory().removeGlobalsOf(m);
     c.session().forgetModule(library.id);
     for (uint64_t id : dying) handles.erase(id);
   }

@@ -81,7 +81,7 @@ CUresult cuEventCreate(ServerCall& c, uint64_t* phEvent, unsigned int flags) {
   CUresult r = PHOS_DRIVER(c.driverTable(), EventCreate)(phEvent != nullptr ? &e : nullptr, flags);
   if (r != CUDA_SUCCESS || phEvent == nullptr) return r;
   *phEvent = c.exportHandle(HandleType::kCUevent_st, r, e);
-  c.session().event(*phEvent).flags = flags;
+  c.session().streamsAndEvents().event(*phEvent).flags = flags;
   return CUDA_SUCCESS;
 }
 
@@ -89,7 +89,7 @@ CUresult cuEventCreate(ServerCall& c, uint64_t* phEvent, unsigned int flags) {
 CUresult cuEventRecord(ServerCall& c, Handle<CUevent> hEvent, Handle<CUstream> hStream) {
   CUresult r = PHOS_DRIVER(c.driverTable(), EventRecord)(hEvent.real, hStream.real);
   if (r == CUDA_SUCCESS) {
-    EventState& e = c.session().event(hEvent.id);
+    EventState& e = c.session().streamsAndEvents().event(hEvent.id);
     e.recorded = true;
     e.restoredMs.reset();
   }
@@ -99,7 +99,7 @@ CUresult cuEventRecord(ServerCall& c, Handle<CUevent> hEvent, Handle<CUstream> h
 CUresult cuEventRecordWithFlags(ServerCall& c, Handle<CUevent> hEvent, Handle<CUstream> hStream, unsigned int flags) {
   CUresult r = PHOS_DRIVER(c.driverTable(), EventRecordWithFlags)(hEvent.real, hStream.real, flags);
   if (r == CUDA_SUCCESS) {
-    EventState& e = c.session().event(hEvent.id);
+    EventState& e = c.session().streamsAndEvents().event(hEvent.id);
     e.recorded = true;
     e.restoredMs.reset();
   }
@@ -114,14 +114,14 @@ namespace {
 // context created since the restore).
 CUresult sinceRestore(ServerCall& c, const Handle<CUevent>& event, uint64_t fallback, double* ms) {
   Session& s = c.session();
-  const EventState* state = s.findEvent(event.id);
+  const EventState* state = s.streamsAndEvents().findEvent(event.id);
   if (state == nullptr || !state->recorded) return CUDA_ERROR_INVALID_HANDLE;  // never recorded
   if (state->restoredMs) {
     *ms = *state->restoredMs;
     return CUDA_SUCCESS;
   }
-  CUevent mark = s.restoreMark(s.contextOf(event.id));
-  if (mark == nullptr) mark = s.restoreMark(fallback);
+  CUevent mark = s.streamsAndEvents().restoreMark(s.contextOf(event.id));
+  if (mark == nullptr) mark = s.streamsAndEvents().restoreMark(fallback);
   if (mark == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   float elapsed = 0;
   CUresult r = PHOS_DRIVER(c.driverTable(), EventElapsedTime_v2)(&elapsed, mark, event.real);
@@ -139,8 +139,8 @@ CUresult sinceRestore(ServerCall& c, const Handle<CUevent>& event, uint64_t fall
 // as no time).
 CUresult cuEventElapsedTime(ServerCall& c, float* pMilliseconds, Handle<CUevent> hStart, Handle<CUevent> hEnd) {
   Session& s = c.session();
-  const EventState* start = s.findEvent(hStart.id);
-  const EventState* end = s.findEvent(hEnd.id);
+  const EventState* start = s.streamsAndEvents().findEvent(hStart.id);
+  const EventState* end = s.streamsAndEvents().findEvent(hEnd.id);
   const bool restored = (start != nullptr && start->restoredMs) || (end != nullptr && end->restoredMs);
   if (!restored) return PHOS_DRIVER(c.driverTable(), EventElapsedTime_v2)(pMilliseconds, hStart.real, hEnd.real);
   if (pMilliseconds == nullptr) return CUDA_ERROR_INVALID_VALUE;

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "session/session.h"
+#include "session/session_image.h"
 
 namespace phos::daemon {
 namespace {
@@ -111,22 +112,22 @@ CUresult MemoryPools::allocate(Session& s, MemoryPool& pool, size_t bytes, CUdev
   a.context = s.currentContext();
   a.device = pool.device;
   a.pool = pool.id;
-  s.addAllocation(a);
+  s.memory().add(a);
   pool.used += bytes;
   pool.usedHigh = std::max(pool.usedHigh, pool.used);
-  pool.reserved += s.heapMappedBytes(pool.device, *address);
+  pool.reserved += s.memory().mappedBytes(pool.device, *address);
   pool.reservedHigh = std::max(pool.reservedHigh, pool.reserved);
   return CUDA_SUCCESS;
 }
 
 CUresult MemoryPools::freeAsync(Session& s, CUdeviceptr address, CUstream stream) {
-  const Allocation* a = s.findAllocation(address);
+  const Allocation* a = s.memory().find(address);
   if (a == nullptr || a->address != address || a->module != nullptr) return CUDA_ERROR_INVALID_VALUE;
   PendingFree f;
   f.address = address;
   f.device = a->device;
   f.pool = a->pool;
-  f.mapped = s.heapMappedBytes(a->device, address);
+  f.mapped = s.memory().mappedBytes(a->device, address);
   // The event is made in the stream's context, which is the current one.
   CUresult r = PHOS_DRIVER(s.driver(), EventCreate)(&f.done, CU_EVENT_DISABLE_TIMING);
   if (r != CUDA_SUCCESS) return r;
@@ -137,24 +138,24 @@ CUresult MemoryPools::freeAsync(Session& s, CUdeviceptr address, CUstream stream
   }
   if (MemoryPool* p = find(a->pool)) p->used -= std::min<uint64_t>(p->used, a->bytes);
   // (Memory from cuMemAlloc may be freed in stream order too: pool 0.)
-  s.removeAllocation(address);
+  s.memory().remove(address);
   pending_.push_back(f);
   return CUDA_SUCCESS;
 }
 
 void MemoryPools::forget(Session& s, CUdeviceptr address) {
-  const Allocation* a = s.findAllocation(address);
+  const Allocation* a = s.memory().find(address);
   if (a == nullptr || a->pool == 0) return;
   MemoryPool* p = find(a->pool);
   if (p == nullptr) return;
   p->used -= std::min<uint64_t>(p->used, a->bytes);
-  p->reserved -= std::min<uint64_t>(p->reserved, s.heapMappedBytes(a->device, address));
+  p->reserved -= std::min<uint64_t>(p->reserved, s.memory().mappedBytes(a->device, address));
   dropIfDone(p->id);
 }
 
 void MemoryPools::release(Session& s, const PendingFree& f) {
   PHOS_DRIVER(s.driver(), EventDestroy_v2)(f.done);
-  (void)s.releaseHeapRange(f.device, f.address);
+  (void)s.memory().releaseRange(f.device, f.address);
   if (MemoryPool* p = find(f.pool)) {
     p->reserved -= std::min<uint64_t>(p->reserved, f.mapped);
     dropIfDone(p->id);
@@ -182,6 +183,59 @@ MemoryPool& MemoryPools::restore(Session& s, const MemoryPool& saved) {
   MemoryPool& p = add(s, std::move(pool));
   if (p.isDefault) defaults_[p.device] = p.id;
   return p;
+}
+
+void MemoryPools::save(Session& s, nlohmann::json& state) {
+  reap(s, true);
+  nlohmann::json pools = nlohmann::json::array();
+  for (const auto& [id, p] : pools_) {
+    pools.push_back({{"id", id},
+                     {"device", p->device},
+                     {"default", p->isDefault},
+                     {"destroyed", p->destroyed},
+                     {"max_size", p->maxSize},
+                     {"release_threshold", p->releaseThreshold},
+                     {"reuse_follow_event_dependencies", p->followEventDependencies},
+                     {"reuse_allow_opportunistic", p->allowOpportunistic},
+                     {"reuse_allow_internal_dependencies", p->allowInternalDependencies},
+                     {"used_high", p->usedHigh},
+                     {"reserved_high", p->reservedHigh}});
+  }
+  state["memory_pools"] = pools;
+  nlohmann::json current = nlohmann::json::array();
+  for (const auto& [device, pool] : current_) current.push_back({{"device", device}, {"pool", pool}});
+  state["current_memory_pools"] = current;
+}
+
+Status MemoryPools::rebuild(Session& s, const nlohmann::json& state) {
+  for (const nlohmann::json& p : state.value("memory_pools", nlohmann::json::array())) {
+    MemoryPool pool;
+    ASSIGN_OR_RETURN(pool.id, field<uint64_t>(p, "id", "memory pool"));
+    ASSIGN_OR_RETURN(pool.device, field<int>(p, "device", "memory pool"));
+    pool.isDefault = p.value("default", false);
+    pool.destroyed = p.value("destroyed", false);
+    pool.maxSize = p.value("max_size", size_t{0});
+    pool.releaseThreshold = p.value("release_threshold", uint64_t{0});
+    pool.followEventDependencies = p.value("reuse_follow_event_dependencies", 1);
+    pool.allowOpportunistic = p.value("reuse_allow_opportunistic", 1);
+    pool.allowInternalDependencies = p.value("reuse_allow_internal_dependencies", 1);
+    pool.usedHigh = p.value("used_high", uint64_t{0});
+    pool.reservedHigh = p.value("reserved_high", uint64_t{0});
+    if (HandleTable::typeOf(pool.id) != HandleType::kCUmemPoolHandle_st) {
+      return makeError(Code::kDataLoss, "memory pool {} has the handle of another type", hex(pool.id));
+    }
+    restore(s, pool);
+  }
+  for (const nlohmann::json& c : state.value("current_memory_pools", nlohmann::json::array())) {
+    ASSIGN_OR_RETURN(int device, field<int>(c, "device", "current memory pool"));
+    ASSIGN_OR_RETURN(uint64_t pool, field<uint64_t>(c, "pool", "current memory pool"));
+    if (find(pool) == nullptr) {
+      return makeError(Code::kDataLoss, "the current memory pool {} of device {} is not in the image", hex(pool),
+                       device);
+    }
+    current_[device] = pool;
+  }
+  return Status::ok();
 }
 
 }  // namespace phos::daemon

@@ -23,6 +23,9 @@
 #include <memory>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "phos/common/status.h"
 #include "session/driver_table.h"
 
 namespace phos::daemon {
@@ -76,11 +79,15 @@ class MemoryPools {
   // for every pending free of `pool` (all pools when null) first.
   void reap(Session& s, bool wait = false, const MemoryPool* pool = nullptr);
 
-  const std::map<uint64_t, std::unique_ptr<MemoryPool>>& pools() const { return pools_; }
-  const std::map<int, uint64_t>& currentPools() const { return current_; }
-  // Restore: a pool as its image describes it, under its old handle.
-  MemoryPool& restore(Session& s, const MemoryPool& saved);
-  void restoreCurrent(int device, uint64_t pool) { current_[device] = pool; }
+  // At a checkpoint: the frees in flight finished (so that the image holds
+  // what the application still holds), then every pool with its attributes
+  // and each device's current pool, into `state` ("memory_pools",
+  // "current_memory_pools").
+  void save(Session& s, nlohmann::json& state);
+  // At a restore, the contexts rebuilt and before the allocations made from
+  // them: every pool of `state` (save()'s) under the handle the application
+  // holds; the allocations count themselves in as they are mapped again.
+  Status rebuild(Session& s, const nlohmann::json& state);
 
  private:
   struct PendingFree {
@@ -91,6 +98,8 @@ class MemoryPools {
     CUevent done = nullptr;
   };
   MemoryPool& add(Session& s, std::unique_ptr<MemoryPool> pool);
+  // A pool as its image describes it, under its old handle.
+  MemoryPool& restore(Session& s, const MemoryPool& saved);
   void release(Session& s, const PendingFree& f);
   // Removes a destroyed pool once nothing of it is outstanding.
   void dropIfDone(uint64_t id);

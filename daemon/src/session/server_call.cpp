@@ -64,7 +64,7 @@ bool ServerCall::resolveStream(uint64_t id, bool perThreadVariant, CUstream* out
   const auto legacy = reinterpret_cast<uint64_t>(CU_STREAM_LEGACY);
   const auto perThread = reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD);
   if (id == perThread || (id == 0 && perThreadVariant)) {
-    auto s = session_.perThreadStream(header_.thread);
+    auto s = session_.streamsAndEvents().perThreadStream(session_.driver(), header_.thread, session_.currentContext());
     if (!s.isOk()) {
       fail(CUDA_ERROR_OUT_OF_MEMORY);
       return false;
@@ -102,7 +102,7 @@ bool ServerCall::perThreadEntry() const {
 }
 
 bool ServerCall::checkDevicePointer(CUdeviceptr p) {
-  if (p == 0 || session_.findAllocation(p) != nullptr || session_.findPinned(p) != nullptr) return true;
+  if (p == 0 || session_.memory().find(p) != nullptr || session_.findPinned(p) != nullptr) return true;
   // cuMemGetAddressRange documents CUDA_ERROR_NOT_FOUND for an address no
   // allocation contains.
   const bool lookup = cuda_api::entryPoint(entry()).publicName == std::string_view("cuMemGetAddressRange");

@@ -124,8 +124,7 @@ void Session::stop() {
     if (ctx.real != nullptr) pool_.retire(ctx.real, ctx.device);
   }
   contexts_ = SessionContexts();
-  allocations_.clear();
-  heaps_.clear();  // unmaps and releases the session's device memory
+  memory_.clear();
   pinned_.clear();
   ring_.reset();
   if (!ringPath_.empty()) unlink(ringPath_.c_str());
@@ -286,7 +285,7 @@ SessionInfo Session::infoLocked() const {
   i.pid = pid_;
   i.uid = uid_;
   // What the application allocated: module globals are its modules' memory.
-  for (const auto& [a, alloc] : allocations_) {
+  for (const auto& [a, alloc] : memory_.allocations()) {
     if (alloc.module != nullptr) continue;
     ++i.allocations;
     i.deviceBytes += alloc.bytes;
@@ -305,26 +304,15 @@ SessionInfo Session::infoLocked() const {
   return i;
 }
 
-const Allocation* Session::findAllocation(CUdeviceptr p) const {
-  auto it = allocations_.upper_bound(p);
-  if (it == allocations_.begin()) return nullptr;
-  --it;
-  const Allocation& a = it->second;
-  return p - a.address < a.bytes ? &a : nullptr;
-}
 
 const PinnedRange* Session::findPinned(uintptr_t p) const { return pinned_.find(p); }
 
 bool Session::ownsRange(CUdeviceptr p, size_t bytes) const {
-  if (const Allocation* a = findAllocation(p)) return bytes <= a->bytes - (p - a->address);
+  if (const Allocation* a = memory_.find(p)) return bytes <= a->bytes - (p - a->address);
   if (const PinnedRange* r = findPinned(p)) return bytes <= r->bytes - (p - r->address);
   return false;
 }
 
-void Session::addAllocation(const Allocation& a) {
-  Allocation& added = allocations_[a.address] = a;
-  if (added.order == 0) added.order = nextOrder_++;
-}
 
 int Session::currentDevice() const {
   return contexts_.deviceOf(currentContext_, 0);
@@ -335,14 +323,12 @@ CUresult Session::allocateDevice(int device, size_t bytes, CUdeviceptr* address)
   // the heap's VMM calls would not notice.
   CUdevice current = 0;
   if (CUresult r = PHOS_DRIVER(driver_, CtxGetDevice)(&current); r != CUDA_SUCCESS) return r;
-  auto& heap = heaps_[device];
-  if (heap == nullptr) heap = std::make_unique<DeviceHeap>(driver_, device, DeviceHeap::windowBase(id_, device), false);
-  CUresult r = heap->allocate(bytes, address);
+  CUresult r = memory_.allocate(device, bytes, address);
   // A checkpoint never makes the application's allocation fail: what its
   // protocol holds on this device comes back first.
   if (r == CUDA_ERROR_OUT_OF_MEMORY && relief_) {
     relief_(device);
-    r = heap->allocate(bytes, address);
+    r = memory_.allocate(device, bytes, address);
   }
   return r;
 }
@@ -358,20 +344,9 @@ void Session::prepareTwinModules() {
   for (const LaunchValidator::TwinLoad& load : loads) validator_.keepTwins(load);
 }
 
-void Session::reserveHeap(int device) {
-  auto& heap = heaps_[device];
-  if (heap == nullptr) heap = std::make_unique<DeviceHeap>(driver_, device, DeviceHeap::windowBase(id_, device), false);
-  if (CUresult r = heap->reserve(); r != CUDA_SUCCESS) {
-    log::get("daemon")->debug("session {}: the range of device {} is not reserved yet (CUresult {})", id_, device,
-                              static_cast<int>(r));
-  }
-}
-
 CUresult Session::freeDevice(CUdeviceptr address) {
-  const Allocation* a = findAllocation(address);
+  const Allocation* a = memory_.find(address);
   if (a == nullptr || a->address != address || a->module != nullptr) return CUDA_ERROR_INVALID_VALUE;
-  auto heap = heaps_.find(a->device);
-  if (heap == heaps_.end()) return CUDA_ERROR_INVALID_VALUE;
   // cuMemFree waits for the work that may use the memory; unmapping under a
   // running kernel would fault it.
   for (const auto& [vid, ctx] : contexts_) {
@@ -380,30 +355,13 @@ CUresult Session::freeDevice(CUdeviceptr address) {
     PHOS_DRIVER(driver_, CtxSynchronize)();
   }
   PHOS_DRIVER(driver_, CtxSetCurrent)(currentReal_);
-  CUresult r = heap->second->free(address);
-  if (r == CUDA_SUCCESS) allocations_.erase(address);
-  return r;
-}
-CUresult Session::releaseHeapRange(int device, CUdeviceptr address) {
-  auto heap = heaps_.find(device);
-  return heap == heaps_.end() ? CUDA_ERROR_INVALID_VALUE : heap->second->free(address);
-}
-
-size_t Session::heapMappedBytes(int device, CUdeviceptr address) const {
-  auto heap = heaps_.find(device);
-  return heap == heaps_.end() ? 0 : heap->second->mappedBytes(address);
+  return memory_.free(address);
 }
 
 CUcontext Session::contextOn(int device) const {
   return contexts_.on(device, currentContext_);
 }
 
-void Session::removeAllocation(CUdeviceptr p) { allocations_.erase(p); }
-void Session::removeGlobalsOf(void* module) {
-  for (auto a = allocations_.begin(); a != allocations_.end();) {
-    a = module != nullptr && a->second.module == module ? allocations_.erase(a) : std::next(a);
-  }
-}
 uint64_t Session::contextOf(uint64_t handle) const {
   return contexts_.ownerOf(handle, currentContext_);
 }
@@ -443,20 +401,6 @@ Status Session::freePinned(uintptr_t address) {
   PHOS_DRIVER(driver_, CtxSetCurrent)(currentReal_);
   pinned_.remove(address);
   return Status::ok();
-}
-
-Result<CUstream> Session::perThreadStream(uint64_t thread) {
-  auto key = std::make_pair(thread, currentContext_);
-  if (auto it = perThreadStreams_.find(key); it != perThreadStreams_.end()) return it->second;
-  CUstream s = nullptr;
-  // "The per-thread default stream is not a non-blocking stream and will
-  // synchronize with the legacy default stream": a blocking stream (flags 0).
-  CUresult r = PHOS_DRIVER(driver_, StreamCreate)(&s, CU_STREAM_DEFAULT);
-  if (r != CUDA_SUCCESS) {
-    return makeError(Code::kResourceExhausted, "cannot create a per-thread stream (CUresult {})", static_cast<int>(r));
-  }
-  perThreadStreams_[key] = s;
-  return s;
 }
 
 std::optional<ipc::TransferLane> Session::transferLane(uint32_t index) const {
@@ -576,20 +520,8 @@ void Session::destroyContext(uint64_t id) {
   validator_.release(real);
   // Frees in flight (their events are of this context, perhaps) end first.
   memoryPools_.reap(*this, true);
-  for (auto a = allocations_.begin(); a != allocations_.end();) {
-    if (a->second.context != id) {
-      ++a;
-      continue;
-    }
-    memoryPools_.forget(*this, a->first);
-    if (a->second.module == nullptr) {
-      if (auto heap = heaps_.find(a->second.device); heap != heaps_.end()) heap->second->free(a->first);
-    }
-    a = allocations_.erase(a);
-  }
-  for (auto s = perThreadStreams_.begin(); s != perThreadStreams_.end();) {
-    s = s->first.second == id ? perThreadStreams_.erase(s) : std::next(s);
-  }
+  memory_.removeContext(id, [this](const Allocation& a) { memoryPools_.forget(*this, a.address); });
+  streamsAndEvents_.forgetContext(id);
   for (auto& [kernel, contexts] : kernelFunctions_) contexts.erase(id);
   if (staging_.count(id) != 0) {
     PHOS_DRIVER(driver_, CtxSetCurrent)(real);
@@ -624,9 +556,8 @@ void Session::destroyContext(uint64_t id) {
   for (uint64_t object : contexts_.remove(id)) {
     handles_.erase(object);
     moduleRecords_.erase(object);
-    events_.erase(object);
+    streamsAndEvents_.forgetEvent(object);
   }
-  restoreMarks_.erase(id);  // destroyed with the context
   handles_.erase(id);
   pool_.retire(real, device);
 }
@@ -642,7 +573,7 @@ Result<std::shared_ptr<HostCallChannel>> Session::hostCalls() {
 
 void Session::forgetHandle(uint64_t id) {
   handles_.erase(id);
-  events_.erase(id);
+  streamsAndEvents_.forgetEvent(id);
   contexts_.forgetObject(id);
 }
 
@@ -670,7 +601,7 @@ void Session::setValidation(ValidationMode mode) {
 }
 
 std::optional<instrument::Buffer> Session::bufferAt(uint64_t address) const {
-  if (const Allocation* a = findAllocation(address)) return instrument::Buffer{a->address, a->bytes};
+  if (const Allocation* a = memory_.find(address)) return instrument::Buffer{a->address, a->bytes};
   if (const PinnedRange* r = findPinned(address)) return instrument::Buffer{r->address, r->bytes};
   return std::nullopt;
 }

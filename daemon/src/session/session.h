@@ -24,9 +24,10 @@
 
 #include "session/pinned_memory.h"
 #include "session/session_contexts.h"
+#include "session/streams_and_events.h"
 #include "session/context_pool.h"
 #include "protocols/device_buffer.h"
-#include "session/device_heap.h"
+#include "session/device_memory.h"
 #include "session/driver_table.h"
 #include "session/handle_table.h"
 #include "session/launch_validator.h"
@@ -46,19 +47,6 @@ class ImageWriter;
 
 namespace phos::daemon {
 
-// A device allocation of the session.
-struct Allocation {
-  CUdeviceptr address = 0;
-  size_t bytes = 0;
-  uint64_t context = 0;  // virtual id of the context it belongs to
-  // The module or library (the driver's handle) whose global this is; null
-  // for memory from cuMemAlloc*. Such a range is freed with its module.
-  void* module = nullptr;
-  int device = 0;
-  uint64_t pool = 0;  // the memory pool (handle) of a stream-ordered allocation
-  uint64_t order = 0;  // Session::nextOrder when it was made (0: not yet numbered)
-};
-
 // What re-creates a module or library at restore: its original image (as the
 // application gave it) and the context it was loaded in (0 for a library,
 // which belongs to no context).
@@ -66,7 +54,7 @@ struct ModuleRecord {
   bool library = false;
   std::vector<char> image;
   uint64_t context = 0;
-  // Session::nextOrder when it was loaded (0: not yet numbered).
+  // DeviceMemory::takeOrder() when it was loaded (0: not yet numbered).
   uint64_t order = 0;
   // Its module-scope variables (moduleGlobalNames), listed once, before the
   // first checkpoint's pause (Session::listModuleGlobals): for a large module
@@ -105,24 +93,6 @@ class KernelOutput final : public vgpu::PrintfSink {
   mutable std::mutex mutex_;
   std::string text_;
   bool truncated_ = false;
-};
-
-// What a session knows of an event beyond the driver's object: its flags (the
-// driver has no query for them; a restore creates it again with them), and
-// whether and when it was recorded, so that a restored program's
-// cuEventElapsedTime between events recorded before the checkpoint gives
-// their interval, and across the checkpoint a time, never an error.
-struct EventState {
-  unsigned flags = 0;
-  bool recorded = false;  // cuEventRecord* ran on it
-  // Recorded before the checkpoint this session was restored from, and not
-  // since: when, in milliseconds after the restore's mark of its context
-  // (<= 0; the time the process was frozen counts as none).
-  std::optional<double> restoredMs;
-  // Restored too: the driver's own cuEventElapsedTime from this event to
-  // other restored events, as measured before the checkpoint (exact, where
-  // the difference of two times could round differently).
-  std::map<uint64_t, float> restoredIntervals;
 };
 
 struct SessionInfo {
@@ -196,32 +166,28 @@ class Session {
   // The virtual id of the context current for the call being served.
   uint64_t currentContext() const { return currentContext_; }
 
-  const Allocation* findAllocation(CUdeviceptr p) const;
+  // The session's device memory (device_memory.h). Its heap's range of a
+  // device is reserved before the session's first module there
+  // (memory().reserve): NVIDIA's driver chooses where a module's variables go
+  // from what the process already holds, and a restore, which reserves the
+  // range before it loads modules, must find the same layout
+  // (docs/checkpoint.md). A driver without the VMM API is left alone (its
+  // cuMemAlloc says so).
+  DeviceMemory& memory() { return memory_; }
   const PinnedRange* findPinned(uintptr_t p) const;
   // Inside an allocation or a pinned range of this session.
   bool ownsRange(CUdeviceptr p, size_t bytes) const;
-  void addAllocation(const Allocation& a);
   // Device memory of the session at an address of its heap for `device`
-  // (device_heap.h); a context must be current.
+  // (device_heap.h); a context must be current. A protocol's memory relief
+  // runs before it gives up.
   CUresult allocateDevice(int device, size_t bytes, CUdeviceptr* address);
   // Frees what allocateDevice gave (after the session's work is done).
   CUresult freeDevice(CUdeviceptr address);
-  // Reserves the heap's range of `device` before the session's first module
-  // there: NVIDIA's driver chooses where a module's variables go from what
-  // the process already holds, and a restore, which reserves the range before
-  // it loads modules, must find the same layout (docs/checkpoint.md). A
-  // driver without the VMM API is left alone (its cuMemAlloc says so).
-  void reserveHeap(int device);
   // Loads the validator's twin modules not loaded yet, compiling them while
   // the application's calls go on (the lock is held only to list and keep
   // them): a checkpoint calls it before its window, whose first launches
   // would otherwise wait for the compilation (docs/twins.md).
   void prepareTwinModules();
-  // Gives a range of `device`'s heap back at once, whatever still uses it
-  // (the stream-ordered allocator, once a free's event has completed), and
-  // how many bytes its mapping holds.
-  CUresult releaseHeapRange(int device, CUdeviceptr address);
-  size_t heapMappedBytes(int device, CUdeviceptr address) const;
   // A context of the session on `device` (the current one if it is on it), or null.
   CUcontext contextOn(int device) const;
   // The driver's context current for the call being served.
@@ -231,24 +197,12 @@ class Session {
   // The device of the current context (0 without one).
   int currentDevice() const;
   void recordModule(uint64_t id, ModuleRecord record) {
-    if (record.order == 0) record.order = nextOrder_++;
+    if (record.order == 0) record.order = memory_.takeOrder();
     moduleRecords_[id] = std::move(record);
   }
   void forgetModule(uint64_t id) { moduleRecords_.erase(id); }
-  EventState& event(uint64_t id) { return events_[id]; }
-  const EventState* findEvent(uint64_t id) const {
-    auto it = events_.find(id);
-    return it == events_.end() ? nullptr : &it->second;
-  }
-  // The event a restore recorded in context `context` when the session came
-  // back (the time origin of restored events' times), or null.
-  CUevent restoreMark(uint64_t context) const {
-    auto it = restoreMarks_.find(context);
-    return it == restoreMarks_.end() ? nullptr : it->second;
-  }
-  void removeAllocation(CUdeviceptr p);
-  // Forgets the globals of a module or library (the driver's handle) once unloaded.
-  void removeGlobalsOf(void* module);
+  // What the session knows of its streams and events (streams_and_events.h).
+  StreamsAndEvents& streamsAndEvents() { return streamsAndEvents_; }
   // The context a stream, event, module or function (virtual id) was created
   // in; the current one when it is not known.
   uint64_t contextOf(uint64_t handle) const;
@@ -256,10 +210,6 @@ class Session {
   Status freePinned(uintptr_t address);
   // Unregisters a pinned range with the driver, even when its context faulted.
   void unregisterPinned(const PinnedRange& range);
-
-  // The per-thread default stream of application thread `thread` in the
-  // current context (created on first use).
-  Result<CUstream> perThreadStream(uint64_t thread);
 
   // Posted calls report errors at the next synchronizing call.
   void deferError(CUresult r) {
@@ -426,9 +376,7 @@ class Session {
   std::map<uint64_t, std::set<uint64_t>> kernelFunctions_;  // kernel id -> contexts (noteKernelFunction)
   std::mutex hostCallsMutex_;  // not mutex_: stop() closes the queue while a call may be served
   std::shared_ptr<HostCallChannel> hostCalls_;
-  std::map<CUdeviceptr, Allocation> allocations_;
   PinnedMemory pinned_{id_, uid_};
-  std::map<std::pair<uint64_t, uint64_t>, CUstream> perThreadStreams_;
   std::map<uint64_t, std::string> functionNames_;
   std::map<uint64_t, uint64_t> launchesByFunction_;
   uint64_t currentContext_ = 0;
@@ -443,21 +391,15 @@ class Session {
   std::byte* lanesBase_ = nullptr;  // what was registered, for MemHostUnregister
   std::shared_ptr<KernelOutput> output_ = std::make_shared<KernelOutput>();
   std::vector<std::byte> replyBuffer_;
-  std::map<int, std::unique_ptr<DeviceHeap>> heaps_;
-  // Numbers device allocations and module loads in the order the job made
-  // them: NVIDIA's driver chooses where a module's variables go from what
-  // the process did before, and a restore repeats that order
-  // (docs/checkpoint.md).
-  uint64_t nextOrder_ = 1;
-  MemoryPools memoryPools_{driver_};  // after heaps_: its pending frees give heap ranges back
+  DeviceMemory memory_{driver_, id_};
+  MemoryPools memoryPools_{driver_};  // after memory_: its pending frees give heap ranges back
   std::map<uint64_t, ModuleRecord> moduleRecords_;  // by module or library id
   LaunchValidator validator_{driver_};
   TransferTracker transfers_{driver_};
   AccessGate gate_;
   MemoryRelief relief_;
   std::vector<Violation> violations_;  // collected so far (the last kMaxViolations)
-  std::map<uint64_t, EventState> events_;           // by event id
-  std::map<uint64_t, CUevent> restoreMarks_;        // by context id (restored sessions)
+  StreamsAndEvents streamsAndEvents_;
   // pause()/resume(): the serving thread parks between calls.
   std::mutex pauseMutex_;
   std::condition_variable pauseChanged_;

@@ -16,12 +16,27 @@
 
 #include "phos/common/status.h"
 #include "phos/image/reader.h"
+#include "session/driver_table.h"
+#include "session/handle_table.h"
+#include "session/session_contexts.h"
 
 namespace phos::daemon {
 
 inline std::string hex(uint64_t v) {
   return fmt::format("{:#x}", v);
 }
+
+// What a domain of a session's state (its contexts, memory, modules, streams
+// and events, pinned memory) works with when it saves itself into an image's
+// state or rebuilds itself from one: the driver, the handles the application
+// holds, and the session's contexts, in one of which every object lives.
+struct SessionScope {
+  const DriverTable& driver;
+  HandleTable& handles;
+  SessionContexts& contexts;
+  uint64_t currentContext = 0;  // the context of an object whose own is not known
+  uint64_t contextOf(uint64_t handle) const { return contexts.ownerOf(handle, currentContext); }
+};
 
 // The context limits an application can set (cuCtxSetLimit); the others can
 // only be queried.

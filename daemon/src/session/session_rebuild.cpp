@@ -70,6 +70,7 @@ class Session::Rebuilder {
             const ProgressFn& progress, std::vector<DeviceBuffer>* deferred)
       : s_(s),
         d_(s.driver_),
+        scope_{s.driver_, s.handles_, s.contexts_, s.currentContext_},
         reader_(reader),
         st_(state),
         progress_(progress),
@@ -86,20 +87,19 @@ class Session::Rebuilder {
     }
     phase_.emplace(progress_, "gpu-memory", total);
     phase_->start();
-    RETURN_IF_ERROR(heaps());
-    RETURN_IF_ERROR(pools());
+    // Device memory, at its addresses, in the ranges it was in.
+    memory_.emplace(s_.memory_, scope_, reader_, st_);
+    RETURN_IF_ERROR(memory_->reserveRanges());
+    // Memory pools, under the handles the application holds, before the
+    // allocations made from them.
+    RETURN_IF_ERROR(s_.memoryPools_.rebuild(s_, st_));
     // Allocations and modules come back in the order the job made them
-    // (Session::nextOrder_): the allocations made before a module are mapped
-    // before it is loaded. Images without the order: allocations first.
-    allocationList_ = st_.value("allocations", json::array());
-    for (const json& a : allocationList_) byOrder_.push_back(&a);
-    std::stable_sort(byOrder_.begin(), byOrder_.end(), [](const json* x, const json* y) {
-      return x->value("order", uint64_t{0}) < y->value("order", uint64_t{0});
-    });
-    // Modules and libraries, loaded again in creation order; their globals.
+    // (DeviceMemory::takeOrder): the allocations made before a module are
+    // mapped before it is loaded. Modules and libraries, loaded again in
+    // creation order; their globals.
     for (const json& m : st_.value("modules", json::array())) RETURN_IF_ERROR(module(m));
     RETURN_IF_ERROR(mapAllocationsBefore(std::numeric_limits<uint64_t>::max()));
-    s_.nextOrder_ = lastOrder_ + 1;
+    memory_->finish();
     for (const EagerCopy& e : eagerCopies_) {
       if (e.context != 0) RETURN_IF_ERROR(makeCurrent(e.context));
       ASSIGN_OR_RETURN(ChunkCopier * copier, copierFor(e.device));
@@ -109,8 +109,7 @@ class Session::Rebuilder {
     RETURN_IF_ERROR(libraryModules());
     RETURN_IF_ERROR(kernels());
     RETURN_IF_ERROR(functions());
-    RETURN_IF_ERROR(streams());
-    RETURN_IF_ERROR(events());
+    RETURN_IF_ERROR(s_.streamsAndEvents_.rebuild(scope_, st_));
     RETURN_IF_ERROR(pinned());
     RETURN_IF_ERROR(hostCalls());
     // The ring's contents last: the application's pending calls are in it.
@@ -162,33 +161,6 @@ class Session::Rebuilder {
 
   Status makeCurrent(uint64_t vid) { return s_.contexts_.makeCurrent(d_, vid); }
 
-  Status heaps() {
-    // Device memory, at its addresses, in the ranges it was in.
-    for (const json& h : st_.value("heaps", json::array())) {
-      ASSIGN_OR_RETURN(int device, field<int>(h, "device", "heap"));
-      ASSIGN_OR_RETURN(heapBases_[device], field<uint64_t>(h, "base", "heap"));
-    }
-    // NVIDIA's driver chooses where a module's variables go from what the
-    // process did before it loaded the module. The session reserved its
-    // ranges before its first module (Session::reserveHeap) and made the
-    // driver allocations of its own (the copiers_' staging) later: so here, the
-    // ranges first, then the allocations and modules in the job's order, then
-    // every copy.
-    for (const auto& [device, base] : heapBases_) {
-      CUcontext in = s_.contexts_.on(device, 0);
-      if (in == nullptr) continue;  // no context on it now: reserved with its first allocation
-      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d_, CtxSetCurrent)(in), "making a context current"));
-      auto& heap = s_.heaps_[device];
-      heap = std::make_unique<DeviceHeap>(d_, device, base, true);
-      if (CUresult r = heap->reserve(); r != CUDA_SUCCESS) {
-        return makeError(Code::kFailedPrecondition,
-                         "cannot reserve the range of device {} at {} again (CUresult {})", device,
-                         hex(base), static_cast<int>(r));
-      }
-    }
-    return Status::ok();
-  }
-
   Result<ChunkCopier*> copierFor(int device) {
     auto& c = copiers_[device];
     if (c == nullptr) {
@@ -198,97 +170,28 @@ class Session::Rebuilder {
     return c.get();
   }
 
-  Status pools() {
-    // Memory pools, under the handles the application holds, before the
-    // allocations made from them.
-    for (const json& p : st_.value("memory_pools", json::array())) {
-      MemoryPool pool;
-      ASSIGN_OR_RETURN(pool.id, field<uint64_t>(p, "id", "memory pool"));
-      ASSIGN_OR_RETURN(pool.device, field<int>(p, "device", "memory pool"));
-      pool.isDefault = p.value("default", false);
-      pool.destroyed = p.value("destroyed", false);
-      pool.maxSize = p.value("max_size", size_t{0});
-      pool.releaseThreshold = p.value("release_threshold", uint64_t{0});
-      pool.followEventDependencies = p.value("reuse_follow_event_dependencies", 1);
-      pool.allowOpportunistic = p.value("reuse_allow_opportunistic", 1);
-      pool.allowInternalDependencies = p.value("reuse_allow_internal_dependencies", 1);
-      pool.usedHigh = p.value("used_high", uint64_t{0});
-      pool.reservedHigh = p.value("reserved_high", uint64_t{0});
-      if (HandleTable::typeOf(pool.id) != HandleType::kCUmemPoolHandle_st) {
-        return makeError(Code::kDataLoss, "memory pool {} has the handle of another type",
-                         hex(pool.id));
-      }
-      s_.memoryPools_.restore(s_, pool);
-    }
-    for (const json& c : st_.value("current_memory_pools", json::array())) {
-      ASSIGN_OR_RETURN(int device, field<int>(c, "device", "current memory pool"));
-      ASSIGN_OR_RETURN(uint64_t pool, field<uint64_t>(c, "pool", "current memory pool"));
-      if (s_.memoryPools_.find(pool) == nullptr) {
-        return makeError(Code::kDataLoss,
-                         "the current memory pool {} of device {} is not in the image", hex(pool),
-                         device);
-      }
-      s_.memoryPools_.restoreCurrent(device, pool);
-    }
-    return Status::ok();
-  }
-
   // The allocations of the image before `limit` in the job's order, mapped
   // at their addresses (their bytes are copied after the modules, or, for a
-  // concurrent restore, listed in `deferred_`).
+  // concurrent restore, listed in `deferred_`), counted in their pools.
   Status mapAllocationsBefore(uint64_t limit) {
-    for (; nextAllocation_ < byOrder_.size() &&
-           byOrder_[nextAllocation_]->value("order", uint64_t{0}) < limit;
-         ++nextAllocation_) {
-      const json& a = *byOrder_[nextAllocation_];
-      const uint64_t order = a.value("order", uint64_t{0});
-      lastOrder_ = std::max(lastOrder_, order);
-      ASSIGN_OR_RETURN(CUdeviceptr address, field<uint64_t>(a, "address", "allocation"));
-      ASSIGN_OR_RETURN(uint64_t bytes, field<uint64_t>(a, "bytes", "allocation"));
-      ASSIGN_OR_RETURN(int device, field<int>(a, "device", "allocation"));
-      ASSIGN_OR_RETURN(uint64_t context, field<uint64_t>(a, "context", "allocation"));
-      ASSIGN_OR_RETURN(size_t blob, blobOf(reader_, a, "allocation"));
-      RETURN_IF_ERROR(makeCurrent(context));
-      auto& heap = s_.heaps_[device];
-      if (heap == nullptr) {
-        auto base = heapBases_.find(device);
-        if (base == heapBases_.end()) {
-          return makeError(Code::kDataLoss,
-                           "allocation {} is on device {}, whose range the image does not name",
-                           hex(address), device);
-        }
-        heap = std::make_unique<DeviceHeap>(d_, device, base->second, true);
-      }
-      CUresult r = heap->allocateAt(address, bytes);
-      if (r != CUDA_SUCCESS) {
-        return makeError(Code::kFailedPrecondition,
-                         "cannot map {} bytes of device {} at {} again (CUresult {})", bytes,
-                         device, hex(address), static_cast<int>(r));
-      }
-      const uint64_t poolId = a.value("pool", uint64_t{0});
-      s_.allocations_[address] = {address, bytes, context, nullptr, device, poolId, order};
-      if (poolId != 0) {
-        MemoryPool* pool = s_.memoryPools_.find(poolId);
+    return memory_->mapBefore(limit, [this](const Allocation& a, size_t blob) -> Status {
+      if (a.pool != 0) {
+        MemoryPool* pool = s_.memoryPools_.find(a.pool);
         if (pool == nullptr) {
-          return makeError(Code::kDataLoss,
-                           "allocation {} is of memory pool {}, which the image does not have",
-                           hex(address), hex(poolId));
+          return makeError(Code::kDataLoss, "allocation {} is of memory pool {}, which the image does not have",
+                           hex(a.address), hex(a.pool));
         }
-        pool->used += bytes;
-        pool->reserved += heap->mappedBytes(address);
-      }
-      if (reader_.manifest().blobs[blob].size != bytes) {
-        return makeError(Code::kDataLoss, "allocation {} is {} bytes, its blob {}", hex(address),
-                         bytes, reader_.manifest().blobs[blob].size);
+        pool->used += a.bytes;
+        pool->reserved += s_.memory_.mappedBytes(a.device, a.address);
       }
       if (deferred_ != nullptr) {
-        ASSIGN_OR_RETURN(CUcontext real, s_.contexts_.real(context));
-        deferred_->push_back({blob, address, bytes, real});
-        continue;
+        ASSIGN_OR_RETURN(CUcontext real, s_.contexts_.real(a.context));
+        deferred_->push_back({blob, a.address, a.bytes, real});
+      } else {
+        eagerCopies_.push_back({a.context, a.device, blob, a.address});
       }
-      eagerCopies_.push_back({context, device, blob, address});
-    }
-    return Status::ok();
+      return Status::ok();
+    });
   }
 
   // The context whose copy of a global `g` is (images before contexts were
@@ -301,7 +204,7 @@ class Session::Rebuilder {
   Status module(const json& m) {
     const uint64_t order = m.value("order", std::numeric_limits<uint64_t>::max());
     RETURN_IF_ERROR(mapAllocationsBefore(order));
-    if (order != std::numeric_limits<uint64_t>::max()) lastOrder_ = std::max(lastOrder_, order);
+    if (order != std::numeric_limits<uint64_t>::max()) memory_->noteOrder(order);
     ASSIGN_OR_RETURN(uint64_t mid, field<uint64_t>(m, "id", "module"));
     const bool library = m.value("library", false);
     const uint64_t context = m.value("context", uint64_t{0});
@@ -421,7 +324,7 @@ class Session::Rebuilder {
             mappingsAround(low - std::min<uint64_t>(low, 4u << 20), high + (4u << 20)));
       }
       if (g.value("taken", false)) {
-        s_.allocations_[address] = {address, bytes, holder, real, globalDevice};
+        s_.memory_.add({address, bytes, holder, real, globalDevice});
       }
       eagerCopies_.push_back({holder, globalDevice, blob, address});
     }
@@ -536,65 +439,6 @@ class Session::Rebuilder {
     return Status::ok();
   }
 
-  Status streams() {
-    for (const json& x : st_.value("streams", json::array())) {
-      ASSIGN_OR_RETURN(uint64_t sid, field<uint64_t>(x, "id", "stream"));
-      const uint64_t context = x.value("context", uint64_t{0});
-      RETURN_IF_ERROR(makeCurrent(context));
-      CUstream stream = nullptr;
-      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d_, StreamCreateWithPriority)(
-                                       &stream, x.value("flags", 0u), x.value("priority", 0)),
-                                   fmt::format("creating stream {} again", hex(sid))));
-      s_.handles_.bind(HandleType::kCUstream_st, sid, stream);
-      s_.contexts_.noteObject(sid, context);
-    }
-    return Status::ok();
-  }
-
-  Status events() {
-    for (const json& x : st_.value("events", json::array())) {
-      ASSIGN_OR_RETURN(uint64_t eid, field<uint64_t>(x, "id", "event"));
-      const uint64_t context = x.value("context", uint64_t{0});
-      const unsigned flags = x.value("flags", 0u);
-      RETURN_IF_ERROR(makeCurrent(context));
-      CUevent event = nullptr;
-      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d_, EventCreate)(&event, flags),
-                                   fmt::format("creating event {} again", hex(eid))));
-      s_.handles_.bind(HandleType::kCUevent_st, eid, event);
-      s_.contexts_.noteObject(eid, context);
-      EventState& state = s_.event(eid);
-      state.flags = flags;
-      state.recorded = x.value("recorded", false);
-      if (x.contains("time_ms")) state.restoredMs = x["time_ms"].get<double>();
-      const json intervals = x.value("intervals", json::object());
-      for (const auto& [other, ms] : intervals.items()) {
-        state.restoredIntervals[std::stoull(other)] = ms.get<float>();
-      }
-    }
-    // Intervals are saved once per pair: the other direction is the negation.
-    for (auto& [eid, state] : s_.events_) {
-      for (const auto& [other, ms] : state.restoredIntervals) {
-        auto peer = s_.events_.find(other);
-        if (peer != s_.events_.end()) peer->second.restoredIntervals.try_emplace(eid, -ms);
-      }
-    }
-    // The origin of restored events' times in each context: a mark recorded
-    // now (kept until the context goes).
-    for (const auto& [vid, ctx] : s_.contexts_) {
-      if (ctx.real == nullptr) continue;
-      RETURN_IF_ERROR(makeCurrent(vid));
-      CUevent mark = nullptr;
-      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d_, EventCreate)(&mark, CU_EVENT_DEFAULT),
-                                   "creating a restore mark"));
-      s_.restoreMarks_[vid] = mark;
-      RETURN_IF_ERROR(
-          driverStatus(PHOS_DRIVER(d_, EventRecord)(mark, nullptr), "recording a restore mark"));
-      RETURN_IF_ERROR(
-          driverStatus(PHOS_DRIVER(d_, EventSynchronize)(mark), "recording a restore mark"));
-    }
-    return Status::ok();
-  }
-
   Status pinned() {
     // Pinned memory: the same file path, mapped at the same address, and
     // registered with the driver again in its context.
@@ -635,6 +479,7 @@ class Session::Rebuilder {
 
   Session& s_;
   const DriverTable& d_;
+  SessionScope scope_;
   const image::ImageReader& reader_;
   const json& st_;
   const ProgressFn& progress_;
@@ -643,13 +488,9 @@ class Session::Rebuilder {
   std::string ringPath_;
   size_t ringBlob_ = 0;
   std::optional<ipc::CallRing> created_;  // the ring, locked; its contents come last
-  std::map<int, CUdeviceptr> heapBases_;
+  std::optional<DeviceMemory::Restore> memory_;  // from the ranges on
   std::vector<EagerCopy> eagerCopies_;  // after the modules
   std::map<int, std::unique_ptr<ChunkCopier>> copiers_;
-  json allocationList_;
-  std::vector<const json*> byOrder_;  // allocationList_, in the job's order
-  size_t nextAllocation_ = 0;
-  uint64_t lastOrder_ = 0;
 };
 
 Status Session::rebuildFrom(const image::ImageReader& reader, const json& state,

@@ -28,21 +28,27 @@ using json = nlohmann::json;
 class Session::Describer {
  public:
   Describer(Session& s, image::ImageWriter& writer, json& state, std::vector<DeviceBuffer>& copies)
-      : s_(s), d_(s.driver_), writer_(writer), state_(state), copies_(copies) {}
+      : s_(s),
+        d_(s.driver_),
+        scope_{s.driver_, s.handles_, s.contexts_, s.currentContext_},
+        writer_(writer),
+        state_(state),
+        copies_(copies) {}
 
   Status run() {
     state_ = {{"session", s_.id_},      {"pid", s_.pid_},
               {"uid", s_.uid_},         {"driver", d_.path()},
               {"worker_pid", getpid()}, {"handles_last_serial", s_.handles_.lastSerial()}};
     RETURN_IF_ERROR(contexts());
-    pools();
-    RETURN_IF_ERROR(allocations());
+    // The stream-ordered allocator's pools (memory_pools.h).
+    s_.memoryPools_.save(s_, state_);
+    // What is copied: allocations, then module globals (modules()).
+    RETURN_IF_ERROR(s_.memory_.save(writer_, state_, copies_));
     RETURN_IF_ERROR(modules());
     libraryModules();
     functions();
     kernels();
-    streams();
-    RETURN_IF_ERROR(events());
+    RETURN_IF_ERROR(s_.streamsAndEvents_.save(scope_, state_));
     unsaved();
     // A checkpoint that cannot save an object the program holds fails, naming
     // it, rather than publish an image whose restore would run wrong.
@@ -67,64 +73,11 @@ class Session::Describer {
  private:
   // Every context, drained: nothing may write device memory while it is
   // copied. Its flags, limits and cache preference; the primary contexts'
-  // references; the session's device ranges.
+  // references.
   Status contexts() {
     RETURN_IF_ERROR(s_.drainContexts());
     RETURN_IF_ERROR(s_.contexts_.save(d_, state_));
     s_.currentReal_ = nullptr;  // changed above; the next call makes its own current
-    json heaps = json::array();
-    for (const auto& [device, heap] : s_.heaps_)
-      heaps.push_back({{"device", device}, {"base", heap->base()}});
-    state_["heaps"] = heaps;
-    return Status::ok();
-  }
-
-  void pools() {
-    // The stream-ordered allocator: frees in flight finish first, so the
-    // image holds what the application still holds; then its pools.
-    s_.memoryPools_.reap(s_, true);
-    json pools = json::array();
-    for (const auto& [id, p] : s_.memoryPools_.pools()) {
-      pools.push_back({{"id", id},
-                       {"device", p->device},
-                       {"default", p->isDefault},
-                       {"destroyed", p->destroyed},
-                       {"max_size", p->maxSize},
-                       {"release_threshold", p->releaseThreshold},
-                       {"reuse_follow_event_dependencies", p->followEventDependencies},
-                       {"reuse_allow_opportunistic", p->allowOpportunistic},
-                       {"reuse_allow_internal_dependencies", p->allowInternalDependencies},
-                       {"used_high", p->usedHigh},
-                       {"reserved_high", p->reservedHigh}});
-    }
-    state_["memory_pools"] = pools;
-    json currentPools = json::array();
-    for (const auto& [device, pool] : s_.memoryPools_.currentPools()) {
-      currentPools.push_back({{"device", device}, {"pool", pool}});
-    }
-    state_["current_memory_pools"] = currentPools;
-  }
-
-  // What is copied: allocations (here), then module globals (modules()).
-  Status allocations() {
-    json allocations = json::array();
-    for (const auto& [address, a] : s_.allocations_) {
-      if (a.module != nullptr) continue;
-      std::string name = fmt::format("gpu/{}/{}", a.device, hex(address));
-      ASSIGN_OR_RETURN(
-          size_t blob,
-          writer_.addBlob(name, "gpu-memory", a.bytes,
-                          {{"device", a.device}, {"address", address}, {"context", a.context}}));
-      copies_.push_back({blob, address, a.bytes, nullptr, a.device});
-      allocations.push_back({{"address", address},
-                             {"bytes", a.bytes},
-                             {"device", a.device},
-                             {"context", a.context},
-                             {"pool", a.pool},
-                             {"blob", name},
-                             {"order", a.order}});
-    }
-    state_["allocations"] = allocations;
     return Status::ok();
   }
 
@@ -188,7 +141,7 @@ class Session::Describer {
                              static_cast<int>(r));
           }
           if (bytes == 0) continue;
-          const Allocation* taken = s_.findAllocation(address);
+          const Allocation* taken = s_.memory_.find(address);
           std::string blobName = fmt::format("global/{}/{}/{}", hex(id), hex(holder), g);
           ASSIGN_OR_RETURN(size_t blob,
                            writer_.addBlob(blobName, "module-global", bytes,
@@ -330,120 +283,6 @@ class Session::Describer {
     state_["kernels"] = kernels;
   }
 
-  void streams() {
-    json streams = json::array();
-    for (uint64_t id : s_.handles_.ids(HandleType::kCUstream_st)) {
-      auto* st = static_cast<CUstream>(s_.handles_.resolve(HandleType::kCUstream_st, id));
-      unsigned flags = 0;
-      int priority = 0;
-      PHOS_DRIVER(d_, StreamGetFlags)(st, &flags);
-      PHOS_DRIVER(d_, StreamGetPriority)(st, &priority);
-      streams.push_back(
-          {{"id", id}, {"context", s_.contextOf(id)}, {"flags", flags}, {"priority", priority}});
-    }
-    state_["streams"] = streams;
-  }
-
-  // Events: flags, and for one recorded (all work has drained: it has
-  // completed) when, as milliseconds before a mark recorded now in its
-  // context, so that a restore can answer cuEventElapsedTime between it and
-  // any other event (docs/checkpoint.md).
-  Status events() {
-    json events = json::array();
-    std::map<uint64_t, CUevent> marks;  // by context
-    auto markOf = [&](uint64_t context) -> CUevent {
-      auto it = marks.find(context);
-      if (it != marks.end()) return it->second;
-      CUevent mark = nullptr;
-      const SessionContext* ctx = s_.contexts_.find(context);
-      if (ctx == nullptr || ctx->real == nullptr || PHOS_DRIVER(d_, CtxSetCurrent)(ctx->real) != CUDA_SUCCESS ||
-          PHOS_DRIVER(d_, EventCreate)(&mark, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
-        return marks[context] = nullptr;
-      }
-      if (PHOS_DRIVER(d_, EventRecord)(mark, nullptr) != CUDA_SUCCESS ||
-          PHOS_DRIVER(d_, EventSynchronize)(mark) != CUDA_SUCCESS) {
-        PHOS_DRIVER(d_, EventDestroy_v2)(mark);
-        mark = nullptr;
-      }
-      return marks[context] = mark;
-    };
-    for (uint64_t id : s_.handles_.ids(HandleType::kCUevent_st)) {
-      const EventState* e = s_.findEvent(id);
-      const uint64_t context = s_.contextOf(id);
-      json entry = {{"id", id},
-                    {"context", context},
-                    {"flags", e != nullptr ? e->flags : 0u},
-                    {"recorded", e != nullptr && e->recorded}};
-      if (e != nullptr && e->recorded && (e->flags & CU_EVENT_DISABLE_TIMING) == 0) {
-        CUevent mark = markOf(context);
-        float before = 0;
-        if (mark == nullptr) {
-          return makeError(Code::kInternal, "cannot time event {} against its context", hex(id));
-        }
-        if (e->restoredMs) {
-          // Restored and not recorded since: its saved time, moved to this mark.
-          CUevent restoreMark = s_.restoreMark(context);
-          if (restoreMark == nullptr ||
-              PHOS_DRIVER(d_, EventElapsedTime_v2)(&before, restoreMark, mark) != CUDA_SUCCESS) {
-            return makeError(Code::kInternal, "cannot time event {} (restored) against its context",
-                             hex(id));
-          }
-          entry["time_ms"] = *e->restoredMs - before;
-        } else {
-          auto* real = static_cast<CUevent>(s_.handles_.resolve(HandleType::kCUevent_st, id));
-          CUresult r = PHOS_DRIVER(d_, EventElapsedTime_v2)(&before, real, mark);
-          if (r == CUDA_SUCCESS) {
-            entry["time_ms"] = -static_cast<double>(before);
-          } else {
-            // The driver gives it no time (its record failed, say): neither
-            // will the restore, which answers as the driver does for an event
-            // never recorded.
-            log::get("daemon")->info("session {}: event {} has no time (CUresult {})", s_.id_,
-                                     hex(id), static_cast<int>(r));
-          }
-        }
-      }
-      events.push_back(entry);
-    }
-    for (const auto& [context, mark] : marks) {
-      if (mark != nullptr) PHOS_DRIVER(d_, EventDestroy_v2)(mark);
-    }
-    // And for a program with few timed events, the driver's own interval
-    // between each pair, which the restore answers exactly.
-    constexpr size_t kMaxTimedPairs = 64;
-    std::vector<json*> timed;
-    for (json& e : events) {
-      if (e.contains("time_ms")) timed.push_back(&e);
-    }
-    if (timed.size() <= kMaxTimedPairs) {
-      for (size_t i = 0; i < timed.size(); ++i) {
-        const uint64_t a = (*timed[i])["id"].get<uint64_t>();
-        const EventState* ea = s_.findEvent(a);
-        json intervals = json::object();
-        for (size_t j = i + 1; j < timed.size(); ++j) {
-          const uint64_t b = (*timed[j])["id"].get<uint64_t>();
-          const EventState* eb = s_.findEvent(b);
-          float ms = 0;
-          if (ea->restoredMs && eb->restoredMs) {
-            auto saved = ea->restoredIntervals.find(b);
-            if (saved == ea->restoredIntervals.end()) continue;  // the times' difference answers
-            ms = saved->second;
-          } else if (!ea->restoredMs && !eb->restoredMs) {
-            auto* ra = static_cast<CUevent>(s_.handles_.resolve(HandleType::kCUevent_st, a));
-            auto* rb = static_cast<CUevent>(s_.handles_.resolve(HandleType::kCUevent_st, b));
-            if (PHOS_DRIVER(d_, EventElapsedTime_v2)(&ms, ra, rb) != CUDA_SUCCESS) continue;
-          } else {
-            continue;
-          }
-          intervals[std::to_string(b)] = ms;
-        }
-        if (!intervals.empty()) (*timed[i])["intervals"] = intervals;
-      }
-    }
-    state_["events"] = events;
-    return Status::ok();
-  }
-
   // Objects of a kind the engine does not save (a kind remoted later and
   // not taught to the engine): restored, the program would hold handles
   // that name nothing.
@@ -465,6 +304,7 @@ class Session::Describer {
 
   Session& s_;
   const DriverTable& d_;
+  SessionScope scope_;
   image::ImageWriter& writer_;
   json& state_;
   std::vector<DeviceBuffer>& copies_;
@@ -485,16 +325,7 @@ Status Session::drainContexts() {
   return drained;
 }
 
-std::vector<DeviceBuffer> Session::allocationList() const {
-  std::vector<DeviceBuffer> buffers;
-  for (const auto& [address, a] : allocations_) {
-    if (a.module != nullptr) continue;
-    const SessionContext* ctx = contexts_.find(a.context);
-    if (ctx == nullptr || ctx->real == nullptr) continue;
-    buffers.push_back({0, address, a.bytes, ctx->real, ctx->device});
-  }
-  return buffers;
-}
+std::vector<DeviceBuffer> Session::allocationList() const { return memory_.buffers(contexts_); }
 
 std::map<int, CUcontext> Session::contextsByDevice() const { return contexts_.byDevice(); }
 
