@@ -33,7 +33,8 @@ void DeviceMemory::removeGlobalsOf(void* module) {
   }
 }
 
-void DeviceMemory::removeContext(uint64_t context, const std::function<void(const Allocation&)>& dropping) {
+void DeviceMemory::removeContext(uint64_t context,
+                                 const std::function<void(const Allocation&)>& dropping) {
   for (auto a = allocations_.begin(); a != allocations_.end();) {
     if (a->second.context != context) {
       ++a;
@@ -50,7 +51,8 @@ void DeviceMemory::removeContext(uint64_t context, const std::function<void(cons
 DeviceHeap& DeviceMemory::heap(int device) {
   auto& heap = heaps_[device];
   if (heap == nullptr) {
-    heap = std::make_unique<DeviceHeap>(driver_, device, DeviceHeap::windowBase(session_, device), false);
+    heap = std::make_unique<DeviceHeap>(driver_, device, DeviceHeap::windowBase(session_, device),
+                                        false);
   }
   return *heap;
 }
@@ -61,7 +63,8 @@ CUresult DeviceMemory::allocate(int device, size_t bytes, CUdeviceptr* address) 
 
 CUresult DeviceMemory::free(CUdeviceptr address) {
   const Allocation* a = find(address);
-  if (a == nullptr || a->address != address || a->module != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (a == nullptr || a->address != address || a->module != nullptr)
+    return CUDA_ERROR_INVALID_VALUE;
   auto h = heaps_.find(a->device);
   if (h == heaps_.end()) return CUDA_ERROR_INVALID_VALUE;
   CUresult r = h->second->free(address);
@@ -71,8 +74,9 @@ CUresult DeviceMemory::free(CUdeviceptr address) {
 
 void DeviceMemory::reserve(int device) {
   if (CUresult r = heap(device).reserve(); r != CUDA_SUCCESS) {
-    log::get("daemon")->debug("session {}: the range of device {} is not reserved yet (CUresult {})", session_,
-                              device, static_cast<int>(r));
+    log::get("daemon")->debug(
+        "session {}: the range of device {} is not reserved yet (CUresult {})", session_, device,
+        static_cast<int>(r));
   }
 }
 
@@ -102,16 +106,20 @@ std::vector<DeviceBuffer> DeviceMemory::buffers(const SessionContexts& contexts)
   return found;
 }
 
-Status DeviceMemory::save(image::ImageWriter& writer, json& state, std::vector<DeviceBuffer>& copies) const {
+Status DeviceMemory::save(image::ImageWriter& writer, json& state,
+                          std::vector<DeviceBuffer>& copies) const {
   json heaps = json::array();
-  for (const auto& [device, heap] : heaps_) heaps.push_back({{"device", device}, {"base", heap->base()}});
+  for (const auto& [device, heap] : heaps_)
+    heaps.push_back({{"device", device}, {"base", heap->base()}});
   state["heaps"] = heaps;
   json allocations = json::array();
   for (const auto& [address, a] : allocations_) {
     if (a.module != nullptr) continue;  // a module's global: saved with its module
     std::string name = fmt::format("gpu/{}/{}", a.device, hex(address));
-    ASSIGN_OR_RETURN(size_t blob, writer.addBlob(name, "gpu-memory", a.bytes,
-                                                 {{"device", a.device}, {"address", address}, {"context", a.context}}));
+    ASSIGN_OR_RETURN(
+        size_t blob,
+        writer.addBlob(name, "gpu-memory", a.bytes,
+                       {{"device", a.device}, {"address", address}, {"context", a.context}}));
     copies.push_back({blob, address, a.bytes, nullptr, a.device});
     allocations.push_back({{"address", address},
                            {"bytes", a.bytes},
@@ -125,8 +133,8 @@ Status DeviceMemory::save(image::ImageWriter& writer, json& state, std::vector<D
   return Status::ok();
 }
 
-DeviceMemory::Restore::Restore(DeviceMemory& memory, SessionScope& scope, const image::ImageReader& reader,
-                               const json& state)
+DeviceMemory::Restore::Restore(DeviceMemory& memory, SessionScope& scope,
+                               const image::ImageReader& reader, const json& state)
     : memory_(memory),
       scope_(scope),
       reader_(reader),
@@ -157,8 +165,9 @@ Status DeviceMemory::Restore::reserveRanges() {
     auto& heap = memory_.heaps_[device];
     heap = std::make_unique<DeviceHeap>(d, device, base, true);
     if (CUresult r = heap->reserve(); r != CUDA_SUCCESS) {
-      return makeError(Code::kFailedPrecondition, "cannot reserve the range of device {} at {} again (CUresult {})",
-                       device, hex(base), static_cast<int>(r));
+      return makeError(Code::kFailedPrecondition,
+                       "cannot reserve the range of device {} at {} again (CUresult {})", device,
+                       hex(base), static_cast<int>(r));
     }
   }
   return Status::ok();
@@ -170,7 +179,8 @@ Result<DeviceHeap*> DeviceMemory::Restore::heapOf(int device, CUdeviceptr addres
     auto base = bases_.find(device);
     if (base == bases_.end()) {
       memory_.heaps_.erase(device);
-      return makeError(Code::kDataLoss, "allocation {} is on device {}, whose range the image does not name",
+      return makeError(Code::kDataLoss,
+                       "allocation {} is on device {}, whose range the image does not name",
                        hex(address), device);
     }
     heap = std::make_unique<DeviceHeap>(scope_.driver, device, base->second, true);
@@ -191,14 +201,16 @@ Status DeviceMemory::Restore::mapBefore(uint64_t limit, const Mapped& mapped) {
     allocation.pool = a.value("pool", uint64_t{0});
     ASSIGN_OR_RETURN(size_t blob, blobOf(reader_, a, "allocation"));
     if (reader_.manifest().blobs[blob].size != allocation.bytes) {
-      return makeError(Code::kDataLoss, "allocation {} is {} bytes, its blob {}", hex(allocation.address),
-                       allocation.bytes, reader_.manifest().blobs[blob].size);
+      return makeError(Code::kDataLoss, "allocation {} is {} bytes, its blob {}",
+                       hex(allocation.address), allocation.bytes,
+                       reader_.manifest().blobs[blob].size);
     }
     RETURN_IF_ERROR(scope_.contexts.makeCurrent(scope_.driver, allocation.context));
     ASSIGN_OR_RETURN(DeviceHeap * heap, heapOf(allocation.device, allocation.address));
     if (CUresult r = heap->allocateAt(allocation.address, allocation.bytes); r != CUDA_SUCCESS) {
-      return makeError(Code::kFailedPrecondition, "cannot map {} bytes of device {} at {} again (CUresult {})",
-                       allocation.bytes, allocation.device, hex(allocation.address), static_cast<int>(r));
+      return makeError(
+          Code::kFailedPrecondition, "cannot map {} bytes of device {} at {} again (CUresult {})",
+          allocation.bytes, allocation.device, hex(allocation.address), static_cast<int>(r));
     }
     memory_.allocations_[allocation.address] = allocation;
     RETURN_IF_ERROR(mapped(allocation, blob));

@@ -16,10 +16,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "phos/common/status.h"
 #include "phos/image/reader.h"
@@ -42,7 +41,7 @@ struct Allocation {
   // for memory from cuMemAlloc*. Such a range is freed with its module.
   void* module = nullptr;
   int device = 0;
-  uint64_t pool = 0;  // the memory pool (handle) of a stream-ordered allocation
+  uint64_t pool = 0;   // the memory pool (handle) of a stream-ordered allocation
   uint64_t order = 0;  // DeviceMemory::takeOrder() when it was made (0: not yet numbered)
 };
 
@@ -88,7 +87,8 @@ class DeviceMemory {
   // At a checkpoint: each heap's range, and each allocation from cuMemAlloc*
   // with a blob of `writer` for its bytes, listed in `copies`, into `state`
   // ("heaps", "allocations").
-  Status save(image::ImageWriter& writer, nlohmann::json& state, std::vector<DeviceBuffer>& copies) const;
+  Status save(image::ImageWriter& writer, nlohmann::json& state,
+              std::vector<DeviceBuffer>& copies) const;
 
   // At a restore, into an empty DeviceMemory, the contexts rebuilt: the
   // heaps' ranges first (reserveRanges), then the allocations mapped at
@@ -98,7 +98,8 @@ class DeviceMemory {
    public:
     // An allocation mapped again, and the blob of its bytes.
     using Mapped = std::function<Status(const Allocation&, size_t blob)>;
-    Restore(DeviceMemory& memory, SessionScope& scope, const image::ImageReader& reader, const nlohmann::json& state);
+    Restore(DeviceMemory& memory, SessionScope& scope, const image::ImageReader& reader,
+            const nlohmann::json& state);
     Status reserveRanges();
     // Maps every allocation of the job's order below `limit` not mapped yet.
     Status mapBefore(uint64_t limit, const Mapped& mapped);
@@ -113,9 +114,9 @@ class DeviceMemory {
     DeviceMemory& memory_;
     SessionScope& scope_;
     const image::ImageReader& reader_;
-    std::map<int, CUdeviceptr> bases_;  // the heaps' ranges, by device
-    nlohmann::json heaps_;              // the state's
-    nlohmann::json allocations_;        // the state's
+    std::map<int, CUdeviceptr> bases_;            // the heaps' ranges, by device
+    nlohmann::json heaps_;                        // the state's
+    nlohmann::json allocations_;                  // the state's
     std::vector<const nlohmann::json*> byOrder_;  // allocations_, in the job's order
     size_t next_ = 0;
     uint64_t lastOrder_ = 0;

@@ -274,7 +274,7 @@ SessionInfo Session::info() const {
   i.uid = uid_;
   i.calls = calls_.load();
   i.launches = launches_.load();
-  i.modules = static_cast<uint64_t>(std::max<int64_t>(0, modules_.load()));
+  i.modules = static_cast<uint64_t>(std::max<int64_t>(0, moduleCount_.load()));
   i.busy = true;
   return i;
 }
@@ -291,7 +291,7 @@ SessionInfo Session::infoLocked() const {
     i.deviceBytes += alloc.bytes;
   }
   i.pinnedBytes += pinned_.bytes();
-  i.modules = static_cast<uint64_t>(std::max<int64_t>(0, modules_.load()));
+  i.modules = static_cast<uint64_t>(std::max<int64_t>(0, moduleCount_.load()));
   i.contexts = contexts_.size();
   i.calls = calls_.load();
   i.launches = launches_.load();
@@ -522,7 +522,7 @@ void Session::destroyContext(uint64_t id) {
   memoryPools_.reap(*this, true);
   memory_.removeContext(id, [this](const Allocation& a) { memoryPools_.forget(*this, a.address); });
   streamsAndEvents_.forgetContext(id);
-  for (auto& [kernel, contexts] : kernelFunctions_) contexts.erase(id);
+  modules_.forgetContext(id);
   if (staging_.count(id) != 0) {
     PHOS_DRIVER(driver_, CtxSetCurrent)(real);
     currentReal_ = real;
@@ -555,7 +555,7 @@ void Session::destroyContext(uint64_t id) {
   // brings it back under the same id (SessionContexts::remove).
   for (uint64_t object : contexts_.remove(id)) {
     handles_.erase(object);
-    moduleRecords_.erase(object);
+    modules_.forget(object);
     streamsAndEvents_.forgetEvent(object);
   }
   handles_.erase(id);

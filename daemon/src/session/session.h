@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Session: everything phosd holds for one application process: its call
-// ring, virtual handles, contexts, allocations and pinned memory, and the
-// thread that serves its calls in order.
+// ring, its virtual handles, the thread that serves its calls in order, and
+// its state in domain types that save and rebuild themselves (contexts,
+// device memory, memory pools, modules, streams and events, pinned memory:
+// docs/architecture.md).
 #pragma once
 
 #include <cuda.h>
@@ -24,6 +26,7 @@
 
 #include "session/pinned_memory.h"
 #include "session/session_contexts.h"
+#include "session/session_modules.h"
 #include "session/streams_and_events.h"
 #include "session/context_pool.h"
 #include "protocols/device_buffer.h"
@@ -47,23 +50,6 @@ class ImageWriter;
 
 namespace phos::daemon {
 
-// What re-creates a module or library at restore: its original image (as the
-// application gave it) and the context it was loaded in (0 for a library,
-// which belongs to no context).
-struct ModuleRecord {
-  bool library = false;
-  std::vector<char> image;
-  uint64_t context = 0;
-  // DeviceMemory::takeOrder() when it was loaded (0: not yet numbered).
-  uint64_t order = 0;
-  // Its module-scope variables (moduleGlobalNames), listed once, before the
-  // first checkpoint's pause (Session::listModuleGlobals): for a large module
-  // that means parsing all its PTX. Null until then.
-  std::shared_ptr<const std::vector<std::string>> globalNames;
-};
-
-// Pinned host memory: a shared-memory file mapped at the same address in the
-// application and in phosd.
 // Two host buffers registered with the driver, through which phosd copies
 // between the application's pageable memory and the device (one chunk is
 // copied by the driver while the next is read from the application), and the
@@ -196,11 +182,12 @@ class Session {
   MemoryPools& memoryPools() { return memoryPools_; }
   // The device of the current context (0 without one).
   int currentDevice() const;
+  // A module or library loaded (numbered in the job's order), or unloaded.
   void recordModule(uint64_t id, ModuleRecord record) {
     if (record.order == 0) record.order = memory_.takeOrder();
-    moduleRecords_[id] = std::move(record);
+    modules_.record(id, std::move(record));
   }
-  void forgetModule(uint64_t id) { moduleRecords_.erase(id); }
+  void forgetModule(uint64_t id) { modules_.forget(id); }
   // What the session knows of its streams and events (streams_and_events.h).
   StreamsAndEvents& streamsAndEvents() { return streamsAndEvents_; }
   // The context a stream, event, module or function (virtual id) was created
@@ -285,8 +272,8 @@ class Session {
   // The program set an attribute of library kernel `kernel` (virtual id) used
   // as a function of the current context (cuFuncSetAttribute on the kernel's
   // handle): that function's own attributes are state a checkpoint saves.
-  void noteKernelFunction(uint64_t kernel) { kernelFunctions_[kernel].insert(currentContext_); }
-  void noteModule(int delta) { modules_ += delta; }
+  void noteKernelFunction(uint64_t kernel) { modules_.noteKernelFunction(kernel, currentContext_); }
+  void noteModule(int delta) { moduleCount_ += delta; }
   void setFunctionName(uint64_t function, std::string name);
   const std::string* functionName(uint64_t function) const;
 
@@ -373,7 +360,6 @@ class Session {
   SessionInfo infoLocked() const;
   HandleTable handles_;
   SessionContexts contexts_;
-  std::map<uint64_t, std::set<uint64_t>> kernelFunctions_;  // kernel id -> contexts (noteKernelFunction)
   std::mutex hostCallsMutex_;  // not mutex_: stop() closes the queue while a call may be served
   std::shared_ptr<HostCallChannel> hostCalls_;
   PinnedMemory pinned_{id_, uid_};
@@ -385,7 +371,7 @@ class Session {
   // Read by info() without mutex_, while a call may be running.
   std::atomic<uint64_t> calls_{0};
   std::atomic<uint64_t> launches_{0};
-  std::atomic<int64_t> modules_{0};
+  std::atomic<int64_t> moduleCount_{0};
   std::map<uint64_t, CopyStaging> staging_;  // by context
   bool lanesRegistered_ = false;
   std::byte* lanesBase_ = nullptr;  // what was registered, for MemHostUnregister
@@ -393,7 +379,7 @@ class Session {
   std::vector<std::byte> replyBuffer_;
   DeviceMemory memory_{driver_, id_};
   MemoryPools memoryPools_{driver_};  // after memory_: its pending frees give heap ranges back
-  std::map<uint64_t, ModuleRecord> moduleRecords_;  // by module or library id
+  SessionModules modules_;
   LaunchValidator validator_{driver_};
   TransferTracker transfers_{driver_};
   AccessGate gate_;

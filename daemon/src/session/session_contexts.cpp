@@ -37,7 +37,8 @@ std::vector<uint64_t> SessionContexts::remove(uint64_t id) {
 }
 
 CUcontext SessionContexts::on(int device, uint64_t preferred) const {
-  if (const SessionContext* c = find(preferred); c != nullptr && c->device == device) return c->real;
+  if (const SessionContext* c = find(preferred); c != nullptr && c->device == device)
+    return c->real;
   for (const auto& [vid, ctx] : byId_) {
     if (ctx.real != nullptr && ctx.device == device) return ctx.real;
   }
@@ -69,9 +70,10 @@ Status SessionContexts::drain(const DriverTable& driver) const {
     CUresult r = PHOS_DRIVER(driver, CtxSetCurrent)(ctx.real);
     if (r == CUDA_SUCCESS) r = PHOS_DRIVER(driver, CtxSynchronize)();
     if (r != CUDA_SUCCESS && first.isOk()) {
-      first = makeError(Code::kFailedPrecondition,
-                        "context {} of the session failed (CUresult {}): its memory cannot be trusted",
-                        hex(vid), static_cast<int>(r));
+      first =
+          makeError(Code::kFailedPrecondition,
+                    "context {} of the session failed (CUresult {}): its memory cannot be trusted",
+                    hex(vid), static_cast<int>(r));
     }
   }
   return first;
@@ -80,7 +82,8 @@ Status SessionContexts::drain(const DriverTable& driver) const {
 Result<CUcontext> SessionContexts::real(uint64_t id) const {
   const SessionContext* c = find(id);
   if (c == nullptr) {
-    return makeError(Code::kDataLoss, "the image names context {}, which it does not hold", hex(id));
+    return makeError(Code::kDataLoss, "the image names context {}, which it does not hold",
+                     hex(id));
   }
   return c->real;
 }
@@ -94,14 +97,16 @@ Status SessionContexts::save(const DriverTable& driver, json& state) const {
   json contexts = json::array();
   for (const auto& [vid, ctx] : byId_) {
     if (ctx.real == nullptr) continue;
-    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(driver, CtxSetCurrent)(ctx.real), "making a context current"));
+    RETURN_IF_ERROR(
+        driverStatus(PHOS_DRIVER(driver, CtxSetCurrent)(ctx.real), "making a context current"));
     unsigned flags = 0;
     PHOS_DRIVER(driver, CtxGetFlags)(&flags);
     // Limits and cache preference the application may have set.
     json limits = json::object();
     for (CUlimit limit : kSettableLimits) {
       size_t value = 0;
-      if (PHOS_DRIVER(driver, CtxGetLimit)(&value, limit) == CUDA_SUCCESS) limits[std::to_string(limit)] = value;
+      if (PHOS_DRIVER(driver, CtxGetLimit)(&value, limit) == CUDA_SUCCESS)
+        limits[std::to_string(limit)] = value;
     }
     CUfunc_cache cache = CU_FUNC_CACHE_PREFER_NONE;
     PHOS_DRIVER(driver, CtxGetCacheConfig)(&cache);
@@ -131,11 +136,14 @@ Status restoreLimits(const DriverTable& driver, const json& saved, uint64_t vid)
   for (const auto& [limit, value] : saved.items()) {
     const CUlimit which = static_cast<CUlimit>(std::stoi(limit));
     size_t now = 0;
-    if (PHOS_DRIVER(driver, CtxGetLimit)(&now, which) != CUDA_SUCCESS || now == value.get<size_t>()) continue;
-    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(driver, CtxSetLimit)(which, value.get<size_t>()),
-                                 fmt::format("setting limit {} of context {} again", limit, hex(vid))));
-    log::get("daemon")->debug("restore: limit {} of context {} set to {} (the fresh context had {})", limit,
-                              hex(vid), value.get<size_t>(), now);
+    if (PHOS_DRIVER(driver, CtxGetLimit)(&now, which) != CUDA_SUCCESS || now == value.get<size_t>())
+      continue;
+    RETURN_IF_ERROR(
+        driverStatus(PHOS_DRIVER(driver, CtxSetLimit)(which, value.get<size_t>()),
+                     fmt::format("setting limit {} of context {} again", limit, hex(vid))));
+    log::get("daemon")->debug(
+        "restore: limit {} of context {} set to {} (the fresh context had {})", limit, hex(vid),
+        value.get<size_t>(), now);
   }
   return Status::ok();
 }
@@ -148,14 +156,16 @@ Status SessionContexts::rebuild(const DriverTable& driver, ContextPool& pool, Ha
     ASSIGN_OR_RETURN(uint64_t vid, field<uint64_t>(c, "id", "context"));
     ASSIGN_OR_RETURN(int device, field<int>(c, "device", "context"));
     if (device < 0 || device >= pool.deviceCount()) {
-      return makeError(Code::kFailedPrecondition, "the image's context {} is on device {}; this host has {}",
-                       hex(vid), device, pool.deviceCount());
+      return makeError(Code::kFailedPrecondition,
+                       "the image's context {} is on device {}; this host has {}", hex(vid), device,
+                       pool.deviceCount());
     }
     ASSIGN_OR_RETURN(CUcontext real, pool.take(device, c.value("flags", 0u)));
     byId_[vid] = {real, device, c.value("primary", false)};
     handles.bind(HandleType::kCUctx_st, vid, real);
     adopted(real);
-    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(driver, CtxSetCurrent)(real), "making a context current"));
+    RETURN_IF_ERROR(
+        driverStatus(PHOS_DRIVER(driver, CtxSetCurrent)(real), "making a context current"));
     RETURN_IF_ERROR(restoreLimits(driver, c.value("limits", json::object()), vid));
     if (c.contains("cache_config")) {
       PHOS_DRIVER(driver, CtxSetCacheConfig)(static_cast<CUfunc_cache>(c.value("cache_config", 0)));
@@ -167,7 +177,8 @@ Status SessionContexts::rebuild(const DriverTable& driver, ContextPool& pool, Ha
     pc.refs = p.value("refs", 0u);
     pc.flags = p.value("flags", 0u);
   }
-  for (const json& c : state.value("destroyed_contexts", json::array())) destroyed_.insert(c.get<uint64_t>());
+  for (const json& c : state.value("destroyed_contexts", json::array()))
+    destroyed_.insert(c.get<uint64_t>());
   return Status::ok();
 }
 

@@ -12,10 +12,9 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "phos/common/status.h"
 #include "session/driver_table.h"
@@ -59,7 +58,9 @@ class SessionContexts {
   std::vector<uint64_t> remove(uint64_t id);
   // True for the id of a context the session destroyed (and did not bind
   // again, as a retained primary context is).
-  bool destroyed(uint64_t id) const { return id != 0 && destroyed_.count(id) != 0 && !contains(id); }
+  bool destroyed(uint64_t id) const {
+    return id != 0 && destroyed_.count(id) != 0 && !contains(id);
+  }
   PrimaryContext& primary(int device) { return primaries_[device]; }
 
   // A context of `device`: `preferred` if it is on it, else the first; null

@@ -23,7 +23,8 @@ CUevent StreamsAndEvents::restoreMark(uint64_t context) const {
   return it == restoreMarks_.end() ? nullptr : it->second;
 }
 
-Result<CUstream> StreamsAndEvents::perThreadStream(const DriverTable& driver, uint64_t thread, uint64_t context) {
+Result<CUstream> StreamsAndEvents::perThreadStream(const DriverTable& driver, uint64_t thread,
+                                                   uint64_t context) {
   auto key = std::make_pair(thread, context);
   if (auto it = perThreadStreams_.find(key); it != perThreadStreams_.end()) return it->second;
   CUstream s = nullptr;
@@ -31,7 +32,8 @@ Result<CUstream> StreamsAndEvents::perThreadStream(const DriverTable& driver, ui
   // synchronize with the legacy default stream": a blocking stream (flags 0).
   CUresult r = PHOS_DRIVER(driver, StreamCreate)(&s, CU_STREAM_DEFAULT);
   if (r != CUDA_SUCCESS) {
-    return makeError(Code::kResourceExhausted, "cannot create a per-thread stream (CUresult {})", static_cast<int>(r));
+    return makeError(Code::kResourceExhausted, "cannot create a per-thread stream (CUresult {})",
+                     static_cast<int>(r));
   }
   perThreadStreams_[key] = s;
   return s;
@@ -53,7 +55,8 @@ Status StreamsAndEvents::save(SessionScope& scope, json& state) const {
     int priority = 0;
     PHOS_DRIVER(d, StreamGetFlags)(st, &flags);
     PHOS_DRIVER(d, StreamGetPriority)(st, &priority);
-    streams.push_back({{"id", id}, {"context", scope.contextOf(id)}, {"flags", flags}, {"priority", priority}});
+    streams.push_back(
+        {{"id", id}, {"context", scope.contextOf(id)}, {"flags", flags}, {"priority", priority}});
   }
   state["streams"] = streams;
   return saveEvents(scope, state);
@@ -82,7 +85,8 @@ class CheckpointMarks {
     if (it != marks_.end()) return it->second;
     CUevent mark = nullptr;
     const SessionContext* ctx = contexts_.find(context);
-    if (ctx == nullptr || ctx->real == nullptr || PHOS_DRIVER(d_, CtxSetCurrent)(ctx->real) != CUDA_SUCCESS ||
+    if (ctx == nullptr || ctx->real == nullptr ||
+        PHOS_DRIVER(d_, CtxSetCurrent)(ctx->real) != CUDA_SUCCESS ||
         PHOS_DRIVER(d_, EventCreate)(&mark, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
       return marks_[context] = nullptr;
     }
@@ -120,12 +124,15 @@ Status StreamsAndEvents::saveEvents(SessionScope& scope, json& state) const {
     if (e != nullptr && e->recorded && (e->flags & CU_EVENT_DISABLE_TIMING) == 0) {
       CUevent mark = marks.of(context);
       float before = 0;
-      if (mark == nullptr) return makeError(Code::kInternal, "cannot time event {} against its context", hex(id));
+      if (mark == nullptr)
+        return makeError(Code::kInternal, "cannot time event {} against its context", hex(id));
       if (e->restoredMs) {
         // Restored and not recorded since: its saved time, moved to this mark.
         CUevent restored = restoreMark(context);
-        if (restored == nullptr || PHOS_DRIVER(d, EventElapsedTime_v2)(&before, restored, mark) != CUDA_SUCCESS) {
-          return makeError(Code::kInternal, "cannot time event {} (restored) against its context", hex(id));
+        if (restored == nullptr ||
+            PHOS_DRIVER(d, EventElapsedTime_v2)(&before, restored, mark) != CUDA_SUCCESS) {
+          return makeError(Code::kInternal, "cannot time event {} (restored) against its context",
+                           hex(id));
         }
         entry["time_ms"] = *e->restoredMs - before;
       } else {
@@ -137,7 +144,8 @@ Status StreamsAndEvents::saveEvents(SessionScope& scope, json& state) const {
           // The driver gives it no time (its record failed, say): neither
           // will the restore, which answers as the driver does for an event
           // never recorded.
-          log::get("daemon")->info("event {} has no time (CUresult {})", hex(id), static_cast<int>(r));
+          log::get("daemon")->info("event {} has no time (CUresult {})", hex(id),
+                                   static_cast<int>(r));
         }
       }
     }
@@ -189,9 +197,9 @@ Status StreamsAndEvents::rebuild(SessionScope& scope, const json& state) {
     const uint64_t context = x.value("context", uint64_t{0});
     RETURN_IF_ERROR(scope.contexts.makeCurrent(d, context));
     CUstream stream = nullptr;
-    RETURN_IF_ERROR(
-        driverStatus(PHOS_DRIVER(d, StreamCreateWithPriority)(&stream, x.value("flags", 0u), x.value("priority", 0)),
-                     fmt::format("creating stream {} again", hex(sid))));
+    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, StreamCreateWithPriority)(
+                                     &stream, x.value("flags", 0u), x.value("priority", 0)),
+                                 fmt::format("creating stream {} again", hex(sid))));
     scope.handles.bind(HandleType::kCUstream_st, sid, stream);
     scope.contexts.noteObject(sid, context);
   }
@@ -210,7 +218,8 @@ Status StreamsAndEvents::rebuild(SessionScope& scope, const json& state) {
     e.recorded = x.value("recorded", false);
     if (x.contains("time_ms")) e.restoredMs = x["time_ms"].get<double>();
     const json intervals = x.value("intervals", json::object());
-    for (const auto& [other, ms] : intervals.items()) e.restoredIntervals[std::stoull(other)] = ms.get<float>();
+    for (const auto& [other, ms] : intervals.items())
+      e.restoredIntervals[std::stoull(other)] = ms.get<float>();
   }
   // Intervals are saved once per pair: the other direction is the negation.
   for (auto& [eid, e] : events_) {
@@ -225,10 +234,13 @@ Status StreamsAndEvents::rebuild(SessionScope& scope, const json& state) {
     if (ctx.real == nullptr) continue;
     RETURN_IF_ERROR(scope.contexts.makeCurrent(d, vid));
     CUevent mark = nullptr;
-    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, EventCreate)(&mark, CU_EVENT_DEFAULT), "creating a restore mark"));
+    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, EventCreate)(&mark, CU_EVENT_DEFAULT),
+                                 "creating a restore mark"));
     restoreMarks_[vid] = mark;
-    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, EventRecord)(mark, nullptr), "recording a restore mark"));
-    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, EventSynchronize)(mark), "recording a restore mark"));
+    RETURN_IF_ERROR(
+        driverStatus(PHOS_DRIVER(d, EventRecord)(mark, nullptr), "recording a restore mark"));
+    RETURN_IF_ERROR(
+        driverStatus(PHOS_DRIVER(d, EventSynchronize)(mark), "recording a restore mark"));
   }
   return Status::ok();
 }

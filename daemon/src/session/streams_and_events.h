@@ -11,10 +11,9 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <utility>
-
-#include <nlohmann/json.hpp>
 
 #include "phos/common/status.h"
 #include "session/driver_table.h"
@@ -74,8 +73,8 @@ class StreamsAndEvents {
   // The driver's intervals between pairs of timed events of `events`.
   void saveIntervals(SessionScope& scope, nlohmann::json& events) const;
 
-  std::map<uint64_t, EventState> events_;                             // by event id
-  std::map<uint64_t, CUevent> restoreMarks_;                          // by context id (restored sessions)
+  std::map<uint64_t, EventState> events_;     // by event id
+  std::map<uint64_t, CUevent> restoreMarks_;  // by context id (restored sessions)
   std::map<std::pair<uint64_t, uint64_t>, CUstream> perThreadStreams_;  // by (thread, context)
 };
 

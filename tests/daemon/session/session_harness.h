@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Sessions of phosd served on vgpu inside a test process, and a stand-in
 // application they serve: what the daemon's tests of the ring's decoders
-// (ring_decoder_test.cpp) and of the checkpoint protocols
+// (remoting/ring_decoder_test.cpp) and of the checkpoint protocols
 // (protocols_test.cpp) drive. One test file per binary includes it.
 #pragma once
 

@@ -1,0 +1,294 @@
+// SPDX-License-Identifier: Apache-2.0
+// The domains of a session's state, each saved into an image's state and
+// rebuilt from it on vgpu, without a session, a ring or CRIU: contexts
+// (SessionContexts), streams and events (StreamsAndEvents) and device memory
+// (DeviceMemory). What comes back must be what was saved; an image that
+// names something this host cannot give is refused, naming it.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "phos/image/reader.h"
+#include "phos/image/writer.h"
+#include "session/context_pool.h"
+#include "session/device_memory.h"
+#include "session/driver_table.h"
+#include "session/handle_table.h"
+#include "session/session_contexts.h"
+#include "session/session_image.h"
+#include "session/streams_and_events.h"
+
+namespace phos::daemon {
+namespace {
+
+using json = nlohmann::json;
+
+class SessionDomains : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto d = DriverTable::load(PHOS_VGPU_DRIVER);
+    ASSERT_TRUE(d.isOk()) << d.status().message();
+    driver_ = *d;
+    pool_ = new ContextPool(*driver_, 1);
+  }
+
+  void SetUp() override {
+    ASSERT_NE(driver_, nullptr);
+    auto real = pool_->take(0, 0);
+    ASSERT_TRUE(real.isOk()) << real.status().message();
+    context_ = handles_.exportHandle(HandleType::kCUctx_st, *real);
+    contexts_.adopt(context_, {*real, 0, true});
+    ASSERT_EQ(PHOS_DRIVER(d(), CtxSetCurrent)(*real), CUDA_SUCCESS);
+  }
+  void TearDown() override {
+    for (const auto& [id, ctx] : contexts_) pool_->retire(ctx.real, ctx.device);
+    PHOS_DRIVER(d(), CtxSetCurrent)(nullptr);
+  }
+
+  const DriverTable& d() const { return *driver_; }
+  SessionScope scope() { return {d(), handles_, contexts_, context_}; }
+
+  static DriverTable* driver_;
+  static ContextPool* pool_;  // the driver and the pool stay for the process, as in phosd
+  HandleTable handles_;
+  SessionContexts contexts_;
+  uint64_t context_ = 0;
+};
+
+DriverTable* SessionDomains::driver_ = nullptr;
+ContextPool* SessionDomains::pool_ = nullptr;
+
+TEST_F(SessionDomains, ContextsComeBackWithTheirLimitsReferencesAndDestroyedIds) {
+  ASSERT_EQ(PHOS_DRIVER(d(), CtxSetLimit)(CU_LIMIT_PRINTF_FIFO_SIZE, 3u << 20), CUDA_SUCCESS);
+  contexts_.primary(0) = {context_, 2, CU_CTX_SCHED_YIELD};
+  // A second context, which the program destroyed with a stream in it.
+  auto other = pool_->take(0, 0);
+  ASSERT_TRUE(other.isOk());
+  const uint64_t gone = handles_.exportHandle(HandleType::kCUctx_st, *other);
+  contexts_.adopt(gone, {*other, 0, false});
+  contexts_.noteObject(0x1234, gone);
+  EXPECT_EQ(contexts_.remove(gone), std::vector<uint64_t>{0x1234});
+  pool_->retire(*other, 0);
+  EXPECT_TRUE(contexts_.destroyed(gone));
+
+  json state;
+  ASSERT_TRUE(contexts_.save(d(), state).isOk());
+  SessionContexts back;
+  HandleTable handles;
+  std::vector<CUcontext> adopted;
+  Status s = back.rebuild(d(), *pool_, handles, state, [&](CUcontext c) { adopted.push_back(c); });
+  ASSERT_TRUE(s.isOk()) << s.message();
+  ASSERT_EQ(back.size(), 1u);
+  const SessionContext* c = back.find(context_);
+  ASSERT_NE(c, nullptr);
+  EXPECT_TRUE(c->primary);
+  EXPECT_EQ(handles.resolve(HandleType::kCUctx_st, context_), c->real);
+  EXPECT_EQ(adopted, std::vector<CUcontext>{c->real});
+  ASSERT_TRUE(back.makeCurrent(d(), context_).isOk());
+  size_t fifo = 0;
+  ASSERT_EQ(PHOS_DRIVER(d(), CtxGetLimit)(&fifo, CU_LIMIT_PRINTF_FIFO_SIZE), CUDA_SUCCESS);
+  EXPECT_EQ(fifo, 3u << 20);
+  EXPECT_EQ(back.primary(0).id, context_);
+  EXPECT_EQ(back.primary(0).refs, 2u);
+  EXPECT_EQ(back.primary(0).flags, static_cast<unsigned>(CU_CTX_SCHED_YIELD));
+  EXPECT_TRUE(back.destroyed(gone));
+  for (const auto& [id, ctx] : back) pool_->retire(ctx.real, ctx.device);
+}
+
+TEST_F(SessionDomains, AContextOnADeviceThisHostLacksIsRefusedNamingIt) {
+  const json state = {{"contexts", json::array({{{"id", context_}, {"device", 7}}})}};
+  SessionContexts back;
+  HandleTable handles;
+  Status s = back.rebuild(d(), *pool_, handles, state, [](CUcontext) {});
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("is on device 7; this host has "), std::string::npos) << s.message();
+  EXPECT_EQ(back.size(), 0u);
+  Status current = back.makeCurrent(d(), 0x99);
+  EXPECT_EQ(current.code(), Code::kDataLoss);
+  EXPECT_NE(current.message().find("context 0x99"), std::string::npos) << current.message();
+}
+
+TEST_F(SessionDomains, StreamsAndEventsComeBackWithTheirFlagsPrioritiesAndTimes) {
+  int least = 0, greatest = 0;
+  ASSERT_EQ(PHOS_DRIVER(d(), CtxGetStreamPriorityRange)(&least, &greatest), CUDA_SUCCESS);
+  CUstream stream = nullptr;
+  ASSERT_EQ(PHOS_DRIVER(d(), StreamCreateWithPriority)(&stream, CU_STREAM_NON_BLOCKING, greatest),
+            CUDA_SUCCESS);
+  const uint64_t streamId = handles_.exportHandle(HandleType::kCUstream_st, stream);
+  contexts_.noteObject(streamId, context_);
+  StreamsAndEvents saved;
+  // Two recorded events and one that does no timing.
+  std::vector<uint64_t> events;
+  for (unsigned flags : {0u, 0u, static_cast<unsigned>(CU_EVENT_DISABLE_TIMING)}) {
+    CUevent e = nullptr;
+    ASSERT_EQ(PHOS_DRIVER(d(), EventCreate)(&e, flags), CUDA_SUCCESS);
+    ASSERT_EQ(PHOS_DRIVER(d(), EventRecord)(e, stream), CUDA_SUCCESS);
+    const uint64_t id = handles_.exportHandle(HandleType::kCUevent_st, e);
+    contexts_.noteObject(id, context_);
+    saved.event(id) = {flags, true, {}, {}};
+    events.push_back(id);
+    usleep(2000);
+  }
+  ASSERT_EQ(PHOS_DRIVER(d(), StreamSynchronize)(stream), CUDA_SUCCESS);
+
+  SessionScope from = scope();
+  json state;
+  ASSERT_TRUE(saved.save(from, state).isOk());
+  HandleTable handles;
+  SessionScope to{d(), handles, contexts_, context_};
+  StreamsAndEvents back;
+  Status s = back.rebuild(to, state);
+  ASSERT_TRUE(s.isOk()) << s.message();
+
+  auto* rebuilt = static_cast<CUstream>(handles.resolve(HandleType::kCUstream_st, streamId));
+  ASSERT_NE(rebuilt, nullptr);
+  ASSERT_NE(rebuilt, stream);
+  unsigned flags = 0;
+  int priority = 0;
+  ASSERT_EQ(PHOS_DRIVER(d(), StreamGetFlags)(rebuilt, &flags), CUDA_SUCCESS);
+  ASSERT_EQ(PHOS_DRIVER(d(), StreamGetPriority)(rebuilt, &priority), CUDA_SUCCESS);
+  EXPECT_EQ(flags, static_cast<unsigned>(CU_STREAM_NON_BLOCKING));
+  EXPECT_EQ(priority, greatest);
+  // Timed events: a time before the restore's mark, in the order they were
+  // recorded, and the driver's interval between them exactly.
+  const EventState* first = back.findEvent(events[0]);
+  const EventState* second = back.findEvent(events[1]);
+  const EventState* untimed = back.findEvent(events[2]);
+  ASSERT_TRUE(first != nullptr && second != nullptr && untimed != nullptr);
+  ASSERT_TRUE(first->restoredMs && second->restoredMs);
+  EXPECT_LE(*second->restoredMs, 0.0);
+  EXPECT_LT(*first->restoredMs, *second->restoredMs);
+  float measured = 0;
+  ASSERT_EQ(
+      PHOS_DRIVER(d(), EventElapsedTime_v2)(
+          &measured, static_cast<CUevent>(handles_.resolve(HandleType::kCUevent_st, events[0])),
+          static_cast<CUevent>(handles_.resolve(HandleType::kCUevent_st, events[1]))),
+      CUDA_SUCCESS);
+  ASSERT_EQ(first->restoredIntervals.count(events[1]), 1u);
+  EXPECT_EQ(first->restoredIntervals.at(events[1]), measured);
+  EXPECT_EQ(second->restoredIntervals.at(events[0]), -measured);
+  EXPECT_TRUE(untimed->recorded);
+  EXPECT_FALSE(untimed->restoredMs.has_value());
+  EXPECT_EQ(untimed->flags, static_cast<unsigned>(CU_EVENT_DISABLE_TIMING));
+  EXPECT_NE(back.restoreMark(context_), nullptr);
+  back.forgetContext(context_);
+  EXPECT_EQ(back.restoreMark(context_), nullptr);
+}
+
+class DeviceMemoryImage : public SessionDomains {
+ protected:
+  void SetUp() override {
+    SessionDomains::SetUp();
+    dir_ =
+        std::filesystem::path(::testing::TempDir()) / ("phos-domains-" + std::to_string(getpid()));
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override {
+    std::filesystem::remove_all(dir_);
+    SessionDomains::TearDown();
+  }
+  // `state` and the blobs that `copies` name (zeros), as an image to read.
+  std::unique_ptr<image::ImageReader> commit(image::ImageWriter& writer,
+                                             const std::vector<DeviceBuffer>& copies,
+                                             const json& state) {
+    for (const DeviceBuffer& b : copies) {
+      std::vector<std::byte> zeros(b.bytes);
+      EXPECT_TRUE(writer.writeBlob(b.blob, zeros).isOk());
+    }
+    writer.setState(state);
+    EXPECT_TRUE(writer.commit().isOk());
+    auto reader = image::ImageReader::open(dir_);
+    EXPECT_TRUE(reader.isOk()) << reader.status().message();
+    return reader.isOk() ? std::move(*reader) : nullptr;
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(DeviceMemoryImage, AllocationsComeBackAtTheirAddressesInTheJobsOrder) {
+  constexpr uint64_t kSession = 5;
+  DeviceMemory memory(d(), kSession);
+  std::vector<CUdeviceptr> made;
+  for (size_t bytes : {size_t{1} << 20, size_t{4096}}) {
+    CUdeviceptr p = 0;
+    ASSERT_EQ(memory.allocate(0, bytes, &p), CUDA_SUCCESS);
+    memory.add({p, bytes, context_, nullptr, 0});
+    made.push_back(p);
+  }
+  auto writer = image::ImageWriter::create(dir_);
+  ASSERT_TRUE(writer.isOk());
+  json state;
+  std::vector<DeviceBuffer> copies;
+  ASSERT_TRUE(memory.save(**writer, state, copies).isOk());
+  ASSERT_EQ(copies.size(), 2u);
+  EXPECT_EQ(state["heaps"][0]["base"].get<uint64_t>(), DeviceHeap::windowBase(kSession, 0));
+  auto reader = commit(**writer, copies, state);
+  ASSERT_NE(reader, nullptr);
+  memory.clear();  // the restored process's ranges must be free here
+
+  DeviceMemory back(d(), kSession);
+  SessionScope sc = scope();
+  DeviceMemory::Restore restore(back, sc, *reader, state);
+  ASSERT_TRUE(restore.reserveRanges().isOk());
+  std::vector<uint64_t> orders;
+  // The first allocation only, as before a module the job loaded second.
+  Status s = restore.mapBefore(2, [&](const Allocation& a, size_t) {
+    orders.push_back(a.order);
+    return Status::ok();
+  });
+  ASSERT_TRUE(s.isOk()) << s.message();
+  EXPECT_EQ(orders, std::vector<uint64_t>{1});
+  ASSERT_TRUE(restore
+                  .mapBefore(std::numeric_limits<uint64_t>::max(),
+                             [&](const Allocation& a, size_t) {
+                               orders.push_back(a.order);
+                               return Status::ok();
+                             })
+                  .isOk());
+  restore.finish();
+  EXPECT_EQ(orders, (std::vector<uint64_t>{1, 2}));
+  for (CUdeviceptr p : made) {
+    const Allocation* a = back.find(p + 1);
+    ASSERT_NE(a, nullptr);
+    EXPECT_EQ(a->address, p);
+  }
+  // What the job makes next comes after in its order.
+  CUdeviceptr next = 0;
+  ASSERT_EQ(back.allocate(0, 4096, &next), CUDA_SUCCESS);
+  back.add({next, 4096, context_, nullptr, 0});
+  EXPECT_EQ(back.find(next)->order, 3u);
+  back.clear();
+}
+
+TEST_F(DeviceMemoryImage, AnAllocationOnADeviceWhoseRangeTheImageLacksIsRefused) {
+  DeviceMemory memory(d(), 6);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(memory.allocate(0, 4096, &p), CUDA_SUCCESS);
+  memory.add({p, 4096, context_, nullptr, 0});
+  auto writer = image::ImageWriter::create(dir_);
+  ASSERT_TRUE(writer.isOk());
+  json state;
+  std::vector<DeviceBuffer> copies;
+  ASSERT_TRUE(memory.save(**writer, state, copies).isOk());
+  auto reader = commit(**writer, copies, state);
+  ASSERT_NE(reader, nullptr);
+  memory.clear();
+  state["heaps"] = json::array();  // a hand-edited image
+  DeviceMemory back(d(), 6);
+  SessionScope sc = scope();
+  DeviceMemory::Restore restore(back, sc, *reader, state);
+  ASSERT_TRUE(restore.reserveRanges().isOk());
+  Status s = restore.mapBefore(std::numeric_limits<uint64_t>::max(),
+                               [](const Allocation&, size_t) { return Status::ok(); });
+  ASSERT_FALSE(s.isOk());
+  EXPECT_EQ(s.code(), Code::kDataLoss);
+  EXPECT_NE(s.message().find("whose range the image does not name"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(back.find(p), nullptr);
+}
+
+}  // namespace
+}  // namespace phos::daemon
