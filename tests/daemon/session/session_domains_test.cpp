@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The domains of a session's state, each saved into an image's state and
 // rebuilt from it on vgpu, without a session, a ring or CRIU: contexts
-// (SessionContexts), streams and events (StreamsAndEvents) and device memory
-// (DeviceMemory). What comes back must be what was saved; an image that
-// names something this host cannot give is refused, naming it.
+// (SessionContexts), streams and events (StreamsAndEvents), device memory
+// (DeviceMemory) and modules (SessionModules). What comes back must be what was saved; an image
+// that names something this host cannot give is refused, naming it.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -18,8 +18,10 @@
 #include "session/device_memory.h"
 #include "session/driver_table.h"
 #include "session/handle_table.h"
+#include "session/launch_validator.h"
 #include "session/session_contexts.h"
 #include "session/session_image.h"
+#include "session/session_modules.h"
 #include "session/streams_and_events.h"
 
 namespace phos::daemon {
@@ -179,7 +181,7 @@ TEST_F(SessionDomains, StreamsAndEventsComeBackWithTheirFlagsPrioritiesAndTimes)
   EXPECT_EQ(back.restoreMark(context_), nullptr);
 }
 
-class DeviceMemoryImage : public SessionDomains {
+class DomainImage : public SessionDomains {
  protected:
   void SetUp() override {
     SessionDomains::SetUp();
@@ -208,7 +210,7 @@ class DeviceMemoryImage : public SessionDomains {
   std::filesystem::path dir_;
 };
 
-TEST_F(DeviceMemoryImage, AllocationsComeBackAtTheirAddressesInTheJobsOrder) {
+TEST_F(DomainImage, AllocationsComeBackAtTheirAddressesInTheJobsOrder) {
   constexpr uint64_t kSession = 5;
   DeviceMemory memory(d(), kSession);
   std::vector<CUdeviceptr> made;
@@ -263,7 +265,7 @@ TEST_F(DeviceMemoryImage, AllocationsComeBackAtTheirAddressesInTheJobsOrder) {
   back.clear();
 }
 
-TEST_F(DeviceMemoryImage, AnAllocationOnADeviceWhoseRangeTheImageLacksIsRefused) {
+TEST_F(DomainImage, AnAllocationOnADeviceWhoseRangeTheImageLacksIsRefused) {
   DeviceMemory memory(d(), 6);
   CUdeviceptr p = 0;
   ASSERT_EQ(memory.allocate(0, 4096, &p), CUDA_SUCCESS);
@@ -288,6 +290,118 @@ TEST_F(DeviceMemoryImage, AnAllocationOnADeviceWhoseRangeTheImageLacksIsRefused)
   EXPECT_NE(s.message().find("whose range the image does not name"), std::string::npos)
       << s.message();
   EXPECT_EQ(back.find(p), nullptr);
+}
+
+// A module with a global the program changed and a function whose attribute
+// it set: saved, unloaded, and loaded again with the global at its address
+// holding its bytes and the function's attribute set again.
+constexpr char kCounterPtx[] = R"(
+.version 8.0
+.target sm_80
+.address_size 64
+.global .align 4 .u32 counter = 7;
+.visible .entry bump()
+{
+  .reg .u32 %r<2>;
+  ld.global.u32 %r0, [counter];
+  add.u32 %r1, %r0, 1;
+  st.global.u32 [counter], %r1;
+  ret;
+}
+)";
+
+TEST_F(DomainImage, ModulesComeBackWithTheirGlobalsBytesAndFunctionAttributes) {
+  std::vector<char> ptx(std::begin(kCounterPtx), std::end(kCounterPtx));  // with its NUL
+  CUmodule mod = nullptr;
+  std::shared_ptr<const PreparedModule> prepared;
+  ASSERT_EQ(loadModule(d(), ptx, &mod, &prepared), CUDA_SUCCESS);
+  const uint64_t moduleId = handles_.exportHandle(HandleType::kCUmod_st, mod);
+  contexts_.noteObject(moduleId, context_);
+  SessionModules modules;
+  modules.record(moduleId, {false, ptx, context_, 1});
+  CUfunction fn = nullptr;
+  ASSERT_EQ(PHOS_DRIVER(d(), ModuleGetFunction)(&fn, mod, "bump"), CUDA_SUCCESS);
+  const uint64_t functionId = handles_.exportHandle(HandleType::kCUfunc_st, fn);
+  contexts_.noteObject(functionId, context_);
+  ASSERT_EQ(
+      PHOS_DRIVER(d(), FuncSetAttribute)(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024),
+      CUDA_SUCCESS);
+  CUdeviceptr counter = 0;
+  size_t bytes = 0;
+  ASSERT_EQ(PHOS_DRIVER(d(), ModuleGetGlobal_v2)(&counter, &bytes, mod, "counter"), CUDA_SUCCESS);
+  ASSERT_EQ(bytes, 4u);
+  const uint32_t changed = 42;
+  ASSERT_EQ(PHOS_DRIVER(d(), MemcpyHtoD_v2)(counter, &changed, 4), CUDA_SUCCESS);
+
+  auto writer = image::ImageWriter::create(dir_);
+  ASSERT_TRUE(writer.isOk());
+  json state, lost = json::array();
+  std::vector<DeviceBuffer> copies;
+  DeviceMemory memory(d(), 7);
+  SessionScope from = scope();
+  Status saved = modules.save(from, {**writer, copies, memory, 1, lost}, state);
+  ASSERT_TRUE(saved.isOk()) << saved.message();
+  EXPECT_TRUE(lost.empty()) << lost.dump();
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].address, counter);
+  ASSERT_EQ(state["modules"].size(), 1u);
+  EXPECT_EQ(state["modules"][0]["globals"][0]["name"], "counter");
+  ASSERT_EQ(state["functions"].size(), 1u);
+  // The global's bytes into its blob, as the engine's copy does.
+  std::vector<std::byte> held(4);
+  ASSERT_EQ(PHOS_DRIVER(d(), MemcpyDtoH_v2)(held.data(), counter, 4), CUDA_SUCCESS);
+  ASSERT_TRUE((*writer)->writeBlob(copies[0].blob, held).isOk());
+  writer.value()->setState(state);
+  ASSERT_TRUE((*writer)->commit().isOk());
+  auto reader = image::ImageReader::open(dir_);
+  ASSERT_TRUE(reader.isOk()) << reader.status().message();
+  ASSERT_EQ(PHOS_DRIVER(d(), ModuleUnload)(mod), CUDA_SUCCESS);
+
+  HandleTable handles;
+  SessionScope to{d(), handles, contexts_, context_};
+  SessionModules back;
+  LaunchValidator validator(d());
+  DeviceMemory backMemory(d(), 7);
+  std::vector<SessionModules::Load::Copy> toCopy;
+  SessionModules::Load load(back, to, **reader, validator, backMemory, toCopy);
+  std::vector<uint64_t> asked;
+  Status loaded = load.module(state["modules"][0], [&](uint64_t order) {
+    asked.push_back(order);
+    return Status::ok();
+  });
+  ASSERT_TRUE(loaded.isOk()) << loaded.message();
+  EXPECT_EQ(asked, std::vector<uint64_t>{1});  // the allocations made before it come first
+  ASSERT_EQ(toCopy.size(), 1u);
+  EXPECT_EQ(toCopy[0].address, counter);
+  std::vector<std::byte> bytesBack(4);
+  ASSERT_TRUE((*reader)->read(toCopy[0].blob, 0, bytesBack).isOk());
+  ASSERT_EQ(PHOS_DRIVER(d(), MemcpyHtoD_v2)(toCopy[0].address, bytesBack.data(), 4), CUDA_SUCCESS);
+  Status bound = back.bindFunctions(to, state, 1);
+  ASSERT_TRUE(bound.isOk()) << bound.message();
+
+  auto* again = static_cast<CUmodule>(handles.resolve(HandleType::kCUmod_st, moduleId));
+  ASSERT_NE(again, nullptr);
+  CUdeviceptr where = 0;
+  ASSERT_EQ(PHOS_DRIVER(d(), ModuleGetGlobal_v2)(&where, &bytes, again, "counter"), CUDA_SUCCESS);
+  EXPECT_EQ(where, counter);
+  uint32_t value = 0;
+  ASSERT_EQ(PHOS_DRIVER(d(), MemcpyDtoH_v2)(&value, where, 4), CUDA_SUCCESS);
+  EXPECT_EQ(value, 42u);
+  auto* fnAgain = static_cast<CUfunction>(handles.resolve(HandleType::kCUfunc_st, functionId));
+  ASSERT_NE(fnAgain, nullptr);
+  int shared = 0;
+  ASSERT_EQ(PHOS_DRIVER(d(), FuncGetAttribute)(
+                &shared, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fnAgain),
+            CUDA_SUCCESS);
+  EXPECT_EQ(shared, 1024);
+  // And the restored kernel runs on the restored global.
+  ASSERT_EQ(PHOS_DRIVER(d(), LaunchKernel)(fnAgain, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr),
+            CUDA_SUCCESS);
+  ASSERT_EQ(PHOS_DRIVER(d(), CtxSynchronize)(), CUDA_SUCCESS);
+  ASSERT_EQ(PHOS_DRIVER(d(), MemcpyDtoH_v2)(&value, where, 4), CUDA_SUCCESS);
+  EXPECT_EQ(value, 43u);
+  validator.release(nullptr);
+  PHOS_DRIVER(d(), ModuleUnload)(again);
 }
 
 }  // namespace
