@@ -1093,5 +1093,165 @@ TEST_F(PtxSemantics, MalformedPtxIsInvalidArgument) {
               StatusIs(Code::kInvalidArgument, HasSubstr("malformed")));
 }
 
+// cnot: 1 for a zero operand, 0 for any other.
+TEST_F(PtxSemantics, LogicalNot) {
+  auto out = run(R"(
+  ld.global.u32 %r10, [%rd2];
+  cnot.b32 %r1, %r10;  st.global.u32 [%rd1], %r1;
+  mov.u32 %r11, 5;
+  cnot.b32 %r1, %r11;  st.global.u32 [%rd1+4], %r1;
+)", {0}, 2);
+  EXPECT_EQ(out, (std::vector<uint32_t>{1, 0}));
+}
+
+// dp4a: c plus the four byte products; dp2a: c plus the two 16-bit halves of
+// a times bytes 0-1 (.lo) or 2-3 (.hi) of b. Signed forms sign-extend.
+TEST_F(PtxSemantics, DotProducts) {
+  auto out = run(R"(
+  mov.b32 %r10, 0x01020304;
+  mov.b32 %r11, 0x05060708;
+  mov.b32 %r12, 100;
+  dp4a.u32.u32 %r1, %r10, %r11, %r12;  st.global.u32 [%rd1], %r1;
+  mov.b32 %r13, 0xff020304;
+  mov.b32 %r14, -100;
+  dp4a.s32.s32 %r1, %r13, %r11, %r14;  st.global.u32 [%rd1+4], %r1;
+  mov.b32 %r15, 0x00030002;
+  mov.b32 %r16, 0x0a090807;
+  mov.b32 %r17, 1;
+  dp2a.lo.u32.u32 %r1, %r15, %r16, %r17;  st.global.u32 [%rd1+8], %r1;
+  dp2a.hi.u32.u32 %r1, %r15, %r16, %r17;  st.global.u32 [%rd1+12], %r1;
+  mov.b32 %r18, 0xfffe0002;
+  dp2a.lo.s32.s32 %r1, %r18, %r16, %r12;  st.global.u32 [%rd1+16], %r1;
+)", {}, 5);
+  EXPECT_EQ(out[0], 170u);                                   // 4*8 + 3*7 + 2*6 + 1*5 + 100
+  EXPECT_EQ(out[1], static_cast<uint32_t>(4 * 8 + 3 * 7 + 2 * 6 - 1 * 5 - 100));
+  EXPECT_EQ(out[2], 39u);                                    // 2*7 + 3*8 + 1
+  EXPECT_EQ(out[3], 49u);                                    // 2*9 + 3*10 + 1
+  EXPECT_EQ(out[4], static_cast<uint32_t>(2 * 7 - 2 * 8 + 100));
+}
+
+// mad24: the 48-bit product of two 24-bit values, its low 32 bits (.lo) or
+// bits 47..16 (.hi), plus c.
+TEST_F(PtxSemantics, Multiply24) {
+  auto out = run(R"(
+  mov.b32 %r10, 0x00123456;
+  mov.b32 %r11, 0x00000100;
+  mov.b32 %r12, 1;
+  mad24.lo.u32 %r1, %r10, %r11, %r12;  st.global.u32 [%rd1], %r1;
+  mov.b32 %r13, 0x00800000;
+  mov.b32 %r14, 0;
+  mad24.hi.u32 %r1, %r13, %r13, %r14;  st.global.u32 [%rd1+4], %r1;
+  mov.b32 %r15, -3;
+  mad24.lo.s32 %r1, %r15, %r11, %r12;  st.global.u32 [%rd1+8], %r1;
+)", {}, 3);
+  EXPECT_EQ(out[0], 0x12345601u);
+  EXPECT_EQ(out[1], 0x40000000u);  // 2^46 >> 16
+  EXPECT_EQ(out[2], static_cast<uint32_t>(-3 * 256 + 1));
+}
+
+// szext: sign- or zero-extends the low N bits of a, N = b clamped to 32
+// (.clamp) or b mod 32 (.wrap); bmsk: width b from bit a, likewise.
+TEST_F(PtxSemantics, ExtendsAndMasks) {
+  auto out = run(R"(
+  mov.b32 %r10, 0x80;
+  mov.b32 %r11, 0x1ff;
+  szext.wrap.s32 %r1, %r10, 8;    st.global.u32 [%rd1], %r1;
+  szext.clamp.u32 %r1, %r11, 8;   st.global.u32 [%rd1+4], %r1;
+  szext.clamp.s32 %r1, %r10, 40;  st.global.u32 [%rd1+8], %r1;
+  szext.wrap.u32 %r1, %r11, 40;   st.global.u32 [%rd1+12], %r1;
+  bmsk.clamp.b32 %r1, 4, 8;       st.global.u32 [%rd1+16], %r1;
+  bmsk.wrap.b32 %r1, 4, 40;       st.global.u32 [%rd1+20], %r1;
+  bmsk.clamp.b32 %r1, 28, 8;      st.global.u32 [%rd1+24], %r1;
+)", {}, 7);
+  const std::vector<uint32_t> expected = {0xffffff80u, 0xffu, 0x80u, 0xffu, 0xff0u, 0xff0u, 0xf0000000u};
+  EXPECT_EQ(out, expected);
+}
+
+// tanh.approx.f32: within the ISA's bound (maximum relative error 2^-10.987).
+TEST_F(PtxSemantics, HyperbolicTangent) {
+  auto out = run(R"(
+  ld.global.f32 %f1, [%rd2];
+  tanh.approx.f32 %f2, %f1;  st.global.f32 [%rd1], %f2;
+  neg.f32 %f3, %f1;
+  tanh.approx.f32 %f2, %f3;  st.global.f32 [%rd1+4], %f2;
+  mov.f32 %f4, 0f41200000;
+  tanh.approx.f32 %f2, %f4;  st.global.f32 [%rd1+8], %f2;
+)", {f2u(0.5f)}, 3);
+  const float bound = std::ldexp(1.0f, -10) * 0.51f;  // 2^-10.987 < 0.51 * 2^-10
+  EXPECT_NEAR(std::bit_cast<float>(out[0]), std::tanh(0.5f), std::tanh(0.5f) * bound);
+  EXPECT_EQ(std::bit_cast<float>(out[1]), -std::bit_cast<float>(out[0]));
+  EXPECT_NEAR(std::bit_cast<float>(out[2]), 1.0f, bound);
+}
+
+// ldu: a load of memory the kernel does not write, the same value as ld's.
+TEST_F(PtxSemantics, UniformLoad) {
+  auto out = run(R"(
+  ldu.global.u32 %r1, [%rd2];    st.global.u32 [%rd1], %r1;
+  ldu.global.v2.u32 {%r2, %r3}, [%rd2+8];  st.global.v2.u32 [%rd1+8], {%r2, %r3};
+)", {7, 0, 8, 9}, 4);
+  EXPECT_EQ(out, (std::vector<uint32_t>{7, 0, 8, 9}));
+}
+
+// 128-bit loads and stores need 128-bit registers, which the interpreter
+// does not have: they fault naming the form rather than move half the bytes;
+// the module loads, and a thread that skips them is unaffected.
+TEST_F(PtxSemantics, Accesses128BitsWideFaultWhenExecuted) {
+  for (const char* access : {"ld.global.b128 %q1, [%rd2];", "ldu.global.b128 %q1, [%rd2];",
+                             "st.global.b128 [%rd1], %q1;"}) {
+    const std::string body = std::string(".reg .b128 %q<2>;\n  setp.eq.u32 %p1, %r0, 1;\n  @%p1 ") + access;
+    ASSERT_THAT(module_.load(kernel(body)), IsOk()) << access;
+    uint32_t* in = module_.memory().alloc<uint32_t>(8);
+    uint32_t* out = module_.memory().alloc<uint32_t>(8);
+    EXPECT_THAT(module_.launch("k", {1}, {1}, Params().add(out).add(in)), IsOk()) << access;  // thread 0 skips it
+    EXPECT_THAT(module_.launch("k", {1}, {2}, Params().add(out).add(in)),
+                StatusIs(Code::kFailedPrecondition, HasSubstr("b128"))) << access;
+  }
+}
+
+// elect.sync: every thread of the mask learns the leader, the lowest lane of
+// the mask; only the leader's predicate is true.
+TEST_F(PtxSemantics, ElectsTheLowestLaneOfTheMask) {
+  auto out = run(R"(
+  shl.b32 %r5, %r0, 3;
+  cvt.u64.u32 %rd5, %r5;
+  add.s64 %rd6, %rd1, %rd5;
+  elect.sync %r1|%p1, 0xffffffff;
+  selp.u32 %r2, 1, 0, %p1;
+  st.global.v2.u32 [%rd6], {%r1, %r2};
+  and.b32 %r6, %r0, 1;
+  setp.eq.u32 %p2, %r6, 1;
+  mov.u32 %r3, 99;
+  mov.u32 %r4, 99;
+  @%p2 elect.sync %r3|%p3, 0xaaaaaaaa;
+  @%p2 selp.u32 %r4, 1, 0, %p3;
+  st.global.v2.u32 [%rd6+256], {%r3, %r4};
+)", {}, 128, 32);
+  for (uint32_t lane = 0; lane < 32; ++lane) {
+    EXPECT_EQ(out[2 * lane], 0u) << lane;
+    EXPECT_EQ(out[2 * lane + 1], lane == 0 ? 1u : 0u) << lane;
+    const bool odd = lane % 2 == 1;
+    EXPECT_EQ(out[64 + 2 * lane], odd ? 1u : 99u) << lane;
+    EXPECT_EQ(out[64 + 2 * lane + 1], odd ? (lane == 1 ? 1u : 0u) : 99u) << lane;
+  }
+}
+
+// Cache and profiling hints and a breakpoint with no debugger change nothing
+// a kernel computes: what it stores around them is what it would without.
+TEST_F(PtxSemantics, HintsAndBreakpointsChangeNothing) {
+  auto out = run(R"(
+  .reg .b64 %pol;
+  ld.global.u32 %r1, [%rd2];
+  applypriority.global.L2::evict_normal [%rd2], 128;
+  createpolicy.fractional.L2::evict_last.b64 %pol, 1.0;
+  ld.global.L2::cache_hint.u32 %r2, [%rd2+4], %pol;
+  pmevent 1;
+  brkpt;
+  discard.global.L2 [%rd1+128], 128;
+  st.global.v2.u32 [%rd1], {%r1, %r2};
+)", {11, 12}, 2);
+  EXPECT_THAT(last_, IsOk());
+  EXPECT_EQ(out, (std::vector<uint32_t>{11, 12}));
+}
+
 }  // namespace
 }  // namespace phos::vgpu::engine::testing

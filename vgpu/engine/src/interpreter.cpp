@@ -20,6 +20,7 @@
 
 #include "device_printf.h"
 #include "float_ops.h"
+#include "opcode_coverage.h"
 #include "phos/instrument/check_function.h"
 #include "phos/instrument/twin.h"
 #include "phos/ptx/printer.h"
@@ -1396,6 +1397,7 @@ class BlockRunner {
   }
 
   Step executeLoad(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
+    if (in.unsupported) return exec ? unsupportedForm(w, in, exec) : Step::kContinue;
     const Opnd& d = in.ops[0];
     const Opnd& a = in.ops[1];
     unsigned elem = tsize(in.type);
@@ -1456,6 +1458,7 @@ class BlockRunner {
   }
 
   Step executeStore(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
+    if (in.unsupported) return exec ? unsupportedForm(w, in, exec) : Step::kContinue;
     const Opnd& a = in.ops[0];
     const Opnd& v = in.ops[1];
     unsigned elem = tsize(in.type);
@@ -2522,8 +2525,10 @@ class BlockRunner {
       uint64_t d = nops > 4 ? read(w, f, in.ops[4], lane) : 0;
       uint64_t r;
       if (!intLane(w, in, lane, a, b, c, d, &r)) {
+        const OpcodeCoverage& coverage = coverageOf(in.op);
         return raise(KernelFault::kIllegalInstruction, w, in, lane,
-                     fmt::format("unsupported instruction {}", ptx::name(in.op)));
+                     fmt::format("unsupported instruction {}{}{}", ptx::name(in.op), coverage.note.empty() ? "" : ": ",
+                                 coverage.note));
       }
       writeReg(f, in.ops[0], lane, r);
     }

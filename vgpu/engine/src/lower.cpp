@@ -576,6 +576,12 @@ class FunctionLowering {
     if (in.opcode == ptx::Opcode::kMbarrier) RETURN_IF_ERROR(checkMbarrier(in, inst));
     if (in.opcode == ptx::Opcode::kCp) RETURN_IF_ERROR(lowerAsyncCopy(in, inst));
     if (in.opcode == ptx::Opcode::kCvt && !cvtSupported(in.m)) inst.unsupported = true;
+    // 128-bit loads and stores would need 128-bit registers, which the
+    // interpreter does not have: faulting is better than moving half.
+    if ((in.opcode == ptx::Opcode::kLd || in.opcode == ptx::Opcode::kLdu || in.opcode == ptx::Opcode::kSt) &&
+        in.m.type() == ptx::Type::kB128) {
+      inst.unsupported = true;
+    }
     if (inst.ops.size() < minOperands(in.opcode, in.m)) {
       return makeError(Code::kInvalidArgument, "line {}: {} needs at least {} operands",
                        in.line, ptx::name(in.opcode), minOperands(in.opcode, in.m));
