@@ -75,7 +75,6 @@ const std::map<std::string, std::string>& samples() {
       {"sust", "sust.b.1d.b32.trap [%rd2, {%r0}], {%r1};"},
       {"suq", "suq.width.b32 %r1, [%rd2];"},
       {"tensormap", "tensormap.replace.tile.global_address.global.b1024.b64 [%rd2], %rd3;"},
-      {"testp", "testp.finite.f32 %p1, %f1;"},
       {"tex", "tex.1d.v4.f32.s32 {%f1, %f2, %f3, %f4}, [%rd2, {%r0}];"},
       {"tld4", "tld4.r.2d.v4.f32.f32 {%f1, %f2, %f3, %f4}, [%rd2, {%f5, %f6}];"},
       {"txq", "txq.width.b32 %r1, [%rd2];"},

@@ -1192,6 +1192,49 @@ TEST_F(PtxSemantics, UniformLoad) {
   EXPECT_EQ(out, (std::vector<uint32_t>{7, 0, 8, 9}));
 }
 
+// testp: each property of f32 and f64 values of every class. The ISA counts
+// both zeros as normal numbers.
+TEST_F(PtxSemantics, TestpClassifiesAsTheIsaSays) {
+  // Per input: bits 0-5 = finite, infinite, number, notanumber, normal, subnormal.
+  const std::string body = R"(
+  shl.b32 %r5, %r0, 2;
+  cvt.u64.u32 %rd5, %r5;
+  add.s64 %rd6, %rd2, %rd5;
+  add.s64 %rd7, %rd1, %rd5;
+  ld.global.f32 %f1, [%rd6];
+  cvt.f64.f32 %fd1, %f1;
+  setp.eq.u32 %p9, %r0, 7;
+  @%p9 mov.b64 %fd1, 0x0000000000000001;
+  mov.u32 %r1, 0;
+  testp.finite.f32 %p1, %f1;  selp.u32 %r2, 1, 0, %p1;  or.b32 %r1, %r1, %r2;
+  testp.finite.f64 %p1, %fd1;  selp.u32 %r2, 256, 0, %p1;  or.b32 %r1, %r1, %r2;
+  testp.infinite.f32 %p1, %f1;  selp.u32 %r2, 2, 0, %p1;  or.b32 %r1, %r1, %r2;
+  testp.infinite.f64 %p1, %fd1;  selp.u32 %r2, 512, 0, %p1;  or.b32 %r1, %r1, %r2;
+  testp.number.f32 %p1, %f1;  selp.u32 %r2, 4, 0, %p1;  or.b32 %r1, %r1, %r2;
+  testp.number.f64 %p1, %fd1;  selp.u32 %r2, 1024, 0, %p1;  or.b32 %r1, %r1, %r2;
+  testp.notanumber.f32 %p1, %f1;  selp.u32 %r2, 8, 0, %p1;  or.b32 %r1, %r1, %r2;
+  testp.notanumber.f64 %p1, %fd1;  selp.u32 %r2, 2048, 0, %p1;  or.b32 %r1, %r1, %r2;
+  testp.normal.f32 %p1, %f1;  selp.u32 %r2, 16, 0, %p1;  or.b32 %r1, %r1, %r2;
+  testp.normal.f64 %p1, %fd1;  selp.u32 %r2, 4096, 0, %p1;  or.b32 %r1, %r1, %r2;
+  testp.subnormal.f32 %p1, %f1;  selp.u32 %r2, 32, 0, %p1;  or.b32 %r1, %r1, %r2;
+  testp.subnormal.f64 %p1, %fd1;  selp.u32 %r2, 8192, 0, %p1;  or.b32 %r1, %r1, %r2;
+  st.global.u32 [%rd7], %r1;
+)";
+  // 0x00000001 is a subnormal f32, and its f64 a normal number.
+  const std::vector<uint32_t> in = {f2u(1.5f), f2u(0.0f), f2u(-0.0f), 0x00000001u,
+                                    f2u(std::numeric_limits<float>::infinity()),
+                                    f2u(-std::numeric_limits<float>::infinity()),
+                                    f2u(std::numeric_limits<float>::quiet_NaN()),
+                                    f2u(1.0f)};  // lane 7: its f64 is the smallest subnormal
+  auto out = run(body, in, 8, 8);
+  const uint32_t normal = 0b010101, subnormal = 0b100101, infinite = 0b000110, nan = 0b001000;
+  const std::vector<uint32_t> expected = {normal | normal << 8,       normal | normal << 8,
+                                          normal | normal << 8,       subnormal | normal << 8,
+                                          infinite | infinite << 8,   infinite | infinite << 8,
+                                          nan | nan << 8,             normal | subnormal << 8};
+  EXPECT_EQ(out, expected);
+}
+
 // 128-bit loads and stores need 128-bit registers, which the interpreter
 // does not have: they fault naming the form rather than move half the bytes;
 // the module loads, and a thread that skips them is unaffected.

@@ -802,6 +802,24 @@ class BlockRunner {
         }
         return Step::kContinue;
       }
+      case Opcode::kTestp: {
+        // testp.op.type p, a: a property of an f32 or f64 value. "As a
+        // special case, positive and negative zero are considered normal
+        // numbers" (the ISA), so .normal holds for zeros too.
+        for (uint32_t m = exec; m; m &= m - 1) {
+          int lane = std::countr_zero(m);
+          const uint64_t a = read(w, f, in.ops[1], lane);
+          const int cls = in.type == Type::kF64 ? std::fpclassify(asF64(a)) : std::fpclassify(asF32(a));
+          const bool r = in.m.has(Flag::kFinite)       ? cls != FP_INFINITE && cls != FP_NAN
+                         : in.m.has(Flag::kInfinite)   ? cls == FP_INFINITE
+                         : in.m.has(Flag::kNumber)     ? cls != FP_NAN
+                         : in.m.has(Flag::kNotanumber) ? cls == FP_NAN
+                         : in.m.has(Flag::kNormal)     ? cls == FP_NORMAL || cls == FP_ZERO
+                                                       : cls == FP_SUBNORMAL;
+          writeReg(f, in.ops[0], lane, r);
+        }
+        return Step::kContinue;
+      }
       case Opcode::kIsspacep: {
         StateSpace sp = in.m.space;
         for (uint32_t m = exec; m; m &= m - 1) {

@@ -101,7 +101,7 @@ size_t minOperands(ptx::Opcode op, const ptx::Modifiers& m) {
     case Opcode::kVote: return 2;
     case Opcode::kMov: case Opcode::kNot: case Opcode::kCnot: case Opcode::kAbs:
     case Opcode::kNeg: case Opcode::kPopc: case Opcode::kClz: case Opcode::kBrev:
-    case Opcode::kBfind: case Opcode::kCvta: case Opcode::kIsspacep:
+    case Opcode::kBfind: case Opcode::kCvta: case Opcode::kIsspacep: case Opcode::kTestp:
     case Opcode::kRcp: case Opcode::kSqrt: case Opcode::kRsqrt: case Opcode::kSin:
     case Opcode::kCos: case Opcode::kLg2: case Opcode::kEx2: case Opcode::kTanh:
     case Opcode::kLd: case Opcode::kLdu: case Opcode::kSt: case Opcode::kElect:

@@ -130,7 +130,7 @@ constexpr std::array kTable = {
     OpcodeCoverage{Opcode::kSzext, E, ""},
     OpcodeCoverage{Opcode::kTanh, E, ""},
     OpcodeCoverage{Opcode::kTensormap, L, "tensor-map updates (sm_90a) are not executed"},
-    OpcodeCoverage{Opcode::kTestp, L, "testp is not executed"},
+    OpcodeCoverage{Opcode::kTestp, E, "zeros count as normal numbers, as the ISA says"},
     OpcodeCoverage{Opcode::kTex, L, kTextures},
     OpcodeCoverage{Opcode::kTld4, L, kTextures},
     OpcodeCoverage{Opcode::kTrap, E, ""},

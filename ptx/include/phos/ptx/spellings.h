@@ -127,4 +127,6 @@
   X(kLevelEvictionPriority, "level::eviction_priority")                              \
   X(kCtaGroup1, "cta_group::1") X(kCtaGroup2, "cta_group::2") X(kShift, "shift")     \
   X(kTrunc, "trunc") X(kExtract, "extract") X(kInsert, "insert")                     \
-  X(kNoreturn, "noreturn") X(kMulti, "multi") X(kMma, "mma")
+  X(kNoreturn, "noreturn") X(kMulti, "multi") X(kMma, "mma")                        \
+  X(kFinite, "finite") X(kInfinite, "infinite") X(kNumber, "number")                 \
+  X(kNotanumber, "notanumber") X(kNormal, "normal") X(kSubnormal, "subnormal")
