@@ -149,7 +149,7 @@ DeviceMemory::Restore::Restore(DeviceMemory& memory, SessionScope& scope,
 
 // NVIDIA's driver chooses where a module's variables go from what the
 // process did before it loaded the module. The session reserved its ranges
-// before its first module (Session::reserveHeap) and made the driver
+// before its first module (reserve) and made the driver
 // allocations of its own (a restore's staging) later: so here, the ranges
 // first, then the allocations and modules in the job's order, then every copy.
 Status DeviceMemory::Restore::reserveRanges() {

@@ -71,7 +71,11 @@ class DeviceMemory {
   CUresult allocate(int device, size_t bytes, CUdeviceptr* address);
   // Gives back what allocate() gave and forgets its allocation.
   CUresult free(CUdeviceptr address);
-  // Reserves the heap's range of `device` (Session::reserveHeap).
+  // Reserves the heap's range of `device`, before the session's first module
+  // there: NVIDIA's driver places a module's variables by what the process
+  // holds, and a restore, which reserves the range before it loads modules,
+  // must find the same layout (docs/checkpoint.md). A driver without the VMM
+  // API is left alone (its cuMemAlloc says so).
   void reserve(int device);
   // Gives a range of `device`'s heap back at once, and how many bytes its
   // mapping holds.

@@ -152,13 +152,7 @@ class Session {
   // The virtual id of the context current for the call being served.
   uint64_t currentContext() const { return currentContext_; }
 
-  // The session's device memory (device_memory.h). Its heap's range of a
-  // device is reserved before the session's first module there
-  // (memory().reserve): NVIDIA's driver chooses where a module's variables go
-  // from what the process already holds, and a restore, which reserves the
-  // range before it loads modules, must find the same layout
-  // (docs/checkpoint.md). A driver without the VMM API is left alone (its
-  // cuMemAlloc says so).
+  // The session's device memory (device_memory.h).
   DeviceMemory& memory() { return memory_; }
   const PinnedRange* findPinned(uintptr_t p) const;
   // Inside an allocation or a pinned range of this session.
