@@ -1192,6 +1192,76 @@ TEST_F(PtxSemantics, UniformLoad) {
   EXPECT_EQ(out, (std::vector<uint32_t>{7, 0, 8, 9}));
 }
 
+// stmatrix stores the warp's fragments as ldmatrix would have loaded them:
+// thread t holds row t / 4, columns 2(t % 4) and +1 of each matrix (of its
+// transpose with .trans), and thread 8j + r names row r of matrix j. Here
+// element (row, column) of matrix j is 64j + 8 row + column.
+TEST_F(PtxSemantics, StmatrixStoresTheFragmentsRowsAndTheirTranspose) {
+  const std::string prelude = ".shared .align 16 .b8 sm[768];\n";
+  auto out = run(R"(
+  shr.u32 %r2, %r0, 2;
+  and.b32 %r3, %r0, 3;
+  shl.b32 %r3, %r3, 1;
+  mad.lo.u32 %r4, %r2, 8, %r3;
+  add.u32 %r5, %r4, 1;
+  shl.b32 %r5, %r5, 16;
+  or.b32 %r6, %r4, %r5;
+  add.u32 %r7, %r6, 0x00400040;
+  mov.u32 %r8, sm;
+  shl.b32 %r9, %r0, 4;
+  add.u32 %r10, %r8, %r9;
+  stmatrix.sync.aligned.m8n8.x2.shared.b16 [%r10], {%r6, %r7};
+  and.b32 %r11, %r0, 7;
+  shl.b32 %r11, %r11, 4;
+  add.u32 %r12, %r8, %r11;
+  add.u32 %r12, %r12, 256;
+  stmatrix.sync.aligned.m8n8.x1.trans.shared.b16 [%r12], {%r6};
+  bar.sync 0;
+  shl.b32 %r13, %r0, 3;
+  add.u32 %r14, %r8, %r13;
+  ld.shared.v2.u32 {%r15, %r16}, [%r14];
+  cvt.u64.u32 %rd5, %r13;
+  add.s64 %rd6, %rd1, %rd5;
+  st.global.v2.u32 [%rd6], {%r15, %r16};
+  ld.shared.v2.u32 {%r15, %r16}, [%r14+256];
+  st.global.v2.u32 [%rd6+256], {%r15, %r16};
+)", {}, 128, 32, prelude);
+  auto at = [&](size_t base, int row, int col) {
+    const uint32_t word = out[base / 4 + (row * 8 + col) / 2];
+    return (col % 2 == 0) ? (word & 0xffff) : (word >> 16);
+  };
+  for (int j = 0; j < 2; ++j) {
+    for (int r = 0; r < 8; ++r) {
+      for (int c = 0; c < 8; ++c) EXPECT_EQ(at(128 * j, r, c), 64u * j + 8 * r + c) << j << " " << r << " " << c;
+    }
+  }
+  for (int r = 0; r < 8; ++r) {
+    for (int c = 0; c < 8; ++c) EXPECT_EQ(at(256, r, c), 8u * c + r) << "transposed " << r << " " << c;
+  }
+}
+
+// movmatrix: the warp's fragment of the transpose, in the same layout.
+TEST_F(PtxSemantics, MovmatrixTransposesTheWarpsMatrix) {
+  auto out = run(R"(
+  shr.u32 %r2, %r0, 2;
+  and.b32 %r3, %r0, 3;
+  shl.b32 %r3, %r3, 1;
+  mad.lo.u32 %r4, %r2, 8, %r3;
+  add.u32 %r5, %r4, 1;
+  shl.b32 %r5, %r5, 16;
+  or.b32 %r6, %r4, %r5;
+  movmatrix.sync.aligned.m8n8.trans.b16 %r7, %r6;
+  shl.b32 %r8, %r0, 2;
+  cvt.u64.u32 %rd5, %r8;
+  add.s64 %rd6, %rd1, %rd5;
+  st.global.u32 [%rd6], %r7;
+)", {}, 32, 32);
+  for (uint32_t lane = 0; lane < 32; ++lane) {
+    const uint32_t g = lane / 4, c = 2 * (lane % 4);
+    EXPECT_EQ(out[lane], (8 * c + g) | ((8 * (c + 1) + g) << 16)) << lane;
+  }
+}
+
 // testp: each property of f32 and f64 values of every class. The ISA counts
 // both zeros as normal numbers.
 TEST_F(PtxSemantics, TestpClassifiesAsTheIsaSays) {

@@ -761,6 +761,8 @@ class BlockRunner {
       case Opcode::kMbarrier: return executeMbarrier(w, f, in, exec);
       case Opcode::kWmma: return executeWmma(w, f, in, mask, exec);
       case Opcode::kLdmatrix: return executeLdmatrix(w, f, in, mask, exec);
+      case Opcode::kStmatrix: return executeStmatrix(w, f, in, mask, exec);
+      case Opcode::kMovmatrix: return executeMovmatrix(w, f, in, mask, exec);
       case Opcode::kMma: return executeMmaSync(w, f, in, mask, exec);
       case Opcode::kAtom: case Opcode::kRed: return executeAtomic(w, f, in, exec);
       case Opcode::kShfl: return executeShfl(w, f, in, exec);
@@ -1776,6 +1778,65 @@ class BlockRunner {
         const uint32_t hi = trans ? rows[j][c + 1][g] : rows[j][g][c + 1];
         writeReg(f, vecElem(in.ops[0], j), lane, lo | (hi << 16));
       }
+    }
+    return Step::kContinue;
+  }
+
+  // stmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16 [p], r: ldmatrix
+  // backwards. Register j of the warp holds matrix j in the layout the ISA
+  // documents (thread t: row t / 4, columns 2(t % 4) and 2(t % 4) + 1, or
+  // those of the transpose with .trans); thread 8j + r gives the address of
+  // row r of matrix j, 16 bytes aligned to 16. Other shapes (.m16n8 of .b8)
+  // fault.
+  Step executeStmatrix(Warp& w, Frame& f, const Inst& in, uint32_t mask, uint32_t exec) {
+    if (exec == 0) return Step::kContinue;
+    Step step = Step::kContinue;
+    if (!wholeWarp(w, in, mask, exec, step)) return step;
+    const unsigned count = in.m.has(Flag::kX4) ? 4 : in.m.has(Flag::kX2) ? 2 : 1;
+    if (!in.m.has(Flag::kM8n8) || tsize(in.type) != 2 || in.ops.size() != 2 || vecSize(in.ops[1]) != count) {
+      return raise(KernelFault::kIllegalInstruction, w, in, 0, "unsupported stmatrix form (only .m8n8 .b16)");
+    }
+    const bool trans = in.m.has(Flag::kTrans);
+    uint16_t rows[4][8][8];
+    for (int lane = 0; lane < static_cast<int>(kWarpSize); ++lane) {
+      const int g = lane / 4, c = 2 * (lane % 4);
+      for (unsigned j = 0; j < count; ++j) {
+        const uint32_t v = static_cast<uint32_t>(read(w, f, vecElem(in.ops[1], j), lane));
+        (trans ? rows[j][c][g] : rows[j][g][c]) = static_cast<uint16_t>(v);
+        (trans ? rows[j][c + 1][g] : rows[j][g][c + 1]) = static_cast<uint16_t>(v >> 16);
+      }
+    }
+    const Opnd& a = in.ops[0];
+    for (unsigned j = 0; j < count; ++j) {
+      for (int r = 0; r < 8; ++r) {
+        const int lane = static_cast<int>(8 * j) + r;
+        uint8_t* p = resolve(w, f, in, in.m.space, a.base, effectiveAddress(w, f, a, lane), 16, 16, lane, true);
+        if (!p) return Step::kStop;
+        for (int c = 0; c < 8; ++c) storeBytes(p + 2 * c, rows[j][r][c], 2);
+      }
+    }
+    return Step::kContinue;
+  }
+
+  // movmatrix.sync.aligned.m8n8.trans.b16 d, a: the warp's 8 x 8 matrix of
+  // b16, held in ldmatrix's layout, transposed into the same layout.
+  Step executeMovmatrix(Warp& w, Frame& f, const Inst& in, uint32_t mask, uint32_t exec) {
+    if (exec == 0) return Step::kContinue;
+    Step step = Step::kContinue;
+    if (!wholeWarp(w, in, mask, exec, step)) return step;
+    if (!in.m.has(Flag::kM8n8) || !in.m.has(Flag::kTrans) || tsize(in.type) != 2 || in.ops.size() != 2) {
+      return raise(KernelFault::kIllegalInstruction, w, in, 0, "unsupported movmatrix form (only .m8n8.trans.b16)");
+    }
+    uint16_t m[8][8];
+    for (int lane = 0; lane < static_cast<int>(kWarpSize); ++lane) {
+      const int g = lane / 4, c = 2 * (lane % 4);
+      const uint32_t v = static_cast<uint32_t>(read(w, f, in.ops[1], lane));
+      m[g][c] = static_cast<uint16_t>(v);
+      m[g][c + 1] = static_cast<uint16_t>(v >> 16);
+    }
+    for (int lane = 0; lane < static_cast<int>(kWarpSize); ++lane) {
+      const int g = lane / 4, c = 2 * (lane % 4);
+      writeReg(f, in.ops[0], lane, static_cast<uint32_t>(m[c][g]) | (static_cast<uint32_t>(m[c + 1][g]) << 16));
     }
     return Step::kContinue;
   }

@@ -86,7 +86,7 @@ constexpr std::array kTable = {
                    "mma.sync m16n8k16 and m16n8k8 .row.col, f16 or bf16 inputs, f16 or f32 accumulators; other "
                    "shapes and types fault"},
     OpcodeCoverage{Opcode::kMov, E, ""},
-    OpcodeCoverage{Opcode::kMovmatrix, F, "movmatrix is not executed"},
+    OpcodeCoverage{Opcode::kMovmatrix, E, "m8n8.trans.b16, its one form"},
     OpcodeCoverage{Opcode::kMul, E, ""},
     OpcodeCoverage{Opcode::kMul24, E, ""},
     OpcodeCoverage{Opcode::kMultimem, L, "multicast memory is not executed"},
@@ -120,7 +120,7 @@ constexpr std::array kTable = {
     OpcodeCoverage{Opcode::kStackrestore, F, kNoStack},
     OpcodeCoverage{Opcode::kStacksave, F, kNoStack},
     OpcodeCoverage{Opcode::kSt, S, kMemoryForms},
-    OpcodeCoverage{Opcode::kStmatrix, F, "stmatrix is not executed"},
+    OpcodeCoverage{Opcode::kStmatrix, S, "m8n8 .x1/.x2/.x4 of .b16, with and without .trans; .m16n8 of .b8 faults"},
     OpcodeCoverage{Opcode::kSub, E, ""},
     OpcodeCoverage{Opcode::kSubc, E, ""},
     OpcodeCoverage{Opcode::kSuld, L, kTextures},
