@@ -198,4 +198,28 @@ inline std::string ptxPath(const std::string& name) {
 }
 #endif
 
+// Wraps `body` in a kernel `k(.param .u64 out, .param .u64 in)` for `target`:
+// %rd1 = out, %rd2 = in (both generic), %r0 = %tid.x; registers %r<64>,
+// %rd<32>, %f<32>, %fd<16>, %p<16>, %h<8>. Without a prelude, `body` starts
+// on line 16.
+inline std::string kernel(const std::string& body, const std::string& prelude = "",
+                          const std::string& target = "sm_80") {
+  return ".version 8.0\n.target " + target + "\n.address_size 64\n" + prelude + R"(
+.visible .entry k(.param .u64 k_out, .param .u64 k_in)
+{
+  .reg .pred %p<16>;
+  .reg .b16 %h<8>;
+  .reg .b32 %r<64>;
+  .reg .b64 %rd<32>;
+  .reg .f32 %f<32>;
+  .reg .f64 %fd<16>;
+  ld.param.u64 %rd1, [k_out];
+  ld.param.u64 %rd2, [k_in];
+  mov.u32 %r0, %tid.x;
+)" + body + R"(
+  ret;
+}
+)";
+}
+
 }  // namespace phos::vgpu::engine::testing

@@ -31,30 +31,6 @@ namespace fs = std::filesystem;
 using ::phos::testing::IsOk;
 using ::testing::HasSubstr;
 
-// A kernel whose line 16 starts `body` (the registers of ptx_semantics_test.cpp's).
-std::string kernel(const std::string& body) {
-  return R"(.version 8.0
-.target sm_90
-.address_size 64
-.visible .entry k(.param .u64 k_out, .param .u64 k_in)
-{
-  .reg .pred %p<16>;
-  .reg .b16 %h<8>;
-  .reg .b32 %r<64>;
-  .reg .b64 %rd<32>;
-  .reg .f32 %f<32>;
-  .reg .f64 %fd<16>;
-  ld.param.u64 %rd1, [k_out];
-  ld.param.u64 %rd2, [k_in];
-  mov.u32 %r0, %tid.x;
-  mov.u32 %r1, 0;
-)" + body +
-         R"(
-  ret;
-}
-)";
-}
-
 // One instruction of every opcode the engine does not execute, as the ISA
 // spells it.
 const std::map<std::string, std::string>& samples() {
@@ -125,7 +101,7 @@ TEST(OpcodeCoverage, WhatTheEngineDoesNotExecuteFaultsOrIsRefusedNamingIt) {
     auto sample = samples().find(name);
     ASSERT_NE(sample, samples().end()) << "no sample instruction of " << name;
     Module m;
-    Status loaded = m.load(kernel(sample->second));
+    Status loaded = m.load(kernel(sample->second, "", "sm_90"));
     if (entry.coverage == Coverage::kRefusedAtLoad) {
       ASSERT_FALSE(loaded.isOk()) << name << " loads";
       EXPECT_THAT(loaded.message(), ::testing::ContainsRegex("(:1[67]:|line 1[67])"))

@@ -19,30 +19,6 @@ using ::phos::testing::IsOk;
 using ::phos::testing::StatusIs;
 using ::testing::HasSubstr;
 
-// Wraps `body` in a kernel `k(.param .u64 out, .param .u64 in)`: %rd1 = out, %rd2 = in
-// (both generic), %r0 = %tid.x. Registers %r<64>, %rd<32>, %f<32>, %fd<16>, %p<16>, %h<8>.
-std::string kernel(const std::string& body, const std::string& prelude = "") {
-  return R"(.version 8.0
-.target sm_80
-.address_size 64
-)" + prelude + R"(
-.visible .entry k(.param .u64 k_out, .param .u64 k_in)
-{
-  .reg .pred %p<16>;
-  .reg .b16 %h<8>;
-  .reg .b32 %r<64>;
-  .reg .b64 %rd<32>;
-  .reg .f32 %f<32>;
-  .reg .f64 %fd<16>;
-  ld.param.u64 %rd1, [k_out];
-  ld.param.u64 %rd2, [k_in];
-  mov.u32 %r0, %tid.x;
-)" + body + R"(
-  ret;
-}
-)";
-}
-
 class PtxSemantics : public ::testing::Test {
  protected:
   // Runs `body` on `threads` threads with `in` as input; returns `outWords` words.
@@ -1192,13 +1168,10 @@ TEST_F(PtxSemantics, UniformLoad) {
   EXPECT_EQ(out, (std::vector<uint32_t>{7, 0, 8, 9}));
 }
 
-// stmatrix stores the warp's fragments as ldmatrix would have loaded them:
-// thread t holds row t / 4, columns 2(t % 4) and +1 of each matrix (of its
-// transpose with .trans), and thread 8j + r names row r of matrix j. Here
-// element (row, column) of matrix j is 64j + 8 row + column.
-TEST_F(PtxSemantics, StmatrixStoresTheFragmentsRowsAndTheirTranspose) {
-  const std::string prelude = ".shared .align 16 .b8 sm[768];\n";
-  auto out = run(R"(
+// %r6 = this thread's fragment of the 8 x 8 matrix of b16 whose element
+// (row, column) is 8 row + column, in the layout of ldmatrix and mma: thread
+// t holds row t / 4, columns 2(t % 4) and 2(t % 4) + 1.
+const std::string kMatrixFragment = R"(
   shr.u32 %r2, %r0, 2;
   and.b32 %r3, %r0, 3;
   shl.b32 %r3, %r3, 1;
@@ -1206,6 +1179,15 @@ TEST_F(PtxSemantics, StmatrixStoresTheFragmentsRowsAndTheirTranspose) {
   add.u32 %r5, %r4, 1;
   shl.b32 %r5, %r5, 16;
   or.b32 %r6, %r4, %r5;
+)";
+
+// stmatrix stores the warp's fragments as ldmatrix would have loaded them:
+// thread t holds row t / 4, columns 2(t % 4) and +1 of each matrix (of its
+// transpose with .trans), and thread 8j + r names row r of matrix j. Here
+// element (row, column) of matrix j is 64j + 8 row + column.
+TEST_F(PtxSemantics, StmatrixStoresTheFragmentsRowsAndTheirTranspose) {
+  const std::string prelude = ".shared .align 16 .b8 sm[768];\n";
+  auto out = run(kMatrixFragment + R"(
   add.u32 %r7, %r6, 0x00400040;
   mov.u32 %r8, sm;
   shl.b32 %r9, %r0, 4;
@@ -1242,14 +1224,7 @@ TEST_F(PtxSemantics, StmatrixStoresTheFragmentsRowsAndTheirTranspose) {
 
 // movmatrix: the warp's fragment of the transpose, in the same layout.
 TEST_F(PtxSemantics, MovmatrixTransposesTheWarpsMatrix) {
-  auto out = run(R"(
-  shr.u32 %r2, %r0, 2;
-  and.b32 %r3, %r0, 3;
-  shl.b32 %r3, %r3, 1;
-  mad.lo.u32 %r4, %r2, 8, %r3;
-  add.u32 %r5, %r4, 1;
-  shl.b32 %r5, %r5, 16;
-  or.b32 %r6, %r4, %r5;
+  auto out = run(kMatrixFragment + R"(
   movmatrix.sync.aligned.m8n8.trans.b16 %r7, %r6;
   shl.b32 %r8, %r0, 2;
   cvt.u64.u32 %rd5, %r8;
