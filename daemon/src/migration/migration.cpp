@@ -353,6 +353,12 @@ class Incoming {
       log->warn("migration from {}: {}", channel_.peer(), s.message());
       (void)channel_.send({{"kind", "failed"}, {"error", s.message()}});
       discard();
+      // The source may still be sending (the image's chunks): hanging up
+      // with its bytes unread would reset the connection, and it would learn
+      // only that, not why. Its frames are read and dropped until it hangs
+      // up, having read "failed", or goes quiet.
+      while (channel_.receive(std::chrono::seconds(30)).isOk()) {
+      }
     }
   }
 

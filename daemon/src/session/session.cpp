@@ -304,7 +304,6 @@ SessionInfo Session::infoLocked() const {
   return i;
 }
 
-
 const PinnedRange* Session::findPinned(uintptr_t p) const { return pinned_.find(p); }
 
 bool Session::ownsRange(CUdeviceptr p, size_t bytes) const {
@@ -312,7 +311,6 @@ bool Session::ownsRange(CUdeviceptr p, size_t bytes) const {
   if (const PinnedRange* r = findPinned(p)) return bytes <= r->bytes - (p - r->address);
   return false;
 }
-
 
 int Session::currentDevice() const {
   return contexts_.deviceOf(currentContext_, 0);

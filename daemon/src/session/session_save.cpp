@@ -111,7 +111,6 @@ Status Session::describe(image::ImageWriter& writer, json& state,
   return Describer(*this, writer, state, copies).run();
 }
 
-
 Status Session::drainContexts() {
   Status drained = contexts_.drain(driver_);
   currentReal_ = nullptr;  // the next call makes its own current
