@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // ServerCall: decoding checks, handle translation and replies.
+// handleTypeName() is defined here: before any header includes handle_types.h.
+#define PHOS_HANDLE_TYPE_NAMES
 #include "session/server_call.h"
 
 #include "phos/common/log.h"
 #include "phos/cuda_api/api_table.h"
+#include "phos/cuda_api/handle_types.h"
 #include "session/handle_table.h"
 #include "session/session.h"
-
-#define PHOS_HANDLE_TYPE_NAMES
-#include "phos/cuda_api/handle_types.h"
 
 namespace phos::daemon {
 namespace {
