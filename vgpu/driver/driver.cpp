@@ -1004,11 +1004,12 @@ void Driver::setProgramLoader(std::shared_ptr<ProgramLoader> loader) {
   loader_ = std::move(loader);
 }
 
-Result<CUmodule> Driver::loadModule(const void* image) {
+Result<CUmodule> Driver::loadModule(const void* image, int maxRegisters) {
   if (image == nullptr) return cuError(CUDA_ERROR_INVALID_VALUE, "module image is null");
   ASSIGN_OR_RETURN(auto context, current());
   ASSIGN_OR_RETURN(auto bytes, copyModuleImage(image));
   ASSIGN_OR_RETURN(auto module, loadModuleIn(context, bytes));
+  module->maxRegisters = maxRegisters;
   return reinterpret_cast<CUmodule>(module->id);
 }
 

@@ -174,6 +174,7 @@ class Module {
   std::mutex mutex;
   std::map<std::size_t, std::uint64_t> functionHandles;  // function index -> handle
   std::atomic<std::uint64_t> library{0};  // the CUlibrary it was loaded through, if any
+  int maxRegisters = 0;                   // CU_JIT_MAX_REGISTERS it was loaded with (0: none)
 };
 
 struct Function {
@@ -315,7 +316,8 @@ class Driver {
 
   // --- modules and launches -------------------------------------------------------
   void setProgramLoader(std::shared_ptr<ProgramLoader> loader);
-  Result<CUmodule> loadModule(const void* image);
+  // `maxRegisters`: the CU_JIT_MAX_REGISTERS it is loaded with (0: none).
+  Result<CUmodule> loadModule(const void* image, int maxRegisters = 0);
   Result<CUmodule> loadModuleFile(const char* path);
   Status unloadModule(CUmodule handle);
   Result<std::shared_ptr<Module>> module(CUmodule handle) const;

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Entry points: modules, libraries and kernels, the linker, function attributes, launches, occupancy.
-#include "entry.h"
-
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string_view>
 
+#include "entry.h"
 #include "fatbin.h"
 
 using namespace phos;
@@ -36,55 +37,84 @@ std::uint64_t idOf(T handle) {
   return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(handle));
 }
 
-// JIT options: vgpu compiles nothing ahead of a launch, so every log is empty and
-// every wall time is 0; the output options are written as the documentation says.
-Status applyJitOptions(unsigned int numOptions, CUjit_option* options, void** optionValues) {
-  if (numOptions == 0) return Status::ok();
-  if (options == nullptr || optionValues == nullptr) {
-    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "{} JIT options without option arrays", numOptions);
-  }
-  for (unsigned i = 0; i < numOptions; ++i) {
-    if (options[i] < 0 || options[i] >= CU_JIT_NUM_OPTIONS) {
-      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "JIT option {} does not exist", static_cast<int>(options[i]));
+// A load's or a link's JIT options: checked before it, their outputs written
+// after it as the documentation says. vgpu's compiler reports only errors: the
+// error log holds why a load failed, the info log stays empty; the log sizes
+// become "OUT: Amount of log buffer filled with messages" (the terminator
+// included); the wall time is the load's. CU_JIT_MAX_REGISTERS caps what
+// cuFuncGetAttribute(CU_FUNC_ATTRIBUTE_NUM_REGS) reports, as ptxas's cap
+// does; the other options change nothing vgpu runs.
+class JitOptions {
+ public:
+  static Result<JitOptions> of(unsigned count, CUjit_option* options, void** values) {
+    if (count > 0 && (options == nullptr || values == nullptr)) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "{} JIT options without option arrays", count);
     }
+    for (unsigned i = 0; i < count; ++i) {
+      if (options[i] < 0 || options[i] >= CU_JIT_NUM_OPTIONS) {
+        return cuErrorf(CUDA_ERROR_INVALID_VALUE, "JIT option {} does not exist",
+                        static_cast<int>(options[i]));
+      }
+    }
+    return JitOptions(count, options, values);
   }
-  auto sizeOf = [&](CUjit_option sizeOption) -> std::size_t {
-    for (unsigned i = 0; i < numOptions; ++i) {
-      if (options[i] == sizeOption) return static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(optionValues[i]));
+
+  int maxRegisters() const {
+    for (unsigned i = 0; i < count_; ++i) {
+      if (options_[i] == CU_JIT_MAX_REGISTERS) return static_cast<int>(scalar(i));
     }
     return 0;
-  };
-  for (unsigned i = 0; i < numOptions; ++i) {
-    switch (options[i]) {
-      case CU_JIT_INFO_LOG_BUFFER:
-        if (optionValues[i] != nullptr && sizeOf(CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES) > 0) {
-          static_cast<char*>(optionValues[i])[0] = '\0';
-        }
-        break;
-      case CU_JIT_ERROR_LOG_BUFFER:
-        if (optionValues[i] != nullptr && sizeOf(CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) > 0) {
-          static_cast<char*>(optionValues[i])[0] = '\0';
-        }
-        break;
-      case CU_JIT_WALL_TIME: {
-        // "Overwrites the option value with the total wall clock time, in milliseconds".
-        float ms = 0.0F;
-        optionValues[i] = nullptr;
-        std::memcpy(&optionValues[i], &ms, sizeof(ms));
-        break;
+  }
+
+  void report(const Status& result) const {
+    const std::string error = result.isOk() ? std::string() : result.message();
+    auto filled = [&](CUjit_option sizeOption, CUjit_option bufferOption, const std::string& text) {
+      const int sized = find(sizeOption);
+      const int buffer = find(bufferOption);
+      if (sized < 0) return;
+      const std::size_t room = scalar(static_cast<unsigned>(sized));
+      std::size_t used = 0;  // an empty log fills nothing
+      if (buffer >= 0 && values_[buffer] != nullptr && room > 0) {
+        const std::size_t copied = std::min(text.size(), room - 1);
+        std::memcpy(values_[buffer], text.data(), copied);
+        static_cast<char*>(values_[buffer])[copied] = '\0';
+        used = copied == 0 ? 0 : copied + 1;
       }
-      default:
-        break;
+      values_[sized] = reinterpret_cast<void*>(static_cast<std::uintptr_t>(used));
+    };
+    filled(CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER, std::string());
+    filled(CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER, error);
+    if (int wall = find(CU_JIT_WALL_TIME); wall >= 0) {
+      // "Overwrites the option value with the total wall clock time, in milliseconds".
+      const float ms =
+          std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - start_)
+              .count();
+      values_[wall] = nullptr;
+      std::memcpy(&values_[wall], &ms, sizeof(ms));
     }
   }
-  // The log sizes are in/out: "OUT: Amount of log buffer filled with messages".
-  for (unsigned i = 0; i < numOptions; ++i) {
-    if (options[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES || options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) {
-      optionValues[i] = nullptr;
+
+ private:
+  JitOptions(unsigned count, CUjit_option* options, void** values)
+      : count_(count),
+        options_(options),
+        values_(values),
+        start_(std::chrono::steady_clock::now()) {}
+  int find(CUjit_option option) const {
+    for (unsigned i = 0; i < count_; ++i) {
+      if (options_[i] == option) return static_cast<int>(i);
     }
+    return -1;
   }
-  return Status::ok();
-}
+  std::size_t scalar(unsigned i) const {
+    return static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(values_[i]) & 0xffffffffu);
+  }
+
+  unsigned count_;
+  CUjit_option* options_;
+  void** values_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 CUresult moduleOut(const char* name, CUmodule* module, const std::function<Result<CUmodule>(Driver&)>& load) {
   return call(name, [&](Driver& d) -> Status {
@@ -97,6 +127,14 @@ CUresult moduleOut(const char* name, CUmodule* module, const std::function<Resul
 
 Result<const FunctionInfo*> infoOf(const std::shared_ptr<Function>& f) {
   return &f->program->functions().at(f->index);
+}
+
+// Registers per thread of `f`: its program's, capped by the
+// CU_JIT_MAX_REGISTERS its module was loaded with.
+int registersOf(const Function& f, const FunctionInfo& info) {
+  auto m = f.module.lock();
+  return m && m->maxRegisters > 0 ? std::min(info.registersPerThread, m->maxRegisters)
+                                  : info.registersPerThread;
 }
 
 // A kernel's function where it is asked of a kernel without a context (its
@@ -135,7 +173,9 @@ Status functionAttribute(Driver& d, int* pi, CUfunction_attribute attrib, const 
     case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *pi = static_cast<int>(info->staticSharedBytes); break;
     case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *pi = 0; break;
     case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *pi = static_cast<int>(info->localBytesPerThread); break;
-    case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = info->registersPerThread; break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS:
+      *pi = registersOf(*f, *info);
+      break;
     // "The PTX virtual architecture version for which the function was compiled"
     // (80 for compute_80 PTX); the binary is what the driver JIT-compiled it
     // to: the device's own architecture.
@@ -201,12 +241,13 @@ Status paramInfo(const std::shared_ptr<Function>& f, size_t paramIndex, size_t* 
   return Status::ok();
 }
 
-// Resident blocks per multiprocessor, from the limits real GPUs of the profile have.
-int activeBlocksPerSm(const DeviceProfile& p, const FunctionInfo& info, int blockSize, size_t dynamicSmem) {
+// Resident blocks per multiprocessor of `f`, from the limits real GPUs of the profile have.
+int activeBlocksPerSm(const DeviceProfile& p, const Function& f, const FunctionInfo& info,
+                      int blockSize, size_t dynamicSmem) {
   if (blockSize <= 0 || blockSize > std::min(1024, info.maxThreadsPerBlock)) return 0;
   int warps = (blockSize + 31) / 32;
   int byThreads = p.maxThreadsPerMultiprocessor / 32 / warps;
-  int regsPerWarp = ((std::max(1, info.registersPerThread) * 32 + 255) / 256) * 256;
+  int regsPerWarp = ((std::max(1, registersOf(f, info)) * 32 + 255) / 256) * 256;
   int byRegs = 65536 / (regsPerWarp * warps);
   size_t smem = info.staticSharedBytes + dynamicSmem + 1024;  // 1 KiB reserved per block
   int bySmem = static_cast<int>(static_cast<size_t>(p.maxSharedPerMultiprocessor) / smem);
@@ -219,7 +260,7 @@ Status occupancy(Driver& d, int* numBlocks, CUfunction func, int blockSize, size
   ASSIGN_OR_RETURN(const FunctionInfo* info, infoOf(f));
   auto m = f->module.lock();
   const DeviceProfile& p = d.platform().devices.at(static_cast<std::size_t>(m ? m->device : 0));
-  *numBlocks = activeBlocksPerSm(p, *info, blockSize, dynamicSMemSize);
+  *numBlocks = activeBlocksPerSm(p, *f, *info, blockSize, dynamicSMemSize);
   return Status::ok();
 }
 
@@ -236,7 +277,7 @@ Status potentialBlockSize(Driver& d, int* minGridSize, int* blockSize, CUfunctio
   int bestSize = 0, bestThreads = 0;
   for (int size = (limit / 32) * 32; size >= 32; size -= 32) {
     size_t smem = blockSizeToDynamicSMemSize != nullptr ? blockSizeToDynamicSMemSize(size) : dynamicSMemSize;
-    int threads = activeBlocksPerSm(p, *info, size, smem) * size;
+    int threads = activeBlocksPerSm(p, *f, *info, size, smem) * size;
     if (threads > bestThreads) {
       bestThreads = threads;
       bestSize = size;
@@ -259,9 +300,10 @@ CUresult launchKernel(const char* name, CUfunction f, unsigned gx, unsigned gy, 
       auto m = fn->module.lock();
       const DeviceProfile& p = d.platform().devices.at(static_cast<std::size_t>(m ? m->device : 0));
       std::uint64_t blocks = std::uint64_t{gx} * gy * gz;
-      int perSm = activeBlocksPerSm(p, *info, static_cast<int>(std::min<std::uint64_t>(
-                                                  std::uint64_t{bx} * by * bz, 1u << 20)),
-                                    sharedMemBytes);
+      int perSm = activeBlocksPerSm(
+          p, *fn, *info,
+          static_cast<int>(std::min<std::uint64_t>(std::uint64_t{bx} * by * bz, 1u << 20)),
+          sharedMemBytes);
       // Every block of a cooperative grid must be resident at once.
       if (perSm > 0 && blocks > static_cast<std::uint64_t>(perSm) * static_cast<std::uint64_t>(p.multiprocessors)) {
         return cuErrorf(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, "{} blocks exceed the {} that can be resident",
@@ -318,6 +360,7 @@ CUresult launchKernelEx(const char* name, const CUlaunchConfig* config, CUfuncti
 struct LinkState {
   std::vector<std::string> ptx;
   std::string image;
+  std::optional<JitOptions> options;  // cuLinkCreate's: reported after each input and at completion
 };
 
 std::mutex& linkMutex() {
@@ -338,6 +381,14 @@ Result<LinkState*> linkState(CUlinkState state) {
   return s;
 }
 
+// PTX is compiled as it is added, as NVIDIA's JIT does: an input that would
+// not load fails here, with the compiler's reason in the error log. vgpu
+// compiles by loading it once in the current context.
+Status compiles(Driver& d, const std::string& ptx) {
+  ASSIGN_OR_RETURN(CUmodule probe, d.loadModule(ptx.c_str()));
+  return d.unloadModule(probe);
+}
+
 Status addLinkInput(Driver& d, LinkState& s, CUjitInputType type, const void* data, size_t size) {
   switch (type) {
     case CU_JIT_INPUT_PTX: {
@@ -346,6 +397,7 @@ Status addLinkInput(Driver& d, LinkState& s, CUjitInputType type, const void* da
       if (text.find(".version") == std::string::npos) {
         return cuError(CUDA_ERROR_INVALID_PTX, "linker input is not PTX (no .version directive)");
       }
+      RETURN_IF_ERROR(compiles(d, text));
       s.ptx.push_back(std::move(text));
       return Status::ok();
     }
@@ -353,6 +405,7 @@ Status addLinkInput(Driver& d, LinkState& s, CUjitInputType type, const void* da
       ASSIGN_OR_RETURN(auto context, d.current());
       const DeviceProfile& p = d.platform().devices.at(static_cast<std::size_t>(context->device()));
       ASSIGN_OR_RETURN(std::string ptx, extractPtx(data, p.ccMajor * 10 + p.ccMinor));
+      RETURN_IF_ERROR(compiles(d, ptx));
       s.ptx.push_back(std::move(ptx));
       return Status::ok();
     }
@@ -362,6 +415,7 @@ Status addLinkInput(Driver& d, LinkState& s, CUjitInputType type, const void* da
       std::string_view text(static_cast<const char*>(data), size);
       if (auto nul = text.find('\0'); nul != std::string_view::npos) text = text.substr(0, nul);
       if (!text.starts_with("\x7f" "ELF") && text.find(".version") != std::string_view::npos) {
+        RETURN_IF_ERROR(compiles(d, std::string(text)));
         s.ptx.emplace_back(text);
         return Status::ok();
       }
@@ -396,8 +450,10 @@ CUresult CUDAAPI cuModuleLoadData(CUmodule* module, const void* image) {
 CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int numOptions,
                                     CUjit_option* options, void** optionValues) {
   return moduleOut(__func__, module, [&](Driver& d) -> Result<CUmodule> {
-    RETURN_IF_ERROR(applyJitOptions(numOptions, options, optionValues));
-    return d.loadModule(image);
+    ASSIGN_OR_RETURN(JitOptions jit, JitOptions::of(numOptions, options, optionValues));
+    Result<CUmodule> m = d.loadModule(image, jit.maxRegisters());
+    jit.report(m.status());
+    return m;
   });
 }
 
@@ -471,11 +527,13 @@ CUresult CUDAAPI cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_o
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(library, "library"));
     RETURN_IF_ERROR(requireNonNull(code, "code"));
-    RETURN_IF_ERROR(applyJitOptions(numJitOptions, jitOptions, jitOptionsValues));
+    ASSIGN_OR_RETURN(JitOptions jit, JitOptions::of(numJitOptions, jitOptions, jitOptionsValues));
     if (numLibraryOptions > 0 && (libraryOptions == nullptr || libraryOptionValues == nullptr)) {
       return cuError(CUDA_ERROR_INVALID_VALUE, "library options without option arrays");
     }
-    ASSIGN_OR_RETURN(CUlibrary lib, d.loadLibrary(code));
+    Result<CUlibrary> loaded = d.loadLibrary(code);
+    jit.report(loaded.status());
+    ASSIGN_OR_RETURN(CUlibrary lib, std::move(loaded));
     *library = lib;
     return Status::ok();
   });
@@ -488,11 +546,13 @@ CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary* library, const char* fileName,
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(library, "library"));
     RETURN_IF_ERROR(requireNonNull(fileName, "fileName"));
-    RETURN_IF_ERROR(applyJitOptions(numJitOptions, jitOptions, jitOptionsValues));
+    ASSIGN_OR_RETURN(JitOptions jit, JitOptions::of(numJitOptions, jitOptions, jitOptionsValues));
     if (numLibraryOptions > 0 && (libraryOptions == nullptr || libraryOptionValues == nullptr)) {
       return cuError(CUDA_ERROR_INVALID_VALUE, "library options without option arrays");
     }
-    ASSIGN_OR_RETURN(CUlibrary lib, d.loadLibraryFile(fileName));
+    Result<CUlibrary> loaded = d.loadLibraryFile(fileName);
+    jit.report(loaded.status());
+    ASSIGN_OR_RETURN(CUlibrary lib, std::move(loaded));
     *library = lib;
     return Status::ok();
   });
@@ -780,7 +840,8 @@ CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t* dynamicSmemSize
     ASSIGN_OR_RETURN(const FunctionInfo* info, infoOf(f));
     auto m = f->module.lock();
     const DeviceProfile& p = d.platform().devices.at(static_cast<std::size_t>(m ? m->device : 0));
-    if (numBlocks <= 0 || blockSize <= 0 || activeBlocksPerSm(p, *info, blockSize, 0) < numBlocks) {
+    if (numBlocks <= 0 || blockSize <= 0 ||
+        activeBlocksPerSm(p, *f, *info, blockSize, 0) < numBlocks) {
       *dynamicSmemSize = 0;
       return Status::ok();
     }
@@ -800,8 +861,9 @@ CUresult CUDAAPI cuLinkCreate_v2(unsigned int numOptions, CUjit_option* options,
     RETURN_IF_ERROR(requireNonNull(stateOut, "stateOut"));
     ASSIGN_OR_RETURN(auto context, d.current());
     (void)context;
-    RETURN_IF_ERROR(applyJitOptions(numOptions, options, optionValues));
+    ASSIGN_OR_RETURN(JitOptions jit, JitOptions::of(numOptions, options, optionValues));
     auto* state = new LinkState();
+    state->options = jit;
     std::lock_guard lock(linkMutex());
     linkStates().insert(state);
     *stateOut = reinterpret_cast<CUlinkState>(state);
@@ -816,8 +878,11 @@ CUresult CUDAAPI cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void* 
     ASSIGN_OR_RETURN(LinkState * s, linkState(state));
     RETURN_IF_ERROR(requireNonNull(data, "data"));
     if (size == 0) return cuError(CUDA_ERROR_INVALID_VALUE, "size is 0");
-    RETURN_IF_ERROR(applyJitOptions(numOptions, options, optionValues));
-    return addLinkInput(d, *s, type, data, size);
+    ASSIGN_OR_RETURN(JitOptions jit, JitOptions::of(numOptions, options, optionValues));
+    Status added = addLinkInput(d, *s, type, data, size);
+    jit.report(added);
+    s->options->report(added);
+    return added;
   });
 }
 
@@ -826,9 +891,12 @@ CUresult CUDAAPI cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const 
   return call(__func__, [&](Driver& d) -> Status {
     ASSIGN_OR_RETURN(LinkState * s, linkState(state));
     RETURN_IF_ERROR(requireNonNull(path, "path"));
-    RETURN_IF_ERROR(applyJitOptions(numOptions, options, optionValues));
+    ASSIGN_OR_RETURN(JitOptions jit, JitOptions::of(numOptions, options, optionValues));
     ASSIGN_OR_RETURN(std::string data, readFile(path));
-    return addLinkInput(d, *s, type, data.data(), data.size());
+    Status added = addLinkInput(d, *s, type, data.data(), data.size());
+    jit.report(added);
+    s->options->report(added);
+    return added;
   });
 }
 
@@ -836,11 +904,16 @@ CUresult CUDAAPI cuLinkComplete(CUlinkState state, void** cubinOut, size_t* size
   return call(__func__, [&](Driver&) -> Status {
     ASSIGN_OR_RETURN(LinkState * s, linkState(state));
     RETURN_IF_ERROR(requireNonNull(cubinOut, "cubinOut"));
-    if (s->ptx.empty()) return cuError(CUDA_ERROR_INVALID_VALUE, "nothing was added to the link");
-    if (s->ptx.size() > 1) {
-      return cuErrorf(CUDA_ERROR_NOT_SUPPORTED, "linking {} PTX modules together is not supported by vgpu",
-                      s->ptx.size());
-    }
+    Status linked = [&]() -> Status {
+      if (s->ptx.empty()) return cuError(CUDA_ERROR_INVALID_VALUE, "nothing was added to the link");
+      if (s->ptx.size() > 1) {
+        return cuErrorf(CUDA_ERROR_NOT_SUPPORTED,
+                        "linking {} PTX modules together is not supported by vgpu", s->ptx.size());
+      }
+      return Status::ok();
+    }();
+    s->options->report(linked);
+    RETURN_IF_ERROR(linked);
     // "cubinOut ... is owned by state, so it should be copied if it is to be used
     // after cuLinkDestroy() is called."
     s->image = s->ptx.front();
