@@ -44,12 +44,14 @@ PLAIN_STRUCTS = {
 }
 # Encodings whose meaning only a handwritten server hook can give.
 HOOK_ONLY = {'address', 'image', 'file_image', 'out_handle_array', 'out_bytes',
-             'out_bytes_array', 'kernel_params', 'launch_config', 'descriptor', 'skip', 'in_value'}
+             'out_bytes_array', 'kernel_params', 'launch_config', 'descriptor', 'skip', 'in_value', 'jit_options'}
 # Encodings that take an argument: the parameter holding a count, or a type.
-WITH_ARGUMENT = {'array', 'out_array', 'out_handle_array', 'out_string', 'out_bytes_array', 'in_as', 'in_value'}
+WITH_ARGUMENT = {'array', 'out_array', 'out_handle_array', 'out_string', 'out_bytes_array', 'in_as', 'in_value',
+                 'jit_options'}
 ENCODINGS = {'value', 'deviceptr', 'handle', 'stream', 'function', 'string', 'in', 'in_as', 'out', 'inout',
              'out_handle', 'out_cstring'} | HOOK_ONLY | WITH_ARGUMENT
-EXTRA_TYPES = {'u32': 'uint32_t', 'u64': 'uint64_t', 'string': 'ipc::Text'}
+# Reply extras: 'jit' is a link state's JIT outputs (its logs, phos/common/ipc/jit_options.h).
+EXTRA_TYPES = {'u32': 'uint32_t', 'u64': 'uint64_t', 'string': 'ipc::Text', 'jit': 'ipc::JitOutputs'}
 # Largest string buffer phosd lends the driver for an out_string parameter.
 MAX_OUT_STRING = 4096
 
@@ -146,6 +148,7 @@ class Entry:
         self.posted = 'never'
         self.extras = []      # [(name, type)] outputs beyond the parameters
         self.lane = None      # (direction, host parameter(s), byte-count parameter): remoting.json "lane"
+        self.requests = []    # [(name, type)] request fields the prologue fills: remoting.json "request"
 
     def param(self, name):
         return next((p for p in self.params if p.name == name), None)
@@ -159,12 +162,18 @@ class Entry:
 
 
 OUTPUT_ENCODINGS = {'out', 'inout', 'out_handle', 'out_array', 'out_handle_array', 'out_string', 'out_cstring',
-                    'out_bytes', 'out_bytes_array'}
+                    'out_bytes', 'out_bytes_array', 'jit_options'}
 
 
 def parse_encoding(text):
     enc, _, arg = text.partition(':')
     return enc.strip(), (arg.strip() or None)
+
+
+def jit_arguments(p):
+    """'jit_options:count,values' -> (count parameter, values parameter)."""
+    count, _, values = p.arg.partition(',')
+    return count.strip(), values.strip()
 
 
 def classify(model, policy, where):
@@ -231,7 +240,7 @@ def classify(model, policy, where):
     return entries
 
 
-ANNOTATION_KEYS = {'why', 'server', 'client', 'posted', 'params', 'reply', 'revisions', 'lane'}
+ANNOTATION_KEYS = {'why', 'server', 'client', 'posted', 'params', 'reply', 'request', 'revisions', 'lane'}
 LANE_DIRECTIONS = {'to_device': 'toDevice', 'from_device': 'fromDevice', 'either': 'either'}
 
 
@@ -286,6 +295,11 @@ def check_annotation(name, a, variants, where):
                 raise Error(f'{where}: remoted.{name}.lane: {pname} is not a parameter of {name}')
     if a.get('reply') and (a.get('server') != 'hook' or 'epilogue' not in a.get('client', [])):
         raise Error(f'{where}: remoted.{name}: reply extras need a server hook and a client epilogue')
+    for rname, rtype in a.get('request', {}).items():
+        if rtype not in ('u32', 'u64'):
+            raise Error(f'{where}: remoted.{name}.request.{rname}: type must be u32 or u64')
+    if a.get('request') and (a.get('server') != 'hook' or 'prologue' not in a.get('client', [])):
+        raise Error(f'{where}: remoted.{name}: request extras need a server hook and a client prologue')
 
 
 def apply_annotation(v, a, current, where):
@@ -295,6 +309,7 @@ def apply_annotation(v, a, current, where):
     v.epilogue = 'epilogue' in a.get('client', [])
     v.posted = a.get('posted', 'never')
     v.extras = list(a.get('reply', {}).items())
+    v.requests = list(a.get('request', {}).items())
     v.lane = tuple(a['lane']) if 'lane' in a else None
     overrides = a.get('params', {})
     # The launch's `extra` travels with its kernel parameters.
@@ -313,7 +328,11 @@ def apply_annotation(v, a, current, where):
             p.handle = handle_struct(target)
             if p.handle is None:
                 raise Error(f'{where}: {v.symbol}.{p.name}: "{p.enc}" on a parameter that is not a handle')
-        if p.arg is not None and p.enc != 'in_as' and v.param(p.arg) is None:
+        if p.enc == 'jit_options':
+            for q in jit_arguments(p):
+                if v.param(q) is None:
+                    raise Error(f'{where}: {v.symbol}.{p.name}: "jit_options:count,values": {q} is not a parameter')
+        elif p.arg is not None and p.enc != 'in_as' and v.param(p.arg) is None:
             raise Error(f'{where}: {v.symbol}.{p.name}: count parameter {p.arg} does not exist')
     if missing and v.origin == 'legacy' and v.signature not in current:
         v.status, v.why = 'excluded', 'an older ABI revision (' + '; '.join(missing) + ')'
@@ -345,7 +364,7 @@ def request_fields(p):
         'out_cstring': [('bool', p.name)], 'out_bytes': [('bool', p.name)],
         'out_bytes_array': [('ipc::Blob', p.name)], 'kernel_params': [('ipc::KernelArgs', p.name)],
         'launch_config': [('ipc::LaunchConfig', p.name)], 'descriptor': [(f'ipc::Optional<{t}>', p.name)],
-        'in_value': [('ipc::Blob', p.name)], 'skip': [],
+        'in_value': [('ipc::Blob', p.name)], 'jit_options': [('ipc::JitOptions', p.name)], 'skip': [],
     }[p.enc]
 
 
@@ -356,7 +375,7 @@ def reply_fields(p):
         'out_handle': [('ipc::Optional<uint64_t>', p.name)], 'out_array': [('ipc::Blob', p.name)],
         'out_handle_array': [('ipc::Blob', p.name)], 'out_string': [('ipc::Text', p.name)],
         'out_cstring': [('ipc::Text', p.name)], 'out_bytes': [('ipc::Blob', p.name)],
-        'out_bytes_array': [('ipc::BlobList', p.name)],
+        'out_bytes_array': [('ipc::BlobList', p.name)], 'jit_options': [('ipc::JitOutputs', p.name)],
     }.get(p.enc, [])
 
 
@@ -396,8 +415,12 @@ def client_fill(p, e):
                 f'if (CUresult r = kernelArgs(f, {n}, {extra}, &args_{n}, &req.{n}); r != CUDA_SUCCESS) return r;']
     if enc == 'launch_config':
         return [f'if (CUresult r = launchConfig({n}, &req.{n}); r != CUDA_SUCCESS) return r;']
+    if enc == 'jit_options':
+        count, values = jit_arguments(p)
+        return [f'JitOptionArrays jit_{n};',
+                f'if (CUresult r = encodeJitOptions({count}, {n}, {values}, &jit_{n}, &req.{n}); r != CUDA_SUCCESS) return r;']
     if enc == 'skip':
-        return []
+        return [f'(void){n};']
     raise AssertionError(enc)
 
 
@@ -425,6 +448,14 @@ def client_apply(p):
     return []
 
 
+def client_apply_always(p):
+    """Outputs the application gets whether the call succeeded or not (a failed compilation's error log)."""
+    if p.enc == 'jit_options':
+        count, values = jit_arguments(p)
+        return [f'applyJitOutputs(rep.{p.name}, {count}, {p.name}, {values});']
+    return []
+
+
 def hook_type(p):
     """The C++ type a server hook receives for the parameter (None: not passed)."""
     t = bare(pointee(p.type)) if p.type.endswith('*') else p.type
@@ -437,7 +468,8 @@ def hook_type(p):
         'out_handle_array': 'std::vector<uint64_t>*', 'out_string': 'char*', 'out_cstring': 'const char**',
         'out_bytes': 'AttributeValue*', 'out_bytes_array': 'std::span<AttributeValue>',
         'kernel_params': 'const ipc::KernelArgs&', 'launch_config': 'const ipc::LaunchConfig&',
-        'descriptor': f'const {t}*', 'in_value': 'std::span<const std::byte>', 'skip': None,
+        'descriptor': f'const {t}*', 'in_value': 'std::span<const std::byte>', 'jit_options': 'DriverJitOptions&',
+        'skip': None,
     }[p.enc]
 
 
@@ -472,6 +504,8 @@ def server_prepare(p, e):
         return [], f'req.{n}.get()'
     if enc == 'in_value':
         return [], f'req.{n}.bytes'
+    if enc == 'jit_options':
+        return [f'DriverJitOptions {n};', f'if (!{n}.decode(req.{n})) return call.fail(CUDA_ERROR_INVALID_VALUE);'], n
     if enc == 'skip':
         return [], None
     if enc == 'array':
@@ -518,6 +552,8 @@ def server_reply(p, e):
         return [f'rep.{n} = {n}.blob(result);']
     if enc == 'out_bytes_array':
         return [f'rep.{n} = valueList({n}, result);']
+    if enc == 'jit_options':
+        return [f'rep.{n} = {n}.outputs();']
     return []
 
 
@@ -545,10 +581,12 @@ def params_decl(e):
 def emit_messages(entries):
     o = [HEADER, '// The request and reply of every remoted symbol: field types and their encoding\n'
          '// are in phos/common/ipc/wire_codec.h. Shared by libphos.so, phosd and the tests.\n',
-         '#pragma once\n\n', PRELUDE, '\n#include <cstdint>\n\n#include "phos/common/ipc/wire_codec.h"\n\n',
+         '#pragma once\n\n', PRELUDE, '\n#include <cstdint>\n\n#include "phos/common/ipc/jit_options.h"\n'
+         '#include "phos/common/ipc/wire_codec.h"\n\n',
          'namespace phos::wire {\n\n']
     for e in served(entries):
-        for kind, fields in (('Request', [f for p in e.params for f in request_fields(p)]),
+        for kind, fields in (('Request', [f for p in e.params for f in request_fields(p)] +
+                              [(EXTRA_TYPES[t], n) for n, t in e.requests]),
                              ('Reply', [f for p in e.params for f in reply_fields(p)] +
                               [(EXTRA_TYPES[t], n) for n, t in e.extras])):
             if kind == 'Reply' and e.status == 'posted':
@@ -575,6 +613,11 @@ def emit_messages(entries):
     return ''.join(o)
 
 
+def request_decl(e):
+    """The request extras a prologue fills, as trailing pointer parameters."""
+    return ''.join(f', {EXTRA_TYPES[t]}* {n}' for n, t in e.requests)
+
+
 def distinct(decls):
     seen, out = set(), []
     for d in decls:
@@ -589,7 +632,8 @@ def emit_client_hooks(entries):
     # first: stream 0 is then the calling thread's default stream.
     local = distinct(f'CUresult {e.public}({"PerThread, " if e.per_thread else ""}{params_decl(e)});'
                      for e in entries if e.status == 'local')
-    pro = distinct(f'std::optional<CUresult> {e.public}({params_decl(e)});' for e in served(entries) if e.prologue)
+    pro = distinct(f'std::optional<CUresult> {e.public}({params_decl(e)}{request_decl(e)});'
+                   for e in served(entries) if e.prologue)
     post = distinct(f'bool {e.public}({params_decl(e)});' for e in served(entries) if e.posted == 'hook')
     epi = []
     for e in served(entries):
@@ -600,7 +644,8 @@ def emit_client_hooks(entries):
     o = [HEADER, '// What libphos.so writes by hand around the generated calls (remote_client.cpp):\n'
          '// local answers, prologues (nullopt: go on with the call), epilogues (after\n'
          '// the reply; return the call\'s result) and whether to post a call.\n', '#pragma once\n\n', PRELUDE,
-         '\n#include <optional>\n#include <string_view>\n\nnamespace phos::shim {\n']
+         '\n#include <optional>\n#include <string_view>\n\n#include "phos/common/ipc/jit_options.h"\n\n'
+         'namespace phos::shim {\n']
     for ns, decls in (('local', local), ('prologue', pro), ('epilogue', distinct(epi)), ('posted', post)):
         o.append(f'namespace {ns} {{\n')
         if ns == 'local':
@@ -622,9 +667,10 @@ def emit_client(entries):
         s = e.symbol
         o.append(f'CUresult {s}_remote({params_decl(e)}) {{\n')
         body = [f'trace::note(EntryPointId::{enumerator(s)}, Served::kRemoted);']
-        if e.prologue:
-            body.append(f'if (auto r = prologue::{e.public}({", ".join(p.name for p in e.params)})) return *r;')
         body.append(f'wire::{s}_Request req;')
+        if e.prologue:
+            args = [p.name for p in e.params] + [f'&req.{n}' for n, _ in e.requests]
+            body.append(f'if (auto r = prologue::{e.public}({", ".join(args)})) return *r;')
         for p in e.params:
             body.extend(client_fill(p, e))
         body.append(f'ClientCall call(EntryPointId::{enumerator(s)});')
@@ -647,6 +693,7 @@ def emit_client(entries):
                 body.append('if (result == CUDA_SUCCESS) {')
                 body.extend('  ' + line for line in applies)
                 body.append('}')
+            body.extend(line for p in e.params for line in client_apply_always(p))
             if e.epilogue:
                 extras = ''.join(f'rep.{n}{".view()" if t == "string" else ""}, ' for n, t in e.extras)
                 args = ', '.join(p.name for p in e.params)
@@ -685,6 +732,7 @@ def emit_client(entries):
 
 def hook_decl(e):
     args = ['ServerCall& call'] + [f'{hook_type(p)} {p.name}' for p in e.params if hook_type(p) is not None]
+    args += [f'{EXTRA_TYPES[t]} {n}' for n, t in e.requests]
     args += [f'{"std::string" if t == "string" else EXTRA_TYPES[t]}* {n}' for n, t in e.extras]
     return f'CUresult {e.public}({", ".join(args)});'
 
@@ -696,7 +744,8 @@ def emit_server_hooks(entries):
          '// pointers to what the reply carries) and returns the call\'s result.\n',
          '#pragma once\n\n', PRELUDE,
          '\n#include <cstdint>\n#include <span>\n#include <string>\n#include <vector>\n\n'
-         '#include "phos/cuda_api/wire_messages.h"\n#include "session/server_call.h"\n\n',
+         '#include "phos/cuda_api/wire_messages.h"\n#include "session/driver_jit_options.h"\n'
+         '#include "session/server_call.h"\n\n',
          'namespace phos::daemon::hooks {\n']
     o.extend(d + '\n' for d in distinct(hook_decl(e) for e in served(entries) if e.hook))
     o.append('}  // namespace phos::daemon::hooks\n')
@@ -729,6 +778,7 @@ def emit_server(entries):
             if expr is None:
                 continue
             args.append(overrides.get(p.name, expr) if not e.hook else expr)
+        args += [f'req.{n}' for n, _ in e.requests]
         for n, t in e.extras:
             body.append(f'{"std::string" if t == "string" else EXTRA_TYPES[t]} {n}{{}};')
             args.append(f'&{n}')

@@ -93,6 +93,10 @@ class Checker {
       blob(s["ring"], "blob", "call-ring", where + ".ring");
     }
     if (s.contains("host_calls")) blob(s["host_calls"], "blob", "host-call-queue", where + ".host_calls");
+    list(s, "links", where, [&](const json& l, const std::string& at) {
+      list(l, "inputs", at,
+           [&](const json& in, const std::string& iat) { blob(in, "blob", "link-input", iat); });
+    });
     list(s, "modules", where, [&](const json& m, const std::string& at) {
       blob(m, "image", "module-image", at);
       list(m, "globals", at, [&](const json& g, const std::string& gat) {

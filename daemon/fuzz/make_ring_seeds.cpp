@@ -68,7 +68,23 @@ std::vector<std::pair<std::string, RequestBuilder>> seeds() {
   add("host_device_pointer", EntryPointId::kCuMemHostGetDevicePointer_v2).message(wire::cuMemHostGetDevicePointer_v2_Request{true, pinned, 0});
   add("host_flags", EntryPointId::kCuMemHostGetFlags).message(wire::cuMemHostGetFlags_Request{true, pinned});
   add("module_load", EntryPointId::kCuModuleLoadData).message(wire::cuModuleLoadData_Request{true, {kAppPtx, kModulePtx.size()}});
-  add("library_load", EntryPointId::kCuLibraryLoadData).message(wire::cuLibraryLoadData_Request{true, {kAppPtx, kModulePtx.size()}, 0, 0});
+  add("library_load", EntryPointId::kCuLibraryLoadData)
+      .message(wire::cuLibraryLoadData_Request{true, {kAppPtx, kModulePtx.size()}, {}, 0});
+  // JIT options with logs and outputs, and a link from the same PTX.
+  const int32_t jitOptions[] = {CU_JIT_MAX_REGISTERS, CU_JIT_ERROR_LOG_BUFFER,
+                                CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_WALL_TIME};
+  const uint64_t jitValues[] = {32, 0, 256, 0};
+  const ipc::JitOptions jit{ipc::Blob::of(jitOptions, sizeof(jitOptions)),
+                            ipc::Blob::of(jitValues, sizeof(jitValues))};
+  add("module_load_ex", EntryPointId::kCuModuleLoadDataEx)
+      .message(wire::cuModuleLoadDataEx_Request{true, {kAppPtx, kModulePtx.size()}, jit});
+  add("link_create", EntryPointId::kCuLinkCreate_v2)
+      .message(wire::cuLinkCreate_v2_Request{jit, true});
+  add("link_add_data", EntryPointId::kCuLinkAddData_v2)
+      .message(wire::cuLinkAddData_v2_Request{
+          1, CU_JIT_INPUT_PTX, kAppPtx, kModulePtx.size(), ipc::Text::of("fill.ptx"), {}});
+  add("link_complete", EntryPointId::kCuLinkComplete)
+      .message(wire::cuLinkComplete_Request{1, kAppScratch, 4096});
   add("module_unload", EntryPointId::kCuModuleUnload).u64(token(kModule));
   add("module_get_function", EntryPointId::kCuModuleGetFunction).u8(1).u64(token(kModule)).text("fill");
   add("module_get_global", EntryPointId::kCuModuleGetGlobal_v2).u8(1).u8(1).u64(token(kModule)).text("counter");

@@ -54,29 +54,6 @@ std::optional<CUresult> hostBuffer(const void* host, size_t bytes) {
 
 // JIT options: phosd compiles without them; outputs the application may read
 // (log buffers, wall time) are reported empty.
-void answerJitOptions(unsigned int count, const CUjit_option* options, void** values) {
-  if (options == nullptr || values == nullptr) return;
-  for (unsigned i = 0; i < count; ++i) {
-    switch (options[i]) {
-      case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES:
-      case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES:
-        values[i] = nullptr;
-        break;
-      case CU_JIT_INFO_LOG_BUFFER:
-      case CU_JIT_ERROR_LOG_BUFFER:
-        if (values[i] != nullptr) static_cast<char*>(values[i])[0] = '\0';
-        break;
-      case CU_JIT_WALL_TIME: {
-        float zero = 0;
-        std::memcpy(&values[i], &zero, sizeof(zero));
-        break;
-      }
-      default:
-        break;
-    }
-  }
-}
-
 // ---- pinned host memory ----------------------------------------------------------
 // phosd created a shared-memory file and mapped it; the shim maps it at the
 // same address, so the pointer means the same memory in both processes.
@@ -239,12 +216,6 @@ std::optional<CUresult> cuMemcpyDtoHAsync(void* dst, CUdeviceptr, size_t bytes, 
   return hostBuffer(dst, bytes);
 }
 
-std::optional<CUresult> cuModuleLoadDataEx(CUmodule*, const void*, unsigned int numOptions, CUjit_option* options,
-                                           void** optionValues) {
-  if (numOptions > 0 && (options == nullptr || optionValues == nullptr)) return CUDA_ERROR_INVALID_VALUE;
-  return std::nullopt;
-}
-
 std::optional<CUresult> cuLaunchHostFunc(CUstream, CUhostFn fn, void*) {
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -334,25 +305,6 @@ CUresult cuMemFreeHost(CUresult result, void* p) {
   if (result != CUDA_SUCCESS) return result;
   if (auto range = conn().removePinned(reinterpret_cast<uintptr_t>(p))) munmap(p, range->mapped);
   return CUDA_SUCCESS;
-}
-
-CUresult cuModuleLoadDataEx(CUresult result, CUmodule*, const void*, unsigned int numOptions, CUjit_option* options,
-                            void** optionValues) {
-  answerJitOptions(numOptions, options, optionValues);
-  return result;
-}
-
-CUresult cuLibraryLoadData(CUresult result, CUlibrary*, const void*, CUjit_option* jitOptions, void** jitOptionsValues,
-                           unsigned int numJitOptions, CUlibraryOption*, void**, unsigned int) {
-  answerJitOptions(numJitOptions, jitOptions, jitOptionsValues);
-  return result;
-}
-
-CUresult cuLibraryLoadFromFile(CUresult result, CUlibrary*, const char*, CUjit_option* jitOptions,
-                               void** jitOptionsValues, unsigned int numJitOptions, CUlibraryOption*, void**,
-                               unsigned int) {
-  answerJitOptions(numJitOptions, jitOptions, jitOptionsValues);
-  return result;
 }
 
 CUresult cuLaunchHostFunc(CUresult result, std::string_view queue, CUstream, CUhostFn, void*) {

@@ -76,10 +76,80 @@ CUresult readImageFile(const char* path, ImageFile* keep, ipc::ImageRef* out) {
   if (!in) return CUDA_ERROR_FILE_NOT_FOUND;
   keep->data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   keep->data.push_back('\0');  // PTX files are text without a terminator
+  // A file in a format the shim cannot size (a linker input: an archive, an
+  // object, LTO-IR) goes whole: the driver judges it.
   module_image::Extent e;
-  if (CUresult r = imageExtent(keep->data.data(), &e); r != CUDA_SUCCESS) return r;
+  if (imageExtent(keep->data.data(), &e) != CUDA_SUCCESS) {
+    *out = {reinterpret_cast<uintptr_t>(keep->data.data()), keep->data.size() - 1};
+    return keep->data.size() > 1 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_IMAGE;
+  }
   *out = {reinterpret_cast<uintptr_t>(e.data), std::min(e.bytes, keep->data.size())};
   return CUDA_SUCCESS;
+}
+
+CUresult encodeJitOptions(unsigned count, const CUjit_option* options, void* const* values,
+                          JitOptionArrays* keep, ipc::JitOptions* out) {
+  if (count == 0) return CUDA_SUCCESS;
+  if (options == nullptr || values == nullptr || count > ipc::kMaxJitOptions)
+    return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < count; ++i) {
+    uint64_t value = 0;
+    switch (ipc::jitValue(options[i])) {
+      case ipc::JitValue::kScalar:
+      case ipc::JitValue::kOutput:
+        std::memcpy(&value, &values[i], sizeof(values[i]));
+        break;
+      case ipc::JitValue::kInfoLog:
+      case ipc::JitValue::kErrorLog:
+        break;  // phosd lends the driver its own buffers
+      case ipc::JitValue::kPointer:
+        log::get("shim")->error("JIT option {} (arrays of names or addresses) is not remoted yet",
+                                static_cast<int>(options[i]));
+        return CUDA_ERROR_NOT_SUPPORTED;
+      case ipc::JitValue::kUnknown:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    keep->options.push_back(options[i]);
+    keep->values.push_back(value);
+  }
+  out->options = ipc::Blob::of(keep->options.data(), keep->options.size() * sizeof(int32_t));
+  out->values = ipc::Blob::of(keep->values.data(), keep->values.size() * sizeof(uint64_t));
+  return CUDA_SUCCESS;
+}
+
+void applyJitOutputs(const ipc::JitOutputs& outputs, unsigned count, const CUjit_option* options,
+                     void** values) {
+  std::vector<uint64_t> after;
+  if (count == 0 || options == nullptr || values == nullptr ||
+      !outputs.values.copyTo(&after, count))
+    return;
+  auto capacity = [&](CUjit_option sizeOption) -> size_t {
+    for (unsigned i = 0; i < count; ++i) {
+      if (options[i] == sizeOption)
+        return static_cast<size_t>(reinterpret_cast<uintptr_t>(values[i]) & 0xffffffffu);
+    }
+    return 0;
+  };
+  // The logs first: their capacities are the sizes' values before the call.
+  for (unsigned i = 0; i < count; ++i) {
+    const ipc::JitValue kind = ipc::jitValue(options[i]);
+    if (kind != ipc::JitValue::kInfoLog && kind != ipc::JitValue::kErrorLog) continue;
+    const size_t room =
+        capacity(kind == ipc::JitValue::kInfoLog ? CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES
+                                                 : CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES);
+    copyString(kind == ipc::JitValue::kInfoLog ? outputs.infoLog : outputs.errorLog,
+               static_cast<char*>(values[i]), static_cast<int>(room));
+  }
+  for (unsigned i = 0; i < count; ++i) {
+    if (ipc::jitValue(options[i]) != ipc::JitValue::kOutput) continue;
+    uint64_t value = after[i];
+    // The driver filled phosd's buffer, which may be smaller than the program's.
+    if (options[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES ||
+        options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) {
+      value = std::min<uint64_t>(value, capacity(options[i]));
+    }
+    std::memcpy(&values[i], &value, sizeof(values[i]));
+  }
 }
 
 CUresult kernelArgs(CUfunction f, void** kernelParams, void** extra, KernelArgBuffer* keep, ipc::KernelArgs* out) {

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "phos/common/ipc/jit_options.h"
 #include "phos/common/ipc/value_sizes.h"
 #include "phos/common/ipc/wire_codec.h"
 
@@ -37,6 +38,21 @@ struct KernelArgBuffer {
 CUresult kernelArgs(CUfunction f, void** kernelParams, void** extra, KernelArgBuffer* keep, ipc::KernelArgs* out);
 
 CUresult launchConfig(const CUlaunchConfig* config, ipc::LaunchConfig* out);
+
+// JIT options (phos/common/ipc/jit_options.h): the scalars as they are, the
+// logs as their capacities. CUDA_ERROR_INVALID_VALUE for missing arrays or
+// an option cuda.h lacks; CUDA_ERROR_NOT_SUPPORTED, with a line naming it,
+// for options that point to arrays of names (not remoted).
+struct JitOptionArrays {
+  std::vector<int32_t> options;
+  std::vector<uint64_t> values;
+};
+CUresult encodeJitOptions(unsigned count, const CUjit_option* options, void* const* values,
+                          JitOptionArrays* keep, ipc::JitOptions* out);
+// What the driver wrote back, into the program's values and log buffers
+// (each log cut to its buffer, terminated). Nothing when the driver never ran.
+void applyJitOutputs(const ipc::JitOutputs& outputs, unsigned count, const CUjit_option* options,
+                     void** values);
 
 // One byte per slot of a batch of outputs: 1 where the application wants a value.
 void wantedFlags(void** data, unsigned count, std::vector<uint8_t>* out);

@@ -47,6 +47,9 @@ JOBS = {
     # Copies of 4.8 MB of pageable memory each way: through the ring's two
     # transfer lanes (two chunks each), and the third thread's without one.
     "client-large-copies": ("client", ["--threads", 3, "--words", 1200000, "--sleep-ms", SLEEP_MS]),
+    # A module loaded with JIT options and a linker state open across the
+    # checkpoint: restored, both are as the program left them.
+    "client-jit": ("client", ["--jit", "--sleep-ms", SLEEP_MS]),
 }
 
 

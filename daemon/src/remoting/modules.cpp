@@ -108,24 +108,31 @@ CUresult readImage(ServerCall& c, const ipc::ImageRef& ref, std::vector<char>* i
   return CUDA_SUCCESS;
 }
 
-CUresult loadModuleImage(ServerCall& c, uint64_t* module, const ipc::ImageRef& ref) {
+// With the program's JIT options, if it gave some (`jit`); a restore loads
+// the module again with those that shape its code.
+CUresult loadModuleImage(ServerCall& c, uint64_t* module, const ipc::ImageRef& ref,
+                         DriverJitOptions* jit = nullptr) {
   if (module == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::vector<char> image;
   if (CUresult r = readImage(c, ref, &image); r != CUDA_SUCCESS) return r;
   CUmodule m = nullptr;
   std::shared_ptr<const PreparedModule> prepared;
   c.session().memory().reserve(c.session().currentDevice());
-  CUresult r = loadModule(c.driverTable(), image, &m, &prepared);
+  auto shaping = jit != nullptr ? jit->codeShaping() : std::vector<std::pair<int32_t, uint64_t>>();
+  CUresult r = loadModule(c.driverTable(), image, &m, &prepared, jit);
   if (r != CUDA_SUCCESS) return r;
   c.session().noteModule(+1);
   c.session().validator().noteModule(m, std::move(prepared));
   *module = c.exportHandle(HandleType::kCUmod_st, r, m);
   // Kept for a checkpoint: a restore loads the module again from its image.
-  c.session().recordModule(*module, {false, std::move(image), c.session().currentContext()});
+  ModuleRecord record{false, std::move(image), c.session().currentContext()};
+  record.jitOptions = std::move(shaping);
+  c.session().recordModule(*module, std::move(record));
   return CUDA_SUCCESS;
 }
 
-CUresult loadLibraryImage(ServerCall& c, uint64_t* library, const ipc::ImageRef& ref) {
+CUresult loadLibraryImage(ServerCall& c, uint64_t* library, const ipc::ImageRef& ref,
+                          DriverJitOptions* jit) {
   if (library == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!c.driverTable().has(EntryPointId::kCuLibraryLoadData)) return CUDA_ERROR_NOT_SUPPORTED;
   std::vector<char> image;
@@ -133,12 +140,15 @@ CUresult loadLibraryImage(ServerCall& c, uint64_t* library, const ipc::ImageRef&
   CUlibrary lib = nullptr;
   std::shared_ptr<const PreparedModule> prepared;
   c.session().memory().reserve(c.session().currentDevice());
-  CUresult r = loadLibrary(c.driverTable(), image, &lib, &prepared);
+  auto shaping = jit->codeShaping();
+  CUresult r = loadLibrary(c.driverTable(), image, &lib, &prepared, jit);
   if (r != CUDA_SUCCESS) return r;
   c.session().noteModule(+1);
   c.session().validator().noteLibrary(lib, std::move(prepared));
   *library = c.exportHandle(HandleType::kCUlib_st, r, lib);
-  c.session().recordModule(*library, {true, std::move(image), 0});
+  ModuleRecord record{true, std::move(image), 0};
+  record.jitOptions = std::move(shaping);
+  c.session().recordModule(*library, std::move(record));
   return CUDA_SUCCESS;
 }
 
@@ -272,22 +282,25 @@ CUresult cuModuleLoadData(ServerCall& c, uint64_t* module, const ipc::ImageRef& 
   return loadModuleImage(c, module, image);
 }
 
-// JIT options are the shim's to answer: phosd compiles without them.
-CUresult cuModuleLoadDataEx(ServerCall& c, uint64_t* module, const ipc::ImageRef& image, unsigned int) {
-  return loadModuleImage(c, module, image);
+CUresult cuModuleLoadDataEx(ServerCall& c, uint64_t* module, const ipc::ImageRef& image,
+                            DriverJitOptions& options) {
+  return loadModuleImage(c, module, image, &options);
 }
 
 CUresult cuModuleLoadFatBinary(ServerCall& c, uint64_t* module, const ipc::ImageRef& fatCubin) {
   return loadModuleImage(c, module, fatCubin);
 }
 
-CUresult cuLibraryLoadData(ServerCall& c, uint64_t* library, const ipc::ImageRef& code, unsigned int, unsigned int) {
-  return loadLibraryImage(c, library, code);
+// Library options (CUlibraryOption) are the shim's to answer: phosd keeps
+// the image itself, so it is preserved whatever the program asked.
+CUresult cuLibraryLoadData(ServerCall& c, uint64_t* library, const ipc::ImageRef& code,
+                           DriverJitOptions& jitOptions, unsigned int) {
+  return loadLibraryImage(c, library, code, &jitOptions);
 }
 
-CUresult cuLibraryLoadFromFile(ServerCall& c, uint64_t* library, const ipc::ImageRef& fileName, unsigned int,
-                               unsigned int) {
-  return loadLibraryImage(c, library, fileName);
+CUresult cuLibraryLoadFromFile(ServerCall& c, uint64_t* library, const ipc::ImageRef& fileName,
+                               DriverJitOptions& jitOptions, unsigned int) {
+  return loadLibraryImage(c, library, fileName, &jitOptions);
 }
 
 }  // namespace phos::daemon::hooks

@@ -134,15 +134,22 @@ CUresult loadPrepared(const std::vector<char>& image, std::shared_ptr<const Prep
 }  // namespace
 
 CUresult loadModule(const DriverTable& driver, const std::vector<char>& image, CUmodule* module,
-                    std::shared_ptr<const PreparedModule>* prepared) {
-  return loadPrepared(image, prepared,
-                      [&](const char* text) { return PHOS_DRIVER(driver, ModuleLoadData)(module, text); });
+                    std::shared_ptr<const PreparedModule>* prepared, DriverJitOptions* jit) {
+  return loadPrepared(image, prepared, [&](const char* text) {
+    if (jit == nullptr || jit->count() == 0)
+      return PHOS_DRIVER(driver, ModuleLoadData)(module, text);
+    return PHOS_DRIVER(driver, ModuleLoadDataEx)(module, text, jit->count(), jit->options(),
+                                                 jit->values());
+  });
 }
 
 CUresult loadLibrary(const DriverTable& driver, const std::vector<char>& image, CUlibrary* library,
-                     std::shared_ptr<const PreparedModule>* prepared) {
+                     std::shared_ptr<const PreparedModule>* prepared, DriverJitOptions* jit) {
   return loadPrepared(image, prepared, [&](const char* text) {
-    return PHOS_DRIVER(driver, LibraryLoadData)(library, text, nullptr, nullptr, 0, nullptr, nullptr, 0);
+    const bool none = jit == nullptr || jit->count() == 0;
+    return PHOS_DRIVER(driver, LibraryLoadData)(library, text, none ? nullptr : jit->options(),
+                                                none ? nullptr : jit->values(),
+                                                none ? 0 : jit->count(), nullptr, nullptr, 0);
   });
 }
 

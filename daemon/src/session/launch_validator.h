@@ -10,20 +10,20 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "session/driver_table.h"
 #include "phos/common/status.h"
 #include "phos/instrument/access_bounds.h"
 #include "phos/instrument/signature.h"
 #include "phos/instrument/speculation.h"
 #include "phos/instrument/twin.h"
+#include "session/driver_jit_options.h"
+#include "session/driver_table.h"
 
 namespace phos::daemon {
 
@@ -83,13 +83,16 @@ void setSignatureDatabase(std::shared_ptr<const instrument::SignatureDatabase> d
 // image it cannot handle gets no twins and no signatures, and says why.
 std::shared_ptr<const PreparedModule> prepareModule(std::span<const char> image);
 
-// cuModuleLoadData / cuLibraryLoadData of `image` (NUL-terminated), the
-// program's own image, and its preparation (signatures, twin module text) in
-// `prepared`. The twin module is loaded later, by LaunchValidator.
+// cuModuleLoadDataEx / cuLibraryLoadData of `image` (NUL-terminated), the
+// program's own image, with the program's JIT options (none when `jit` is
+// null), and its preparation (signatures, twin module text) in `prepared`.
+// The twin module is loaded later, by LaunchValidator.
 CUresult loadModule(const DriverTable& driver, const std::vector<char>& image, CUmodule* module,
-                    std::shared_ptr<const PreparedModule>* prepared);
+                    std::shared_ptr<const PreparedModule>* prepared,
+                    DriverJitOptions* jit = nullptr);
 CUresult loadLibrary(const DriverTable& driver, const std::vector<char>& image, CUlibrary* library,
-                     std::shared_ptr<const PreparedModule>* prepared);
+                     std::shared_ptr<const PreparedModule>* prepared,
+                     DriverJitOptions* jit = nullptr);
 
 // Whether launches run as twins, and what happens to what they report.
 enum class ValidationMode : uint8_t {

@@ -113,6 +113,8 @@ void Session::stop() {
         found.empty() ? "" : fmt::format(" (first: {} {:#x})", found[0].kernel, found[0].address));
   }
   validator_.release(nullptr);
+  // The linker states the program left: they belong to no context.
+  links_.destroyAll(driver_);
   // Registered in a context of the session (portable): unregistered while
   // one is current, so that the next session's range at this address can be.
   for (const auto& entry : pinned_.ranges()) unregisterPinned(entry.second);

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -22,26 +23,25 @@
 #include <thread>
 #include <vector>
 
-#include <condition_variable>
-
-#include "session/pinned_memory.h"
-#include "session/session_contexts.h"
-#include "session/session_modules.h"
-#include "session/streams_and_events.h"
-#include "session/context_pool.h"
+#include "phos/common/ipc/call_ring.h"
+#include "phos/common/ipc/transfer_lane.h"
+#include "phos/common/subprocess.h"
+#include "phos/common/unique_fd.h"
 #include "protocols/device_buffer.h"
+#include "protocols/progress.h"
+#include "session/context_pool.h"
 #include "session/device_memory.h"
 #include "session/driver_table.h"
 #include "session/handle_table.h"
 #include "session/launch_validator.h"
+#include "session/link_states.h"
 #include "session/memory_pools.h"
-#include "session/transfer_tracker.h"
-#include "phos/common/ipc/call_ring.h"
-#include "phos/common/ipc/transfer_lane.h"
-#include "phos/common/unique_fd.h"
-#include "phos/common/subprocess.h"
-#include "protocols/progress.h"
+#include "session/pinned_memory.h"
 #include "session/server_call.h"
+#include "session/session_contexts.h"
+#include "session/session_modules.h"
+#include "session/streams_and_events.h"
+#include "session/transfer_tracker.h"
 
 namespace phos::image {
 class ImageReader;
@@ -174,6 +174,8 @@ class Session {
   CUcontext currentRealContext() const { return currentReal_; }
   // The stream-ordered allocator's pools (memory_pools.h).
   MemoryPools& memoryPools() { return memoryPools_; }
+  // The linker states the program holds, by id (remoting/linker.cpp).
+  std::map<uint64_t, LinkState>& links() { return links_.all(); }
   // The device of the current context (0 without one).
   int currentDevice() const;
   // A module or library loaded (numbered in the job's order), or unloaded.
@@ -374,6 +376,7 @@ class Session {
   DeviceMemory memory_{driver_, id_};
   MemoryPools memoryPools_{driver_};  // after memory_: its pending frees give heap ranges back
   SessionModules modules_;
+  LinkStates links_;
   LaunchValidator validator_{driver_};
   TransferTracker transfers_{driver_};
   AccessGate gate_;

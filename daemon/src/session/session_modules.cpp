@@ -76,6 +76,7 @@ class SessionModules::Saver {
                     {"context", rec->context},
                     {"image", name},
                     {"order", rec->order}};
+      if (!rec->jitOptions.empty()) entry["jit_options"] = rec->jitOptions;
       // Every global of every kind of image (PTX, fatbin, cubin), in every
       // context that has its own copy: a module's, or, for a library
       // (context-independent), each context of the session's.
@@ -435,6 +436,13 @@ Status SessionModules::Load::module(const json& m,
                    order == std::numeric_limits<uint64_t>::max() ? 0 : order};
   RETURN_IF_ERROR(reader_.read(*imageBlob, 0, std::as_writable_bytes(std::span(rec.image))));
   if (rec.image.empty() || rec.image.back() != '\0') rec.image.push_back('\0');
+  try {
+    rec.jitOptions = m.value("jit_options", std::vector<std::pair<int32_t, uint64_t>>());
+  } catch (const json::exception& e) {
+    return makeError(Code::kDataLoss, "the JIT options of module {} are malformed: {}", hex(mid),
+                     e.what());
+  }
+  DriverJitOptions jit = DriverJitOptions::of(rec.jitOptions);
   // Each context's copy of the globals goes back where the application
   // knew it: vgpu places them as asked; another driver places them itself,
   // and the check below refuses the restore if one moved.
@@ -466,7 +474,7 @@ Status SessionModules::Load::module(const json& m,
   std::shared_ptr<const PreparedModule> prepared;
   if (library) {
     CUlibrary lib = nullptr;
-    r = loadLibrary(d_, rec.image, &lib, &prepared);
+    r = loadLibrary(d_, rec.image, &lib, &prepared, &jit);
     if (r == CUDA_SUCCESS) validator_.noteLibrary(lib, prepared);
     real = lib;
     // The library's module in each other context that held globals.
@@ -479,7 +487,7 @@ Status SessionModules::Load::module(const json& m,
     }
   } else {
     CUmodule mod = nullptr;
-    r = loadModule(d_, rec.image, &mod, &prepared);
+    r = loadModule(d_, rec.image, &mod, &prepared, &jit);
     if (r == CUDA_SUCCESS) validator_.noteModule(mod, prepared);
     real = mod;
   }

@@ -44,6 +44,9 @@ struct ModuleRecord {
   // first checkpoint's pause (Session::listModuleGlobals): for a large module
   // that means parsing all its PTX. Null until then.
   std::shared_ptr<const std::vector<std::string>> globalNames;
+  // The JIT options it was loaded with that shape its code
+  // (DriverJitOptions::codeShaping): a restore loads it with them again.
+  std::vector<std::pair<int32_t, uint64_t>> jitOptions;
 };
 
 class SessionModules {

@@ -89,6 +89,7 @@ class Session::Rebuilder {
     }
     RETURN_IF_ERROR(s_.modules_.bindFunctions(scope_, st_, s_.pool_.deviceCount()));
     RETURN_IF_ERROR(s_.streamsAndEvents_.rebuild(scope_, st_));
+    RETURN_IF_ERROR(s_.links_.rebuild(scope_, reader_, st_));
     RETURN_IF_ERROR(pinned());
     RETURN_IF_ERROR(hostCalls());
     // The ring's contents last: the application's pending calls are in it.

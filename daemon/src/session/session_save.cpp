@@ -46,6 +46,7 @@ class Session::Describer {
     RETURN_IF_ERROR(s_.memory_.save(writer_, state_, copies_));
     RETURN_IF_ERROR(s_.modules_.save(scope_, {writer_, copies_, s_.memory_, s_.pool_.deviceCount(), lost_}, state_));
     RETURN_IF_ERROR(s_.streamsAndEvents_.save(scope_, state_));
+    RETURN_IF_ERROR(s_.links_.save(writer_, state_));
     unsaved();
     // A checkpoint that cannot save an object the program holds fails, naming
     // it, rather than publish an image whose restore would run wrong.
@@ -83,16 +84,16 @@ class Session::Describer {
   // that name nothing.
   void unsaved() {
     static const std::set<HandleType> kSaved = {
-        HandleType::kCUctx_st,           HandleType::kCUevent_st, HandleType::kCUfunc_st,
-        HandleType::kCUkern_st,          HandleType::kCUlib_st,   HandleType::kCUmod_st,
-        HandleType::kCUmemPoolHandle_st, HandleType::kCUstream_st};
+        HandleType::kCUctx_st,           HandleType::kCUevent_st,  HandleType::kCUfunc_st,
+        HandleType::kCUkern_st,          HandleType::kCUlib_st,    HandleType::kCUmod_st,
+        HandleType::kCUmemPoolHandle_st, HandleType::kCUstream_st, HandleType::kCUlinkState_st};
     for (HandleType type : s_.handles_.liveTypes()) {
       if (kSaved.count(type) != 0) continue;
       for (uint64_t id : s_.handles_.ids(type)) {
         lost_.push_back(
             {{"id", id},
-             {"what", fmt::format("an object of handle type {}, which the engine does not save",
-                                  static_cast<int>(type))}});
+             {"what", fmt::format("an object of type {}, which the engine does not save",
+                                  handleTypeName(type))}});
       }
     }
   }

@@ -251,7 +251,10 @@ TEST_F(RingDecoder, UnreadableApplicationMemoryIsInvalidValue) {
 TEST_F(RingDecoder, ModuleImageAtAddressZeroIsInvalidValue) {
   EXPECT_EQ(c().call(c().req(EntryPointId::kCuModuleLoadData).message(moduleLoad(0, kModulePtx.size()))).result,
             CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(c().call(c().req(EntryPointId::kCuLibraryLoadData).message(wire::cuLibraryLoadData_Request{true, {0, 16}, 0, 0})).result, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuLibraryLoadData)
+                         .message(wire::cuLibraryLoadData_Request{true, {0, 16}, {}, 0}))
+                .result,
+            CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST_F(RingDecoder, ModuleImageOfHugeSizeIsInvalidValue) {

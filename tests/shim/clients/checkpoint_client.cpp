@@ -5,7 +5,7 @@
 //
 //   checkpoint_client [--iterations N] [--sleep-ms MS] [--threads N] [--inflight]
 //                     [--pinned] [--events] [--kernels K] [--rounds R] [--words W]
-//                     [--fill-device --scratch-kib K] [--ptx FILE]
+//                     [--fill-device --scratch-kib K] [--ptx FILE] [--jit]
 //
 // Each of --threads workers has its own stream, device state and host buffers;
 // every iteration it copies an input in (cuMemcpyHtoDAsync), mixes it into its
@@ -25,6 +25,12 @@
 //               (cuMemAlloc), fills, reads back into its checksum and frees:
 //               a checkpoint running then must not take the memory the job
 //               needs, nor fail its launches for want of memory of its own.
+//   --jit       the kernels' module loaded a second time with
+//               cuModuleLoadDataEx and CU_JIT_MAX_REGISTERS 16, and a linker
+//               state made from the kernels' PTX at start and completed at the
+//               end (a checkpoint finds it open): the final line adds the
+//               capped module's register count and the linked image's size,
+//               once the image loaded and its kernel was found.
 // Module globals: `salt` and the __constant__ `spread` are set through
 // cuModuleGetGlobal once at start and read by the kernels; `launches` is
 // incremented by every kernel and printed at the end.
@@ -87,6 +93,18 @@ struct Options {
   bool fillDevice = false;
   int scratchKib = 2048;  // --fill-device: what is left free, and used every iteration
   std::string ptx = PHOS_CHECKPOINT_KERNELS_PTX;  // the kernels' module (scripts/gpu-bundle carries a copy)
+  bool jit = false;
+};
+
+// --jit: a module loaded with JIT options and a link state left open.
+struct Jit {
+  CUmodule capped = nullptr;
+  CUlinkState link = nullptr;
+  std::string ptx;
+  CUjit_option options[3] = {CU_JIT_WALL_TIME, CU_JIT_ERROR_LOG_BUFFER,
+                             CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* values[3] = {};
+  char errorLog[512] = {};
 };
 
 // FNV-1a, 64 bits: a checksum with no dependency, folded in a fixed order.
@@ -320,6 +338,8 @@ bool parse(int argc, char** argv, Options& o) {
       o.fillDevice = true;
     else if (a == "--scratch-kib")
       ok = number(o.scratchKib, 4, 1 << 20);
+    else if (a == "--jit")
+      o.jit = true;
     else if (a == "--ptx" && i + 1 < argc)
       o.ptx = argv[++i];
     else
@@ -377,6 +397,25 @@ int main(int argc, char** argv) {
     return 1;
   }
   CHECK(cuMemcpyHtoD(spread, kSpread, sizeof kSpread));
+  Jit jit;
+  if (o.jit) {
+    std::FILE* f = std::fopen(o.ptx.c_str(), "rb");
+    if (f == nullptr) {
+      std::fprintf(stderr, "checkpoint_client: cannot read %s\n", o.ptx.c_str());
+      return 1;
+    }
+    char buffer[4096];
+    for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) jit.ptx.append(buffer, n);
+    std::fclose(f);
+    CUjit_option capOption[] = {CU_JIT_MAX_REGISTERS};
+    void* capValue[] = {reinterpret_cast<void*>(uintptr_t{16})};
+    CHECK(cuModuleLoadDataEx(&jit.capped, jit.ptx.c_str(), 1, capOption, capValue));
+    jit.values[1] = jit.errorLog;
+    jit.values[2] = reinterpret_cast<void*>(uintptr_t{sizeof jit.errorLog});
+    CHECK(cuLinkCreate(3, jit.options, jit.values, &jit.link));
+    CHECK(cuLinkAddData(jit.link, CU_JIT_INPUT_PTX, jit.ptx.data(), jit.ptx.size() + 1,
+                        "kernels.ptx", 0, nullptr, nullptr));
+  }
 
   // The ballast first, leaving room for the workers' buffers and the
   // scratch: a checkpoint saves in address order, so the buffers the
@@ -434,8 +473,28 @@ int main(int argc, char** argv) {
   CHECK(cuMemcpyDtoH(&saltNow, salt, sizeof saltNow));
   size_t stack = 0;
   CHECK(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
-  std::printf("final checksum %016llx launches %llu salt %08x stack %zu\n",
-              static_cast<unsigned long long>(finalChecksum), count, saltNow, stack);
+  std::string jitReport;
+  if (o.jit) {
+    CUfunction capped = nullptr;
+    int regs = 0;
+    CHECK(cuModuleGetFunction(&capped, jit.capped, "mix"));
+    CHECK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, capped));
+    void* image = nullptr;
+    size_t imageBytes = 0;
+    CHECK(cuLinkComplete(jit.link, &image, &imageBytes));
+    CUmodule linked = nullptr;
+    CUfunction mix = nullptr;
+    CHECK(cuModuleLoadData(&linked, image));
+    CHECK(cuModuleGetFunction(&mix, linked, "mix"));
+    CHECK(cuModuleUnload(linked));
+    CHECK(cuLinkDestroy(jit.link));
+    CHECK(cuModuleUnload(jit.capped));
+    jitReport = " regs " + std::to_string(regs) + " linked " + std::to_string(imageBytes) +
+                " error log '" + jit.errorLog + "'";
+  }
+  std::printf("final checksum %016llx launches %llu salt %08x stack %zu%s\n",
+              static_cast<unsigned long long>(finalChecksum), count, saltNow, stack,
+              jitReport.c_str());
   workers.clear();
   CHECK(cuModuleUnload(module));
   CHECK(cuDevicePrimaryCtxRelease(device));

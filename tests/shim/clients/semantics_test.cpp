@@ -336,5 +336,23 @@ TEST_F(SemanticsTest, GeneratedOutArraysComeBackWholeAndOversizedOnesAreRefused)
   EXPECT_EQ(caps[0], 0xdeadu);
 }
 
+// JIT options whose values point to arrays of names are not remoted: the shim
+// refuses them rather than send phosd an address of the application
+// (docs/remoting.md); the other options of the same call never load anything.
+TEST_F(SemanticsTest, JitOptionsThatPointToArraysOfNamesAreRefused) {
+  const char* names[] = {"symbol"};
+  void* addresses[] = {nullptr};
+  CUjit_option options[] = {CU_JIT_GLOBAL_SYMBOL_NAMES, CU_JIT_GLOBAL_SYMBOL_ADDRESSES,
+                            CU_JIT_GLOBAL_SYMBOL_COUNT};
+  void* values[] = {names, addresses, reinterpret_cast<void*>(uintptr_t{1})};
+  CUlinkState link = nullptr;
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED, cuLinkCreate(3, options, values, &link));
+  EXPECT_EQ(link, nullptr);
+  CUmodule m = nullptr;
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED,
+                cuModuleLoadDataEx(&m, ".version 8.0\n.target sm_80\n", 3, options, values));
+  EXPECT_EQ(m, nullptr);
+}
+
 }  // namespace
 }  // namespace phos::shim::testing
