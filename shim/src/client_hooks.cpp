@@ -52,8 +52,6 @@ std::optional<CUresult> hostBuffer(const void* host, size_t bytes) {
   return std::nullopt;
 }
 
-// JIT options: phosd compiles without them; outputs the application may read
-// (log buffers, wall time) are reported empty.
 // ---- pinned host memory ----------------------------------------------------------
 // phosd created a shared-memory file and mapped it; the shim maps it at the
 // same address, so the pointer means the same memory in both processes.

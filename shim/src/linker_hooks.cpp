@@ -68,6 +68,9 @@ namespace prologue {
 std::optional<CUresult> cuLinkComplete(CUlinkState, void** cubinOut, size_t*, uint64_t* buffer,
                                        uint64_t* capacity) {
   if (cubinOut == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // A reservation whose call never came back (phosd gone) is given back.
+  if (pendingImage != nullptr) munmap(pendingImage, kImageReserve);
+  pendingImage = nullptr;
   void* p = mmap(nullptr, kImageReserve, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;

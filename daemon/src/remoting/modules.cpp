@@ -291,8 +291,8 @@ CUresult cuModuleLoadFatBinary(ServerCall& c, uint64_t* module, const ipc::Image
   return loadModuleImage(c, module, fatCubin);
 }
 
-// Library options (CUlibraryOption) are the shim's to answer: phosd keeps
-// the image itself, so it is preserved whatever the program asked.
+// Library options (CUlibraryOption) are not forwarded: phosd keeps the
+// image itself, so it is preserved whatever the program asked.
 CUresult cuLibraryLoadData(ServerCall& c, uint64_t* library, const ipc::ImageRef& code,
                            DriverJitOptions& jitOptions, unsigned int) {
   return loadLibraryImage(c, library, code, &jitOptions);

@@ -19,6 +19,14 @@ namespace phos::daemon {
 
 class DriverJitOptions {
  public:
+  DriverJitOptions() = default;
+  // The driver's values point into this object's log buffers: moved, they
+  // move along; a copy would point into the original's.
+  DriverJitOptions(DriverJitOptions&&) = default;
+  DriverJitOptions& operator=(DriverJitOptions&&) = default;
+  DriverJitOptions(const DriverJitOptions&) = delete;
+  DriverJitOptions& operator=(const DriverJitOptions&) = delete;
+
   // False for a malformed list (sizes that disagree, too many options, an
   // option whose value would be an address of the application).
   bool decode(const ipc::JitOptions& wire);
