@@ -11,15 +11,13 @@
 #include "phos/common/log.h"
 #include "phos/cuda_api/api_table.h"
 #include "phos/cuda_api/server_hooks.h"
+#include "remoting/application_image.h"
 #include "session/session.h"
 
 namespace phos::daemon::hooks {
 namespace {
 
 using cuda_api::EntryPointId;
-
-// As module images: an input of more than 1 GiB is refused.
-constexpr uint64_t kMaxInputBytes = 1ull << 30;
 
 // A driver without the linker (none that CUDA 13 supports) refuses it whole.
 bool hasLinker(const DriverTable& d) {
@@ -32,24 +30,11 @@ LinkState* linkOf(ServerCall& c, const Handle<CUlinkState>& state) {
   return it == c.session().links().end() ? nullptr : &it->second;
 }
 
-// `bytes` of the application's memory at `address`, and a NUL after them
-// (PTX is text).
-CUresult readInput(ServerCall& c, uint64_t address, uint64_t bytes, std::vector<char>* out) {
-  if (address == 0 || bytes == 0 || bytes > kMaxInputBytes) return CUDA_ERROR_INVALID_VALUE;
-  out->assign(bytes + 1, '\0');
-  if (Status s = c.session().readApplication(address, out->data(), bytes); !s.isOk()) {
-    log::get("daemon")->warn("session {}: linker input: {}", c.session().id(), s.message());
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  return CUDA_SUCCESS;
-}
-
 CUresult addInput(ServerCall& c, const Handle<CUlinkState>& state, CUjitInputType type,
                   const std::vector<char>& input, size_t bytes, const char* name,
                   DriverJitOptions& options, ipc::JitOutputs* link) {
   LinkState* s = linkOf(c, state);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  const auto given = options.given();
   CUresult r = PHOS_DRIVER(c.driverTable(), LinkAddData_v2)(
       s->real, type, const_cast<char*>(input.data()), bytes, name, options.count(),
       options.options(), options.values());
@@ -59,7 +44,7 @@ CUresult addInput(ServerCall& c, const Handle<CUlinkState>& state, CUjitInputTyp
     s->inputs.push_back(
         {static_cast<int32_t>(type), name != nullptr ? name : "",
          std::vector<char>(input.begin(), input.begin() + static_cast<std::ptrdiff_t>(bytes)),
-         given});
+         options.given()});
   }
   return r;
 }
@@ -88,7 +73,7 @@ CUresult cuLinkAddData(ServerCall& c, Handle<CUlinkState> state, CUjitInputType 
                        size_t size, const char* name, DriverJitOptions& options,
                        ipc::JitOutputs* link) {
   std::vector<char> input;
-  if (CUresult r = readInput(c, data, size, &input); r != CUDA_SUCCESS) return r;
+  if (CUresult r = readImage(c, {data, size}, &input); r != CUDA_SUCCESS) return r;
   return addInput(c, state, type, input, size, name, options, link);
 }
 
@@ -97,7 +82,7 @@ CUresult cuLinkAddFile(ServerCall& c, Handle<CUlinkState> state, CUjitInputType 
                        const ipc::ImageRef& path, DriverJitOptions& options,
                        ipc::JitOutputs* link) {
   std::vector<char> input;
-  if (CUresult r = readInput(c, path.address, path.bytes, &input); r != CUDA_SUCCESS) return r;
+  if (CUresult r = readImage(c, path, &input); r != CUDA_SUCCESS) return r;
   return addInput(c, state, type, input, path.bytes, nullptr, options, link);
 }
 

@@ -9,11 +9,12 @@
 #include <memory>
 #include <vector>
 
-#include "session/launch_validator.h"
 #include "phos/common/log.h"
 #include "phos/cuda_api/api_table.h"
 #include "phos/cuda_api/server_hooks.h"
 #include "phos/instrument/twin.h"
+#include "remoting/application_image.h"
+#include "session/launch_validator.h"
 #include "session/session.h"
 
 namespace phos::daemon::hooks {
@@ -94,20 +95,6 @@ CUresult getGlobal(ServerCall& c, EntryPointId id, CUdeviceptr* dptr, size_t* by
   return r;
 }
 
-// The image stays in the application; phosd reads it (process_vm_readv).
-constexpr size_t kMaxImageBytes = 1ull << 30;
-
-CUresult readImage(ServerCall& c, const ipc::ImageRef& ref, std::vector<char>* image) {
-  if (ref.address == 0 || ref.bytes == 0 || ref.bytes > kMaxImageBytes) return CUDA_ERROR_INVALID_VALUE;
-  // One extra NUL: PTX text is NUL-terminated in the application.
-  image->assign(ref.bytes + 1, '\0');
-  if (Status s = c.session().readApplication(ref.address, image->data(), ref.bytes); !s.isOk()) {
-    log::get("daemon")->warn("session {}: module image: {}", c.session().id(), s.message());
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  return CUDA_SUCCESS;
-}
-
 // With the program's JIT options, if it gave some (`jit`); a restore loads
 // the module again with those that shape its code.
 CUresult loadModuleImage(ServerCall& c, uint64_t* module, const ipc::ImageRef& ref,
@@ -153,6 +140,19 @@ CUresult loadLibraryImage(ServerCall& c, uint64_t* library, const ipc::ImageRef&
 }
 
 }  // namespace
+
+constexpr size_t kMaxImageBytes = 1ull << 30;
+
+CUresult readImage(ServerCall& c, const ipc::ImageRef& ref, std::vector<char>* image) {
+  if (ref.address == 0 || ref.bytes == 0 || ref.bytes > kMaxImageBytes)
+    return CUDA_ERROR_INVALID_VALUE;
+  image->assign(ref.bytes + 1, '\0');
+  if (Status s = c.session().readApplication(ref.address, image->data(), ref.bytes); !s.isOk()) {
+    log::get("daemon")->warn("session {}: image: {}", c.session().id(), s.message());
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
 
 CUresult cuModuleGetFunctionCount(ServerCall& c, unsigned int* count, Handle<CUmodule> mod) {
   return handleCount<CUmodule, CUfunction>(c, EntryPointId::kCuModuleGetFunctionCount,

@@ -8,8 +8,6 @@
 #include <cuda.h>
 
 #include <cstdint>
-#include <memory>
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -60,23 +58,6 @@ class DriverJitOptions {
   std::vector<uint64_t> returned_;  // outputs()'s copy of values_
   std::vector<std::pair<int32_t, uint64_t>> given_list_;
   bool lent_ = false;
-};
-
-// A linker state the program holds (cuLinkCreate until cuLinkDestroy): the
-// driver writes the logs of the options it was created with until then.
-struct LinkState {
-  CUlinkState real = nullptr;
-  uint64_t context = 0;  // current when it was made: the device it links for
-  std::unique_ptr<DriverJitOptions> options;
-  // What was added, in order: a restore makes the state again from it.
-  struct Input {
-    int32_t type = 0;  // CUjitInputType
-    std::string name;
-    std::vector<char> bytes;
-    std::vector<std::pair<int32_t, uint64_t>> options;  // DriverJitOptions::given()
-  };
-  std::vector<Input> inputs;
-  bool completed = false;
 };
 
 }  // namespace phos::daemon

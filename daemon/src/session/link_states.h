@@ -6,9 +6,15 @@
 // if the program had (the image it got then lives in its own memory).
 #pragma once
 
+#include <cuda.h>
+
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "phos/common/status.h"
 #include "phos/image/reader.h"
@@ -19,6 +25,23 @@
 namespace phos::daemon {
 
 struct SessionScope;
+
+// A linker state the program holds (cuLinkCreate until cuLinkDestroy): the
+// driver writes the logs of the options it was created with until then.
+struct LinkState {
+  CUlinkState real = nullptr;
+  uint64_t context = 0;  // current when it was made: the device it links for
+  std::unique_ptr<DriverJitOptions> options;
+  // What was added, in order: a restore makes the state again from it.
+  struct Input {
+    int32_t type = 0;  // CUjitInputType
+    std::string name;
+    std::vector<char> bytes;
+    std::vector<std::pair<int32_t, uint64_t>> options;  // DriverJitOptions::given()
+  };
+  std::vector<Input> inputs;
+  bool completed = false;
+};
 
 class LinkStates {
  public:

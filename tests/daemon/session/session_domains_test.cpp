@@ -2,8 +2,9 @@
 // The domains of a session's state, each saved into an image's state and
 // rebuilt from it on vgpu, without a session, a ring or CRIU: contexts
 // (SessionContexts), streams and events (StreamsAndEvents), device memory
-// (DeviceMemory) and modules (SessionModules). What comes back must be what was saved; an image
-// that names something this host cannot give is refused, naming it.
+// (DeviceMemory), modules (SessionModules) and linker states (LinkStates).
+// What comes back must be what was saved; an image that names something this
+// host cannot give is refused, naming it.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "session/driver_table.h"
 #include "session/handle_table.h"
 #include "session/launch_validator.h"
+#include "session/link_states.h"
 #include "session/session_contexts.h"
 #include "session/session_image.h"
 #include "session/session_modules.h"
@@ -402,6 +404,70 @@ TEST_F(DomainImage, ModulesComeBackWithTheirGlobalsBytesAndFunctionAttributes) {
   EXPECT_EQ(value, 43u);
   validator.release(nullptr);
   PHOS_DRIVER(d(), ModuleUnload)(again);
+}
+
+// A linker state with an input, saved and made again under its id: it
+// completes to the same image. An image whose links are hand-edited (options
+// that are not a list, an option that would be an address, an input whose
+// blob is gone) is refused, naming the state.
+TEST_F(DomainImage, LinkStatesComeBackWithTheirInputsAndBadOnesAreRefused) {
+  LinkState link;
+  link.context = context_;
+  link.options = std::make_unique<DriverJitOptions>();
+  ASSERT_TRUE(
+      link.options->set({{CU_JIT_ERROR_LOG_BUFFER, 0}, {CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, 256}}));
+  ASSERT_EQ(PHOS_DRIVER(d(), LinkCreate_v2)(link.options->count(), link.options->options(),
+                                            link.options->values(), &link.real),
+            CUDA_SUCCESS);
+  const std::string ptx = kCounterPtx;
+  ASSERT_EQ(
+      PHOS_DRIVER(d(), LinkAddData_v2)(link.real, CU_JIT_INPUT_PTX, const_cast<char*>(ptx.c_str()),
+                                       ptx.size() + 1, "counter.ptx", 0, nullptr, nullptr),
+      CUDA_SUCCESS);
+  link.inputs.push_back(
+      {CU_JIT_INPUT_PTX, "counter.ptx", std::vector<char>(ptx.begin(), ptx.end()), {}});
+  const uint64_t id = handles_.exportHandle(HandleType::kCUlinkState_st, link.real);
+  LinkStates links;
+  links.all()[id] = std::move(link);
+  auto writer = image::ImageWriter::create(dir_);
+  ASSERT_TRUE(writer.isOk());
+  json state;
+  ASSERT_TRUE(links.save(**writer, state).isOk());
+  auto reader = commit(**writer, {}, state);
+  ASSERT_NE(reader, nullptr);
+  links.destroyAll(d());
+
+  SessionScope sc = scope();
+  LinkStates back;
+  ASSERT_TRUE(back.rebuild(sc, *reader, state).isOk());
+  ASSERT_EQ(back.all().count(id), 1U);
+  LinkState& made = back.all()[id];
+  EXPECT_EQ(handles_.resolve(HandleType::kCUlinkState_st, id), static_cast<void*>(made.real));
+  ASSERT_EQ(made.inputs.size(), 1U);
+  EXPECT_EQ(std::string(made.inputs[0].bytes.begin(), made.inputs[0].bytes.end()), ptx);
+  void* image = nullptr;
+  size_t size = 0;
+  ASSERT_EQ(PHOS_DRIVER(d(), LinkComplete)(made.real, &image, &size), CUDA_SUCCESS);
+  EXPECT_EQ(std::string(static_cast<const char*>(image)), ptx);
+  back.destroyAll(d());
+
+  auto refused = [&](json edited, const char* what) {
+    LinkStates again;
+    Status st = again.rebuild(sc, *reader, edited);
+    EXPECT_FALSE(st.isOk()) << what;
+    EXPECT_EQ(st.code(), Code::kDataLoss) << what;
+    EXPECT_NE(st.message().find("linker state"), std::string::npos) << what << ": " << st.message();
+    again.destroyAll(d());
+  };
+  json notAList = state;
+  notAList["links"][0]["options"] = "fast";
+  refused(notAList, "options that are not a list");
+  json address = state;
+  address["links"][0]["options"] = json::array({json::array({CU_JIT_GLOBAL_SYMBOL_NAMES, 4096})});
+  refused(address, "an option whose value is an address");
+  json gone = state;
+  gone["links"][0]["inputs"][0]["blob"] = "link/none";
+  refused(gone, "an input whose blob is gone");
 }
 
 }  // namespace
