@@ -105,6 +105,120 @@ TEST_F(StreamTest, CreateDestroyAndProperties) {
   EXPECT_CU(cuStreamSynchronize(CU_STREAM_PER_THREAD));
 }
 
+// cuStreamGetAttribute/SetAttribute/CopyAttributes: the ids cuda.h marks
+// "valid for streams", a new stream's defaults, the values each member
+// allows, and copies within one context.
+TEST_F(StreamTest, StreamAttributesKeepTheirValuesAndRefuseWhatCudaHRefuses) {
+  CUstream s = nullptr, t = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreateWithPriority(&t, CU_STREAM_DEFAULT, -2));
+  CUstreamAttrValue v{};
+  EXPECT_CU(cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &v));
+  EXPECT_EQ(v.syncPolicy, CU_SYNC_POLICY_AUTO);
+  EXPECT_CU(cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP, &v));
+  EXPECT_EQ(v.memSyncDomainMap.default_, 0);
+  EXPECT_EQ(v.memSyncDomainMap.remote, 1);
+  EXPECT_CU(cuStreamGetAttribute(t, CU_LAUNCH_ATTRIBUTE_PRIORITY, &v));
+  EXPECT_EQ(v.priority, -2);
+
+  CUdeviceptr buffer = 0;
+  ASSERT_CU(cuMemAlloc(&buffer, 4096));
+  CUstreamAttrValue set{};
+  set.accessPolicyWindow = {reinterpret_cast<void*>(buffer), 4096, 0.5f,
+                            CU_ACCESS_PROPERTY_PERSISTING, CU_ACCESS_PROPERTY_STREAMING};
+  EXPECT_CU(cuStreamSetAttribute(s, CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, &set));
+  v = {};
+  EXPECT_CU(cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, &v));
+  EXPECT_EQ(v.accessPolicyWindow.base_ptr, reinterpret_cast<void*>(buffer));
+  EXPECT_EQ(v.accessPolicyWindow.num_bytes, 4096u);
+  EXPECT_EQ(v.accessPolicyWindow.hitRatio, 0.5f);
+  EXPECT_EQ(v.accessPolicyWindow.hitProp, CU_ACCESS_PROPERTY_PERSISTING);
+  EXPECT_EQ(v.accessPolicyWindow.missProp, CU_ACCESS_PROPERTY_STREAMING);
+  set = {};
+  set.priority = -100;  // clamped, as at creation
+  EXPECT_CU(cuStreamSetAttribute(s, CU_LAUNCH_ATTRIBUTE_PRIORITY, &set));
+  int priority = 0;
+  EXPECT_CU(cuStreamGetPriority(s, &priority));
+  EXPECT_EQ(priority, -5);
+  set = {};
+  set.syncPolicy = CU_SYNC_POLICY_BLOCKING_SYNC;
+  EXPECT_CU(cuStreamSetAttribute(s, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &set));
+  set.memSyncDomain = CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE;
+  EXPECT_CU(cuStreamSetAttribute(nullptr, CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN, &set));
+  EXPECT_CU(cuStreamGetAttribute(CU_STREAM_LEGACY, CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN, &v));
+  EXPECT_EQ(v.memSyncDomain, CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE);
+
+  // Copied: every stream attribute, the priority too.
+  EXPECT_CU(cuStreamCopyAttributes(t, s));
+  EXPECT_CU(cuStreamGetAttribute(t, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &v));
+  EXPECT_EQ(v.syncPolicy, CU_SYNC_POLICY_BLOCKING_SYNC);
+  EXPECT_CU(cuStreamGetAttribute(t, CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, &v));
+  EXPECT_EQ(v.accessPolicyWindow.num_bytes, 4096u);
+  EXPECT_CU(cuStreamGetPriority(t, &priority));
+  EXPECT_EQ(priority, -5);
+
+  // Refused: a launch's attributes, values outside each member's range, nulls.
+  auto refused = [&](CUstreamAttrID id, CUstreamAttrValue value) {
+    return cuStreamSetAttribute(s, id, &value);
+  };
+  CUstreamAttrValue bad{};
+  bad.programmaticEvent.event = reinterpret_cast<CUevent>(0x1234);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, refused(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT, bad));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &v));
+  bad = {};
+  bad.accessPolicyWindow = {reinterpret_cast<void*>(buffer), 4096, 1.5f, CU_ACCESS_PROPERTY_NORMAL,
+                            CU_ACCESS_PROPERTY_NORMAL};
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, refused(CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, bad));
+  bad.accessPolicyWindow.hitRatio = 1.0f;
+  bad.accessPolicyWindow.missProp =
+      CU_ACCESS_PROPERTY_PERSISTING;  // "must be either NORMAL or STREAMING"
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, refused(CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, bad));
+  int maxWindow = 0;
+  ASSERT_CU(
+      cuDeviceGetAttribute(&maxWindow, CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE, device_));
+  bad.accessPolicyWindow.missProp = CU_ACCESS_PROPERTY_NORMAL;
+  bad.accessPolicyWindow.num_bytes = static_cast<size_t>(maxWindow) + 1;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, refused(CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, bad));
+  bad = {};
+  bad.syncPolicy = static_cast<CUsynchronizationPolicy>(9);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, refused(CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, bad));
+  int domains = 0;
+  ASSERT_CU(cuDeviceGetAttribute(&domains, CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT, device_));
+  bad = {};
+  bad.memSyncDomainMap.remote = static_cast<unsigned char>(domains);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, refused(CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP, bad));
+  bad = {};
+  bad.memSyncDomain = static_cast<CUlaunchMemSyncDomain>(2);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, refused(CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN, bad));
+  bad = {};
+  bad.nvlinkUtilCentricScheduling = 2;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                refused(CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING, bad));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuStreamSetAttribute(s, CU_LAUNCH_ATTRIBUTE_PRIORITY, nullptr));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_PRIORITY, nullptr));
+  // Nothing refused changed the stream.
+  EXPECT_CU(cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, &v));
+  EXPECT_EQ(v.accessPolicyWindow.hitRatio, 0.5f);
+
+  // "Both streams must have the same context."
+  CUcontext other = nullptr;
+  CUstream elsewhere = nullptr;
+  ASSERT_CU(cuCtxCreate(&other, nullptr, 0, device_));
+  ASSERT_CU(cuStreamCreate(&elsewhere, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamCopyAttributes(elsewhere, s));
+  EXPECT_CU(cuStreamDestroy(elsewhere));
+  EXPECT_CU(cuCtxDestroy(other));
+  ASSERT_CU(cuCtxSetCurrent(context_));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE,
+                cuStreamGetAttribute(elsewhere, CU_LAUNCH_ATTRIBUTE_PRIORITY, &v));
+  EXPECT_CU(cuMemFree(buffer));
+  EXPECT_CU(cuStreamDestroy(s));
+  EXPECT_CU(cuStreamDestroy(t));
+}
+
 TEST_F(StreamTest, LegacyStreamSynchronizesWithBlockingStreams) {
   CUstream blocking = nullptr, nonBlocking = nullptr;
   ASSERT_CU(cuStreamCreate(&blocking, CU_STREAM_DEFAULT));

@@ -8,7 +8,23 @@ namespace phos::vgpu {
 
 Stream::Stream(std::uint64_t id, Kind kind, unsigned flags, int priority, ErrorHandler onError)
     : id_(id), kind_(kind), flags_(flags), priority_(priority), onError_(std::move(onError)) {
+  attributes_.fill(CUstreamAttrValue{});
+  // A new stream's defaults, as the driver reports them: the automatic
+  // synchronization policy, and kernels of the default domain in domain 0,
+  // of the remote domain in domain 1.
+  attributes_[CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY].syncPolicy = CU_SYNC_POLICY_AUTO;
+  attributes_[CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP].memSyncDomainMap = {0, 1};
   worker_ = std::thread([this] { run(); });
+}
+
+CUstreamAttrValue Stream::attribute(CUstreamAttrID id) const {
+  std::lock_guard lock(attributesMutex_);
+  return static_cast<std::size_t>(id) < kAttributeIds ? attributes_[id] : CUstreamAttrValue{};
+}
+
+void Stream::setAttribute(CUstreamAttrID id, const CUstreamAttrValue& value) {
+  std::lock_guard lock(attributesMutex_);
+  if (static_cast<std::size_t>(id) < kAttributeIds) attributes_[id] = value;
 }
 
 Stream::~Stream() {

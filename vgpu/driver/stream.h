@@ -2,6 +2,9 @@
 // Streams (ordered work queues run by a worker thread) and the events recorded into them.
 #pragma once
 
+#include <cuda.h>
+
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -48,7 +51,14 @@ class Stream {
   std::uint64_t id() const { return id_; }
   Kind kind() const { return kind_; }
   unsigned flags() const { return flags_; }
-  int priority() const { return priority_; }
+  int priority() const { return priority_.load(); }
+  void setPriority(int priority) { priority_.store(priority); }
+  // The stream attributes it keeps (cuStreamSetAttribute; the entry point
+  // checks ids and values): a zero value for an id never set, except those
+  // with another default (the synchronization policy, the domain map).
+  // Priority is the stream's own (priority()).
+  CUstreamAttrValue attribute(CUstreamAttrID id) const;
+  void setAttribute(CUstreamAttrID id, const CUstreamAttrValue& value);
   // Whether this stream takes part in the legacy default stream's implicit
   // synchronization (everything but CU_STREAM_NON_BLOCKING streams).
   bool synchronizesWithLegacy() const;
@@ -64,7 +74,11 @@ class Stream {
   const std::uint64_t id_;
   const Kind kind_;
   const unsigned flags_;
-  const int priority_;
+  std::atomic<int> priority_;
+  // By attribute id (CUlaunchAttributeID's stream ids are all below 17).
+  static constexpr std::size_t kAttributeIds = 17;
+  mutable std::mutex attributesMutex_;
+  std::array<CUstreamAttrValue, kAttributeIds> attributes_;
   const ErrorHandler onError_;
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Entry points: streams, events, host functions and stream callbacks.
+#include <algorithm>
+
 #include "entry.h"
 
 using namespace phos;
@@ -17,6 +19,11 @@ PHOS_CU_EXPORT CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStr
 PHOS_CU_EXPORT CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags);
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream hStream, int* priority);
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetFlags_ptsz(CUstream hStream, unsigned int* flags);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr,
+                                                          CUstreamAttrValue* value_out);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr,
+                                                          const CUstreamAttrValue* value);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src);
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetId_ptsz(CUstream hStream, unsigned long long* streamId);
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext* pctx);
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetDevice_ptsz(CUstream hStream, CUdevice* device);
@@ -122,6 +129,155 @@ CUresult streamProperty(const char* name, CUstream hStream, bool perThread, cons
   });
 }
 
+// The ids cuda.h marks "valid for streams"; the others (cooperative,
+// cluster, programmatic and completion events...) are a launch's.
+constexpr CUstreamAttrID kStreamAttributes[] = {CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW,
+                                                CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY,
+                                                CU_LAUNCH_ATTRIBUTE_PRIORITY,
+                                                CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP,
+                                                CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN,
+                                                CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING};
+
+Status requireStreamAttribute(CUstreamAttrID attr) {
+  for (CUstreamAttrID a : kStreamAttributes) {
+    if (a == attr) return Status::ok();
+  }
+  return cuErrorf(CUDA_ERROR_INVALID_VALUE, "attribute {} is not a stream attribute",
+                  static_cast<int>(attr));
+}
+
+// What cuStreamSetAttribute accepts for `attr` on a stream of device
+// `device`, as cuda.h documents each member.
+Status checkStreamAttribute(Driver& d, int device, CUstreamAttrID attr,
+                            const CUstreamAttrValue& v) {
+  switch (attr) {
+    case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW: {
+      const CUaccessPolicyWindow& w = v.accessPolicyWindow;
+      ASSIGN_OR_RETURN(
+          int maxBytes,
+          deviceAttribute(d.platform(), device, CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE));
+      // "hitRatio specifies percentage of lines assigned hitProp"; missProp
+      // "must be either NORMAL or STREAMING".
+      if (!(w.hitRatio >= 0.0f && w.hitRatio <= 1.0f)) {
+        return cuErrorf(CUDA_ERROR_INVALID_VALUE,
+                        "access policy window hit ratio {} is outside [0, 1]", w.hitRatio);
+      }
+      const int hit = static_cast<int>(w.hitProp);
+      if (hit < CU_ACCESS_PROPERTY_NORMAL || hit > CU_ACCESS_PROPERTY_PERSISTING ||
+          (w.missProp != CU_ACCESS_PROPERTY_NORMAL && w.missProp != CU_ACCESS_PROPERTY_STREAMING)) {
+        return cuError(CUDA_ERROR_INVALID_VALUE, "access policy window properties are invalid");
+      }
+      if (w.num_bytes > static_cast<size_t>(maxBytes)) {
+        return cuErrorf(CUDA_ERROR_INVALID_VALUE,
+                        "access policy window of {} bytes exceeds the device's {}", w.num_bytes,
+                        maxBytes);
+      }
+      return Status::ok();
+    }
+    case CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY:
+      if (static_cast<int>(v.syncPolicy) < CU_SYNC_POLICY_AUTO ||
+          v.syncPolicy > CU_SYNC_POLICY_BLOCKING_SYNC) {
+        return cuErrorf(CUDA_ERROR_INVALID_VALUE, "synchronization policy {} is invalid",
+                        static_cast<int>(v.syncPolicy));
+      }
+      return Status::ok();
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP: {
+      ASSIGN_OR_RETURN(int domains, deviceAttribute(d.platform(), device,
+                                                    CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT));
+      if (v.memSyncDomainMap.default_ >= domains || v.memSyncDomainMap.remote >= domains) {
+        return cuErrorf(CUDA_ERROR_INVALID_VALUE,
+                        "memory synchronization domain map names a domain beyond the device's {}",
+                        domains);
+      }
+      return Status::ok();
+    }
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+      if (v.memSyncDomain != CU_LAUNCH_MEM_SYNC_DOMAIN_DEFAULT &&
+          v.memSyncDomain != CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE) {
+        return cuErrorf(CUDA_ERROR_INVALID_VALUE, "memory synchronization domain {} is invalid",
+                        static_cast<int>(v.memSyncDomain));
+      }
+      return Status::ok();
+    case CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING:
+      // "Valid values ... are 0 (disabled) and 1 (enabled)."
+      if (v.nvlinkUtilCentricScheduling > 1) {
+        return cuErrorf(CUDA_ERROR_INVALID_VALUE, "NVLink-centric scheduling {} is neither 0 nor 1",
+                        v.nvlinkUtilCentricScheduling);
+      }
+      return Status::ok();
+    default:  // the priority: clamped, as at creation
+      return Status::ok();
+  }
+}
+
+CUresult streamGetAttribute(const char* name, CUstream hStream, CUstreamAttrID attr,
+                            CUstreamAttrValue* out, bool perThread) {
+  return call(name, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(out, "value_out"));
+    RETURN_IF_ERROR(requireStreamAttribute(attr));
+    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    // Only the member of `attr` is written, as the driver does.
+    CUstreamAttrValue v = ref.stream->attribute(attr);
+    switch (attr) {
+      case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+        out->accessPolicyWindow = v.accessPolicyWindow;
+        break;
+      case CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY:
+        out->syncPolicy = v.syncPolicy;
+        break;
+      case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+        out->priority = ref.stream->priority();
+        break;
+      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+        out->memSyncDomainMap = v.memSyncDomainMap;
+        break;
+      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+        out->memSyncDomain = v.memSyncDomain;
+        break;
+      default:
+        out->nvlinkUtilCentricScheduling = v.nvlinkUtilCentricScheduling;
+        break;
+    }
+    return Status::ok();
+  });
+}
+
+CUresult streamSetAttribute(const char* name, CUstream hStream, CUstreamAttrID attr,
+                            const CUstreamAttrValue* value, bool perThread) {
+  return call(name, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(value, "value"));
+    RETURN_IF_ERROR(requireStreamAttribute(attr));
+    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    RETURN_IF_ERROR(checkStreamAttribute(d, ref.context->device(), attr, *value));
+    if (attr == CU_LAUNCH_ATTRIBUTE_PRIORITY) {
+      // Clamped to cuCtxGetStreamPriorityRange's [-5, 0], as at creation.
+      ref.stream->setPriority(std::clamp(value->priority, -5, 0));
+    } else {
+      ref.stream->setAttribute(attr, *value);
+    }
+    return Status::ok();
+  });
+}
+
+CUresult streamCopyAttributes(const char* name, CUstream dst, CUstream src, bool perThread) {
+  return call(name, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(StreamRef to, d.stream(dst, perThread));
+    ASSIGN_OR_RETURN(StreamRef from, d.stream(src, perThread));
+    // "Both streams must have the same context."
+    if (to.context != from.context) {
+      return cuError(CUDA_ERROR_INVALID_VALUE, "the streams belong to different contexts");
+    }
+    for (CUstreamAttrID a : kStreamAttributes) {
+      if (a == CU_LAUNCH_ATTRIBUTE_PRIORITY) {
+        to.stream->setPriority(from.stream->priority());
+      } else {
+        to.stream->setAttribute(a, from.stream->attribute(a));
+      }
+    }
+    return Status::ok();
+  });
+}
+
 }  // namespace
 
 CUresult CUDAAPI cuStreamCreate(CUstream* phStream, unsigned int Flags) {
@@ -170,6 +326,28 @@ CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int* priority) {
 }
 CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream hStream, int* priority) {
   return streamProperty(__func__, hStream, true, priority, [&](const StreamRef& r) { *priority = r.stream->priority(); });
+}
+CUresult CUDAAPI cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr,
+                                      CUstreamAttrValue* value_out) {
+  return streamGetAttribute(__func__, hStream, attr, value_out, false);
+}
+CUresult CUDAAPI cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr,
+                                           CUstreamAttrValue* value_out) {
+  return streamGetAttribute(__func__, hStream, attr, value_out, true);
+}
+CUresult CUDAAPI cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr,
+                                      const CUstreamAttrValue* value) {
+  return streamSetAttribute(__func__, hStream, attr, value, false);
+}
+CUresult CUDAAPI cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr,
+                                           const CUstreamAttrValue* value) {
+  return streamSetAttribute(__func__, hStream, attr, value, true);
+}
+CUresult CUDAAPI cuStreamCopyAttributes(CUstream dst, CUstream src) {
+  return streamCopyAttributes(__func__, dst, src, false);
+}
+CUresult CUDAAPI cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src) {
+  return streamCopyAttributes(__func__, dst, src, true);
 }
 CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsigned int* flags) {
   return streamProperty(__func__, hStream, false, flags, [&](const StreamRef& r) { *flags = r.stream->flags(); });
