@@ -43,7 +43,9 @@ JOBS = {
     # cuCtxSynchronize, where a checkpoint asked at that line finds it.
     "client-inflight": ("client", ["--inflight", "--kernels", 16, "--rounds", 32]),
     "client-pinned": ("client", ["--pinned", "--sleep-ms", SLEEP_MS]),
-    "client-events": ("client", ["--events", "--threads", 2, "--sleep-ms", SLEEP_MS]),
+    # With stream attributes on the workers' streams, copied to the side
+    # streams: restored, the driver reports them as the program set them.
+    "client-events": ("client", ["--events", "--stream-attributes", "--threads", 2, "--sleep-ms", SLEEP_MS]),
     # Copies of 4.8 MB of pageable memory each way: through the ring's two
     # transfer lanes (two chunks each), and the third thread's without one.
     "client-large-copies": ("client", ["--threads", 3, "--words", 1200000, "--sleep-ms", SLEEP_MS]),
@@ -285,6 +287,22 @@ def test_left_running_and_restored(criu, phos, phosd, app_env, programs, jobs, t
     image, asked, done = left_running(phos, phosd, cmd, app_env, ref, jobs, tmp_path)
     # Its pid is free again: the image comes back as the same process.
     after_checkpoint(ref, restore(phos, phosd, image, app_env), asked, done)
+
+
+def test_a_checkpoint_refuses_a_default_streams_attribute_and_the_job_runs_on(criu, phos, phosd, app_env, programs,
+                                                                              jobs, tmp_path):
+    """The engine saves created streams' attributes only: one set on the NULL stream fails the
+    checkpoint, naming it, and the job finishes as it would have."""
+    cmd = command(programs, "client-pinned") + ["--default-stream-attribute"]
+    running = Job(phos, phosd, cmd, app_env, tmp_path)
+    jobs.append(running)
+    running.wait_line(2)
+    r = subprocess.run([str(phos), "checkpoint", "--pid", str(running.pid), "--image", str(tmp_path / "image"),
+                        "--runtime-dir", str(phosd.runtime_dir)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode != 0, r.stdout
+    assert "attribute 3 set on a default stream, which the engine does not save (0x0)" in r.stderr, r.stderr
+    assert running.proc.wait(timeout=TIMEOUT) == 0, running.err.read_text()
+    assert running.lines() == reference(cmd, app_env)
 
 
 @pytest.mark.parametrize("job", [j for j in JOBS if j.startswith("client-")])

@@ -101,9 +101,10 @@ def test_an_entry_point_both_remoted_and_excluded_is_refused(model, tmp_path):
 
 
 def test_an_entry_point_left_unaccounted_for_is_refused(model, tmp_path):
-    # cuStreamGetAttribute has a union parameter no ordinary encoding describes.
-    refused(model, tmp_path, lambda p: p["excluded"].pop("cuStreamGetAttribute"),
-            "cuStreamGetAttribute has no encoding for")
+    # cuLaunchCooperativeKernelMultiDevice has an array of launch parameters
+    # no ordinary encoding describes.
+    refused(model, tmp_path, lambda p: p["excluded"].pop("cuLaunchCooperativeKernelMultiDevice"),
+            "cuLaunchCooperativeKernelMultiDevice has no encoding for")
 
 
 def test_an_exclusion_matching_nothing_is_refused(model, tmp_path):

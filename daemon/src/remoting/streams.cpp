@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Server hooks for what runs in stream order beside kernels: the
+// Server hooks for streams and what runs in stream order beside kernels: the
 // application's host functions (run in the application through the session's
-// host-call queue) and events, whose flags a restore needs.
+// host-call queue), stream attributes, and events, whose flags a restore needs.
 #include <cuda.h>
 
 #include <memory>
@@ -65,6 +65,30 @@ CUresult cuStreamAddCallback(ServerCall& c, Handle<CUstream> hStream, uint64_t c
 CUresult cuStreamDestroy(ServerCall& c, Handle<CUstream> hStream) {
   CUresult r = PHOS_DRIVER(c.driverTable(), StreamDestroy_v2)(hStream.real);
   if (r == CUDA_SUCCESS) c.session().forgetHandle(hStream.id);
+  return r;
+}
+
+// Only the ids cuda.h marks valid for streams reach the driver: a launch
+// attribute's union may hold an event (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT),
+// whose bytes here would be the application's handle id, not a driver object.
+CUresult cuStreamGetAttribute(ServerCall& c, Handle<CUstream> hStream, CUstreamAttrID attr,
+                              CUstreamAttrValue* value_out) {
+  if (!isStreamAttribute(attr)) return CUDA_ERROR_INVALID_VALUE;
+  return PHOS_DRIVER(c.driverTable(), StreamGetAttribute)(hStream.real, attr, value_out);
+}
+
+// A created stream's attributes are saved by a checkpoint, which asks the
+// driver; a default stream's are not, so the session remembers that one was
+// set and a checkpoint refuses, naming it.
+CUresult cuStreamSetAttribute(ServerCall& c, Handle<CUstream> hStream, CUstreamAttrID attr,
+                              const CUstreamAttrValue* value) {
+  if (!isStreamAttribute(attr)) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = PHOS_DRIVER(c.driverTable(), StreamSetAttribute)(hStream.real, attr, value);
+  const bool defaultStream = hStream.id == 0 ||
+                             hStream.id == reinterpret_cast<uint64_t>(CU_STREAM_LEGACY) ||
+                             hStream.id == reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD);
+  if (r == CUDA_SUCCESS && defaultStream)
+    c.session().streamsAndEvents().noteDefaultStreamAttribute(hStream.id, attr);
   return r;
 }
 

@@ -7,7 +7,9 @@
 
 #include <cuda.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <charconv>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -24,6 +26,24 @@ namespace phos::daemon {
 
 inline std::string hex(uint64_t v) {
   return fmt::format("{:#x}", v);
+}
+
+// `bytes` bytes at `p` as lowercase hex, two digits each (a driver value
+// saved as it is, such as a stream attribute's union).
+inline std::string hexBytes(const void* p, size_t bytes) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  return fmt::format("{:02x}", fmt::join(b, b + bytes, ""));
+}
+// hexBytes()'s text back into `bytes` bytes at `out`; false if it is not
+// exactly that many.
+inline bool parseHexBytes(std::string_view text, void* out, size_t bytes) {
+  if (text.size() != 2 * bytes) return false;
+  auto* o = static_cast<unsigned char*>(out);
+  for (size_t i = 0; i < bytes; ++i) {
+    auto [end, ec] = std::from_chars(text.data() + 2 * i, text.data() + 2 * i + 2, o[i], 16);
+    if (ec != std::errc() || end != text.data() + 2 * i + 2) return false;
+  }
+  return true;
 }
 
 // What a domain of a session's state (its contexts, memory, modules, streams

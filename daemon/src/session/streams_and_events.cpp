@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -12,6 +15,52 @@
 namespace phos::daemon {
 
 using json = nlohmann::json;
+
+bool isStreamAttribute(CUstreamAttrID id) {
+  return std::find(std::begin(kStreamAttributes), std::end(kStreamAttributes), id) !=
+         std::end(kStreamAttributes);
+}
+
+namespace {
+
+// A stream's attribute values as the driver reports them (the union's bytes,
+// in hex: the driver writes one member of a zeroed value), by attribute id.
+// The priority is saved on its own; an attribute the driver will not report
+// is no state the program could see.
+json streamAttributes(const DriverTable& d, CUstream stream) {
+  json attributes = json::object();
+  for (CUstreamAttrID id : kStreamAttributes) {
+    if (id == CU_LAUNCH_ATTRIBUTE_PRIORITY) continue;
+    CUstreamAttrValue v{};
+    if (PHOS_DRIVER(d, StreamGetAttribute)(stream, id, &v) != CUDA_SUCCESS) continue;
+    attributes[std::to_string(static_cast<int>(id))] = hexBytes(&v, sizeof v);
+  }
+  return attributes;
+}
+
+// A restored stream given the attribute values it had: each that differs
+// from the new stream's is set.
+Status restoreAttributes(const DriverTable& d, CUstream stream, uint64_t sid, const json& saved) {
+  for (const auto& [key, text] : saved.items()) {
+    const auto id = static_cast<CUstreamAttrID>(std::stoi(key));
+    CUstreamAttrValue want{};
+    if (!isStreamAttribute(id) || id == CU_LAUNCH_ATTRIBUTE_PRIORITY || !text.is_string() ||
+        !parseHexBytes(text.get<std::string>(), &want, sizeof want)) {
+      return makeError(Code::kDataLoss, "stream {}: attribute {} is malformed", hex(sid), key);
+    }
+    CUstreamAttrValue now{};
+    if (PHOS_DRIVER(d, StreamGetAttribute)(stream, id, &now) == CUDA_SUCCESS &&
+        std::memcmp(&now, &want, sizeof now) == 0) {
+      continue;
+    }
+    RETURN_IF_ERROR(
+        driverStatus(PHOS_DRIVER(d, StreamSetAttribute)(stream, id, &want),
+                     fmt::format("setting attribute {} of stream {} again", key, hex(sid))));
+  }
+  return Status::ok();
+}
+
+}  // namespace
 
 const EventState* StreamsAndEvents::findEvent(uint64_t id) const {
   auto it = events_.find(id);
@@ -55,8 +104,11 @@ Status StreamsAndEvents::save(SessionScope& scope, json& state) const {
     int priority = 0;
     PHOS_DRIVER(d, StreamGetFlags)(st, &flags);
     PHOS_DRIVER(d, StreamGetPriority)(st, &priority);
-    streams.push_back(
-        {{"id", id}, {"context", scope.contextOf(id)}, {"flags", flags}, {"priority", priority}});
+    streams.push_back({{"id", id},
+                       {"context", scope.contextOf(id)},
+                       {"flags", flags},
+                       {"priority", priority},
+                       {"attributes", streamAttributes(d, st)}});
   }
   state["streams"] = streams;
   return saveEvents(scope, state);
@@ -202,6 +254,7 @@ Status StreamsAndEvents::rebuild(SessionScope& scope, const json& state) {
                                  fmt::format("creating stream {} again", hex(sid))));
     scope.handles.bind(HandleType::kCUstream_st, sid, stream);
     scope.contexts.noteObject(sid, context);
+    RETURN_IF_ERROR(restoreAttributes(d, stream, sid, x.value("attributes", json::object())));
   }
   for (const json& x : state.value("events", json::array())) {
     ASSIGN_OR_RETURN(uint64_t eid, field<uint64_t>(x, "id", "event"));

@@ -22,6 +22,18 @@ namespace phos::daemon {
 
 struct SessionScope;
 
+// The launch attributes cuda.h marks "valid for streams". None names an
+// event or an application address (a launch's may: the programmatic and
+// completion events), so phosd passes these to the driver as they are.
+inline constexpr CUstreamAttrID kStreamAttributes[] = {
+    CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW,
+    CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY,
+    CU_LAUNCH_ATTRIBUTE_PRIORITY,
+    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP,
+    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN,
+    CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING};
+bool isStreamAttribute(CUstreamAttrID id);
+
 // What a session knows of an event beyond the driver's object: its flags (a
 // restore creates it again with them), and whether and when it was recorded,
 // so that a restored program's cuEventElapsedTime between events recorded
@@ -57,8 +69,20 @@ class StreamsAndEvents {
   // its restore mark.
   void forgetContext(uint64_t context);
 
+  // The application set attribute `id` on a default stream (`stream`: 0,
+  // CU_STREAM_LEGACY or CU_STREAM_PER_THREAD): checkpoints save created
+  // streams' attributes only, so they refuse, naming it (unsavedAttributes).
+  void noteDefaultStreamAttribute(uint64_t stream, CUstreamAttrID id) {
+    defaultStreamAttributes_[stream] = id;
+  }
+  // Each default stream whose attributes a checkpoint cannot save, by the
+  // application's handle, with the attribute set last.
+  const std::map<uint64_t, CUstreamAttrID>& unsavedAttributes() const {
+    return defaultStreamAttributes_;
+  }
+
   // At a checkpoint, the contexts drained: every stream of the scope's
-  // handles with its flags and priority, and every event with its flags and,
+  // handles with its flags, priority and attributes, and every event with its flags and,
   // recorded, its time before a mark recorded now in its context (with the
   // driver's own intervals between pairs of them, for a program with few),
   // into `state` ("streams", "events").
@@ -76,6 +100,7 @@ class StreamsAndEvents {
   std::map<uint64_t, EventState> events_;     // by event id
   std::map<uint64_t, CUevent> restoreMarks_;  // by context id (restored sessions)
   std::map<std::pair<uint64_t, uint64_t>, CUstream> perThreadStreams_;  // by (thread, context)
+  std::map<uint64_t, CUstreamAttrID> defaultStreamAttributes_;  // by the application's handle
 };
 
 }  // namespace phos::daemon

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "phos/image/reader.h"
@@ -181,6 +182,77 @@ TEST_F(SessionDomains, StreamsAndEventsComeBackWithTheirFlagsPrioritiesAndTimes)
   EXPECT_NE(back.restoreMark(context_), nullptr);
   back.forgetContext(context_);
   EXPECT_EQ(back.restoreMark(context_), nullptr);
+}
+
+// A created stream's attributes (cuStreamSetAttribute) come back as the
+// driver reported them at the checkpoint; an attribute the image garbled is
+// refused, naming the stream.
+TEST_F(SessionDomains, StreamAttributesComeBackAndGarbledOnesAreRefused) {
+  CUstream stream = nullptr;
+  ASSERT_EQ(PHOS_DRIVER(d(), StreamCreate)(&stream, CU_STREAM_DEFAULT), CUDA_SUCCESS);
+  CUdeviceptr window = 0;
+  ASSERT_EQ(PHOS_DRIVER(d(), MemAlloc_v2)(&window, 1 << 20), CUDA_SUCCESS);
+  CUstreamAttrValue policy{}, sync{}, domain{};
+  policy.accessPolicyWindow = {reinterpret_cast<void*>(window), 1 << 20, 0.25f,
+                               CU_ACCESS_PROPERTY_PERSISTING, CU_ACCESS_PROPERTY_STREAMING};
+  sync.syncPolicy = CU_SYNC_POLICY_YIELD;
+  domain.memSyncDomain = CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE;
+  for (auto [id, v] : {std::pair{CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, &policy},
+                       std::pair{CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &sync},
+                       std::pair{CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN, &domain}}) {
+    ASSERT_EQ(PHOS_DRIVER(d(), StreamSetAttribute)(stream, id, v), CUDA_SUCCESS) << id;
+  }
+  const uint64_t streamId = handles_.exportHandle(HandleType::kCUstream_st, stream);
+  contexts_.noteObject(streamId, context_);
+  json state;
+  SessionScope from = scope();
+  ASSERT_TRUE(StreamsAndEvents().save(from, state).isOk());
+
+  HandleTable handles;
+  SessionScope to{d(), handles, contexts_, context_};
+  Status s = StreamsAndEvents().rebuild(to, state);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  auto* rebuilt = static_cast<CUstream>(handles.resolve(HandleType::kCUstream_st, streamId));
+  ASSERT_NE(rebuilt, nullptr);
+  CUstreamAttrValue v{};
+  ASSERT_EQ(
+      PHOS_DRIVER(d(), StreamGetAttribute)(rebuilt, CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, &v),
+      CUDA_SUCCESS);
+  EXPECT_EQ(v.accessPolicyWindow.base_ptr, reinterpret_cast<void*>(window));
+  EXPECT_EQ(v.accessPolicyWindow.num_bytes, size_t{1} << 20);
+  EXPECT_EQ(v.accessPolicyWindow.hitRatio, 0.25f);
+  EXPECT_EQ(v.accessPolicyWindow.hitProp, CU_ACCESS_PROPERTY_PERSISTING);
+  ASSERT_EQ(
+      PHOS_DRIVER(d(), StreamGetAttribute)(rebuilt, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &v),
+      CUDA_SUCCESS);
+  EXPECT_EQ(v.syncPolicy, CU_SYNC_POLICY_YIELD);
+  ASSERT_EQ(PHOS_DRIVER(d(), StreamGetAttribute)(rebuilt, CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN, &v),
+            CUDA_SUCCESS);
+  EXPECT_EQ(v.memSyncDomain, CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE);
+  // Untouched attributes keep a new stream's defaults.
+  ASSERT_EQ(
+      PHOS_DRIVER(d(), StreamGetAttribute)(rebuilt, CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP, &v),
+      CUDA_SUCCESS);
+  EXPECT_EQ(v.memSyncDomainMap.default_, 0);
+  EXPECT_EQ(v.memSyncDomainMap.remote, 1);
+
+  for (const char* garbled : {"zz", "0102"}) {
+    json edited = state;
+    edited["streams"][0]["attributes"]["3"] = garbled;
+    HandleTable fresh;
+    SessionScope again{d(), fresh, contexts_, context_};
+    Status refused = StreamsAndEvents().rebuild(again, edited);
+    EXPECT_FALSE(refused.isOk()) << garbled;
+    EXPECT_NE(refused.message().find("stream " + hex(streamId) + ": attribute 3 is malformed"),
+              std::string::npos)
+        << refused.message();
+  }
+  json launchOnly = state;
+  launchOnly["streams"][0]["attributes"]["7"] = launchOnly["streams"][0]["attributes"]["3"];
+  HandleTable fresh;
+  SessionScope again{d(), fresh, contexts_, context_};
+  EXPECT_FALSE(StreamsAndEvents().rebuild(again, launchOnly).isOk());
+  EXPECT_EQ(PHOS_DRIVER(d(), MemFree_v2)(window), CUDA_SUCCESS);
 }
 
 class DomainImage : public SessionDomains {

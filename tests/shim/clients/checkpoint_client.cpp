@@ -6,6 +6,7 @@
 //   checkpoint_client [--iterations N] [--sleep-ms MS] [--threads N] [--inflight]
 //                     [--pinned] [--events] [--kernels K] [--rounds R] [--words W]
 //                     [--fill-device --scratch-kib K] [--ptx FILE] [--jit]
+//                     [--stream-attributes] [--default-stream-attribute]
 //
 // Each of --threads workers has its own stream, device state and host buffers;
 // every iteration it copies an input in (cuMemcpyHtoDAsync), mixes it into its
@@ -31,6 +32,15 @@
 //               end (a checkpoint finds it open): the final line adds the
 //               capped module's register count and the linked image's size,
 //               once the image loaded and its kernel was found.
+//   --stream-attributes  each worker's stream given an access policy window
+//               over its state, the yield synchronization policy, the remote
+//               memory synchronization domain and a priority through
+//               cuStreamSetAttribute (with --events, copied to the side
+//               stream with cuStreamCopyAttributes); the final line adds
+//               worker 0's streams' attributes as cuStreamGetAttribute reads
+//               them at the end.
+//   --default-stream-attribute  the NULL stream given the yield
+//               synchronization policy (a checkpoint under PhOS refuses it).
 // Module globals: `salt` and the __constant__ `spread` are set through
 // cuModuleGetGlobal once at start and read by the kernels; `launches` is
 // incremented by every kernel and printed at the end.
@@ -94,6 +104,8 @@ struct Options {
   int scratchKib = 2048;  // --fill-device: what is left free, and used every iteration
   std::string ptx = PHOS_CHECKPOINT_KERNELS_PTX;  // the kernels' module (scripts/gpu-bundle carries a copy)
   bool jit = false;
+  bool streamAttributes = false;
+  bool defaultStreamAttribute = false;
 };
 
 // --jit: a module loaded with JIT options and a link state left open.
@@ -192,6 +204,47 @@ class Worker {
       CHECK(cuEventDestroy(onceDone));
       CHECK(cuStreamDestroy(once));
     }
+    if (o.streamAttributes) {
+      CUstreamAttrValue v{};
+      v.accessPolicyWindow = {reinterpret_cast<void*>(state_), bytes,
+                              0.5f + 0.125f * static_cast<float>(index % 4),
+                              CU_ACCESS_PROPERTY_PERSISTING, CU_ACCESS_PROPERTY_STREAMING};
+      CHECK(cuStreamSetAttribute(stream_, CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, &v));
+      v = {};
+      v.syncPolicy = CU_SYNC_POLICY_YIELD;
+      CHECK(cuStreamSetAttribute(stream_, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &v));
+      v = {};
+      v.memSyncDomain = CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE;
+      CHECK(cuStreamSetAttribute(stream_, CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN, &v));
+      v = {};
+      v.priority = -1 - index % 5;
+      CHECK(cuStreamSetAttribute(stream_, CU_LAUNCH_ATTRIBUTE_PRIORITY, &v));
+      if (o.events) CHECK(cuStreamCopyAttributes(side_, stream_));
+    }
+  }
+
+  // --stream-attributes: the attributes of this worker's streams as the
+  // driver reports them now (the window's base relative to the state's).
+  std::string attributes() const {
+    std::string report;
+    for (CUstream s : {stream_, side_}) {
+      if (s == nullptr) continue;
+      CUstreamAttrValue window{}, sync{}, domain{}, priority{};
+      CHECK(cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW, &window));
+      CHECK(cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &sync));
+      CHECK(cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN, &domain));
+      CHECK(cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_PRIORITY, &priority));
+      const auto& w = window.accessPolicyWindow;
+      char line[160];
+      std::snprintf(line, sizeof line,
+                    " window %lld+%zu hit %.3f %d/%d sync %d domain %d priority %d",
+                    static_cast<long long>(reinterpret_cast<CUdeviceptr>(w.base_ptr) - state_),
+                    w.num_bytes, static_cast<double>(w.hitRatio), static_cast<int>(w.hitProp),
+                    static_cast<int>(w.missProp), static_cast<int>(sync.syncPolicy),
+                    static_cast<int>(domain.memSyncDomain), priority.priority);
+      report += line;
+    }
+    return report;
   }
 
   // The asynchronous half of iteration `it`: the input copy and the kernels
@@ -340,6 +393,10 @@ bool parse(int argc, char** argv, Options& o) {
       ok = number(o.scratchKib, 4, 1 << 20);
     else if (a == "--jit")
       o.jit = true;
+    else if (a == "--stream-attributes")
+      o.streamAttributes = true;
+    else if (a == "--default-stream-attribute")
+      o.defaultStreamAttribute = true;
     else if (a == "--ptx" && i + 1 < argc)
       o.ptx = argv[++i];
     else
@@ -397,6 +454,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   CHECK(cuMemcpyHtoD(spread, kSpread, sizeof kSpread));
+  if (o.defaultStreamAttribute) {
+    CUstreamAttrValue v{};
+    v.syncPolicy = CU_SYNC_POLICY_YIELD;
+    CHECK(cuStreamSetAttribute(nullptr, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &v));
+  }
   Jit jit;
   if (o.jit) {
     std::FILE* f = std::fopen(o.ptx.c_str(), "rb");
@@ -492,9 +554,11 @@ int main(int argc, char** argv) {
     jitReport = " regs " + std::to_string(regs) + " linked " + std::to_string(imageBytes) +
                 " error log '" + jit.errorLog + "'";
   }
-  std::printf("final checksum %016llx launches %llu salt %08x stack %zu%s\n",
+  const std::string attributeReport =
+      o.streamAttributes ? " attributes" + workers[0]->attributes() : "";
+  std::printf("final checksum %016llx launches %llu salt %08x stack %zu%s%s\n",
               static_cast<unsigned long long>(finalChecksum), count, saltNow, stack,
-              jitReport.c_str());
+              jitReport.c_str(), attributeReport.c_str());
   workers.clear();
   CHECK(cuModuleUnload(module));
   CHECK(cuDevicePrimaryCtxRelease(device));
