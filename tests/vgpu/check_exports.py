@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-# Checks that libcuda.so.1 exports exactly the generated entry-point list, and nothing but cu* functions.
+# Checks that libcuda.so.1 exports exactly the generated entry-point list, and nothing but cu* functions,
+# and that no entry point is defined as a C++ function.
 """Usage: check_exports.py NM LIBCUDA EXPECTED_LIST"""
+import re
 import subprocess
 import sys
 
@@ -31,6 +33,13 @@ def main() -> int:
         ok = False
     if extra:
         print(f'{len(extra)} exported cu* symbols are not entry points of cuda.h or cudaProfiler.h: {extra[:20]}')
+        ok = False
+    # An entry point defined without cuda.h's (or an explicit) extern "C"
+    # declaration is a C++ function the weak NOT_SUPPORTED one hides.
+    local = subprocess.run([nm, '-C', '--defined-only', lib], check=True, capture_output=True, text=True).stdout
+    mangled = sorted({m.group(1) for m in re.finditer(r' [tT] (cu[A-Z]\w*)\(', local)})
+    if mangled:
+        print(f'entry points defined with C++ linkage (declare them extern "C"): {mangled[:20]}')
         ok = False
     print(f'{len(exported)} symbols exported, {len(expected)} expected')
     return 0 if ok else 1

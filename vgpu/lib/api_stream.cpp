@@ -31,6 +31,14 @@ PHOS_CU_EXPORT CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstr
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext* pCtx, CUgreenCtx* pGreenCtx);
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
                                                             cuuint64_t* id_out);
+// CUDA 12's signature, which cuda.h 13 no longer declares (without this
+// declaration the definition below would be a C++ function, and the weak
+// NOT_SUPPORTED one would answer).
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream hStream,
+                                                          CUstreamCaptureStatus* captureStatus_out,
+                                                          cuuint64_t* id_out, CUgraph* graph_out,
+                                                          const CUgraphNode** dependencies_out,
+                                                          size_t* numDependencies_out);
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream,
                                                                CUstreamCaptureStatus* captureStatus_out,
                                                                cuuint64_t* id_out, CUgraph* graph_out,
