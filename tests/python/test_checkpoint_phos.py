@@ -291,8 +291,9 @@ def test_left_running_and_restored(criu, phos, phosd, app_env, programs, jobs, t
 
 def test_a_checkpoint_refuses_a_default_streams_attribute_and_the_job_runs_on(criu, phos, phosd, app_env, programs,
                                                                               jobs, tmp_path):
-    """The engine saves created streams' attributes only: one set on the NULL stream fails the
-    checkpoint, naming it, and the job finishes as it would have."""
+    """The engine saves created streams' attributes only: one set on the NULL stream, and attributes
+    copied into the per-thread default stream, fail the checkpoint, naming them, and the job
+    finishes as it would have."""
     cmd = command(programs, "client-pinned") + ["--default-stream-attribute"]
     running = Job(phos, phosd, cmd, app_env, tmp_path)
     jobs.append(running)
@@ -301,6 +302,7 @@ def test_a_checkpoint_refuses_a_default_streams_attribute_and_the_job_runs_on(cr
                         "--runtime-dir", str(phosd.runtime_dir)], capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode != 0, r.stdout
     assert "attribute 3 set on a default stream, which the engine does not save (0x0)" in r.stderr, r.stderr
+    assert "attributes copied into a default stream, which the engine does not save (0x2)" in r.stderr, r.stderr
     assert running.proc.wait(timeout=TIMEOUT) == 0, running.err.read_text()
     assert running.lines() == reference(cmd, app_env)
 

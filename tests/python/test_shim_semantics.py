@@ -15,10 +15,10 @@ import subprocess
 import pytest
 
 PROGRAMS = {
-    "shim_semantics_test": 11,
+    "shim_semantics_test": 12,
     "shim_threads_test": 3,
     "shim_pools_test": 9,
-    "shim_jit_test": 9,
+    "shim_jit_test": 10,
 }
 
 

@@ -366,6 +366,143 @@ TEST_F(MemoryTest, PointerAttributes) {
   EXPECT_CU(cuMemFree(e));
 }
 
+// Managed memory: the host dereferences it, the driver's copies and memsets
+// see what the host wrote, pointer and device attributes say so, and advice
+// and prefetches are kept page by page for the range queries.
+TEST_F(MemoryTest, ManagedMemoryIsSharedWithTheHostAndKeepsItsAdvice) {
+  int managed = 0, concurrent = 0;
+  EXPECT_CU(cuDeviceGetAttribute(&managed, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, device_));
+  EXPECT_CU(
+      cuDeviceGetAttribute(&concurrent, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, device_));
+  EXPECT_EQ(managed, 1);
+  EXPECT_EQ(concurrent, 1);
+  CUdeviceptr m = 0, plain = 0;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemAllocManaged(&m, 4096, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemAllocManaged(&m, 4096, CU_MEM_ATTACH_SINGLE));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemAllocManaged(&m, 0, CU_MEM_ATTACH_GLOBAL));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemAllocManaged(nullptr, 4096, CU_MEM_ATTACH_GLOBAL));
+  constexpr size_t kBytes = 4 * 4096;
+  ASSERT_CU(cuMemAllocManaged(&m, kBytes, CU_MEM_ATTACH_GLOBAL));
+  ASSERT_CU(cuMemAlloc(&plain, 4096));
+  auto* host = reinterpret_cast<unsigned*>(m);
+  for (size_t i = 0; i < kBytes / 4; ++i) host[i] = static_cast<unsigned>(i * 7);
+  std::vector<unsigned> back(kBytes / 4);
+  ASSERT_CU(cuMemcpyDtoH(back.data(), m, kBytes));
+  EXPECT_EQ(back[1000], 7000u);
+  ASSERT_CU(cuMemsetD32(m + 4096, 0xabcdef01u, 1024));
+  EXPECT_EQ(host[1024], 0xabcdef01u);
+  EXPECT_EQ(host[1023], 1023u * 7);
+
+  int isManaged = 0;
+  unsigned type = 0;
+  EXPECT_CU(cuPointerGetAttribute(&isManaged, CU_POINTER_ATTRIBUTE_IS_MANAGED, m + 100));
+  EXPECT_EQ(isManaged, 1);
+  EXPECT_CU(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, m));
+  EXPECT_EQ(type, static_cast<unsigned>(CU_MEMORYTYPE_DEVICE));
+  EXPECT_CU(cuPointerGetAttribute(&isManaged, CU_POINTER_ATTRIBUTE_IS_MANAGED, plain));
+  EXPECT_EQ(isManaged, 0);
+
+  auto attribute = [&](CUmem_range_attribute a, CUdeviceptr p, size_t n) {
+    int v = 12345;
+    EXPECT_CU(cuMemRangeGetAttribute(&v, sizeof v, a, p, n));
+    return v;
+  };
+  const CUmemLocation dev0{CU_MEM_LOCATION_TYPE_DEVICE, 0}, hostLoc{CU_MEM_LOCATION_TYPE_HOST, 0};
+  // Nothing advised yet.
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, m, kBytes), 0);
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, m, kBytes), CU_DEVICE_INVALID);
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, m, kBytes), CU_DEVICE_INVALID);
+  // Read-mostly on the second page only (the range is rounded out to pages).
+  EXPECT_CU(cuMemAdvise(m + 4096 + 8, 16, CU_MEM_ADVISE_SET_READ_MOSTLY, dev0));
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, m + 4096, 4096), 1);
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, m, kBytes), 0);
+  EXPECT_CU(cuMemAdvise(m, kBytes, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, dev0));
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, m, kBytes), 0);
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE, m, kBytes),
+            CU_MEM_LOCATION_TYPE_DEVICE);
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID, m, kBytes), 0);
+  EXPECT_CU(cuMemAdvise(m, 4096, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, hostLoc));
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, m, 4096), CU_DEVICE_CPU);
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, m, kBytes), CU_DEVICE_INVALID);
+  EXPECT_CU(cuMemAdvise(m, kBytes, CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION, dev0));
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE, m, kBytes),
+            CU_MEM_LOCATION_TYPE_INVALID);
+  // Accessed by device 0 and the host: listed, the rest CU_DEVICE_INVALID.
+  EXPECT_CU(cuMemAdvise(m, kBytes, CU_MEM_ADVISE_SET_ACCESSED_BY, dev0));
+  EXPECT_CU(cuMemAdvise(m, kBytes, CU_MEM_ADVISE_SET_ACCESSED_BY, hostLoc));
+  int accessedBy[3] = {7, 7, 7};
+  EXPECT_CU(cuMemRangeGetAttribute(accessedBy, sizeof accessedBy,
+                                   CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY, m, kBytes));
+  EXPECT_EQ(accessedBy[0], 0);
+  EXPECT_EQ(accessedBy[1], CU_DEVICE_CPU);
+  EXPECT_EQ(accessedBy[2], CU_DEVICE_INVALID);
+  EXPECT_CU(cuMemAdvise(m, 4096, CU_MEM_ADVISE_UNSET_ACCESSED_BY, hostLoc));
+  EXPECT_CU(cuMemRangeGetAttribute(accessedBy, sizeof accessedBy,
+                                   CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY, m, kBytes));
+  EXPECT_EQ(accessedBy[1], CU_DEVICE_INVALID);
+  // Prefetches: the last location asked, where every page shares it.
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  EXPECT_CU(cuMemPrefetchAsync(m, kBytes, hostLoc, 0, s));
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, m, kBytes), CU_DEVICE_CPU);
+  EXPECT_CU(cuMemPrefetchAsync(m, 2 * 4096, dev0, 0, s));
+  EXPECT_EQ(attribute(CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, m, kBytes), CU_DEVICE_INVALID);
+  CUmem_range_attribute asks[] = {CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE,
+                                  CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID};
+  CUmemLocationType lastType = CU_MEM_LOCATION_TYPE_INVALID;
+  int lastId = -1;
+  void* answers[] = {&lastType, &lastId};
+  size_t sizes[] = {sizeof lastType, sizeof lastId};
+  EXPECT_CU(cuMemRangeGetAttributes(answers, sizes, asks, 2, m, 2 * 4096));
+  EXPECT_EQ(lastType, CU_MEM_LOCATION_TYPE_DEVICE);
+  EXPECT_EQ(lastId, 0);
+
+  // Refused: what is not managed memory, flags, sizes and locations the
+  // documentation rules out.
+  int v = 0;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemPrefetchAsync(plain, 4096, dev0, 0, s));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuMemAdvise(plain, 4096, CU_MEM_ADVISE_SET_READ_MOSTLY, dev0));
+  EXPECT_CU_ERR(
+      CUDA_ERROR_INVALID_VALUE,
+      cuMemRangeGetAttribute(&v, sizeof v, CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, plain, 4096));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemPrefetchAsync(m, kBytes + 1, dev0, 0, s));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemPrefetchAsync(m, kBytes, dev0, 1, s));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_DEVICE,
+                cuMemPrefetchAsync(m, kBytes, CUmemLocation{CU_MEM_LOCATION_TYPE_DEVICE, 7}, 0, s));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuMemAdvise(m, kBytes, CU_MEM_ADVISE_SET_ACCESSED_BY,
+                            CUmemLocation{CU_MEM_LOCATION_TYPE_HOST_NUMA, 0}));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuMemAdvise(m, kBytes, static_cast<CUmem_advise>(99), dev0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuMemRangeGetAttribute(&v, 8, CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, m, kBytes));
+  EXPECT_CU_ERR(
+      CUDA_ERROR_INVALID_VALUE,
+      cuMemRangeGetAttribute(accessedBy, 6, CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY, m, kBytes));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuMemRangeGetAttribute(&v, sizeof v, CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, m, 0));
+
+  // Attached: the whole allocation, to a created stream singly.
+  EXPECT_CU(cuStreamAttachMemAsync(s, m, 0, CU_MEM_ATTACH_SINGLE));
+  EXPECT_CU(cuStreamAttachMemAsync(s, m, kBytes, CU_MEM_ATTACH_GLOBAL));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamAttachMemAsync(s, m, 4096, CU_MEM_ATTACH_GLOBAL));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuStreamAttachMemAsync(nullptr, m, 0, CU_MEM_ATTACH_SINGLE));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuStreamAttachMemAsync(s, plain, 0, CU_MEM_ATTACH_GLOBAL));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamAttachMemAsync(s, m, 0, 8));
+  EXPECT_CU(cuStreamSynchronize(s));
+  EXPECT_CU(cuStreamDestroy(s));
+
+  // Freed as device memory is; its advice goes with it.
+  EXPECT_CU(cuMemFree(m));
+  EXPECT_CU_ERR(
+      CUDA_ERROR_INVALID_VALUE,
+      cuMemRangeGetAttribute(&v, sizeof v, CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, m, kBytes));
+  EXPECT_CU(cuMemFree(plain));
+}
+
 TEST_F(MemoryTest, AllocationsDieWithTheirContext) {
   CUcontext other = nullptr;
   ASSERT_CU(cuCtxCreate(&other, nullptr, 0, 0));

@@ -38,6 +38,7 @@ struct Allocation {
   std::uint32_t accessDevices = 0;  // kVmmMapping: bit d set when device d has access
   bool readOnlyAccess = false;
   std::uint64_t pool = 0;        // kDevice from a memory pool: its handle
+  bool managed = false;          // kDevice from cuMemAllocManaged: every context may use it
 };
 
 // The map from addresses to allocations: interval lookup in O(log n).

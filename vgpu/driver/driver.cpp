@@ -323,6 +323,7 @@ void Driver::releaseContextResources(Context& context) {
   for (const Allocation& a : allocations_.ownedBy(context.id())) {
     if (a.kind == MemoryKind::kDevice) {
       allocations_.erase(a.base);
+      if (a.managed) managed_.remove(a.base);
       if (a.pool != 0) {
         pools_.uncharge(a.pool, a.size);
         pools_.release(a.pool, pooledBytes(a.size));
@@ -495,6 +496,25 @@ Result<std::uint64_t> Driver::allocateDeviceIn(Context& context, std::size_t byt
   return address;
 }
 
+Result<std::uint64_t> Driver::allocateManaged(Context& context, std::size_t bytes, unsigned flags) {
+  // "flags must be one of CU_MEM_ATTACH_GLOBAL or CU_MEM_ATTACH_HOST".
+  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE,
+                    "managed allocation flags 0x{:x} are neither ATTACH_GLOBAL nor ATTACH_HOST",
+                    flags);
+  }
+  ASSIGN_OR_RETURN(std::uint64_t address, allocateDeviceIn(context, bytes, 0));
+  auto a = allocations_.find(address);
+  a->managed = true;
+  a->hostFlags = flags;
+  if (Status s = allocations_.update(*a); !s.isOk()) {
+    (void)freeDevice(address, false);
+    return s;
+  }
+  managed_.add(address, bytes);
+  return address;
+}
+
 Status Driver::freeDevice(std::uint64_t address, bool synchronize) {
   auto a = allocations_.find(address);
   if (!a || a->base != address || a->kind != MemoryKind::kDevice) {
@@ -507,6 +527,7 @@ Status Driver::freeDevice(std::uint64_t address, bool synchronize) {
     return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} was freed concurrently", address);
   }
   if (a->pool != 0) pools_.release(a->pool, pooledBytes(a->size));
+  if (a->managed) managed_.remove(a->base);
   return heap(a->device).release(a->base, a->size);
 }
 
@@ -630,7 +651,7 @@ bool Driver::isAccessible(const Context& context, std::uint64_t address, std::si
   if (!a) return false;
   switch (a->kind) {
     case MemoryKind::kDevice:
-      return a->context == context.id() || context.hasPeer(a->context);
+      return a->managed || a->context == context.id() || context.hasPeer(a->context);
     case MemoryKind::kHostPinned:
     case MemoryKind::kHostRegistered:
       return true;
@@ -1297,11 +1318,12 @@ std::vector<AllocationAccesses> Driver::groupByAllocation(const AccessRecord& re
   return out;
 }
 
-Result<CUlibrary> Driver::loadLibrary(const void* image) {
+Result<CUlibrary> Driver::loadLibrary(const void* image, int maxRegisters) {
   ASSIGN_OR_RETURN(auto bytes, copyModuleImage(image));
   auto lib = std::make_shared<Library>();
   lib->id = newHandle(HandleKind::kLibrary);
   lib->image = std::move(bytes);
+  lib->maxRegisters = maxRegisters;
   // Loaded once now, so that a malformed image is refused here; other
   // contexts load it on first use.
   std::shared_ptr<Context> context = currentOrNull();
@@ -1314,13 +1336,13 @@ Result<CUlibrary> Driver::loadLibrary(const void* image) {
   return reinterpret_cast<CUlibrary>(lib->id);
 }
 
-Result<CUlibrary> Driver::loadLibraryFile(const char* path) {
+Result<CUlibrary> Driver::loadLibraryFile(const char* path, int maxRegisters) {
   if (path == nullptr) return cuError(CUDA_ERROR_INVALID_VALUE, "file name is null");
   std::ifstream in(path, std::ios::binary);
   if (!in) return cuErrorf(CUDA_ERROR_FILE_NOT_FOUND, "cannot open '{}'", path);
   std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   data.push_back('\0');  // PTX files are text without a terminator
-  return loadLibrary(data.data());
+  return loadLibrary(data.data(), maxRegisters);
 }
 
 Result<std::shared_ptr<Library>> Driver::library(CUlibrary handle) const {
@@ -1364,6 +1386,7 @@ Result<std::shared_ptr<Module>> Driver::libraryModule(Library& lib, const std::s
   }
   ASSIGN_OR_RETURN(auto module, loadModuleIn(context, lib.image));
   module->library = lib.id;
+  module->maxRegisters = lib.maxRegisters;
   lib.modules[context->id()] = module->id;
   return module;
 }

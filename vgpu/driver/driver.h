@@ -2,6 +2,8 @@
 // The vgpu driver: devices, contexts, memory, streams, events and modules behind the cu* entry points.
 #pragma once
 
+#include <cuda.h>
+
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -15,11 +17,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include <cuda.h>
-
 #include "address_space.h"
 #include "copy_model.h"
 #include "device_profile.h"
+#include "managed_memory.h"
 #include "memory_pools.h"
 #include "phos/vgpu/export_table.h"
 #include "phos/vgpu/program.h"
@@ -202,6 +203,8 @@ struct Function {
 struct Library {
   std::uint64_t id = 0;
   std::vector<std::byte> image;
+  int maxRegisters =
+      0;  // CU_JIT_MAX_REGISTERS it was loaded with (0: none), for each context's module
   std::mutex mutex;
   std::map<std::uint64_t, std::uint64_t> modules;             // context id -> module id
   std::map<std::string, std::uint64_t, std::less<>> kernels;  // name -> kernel handle
@@ -268,6 +271,12 @@ class Driver {
   Result<std::uint64_t> allocateDevice(Context& context, std::size_t bytes);
   // At `address` exactly (a restore's module globals), if it is free.
   Result<std::uint64_t> allocateDeviceAt(Context& context, std::uint64_t address, std::size_t bytes);
+  // cuMemAllocManaged: device memory of `context`'s device, which every
+  // context may use (CU_MEM_ATTACH_GLOBAL or HOST; vgpu's devices all have
+  // concurrent managed access) and the host dereferences; freed as device
+  // memory is. Its advice and prefetch locations are managed().
+  Result<std::uint64_t> allocateManaged(Context& context, std::size_t bytes, unsigned flags);
+  ManagedMemory& managed() { return managed_; }
   // `synchronize`: wait for the owning context's work first (cuMemFree does; the
   // stream-ordered free runs inside the stream and must not).
   Status freeDevice(std::uint64_t address, bool synchronize);
@@ -326,8 +335,9 @@ class Driver {
   Result<std::shared_ptr<Function>> function(CUfunction handle);
   Status launch(CUfunction function, const LaunchConfig& config, CUstream stream,
                 bool perThreadDefault, void** kernelParams, void** extra);
-  Result<CUlibrary> loadLibrary(const void* image);
-  Result<CUlibrary> loadLibraryFile(const char* path);
+  // `maxRegisters`: as loadModule's, for the library's module in every context.
+  Result<CUlibrary> loadLibrary(const void* image, int maxRegisters = 0);
+  Result<CUlibrary> loadLibraryFile(const char* path, int maxRegisters = 0);
   Status unloadLibrary(CUlibrary library);
   Result<std::shared_ptr<Library>> library(CUlibrary handle) const;
   // The library's module in `context` (loaded there on first use), or in the
@@ -382,6 +392,7 @@ class Driver {
   std::unique_ptr<CopyModel> copyModel_;
   AllocationMap allocations_;
   MemoryPools pools_{static_cast<std::uint64_t>(HandleKind::kMemPool) << 44};
+  ManagedMemory managed_;
   std::atomic<std::uint64_t> nextBufferId_{1};
 
   HandleTable<Context> contexts_;

@@ -60,3 +60,29 @@ PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream, CUstrea
                                                        cuuint64_t*) {
   return cuStreamIsCapturing(hStream, captureStatus_out);
 }
+
+// CUDA 12's managed-memory hints, with a device ordinal where CUDA 13 takes a
+// CUmemLocation (CU_DEVICE_CPU: the host).
+#undef cuMemAdvise
+#undef cuMemPrefetchAsync
+namespace {
+CUmemLocation locationOf(CUdevice device) {
+  return device == CU_DEVICE_CPU ? CUmemLocation{CU_MEM_LOCATION_TYPE_HOST, 0}
+                                 : CUmemLocation{CU_MEM_LOCATION_TYPE_DEVICE, device};
+}
+}  // namespace
+PHOS_CU_EXPORT CUresult CUDAAPI cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
+                                            CUdevice device) {
+  return cuMemAdvise_v2(devPtr, count, advice, locationOf(device));
+}
+PHOS_CU_EXPORT CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count,
+                                                   CUdevice dstDevice, CUstream hStream) {
+  return cuMemPrefetchAsync_v2(devPtr, count, locationOf(dstDevice), 0, hStream);
+}
+PHOS_CU_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count,
+                                                           CUmemLocation location,
+                                                           unsigned int flags, CUstream hStream);
+PHOS_CU_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count,
+                                                        CUdevice dstDevice, CUstream hStream) {
+  return cuMemPrefetchAsync_v2_ptsz(devPtr, count, locationOf(dstDevice), 0, hStream);
+}

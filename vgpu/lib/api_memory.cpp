@@ -221,6 +221,8 @@ Status pointerAttribute(Driver& d, void* data, CUpointer_attribute attribute, st
       put(static_cast<unsigned long long>(a ? a->bufferId : 0));
       return Status::ok();
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+      put(static_cast<int>(a && a->managed ? 1 : 0));
+      return Status::ok();
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:

@@ -531,7 +531,7 @@ CUresult CUDAAPI cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_o
     if (numLibraryOptions > 0 && (libraryOptions == nullptr || libraryOptionValues == nullptr)) {
       return cuError(CUDA_ERROR_INVALID_VALUE, "library options without option arrays");
     }
-    Result<CUlibrary> loaded = d.loadLibrary(code);
+    Result<CUlibrary> loaded = d.loadLibrary(code, jit.maxRegisters());
     jit.report(loaded.status());
     ASSIGN_OR_RETURN(CUlibrary lib, std::move(loaded));
     *library = lib;
@@ -550,7 +550,7 @@ CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary* library, const char* fileName,
     if (numLibraryOptions > 0 && (libraryOptions == nullptr || libraryOptionValues == nullptr)) {
       return cuError(CUDA_ERROR_INVALID_VALUE, "library options without option arrays");
     }
-    Result<CUlibrary> loaded = d.loadLibraryFile(fileName);
+    Result<CUlibrary> loaded = d.loadLibraryFile(fileName, jit.maxRegisters());
     jit.report(loaded.status());
     ASSIGN_OR_RETURN(CUlibrary lib, std::move(loaded));
     *library = lib;

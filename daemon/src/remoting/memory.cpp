@@ -472,6 +472,26 @@ CUresult cuMemHostGetFlags(ServerCall& c, unsigned int* pFlags, uint64_t p) {
   return CUDA_SUCCESS;
 }
 
+// Managed memory (cuMemAllocManaged) is not served yet (docs/remoting.md): a
+// program that asks whether the device has it is told no, and takes the path
+// it has for such devices, rather than fail at its first managed allocation.
+CUresult cuDeviceGetAttribute(ServerCall& c, int* pi, CUdevice_attribute attrib, CUdevice dev) {
+  CUresult r = PHOS_DRIVER(c.driverTable(), DeviceGetAttribute)(pi, attrib, dev);
+  if (r != CUDA_SUCCESS || pi == nullptr) return r;
+  switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
+    case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:
+      *pi = 0;
+      break;
+    default:
+      break;
+  }
+  return r;
+}
+
 // The session's own allocations answer with the range the application asked
 // for (the driver would give the heap's mapping, rounded to its granularity).
 CUresult cuMemGetAddressRange(ServerCall& c, CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {

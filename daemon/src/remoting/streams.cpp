@@ -3,12 +3,13 @@
 // application's host functions (run in the application through the session's
 // host-call queue), stream attributes, and events, whose flags a restore needs.
 #include <cuda.h>
+#include <fmt/format.h>
 
 #include <memory>
 
-#include "session/host_calls.h"
 #include "phos/common/log.h"
 #include "phos/cuda_api/server_hooks.h"
+#include "session/host_calls.h"
 #include "session/session.h"
 
 namespace phos::daemon::hooks {
@@ -84,11 +85,20 @@ CUresult cuStreamSetAttribute(ServerCall& c, Handle<CUstream> hStream, CUstreamA
                               const CUstreamAttrValue* value) {
   if (!isStreamAttribute(attr)) return CUDA_ERROR_INVALID_VALUE;
   CUresult r = PHOS_DRIVER(c.driverTable(), StreamSetAttribute)(hStream.real, attr, value);
-  const bool defaultStream = hStream.id == 0 ||
-                             hStream.id == reinterpret_cast<uint64_t>(CU_STREAM_LEGACY) ||
-                             hStream.id == reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD);
-  if (r == CUDA_SUCCESS && defaultStream)
-    c.session().streamsAndEvents().noteDefaultStreamAttribute(hStream.id, attr);
+  if (r == CUDA_SUCCESS && StreamsAndEvents::isDefaultStream(hStream.id)) {
+    c.session().streamsAndEvents().noteDefaultStreamAttributes(
+        hStream.id, fmt::format("attribute {} set on a default stream", static_cast<int>(attr)));
+  }
+  return r;
+}
+
+// Copied into a default stream, attributes are as unsaved as set ones.
+CUresult cuStreamCopyAttributes(ServerCall& c, Handle<CUstream> dst, Handle<CUstream> src) {
+  CUresult r = PHOS_DRIVER(c.driverTable(), StreamCopyAttributes)(dst.real, src.real);
+  if (r == CUDA_SUCCESS && StreamsAndEvents::isDefaultStream(dst.id)) {
+    c.session().streamsAndEvents().noteDefaultStreamAttributes(
+        dst.id, "attributes copied into a default stream");
+  }
   return r;
 }
 

@@ -46,12 +46,8 @@ class Session::Describer {
     RETURN_IF_ERROR(s_.memory_.save(writer_, state_, copies_));
     RETURN_IF_ERROR(s_.modules_.save(scope_, {writer_, copies_, s_.memory_, s_.pool_.deviceCount(), lost_}, state_));
     RETURN_IF_ERROR(s_.streamsAndEvents_.save(scope_, state_));
-    for (const auto& [stream, attr] : s_.streamsAndEvents_.unsavedAttributes()) {
-      lost_.push_back(
-          {{"id", stream},
-           {"what",
-            fmt::format("attribute {} set on a default stream, which the engine does not save",
-                        static_cast<int>(attr))}});
+    for (const auto& [stream, what] : s_.streamsAndEvents_.unsavedAttributes()) {
+      lost_.push_back({{"id", stream}, {"what", what + ", which the engine does not save"}});
     }
     RETURN_IF_ERROR(s_.links_.save(writer_, state_));
     unsaved();

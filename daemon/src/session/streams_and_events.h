@@ -13,6 +13,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "phos/common/status.h"
@@ -69,16 +70,22 @@ class StreamsAndEvents {
   // its restore mark.
   void forgetContext(uint64_t context);
 
-  // The application set attribute `id` on a default stream (`stream`: 0,
-  // CU_STREAM_LEGACY or CU_STREAM_PER_THREAD): checkpoints save created
-  // streams' attributes only, so they refuse, naming it (unsavedAttributes).
-  void noteDefaultStreamAttribute(uint64_t stream, CUstreamAttrID id) {
-    defaultStreamAttributes_[stream] = id;
+  // The application changed attributes of a default stream (`stream`: 0,
+  // CU_STREAM_LEGACY or CU_STREAM_PER_THREAD) as `what` says ("attribute 3
+  // set on a default stream"): checkpoints save created streams' attributes
+  // only, so they refuse, naming it (unsavedAttributes).
+  void noteDefaultStreamAttributes(uint64_t stream, std::string what) {
+    defaultStreamAttributes_[stream] = std::move(what);
   }
   // Each default stream whose attributes a checkpoint cannot save, by the
-  // application's handle, with the attribute set last.
-  const std::map<uint64_t, CUstreamAttrID>& unsavedAttributes() const {
+  // application's handle, with the last change.
+  const std::map<uint64_t, std::string>& unsavedAttributes() const {
     return defaultStreamAttributes_;
+  }
+  // Whether `stream` (the application's handle) is a default stream.
+  static bool isDefaultStream(uint64_t stream) {
+    return stream == 0 || stream == reinterpret_cast<uint64_t>(CU_STREAM_LEGACY) ||
+           stream == reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD);
   }
 
   // At a checkpoint, the contexts drained: every stream of the scope's
@@ -100,7 +107,7 @@ class StreamsAndEvents {
   std::map<uint64_t, EventState> events_;     // by event id
   std::map<uint64_t, CUevent> restoreMarks_;  // by context id (restored sessions)
   std::map<std::pair<uint64_t, uint64_t>, CUstream> perThreadStreams_;  // by (thread, context)
-  std::map<uint64_t, CUstreamAttrID> defaultStreamAttributes_;  // by the application's handle
+  std::map<uint64_t, std::string> defaultStreamAttributes_;  // by the application's handle
 };
 
 }  // namespace phos::daemon

@@ -40,7 +40,9 @@
 //               worker 0's streams' attributes as cuStreamGetAttribute reads
 //               them at the end.
 //   --default-stream-attribute  the NULL stream given the yield
-//               synchronization policy (a checkpoint under PhOS refuses it).
+//               synchronization policy, and the per-thread default stream
+//               a created stream's attributes (cuStreamCopyAttributes): a
+//               checkpoint under PhOS refuses both, naming them.
 // Module globals: `salt` and the __constant__ `spread` are set through
 // cuModuleGetGlobal once at start and read by the kernels; `launches` is
 // incremented by every kernel and printed at the end.
@@ -458,6 +460,11 @@ int main(int argc, char** argv) {
     CUstreamAttrValue v{};
     v.syncPolicy = CU_SYNC_POLICY_YIELD;
     CHECK(cuStreamSetAttribute(nullptr, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &v));
+    CUstream source = nullptr;
+    CHECK(cuStreamCreate(&source, CU_STREAM_NON_BLOCKING));
+    CHECK(cuStreamSetAttribute(source, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &v));
+    CHECK(cuStreamCopyAttributes(CU_STREAM_PER_THREAD, source));
+    CHECK(cuStreamDestroy(source));
   }
   Jit jit;
   if (o.jit) {

@@ -137,6 +137,34 @@ TEST_F(JitTest, MaxRegistersReachesTheCompiler) {
   EXPECT_CU(cuModuleUnload(capped));
 }
 
+// A library's kernels too, in whatever context they are used.
+TEST_F(JitTest, MaxRegistersCapsALibrarysKernels) {
+  const std::string ptx = shimKernelsPtx();
+  CUjit_option options[] = {CU_JIT_MAX_REGISTERS};
+  void* values[] = {scalar(16)};
+  CUlibrary capped = nullptr, plain = nullptr;
+  ASSERT_CU(cuLibraryLoadData(&capped, ptx.c_str(), options, values, 1, nullptr, nullptr, 0));
+  ASSERT_CU(cuLibraryLoadData(&plain, ptx.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CUkernel k = nullptr, u = nullptr;
+  ASSERT_CU(cuLibraryGetKernel(&k, capped, "scale"));
+  ASSERT_CU(cuLibraryGetKernel(&u, plain, "scale"));
+  CUdevice device = 0;
+  ASSERT_CU(cuCtxGetDevice(&device));
+  int cappedRegs = 0, regs = 0;
+  ASSERT_CU(cuKernelGetAttribute(&cappedRegs, CU_FUNC_ATTRIBUTE_NUM_REGS, k, device));
+  ASSERT_CU(cuKernelGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, u, device));
+  EXPECT_GT(cappedRegs, 0);
+  EXPECT_LE(cappedRegs, 16);
+  EXPECT_LE(cappedRegs, regs);
+  CUfunction f = nullptr;
+  ASSERT_CU(cuKernelGetFunction(&f, k));
+  int functionRegs = 0;
+  ASSERT_CU(cuFuncGetAttribute(&functionRegs, CU_FUNC_ATTRIBUTE_NUM_REGS, f));
+  EXPECT_EQ(functionRegs, cappedRegs);
+  EXPECT_CU(cuLibraryUnload(capped));
+  EXPECT_CU(cuLibraryUnload(plain));
+}
+
 TEST_F(JitTest, OptionsWithoutArraysOrUnknownOnesAreInvalidValue) {
   const std::string ptx = shimKernelsPtx();
   CUmodule m = nullptr;

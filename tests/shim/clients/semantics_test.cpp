@@ -354,5 +354,22 @@ TEST_F(SemanticsTest, JitOptionsThatPointToArraysOfNamesAreRefused) {
   EXPECT_EQ(m, nullptr);
 }
 
+// Managed memory is not served yet: the device says it has none (vgpu
+// itself says it has), and the other attributes are the driver's.
+TEST_F(SemanticsTest, ManagedMemoryIsNotAdvertisedWhileItIsNotServed) {
+  CUdevice device = 0;
+  ASSERT_CU(cuCtxGetDevice(&device));
+  for (CUdevice_attribute a :
+       {CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS,
+        CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS}) {
+    int v = -1;
+    EXPECT_CU(cuDeviceGetAttribute(&v, a, device));
+    EXPECT_EQ(v, 0) << a;
+  }
+  int sms = 0;
+  EXPECT_CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
+  EXPECT_GT(sms, 0);
+}
+
 }  // namespace
 }  // namespace phos::shim::testing

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0
+// Managed memory's advice (cuMemAdvise) and prefetch locations
+// (cuMemPrefetchAsync), page by page, as cuMemRangeGetAttribute reports them.
+// vgpu's managed memory is device memory of the allocating context's device
+// that every context may use and the host may dereference (vgpu's device
+// memory is this process's memory): the data never moves, so advice and
+// prefetches change nothing but what these queries answer.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "phos/common/status.h"
+
+namespace phos::vgpu {
+
+class ManagedMemory {
+ public:
+  void add(std::uint64_t base, std::size_t bytes);
+  void remove(std::uint64_t base);
+  // Whether [address, address+bytes) lies in one managed allocation.
+  bool contains(std::uint64_t address, std::size_t bytes) const;
+
+  // cuMemAdvise: the range, rounded out to whole pages, must lie in one
+  // managed allocation; `where` is checked as the advice requires (a device
+  // below `devices`: all of vgpu's have concurrent managed access).
+  Status advise(std::uint64_t address, std::size_t bytes, CUmem_advise advice, CUmemLocation where,
+                int devices);
+  // cuMemPrefetchAsync: records `where` as the pages' last prefetch location.
+  Status prefetch(std::uint64_t address, std::size_t bytes, CUmemLocation where, int devices);
+  // cuMemRangeGetAttribute: one attribute of the range into `data`
+  // (`dataSize` bytes, as the documentation sizes each attribute).
+  Status attribute(CUmem_range_attribute attribute, std::uint64_t address, std::size_t bytes,
+                   void* data, std::size_t dataSize, int devices) const;
+
+ private:
+  struct Page {
+    bool readMostly = false;
+    CUmemLocation preferred{CU_MEM_LOCATION_TYPE_INVALID, 0};
+    std::uint64_t accessedBy = 0;  // bit d: device d; kHostBit: the host
+    CUmemLocation lastPrefetch{CU_MEM_LOCATION_TYPE_INVALID, 0};
+  };
+  static constexpr unsigned kHostBit = 63;
+
+  // The pages of [address, address+bytes), rounded out; kInvalidValue
+  // outside managed memory.
+  Result<std::span<Page>> pages(std::uint64_t address, std::size_t bytes);
+  Result<std::span<const Page>> pages(std::uint64_t address, std::size_t bytes) const;
+  // `where` as a page keeps it (HOST_NUMA_CURRENT is node 0), or an error
+  // naming what is wrong with it.
+  static Result<CUmemLocation> location(CUmemLocation where, bool numaAllowed, int devices);
+
+  mutable std::mutex mutex_;
+  std::map<std::uint64_t, std::vector<Page>> ranges_;  // by base: one entry per page
+  std::map<std::uint64_t, std::size_t> sizes_;         // by base: the bytes allocated
+};
+
+}  // namespace phos::vgpu
