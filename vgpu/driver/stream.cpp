@@ -9,9 +9,11 @@ namespace phos::vgpu {
 Stream::Stream(std::uint64_t id, Kind kind, unsigned flags, int priority, ErrorHandler onError)
     : id_(id), kind_(kind), flags_(flags), priority_(priority), onError_(std::move(onError)) {
   attributes_.fill(CUstreamAttrValue{});
-  // A new stream's defaults, as the driver reports them: the automatic
-  // synchronization policy, and kernels of the default domain in domain 0,
-  // of the remote domain in domain 1.
+  // A new stream's defaults: the automatic synchronization policy, and
+  // kernels of the default domain in domain 0, of the remote domain in
+  // another ("By default, kernels are launched in domain 0. Kernel launched
+  // with CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE will have a different domain ID").
+  // Not checked against NVIDIA's driver yet (no GPU in these sessions).
   attributes_[CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY].syncPolicy = CU_SYNC_POLICY_AUTO;
   attributes_[CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP].memSyncDomainMap = {0, 1};
   worker_ = std::thread([this] { run(); });

@@ -224,7 +224,7 @@ CUresult streamGetAttribute(const char* name, CUstream hStream, CUstreamAttrID a
     RETURN_IF_ERROR(requireNonNull(out, "value_out"));
     RETURN_IF_ERROR(requireStreamAttribute(attr));
     ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
-    // Only the member of `attr` is written, as the driver does.
+    // Only the member of `attr` is written.
     CUstreamAttrValue v = ref.stream->attribute(attr);
     switch (attr) {
       case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
