@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <iterator>
 #include <string>
@@ -23,8 +24,8 @@ bool isStreamAttribute(CUstreamAttrID id) {
 
 namespace {
 
-// A stream's attribute values as the driver reports them (the union's bytes,
-// in hex: the driver writes one member of a zeroed value), by attribute id.
+// A stream's attribute values as the driver reports them (the bytes of a
+// zeroed union the driver filled, in hex), by attribute id.
 // The priority is saved on its own; an attribute the driver will not report
 // is no state the program could see.
 json streamAttributes(const DriverTable& d, CUstream stream) {
@@ -42,9 +43,12 @@ json streamAttributes(const DriverTable& d, CUstream stream) {
 // from the new stream's is set.
 Status restoreAttributes(const DriverTable& d, CUstream stream, uint64_t sid, const json& saved) {
   for (const auto& [key, text] : saved.items()) {
-    const auto id = static_cast<CUstreamAttrID>(std::stoi(key));
+    int number = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), number);
+    const auto id = static_cast<CUstreamAttrID>(number);
     CUstreamAttrValue want{};
-    if (!isStreamAttribute(id) || id == CU_LAUNCH_ATTRIBUTE_PRIORITY || !text.is_string() ||
+    if (ec != std::errc() || end != key.data() + key.size() || !isStreamAttribute(id) ||
+        id == CU_LAUNCH_ATTRIBUTE_PRIORITY || !text.is_string() ||
         !parseHexBytes(text.get<std::string>(), &want, sizeof want)) {
       return makeError(Code::kDataLoss, "stream {}: attribute {} is malformed", hex(sid), key);
     }

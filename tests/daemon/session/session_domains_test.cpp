@@ -247,11 +247,16 @@ TEST_F(SessionDomains, StreamAttributesComeBackAndGarbledOnesAreRefused) {
               std::string::npos)
         << refused.message();
   }
-  json launchOnly = state;
-  launchOnly["streams"][0]["attributes"]["7"] = launchOnly["streams"][0]["attributes"]["3"];
-  HandleTable fresh;
-  SessionScope again{d(), fresh, contexts_, context_};
-  EXPECT_FALSE(StreamsAndEvents().rebuild(again, launchOnly).isOk());
+  // Ids that are no stream attribute, or no number: refused, never thrown.
+  for (const char* key : {"7", "x", "3x", ""}) {
+    json edited = state;
+    edited["streams"][0]["attributes"][key] = edited["streams"][0]["attributes"]["3"];
+    HandleTable fresh;
+    SessionScope again{d(), fresh, contexts_, context_};
+    Status refused = StreamsAndEvents().rebuild(again, edited);
+    EXPECT_FALSE(refused.isOk()) << key;
+    EXPECT_NE(refused.message().find("is malformed"), std::string::npos) << refused.message();
+  }
   EXPECT_EQ(PHOS_DRIVER(d(), MemFree_v2)(window), CUDA_SUCCESS);
 }
 
