@@ -203,8 +203,8 @@ struct Function {
 struct Library {
   std::uint64_t id = 0;
   std::vector<std::byte> image;
-  int maxRegisters =
-      0;  // CU_JIT_MAX_REGISTERS it was loaded with (0: none), for each context's module
+  // CU_JIT_MAX_REGISTERS it was loaded with (0: none), for its module in each context.
+  int maxRegisters = 0;
   std::mutex mutex;
   std::map<std::uint64_t, std::uint64_t> modules;             // context id -> module id
   std::map<std::string, std::uint64_t, std::less<>> kernels;  // name -> kernel handle
