@@ -129,7 +129,10 @@ def test_a_job_migrated_there_and_back_is_the_uninterrupted_run(criu, runner, tm
     if why:
         pytest.skip(why)
     points = [Point(2, "migrate"), Point(4, "cow", True), Point(6, "migrate", stop_the_world=True)]
-    case = Case(8, steps=8, sleep_ms=60, slow=True, points=points)
+    # 120 ms a step: the pre-copy of the first migration (slowed copies) must
+    # end, under a loaded CI host too, before the job's last step, or the
+    # later points come after the job has ended.
+    case = Case(8, steps=8, sleep_ms=120, slow=True, points=points)
     outcome = passes(runner, case)
     assert (outcome.checkpoints, outcome.migrations) == (3, 2), outcome
     try:
