@@ -476,7 +476,8 @@ Result<std::uint64_t> Driver::allocateDeviceAt(Context& context, std::uint64_t a
   return allocateDeviceIn(context, bytes, address);
 }
 
-Result<std::uint64_t> Driver::allocateDeviceIn(Context& context, std::size_t bytes, std::uint64_t at) {
+Result<std::uint64_t> Driver::allocateDeviceIn(Context& context, std::size_t bytes,
+                                               std::uint64_t at, bool managed) {
   if (bytes == 0) return cuError(CUDA_ERROR_INVALID_VALUE, "cannot allocate 0 bytes");
   // Large allocations are 2 MiB aligned like a GPU's big pages; small ones share nothing.
   std::size_t alignment = bytes >= kVmmGranularity ? kVmmGranularity : kPageSize;
@@ -489,6 +490,7 @@ Result<std::uint64_t> Driver::allocateDeviceIn(Context& context, std::size_t byt
   a.device = context.device();
   a.context = context.id();
   a.bufferId = nextBufferId_++;
+  a.managed = managed;
   if (Status s = allocations_.insert(a); !s.isOk()) {
     (void)heap(context.device()).release(address, bytes);
     return s;
@@ -503,14 +505,7 @@ Result<std::uint64_t> Driver::allocateManaged(Context& context, std::size_t byte
                     "managed allocation flags 0x{:x} are neither ATTACH_GLOBAL nor ATTACH_HOST",
                     flags);
   }
-  ASSIGN_OR_RETURN(std::uint64_t address, allocateDeviceIn(context, bytes, 0));
-  auto a = allocations_.find(address);
-  a->managed = true;
-  a->hostFlags = flags;
-  if (Status s = allocations_.update(*a); !s.isOk()) {
-    (void)freeDevice(address, false);
-    return s;
-  }
+  ASSIGN_OR_RETURN(std::uint64_t address, allocateDeviceIn(context, bytes, 0, true));
   managed_.add(address, bytes);
   return address;
 }

@@ -372,7 +372,9 @@ class Driver {
  private:
   Driver() = default;
   void unloadModulesOf(std::uint64_t context);
-  Result<std::uint64_t> allocateDeviceIn(Context& context, std::size_t bytes, std::uint64_t at);
+  // `managed`: cuMemAllocManaged's (Allocation::managed).
+  Result<std::uint64_t> allocateDeviceIn(Context& context, std::size_t bytes, std::uint64_t at,
+                                         bool managed = false);
   Result<std::shared_ptr<Module>> loadModuleIn(const std::shared_ptr<Context>& context,
                                                std::span<const std::byte> image);
   // Where a library is first loaded when no context is current: a context of

@@ -12,37 +12,31 @@ namespace phos::vgpu {
 
 void ManagedMemory::add(std::uint64_t base, std::size_t bytes) {
   std::lock_guard lock(mutex_);
-  ranges_[base] = std::vector<Page>((bytes + kPageSize - 1) / kPageSize);
-  sizes_[base] = bytes;
+  ranges_[base] = Range{bytes, std::vector<Page>((bytes + kPageSize - 1) / kPageSize)};
 }
 
 void ManagedMemory::remove(std::uint64_t base) {
   std::lock_guard lock(mutex_);
   ranges_.erase(base);
-  sizes_.erase(base);
-}
-
-bool ManagedMemory::contains(std::uint64_t address, std::size_t bytes) const {
-  std::lock_guard lock(mutex_);
-  return pages(address, bytes).isOk();
 }
 
 Result<std::span<const ManagedMemory::Page>> ManagedMemory::pages(std::uint64_t address,
                                                                   std::size_t bytes) const {
   if (bytes == 0) return cuError(CUDA_ERROR_INVALID_VALUE, "the range is empty");
-  auto it = sizes_.upper_bound(address);
-  if (it == sizes_.begin()) {
+  auto it = ranges_.upper_bound(address);
+  if (it == ranges_.begin()) {
     return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not managed memory", address);
   }
   --it;
   const std::uint64_t base = it->first;
   // "The start address and end address of the memory range will be rounded
   // down and rounded up respectively to be aligned to CPU page size".
-  if (address - base >= it->second || bytes > it->second - (address - base)) {
+  const std::size_t size = it->second.bytes;
+  if (address - base >= size || bytes > size - (address - base)) {
     return cuErrorf(CUDA_ERROR_INVALID_VALUE,
                     "{} bytes at 0x{:x} are not inside one managed allocation", bytes, address);
   }
-  const std::vector<Page>& all = ranges_.at(base);
+  const std::vector<Page>& all = it->second.pages;
   const std::size_t first = (address - base) / kPageSize;
   const std::size_t last = (address - base + bytes - 1) / kPageSize;
   return std::span<const Page>(all).subspan(first, last - first + 1);

@@ -24,8 +24,6 @@ class ManagedMemory {
  public:
   void add(std::uint64_t base, std::size_t bytes);
   void remove(std::uint64_t base);
-  // Whether [address, address+bytes) lies in one managed allocation.
-  bool contains(std::uint64_t address, std::size_t bytes) const;
 
   // cuMemAdvise: the range, rounded out to whole pages, must lie in one
   // managed allocation; `where` is checked as the advice requires (a device
@@ -56,9 +54,12 @@ class ManagedMemory {
   // naming what is wrong with it.
   static Result<CUmemLocation> location(CUmemLocation where, bool numaAllowed, int devices);
 
+  struct Range {
+    std::size_t bytes = 0;    // what was allocated
+    std::vector<Page> pages;  // one per page, rounded up
+  };
   mutable std::mutex mutex_;
-  std::map<std::uint64_t, std::vector<Page>> ranges_;  // by base: one entry per page
-  std::map<std::uint64_t, std::size_t> sizes_;         // by base: the bytes allocated
+  std::map<std::uint64_t, Range> ranges_;  // by base
 };
 
 }  // namespace phos::vgpu

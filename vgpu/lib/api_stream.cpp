@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "entry.h"
+#include "phos/common/stream_attributes.h"
 
 using namespace phos;
 using namespace phos::vgpu;
@@ -137,19 +138,8 @@ CUresult streamProperty(const char* name, CUstream hStream, bool perThread, cons
   });
 }
 
-// The ids cuda.h marks "valid for streams"; the others (cooperative,
-// cluster, programmatic and completion events...) are a launch's.
-constexpr CUstreamAttrID kStreamAttributes[] = {CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW,
-                                                CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY,
-                                                CU_LAUNCH_ATTRIBUTE_PRIORITY,
-                                                CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP,
-                                                CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN,
-                                                CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING};
-
 Status requireStreamAttribute(CUstreamAttrID attr) {
-  for (CUstreamAttrID a : kStreamAttributes) {
-    if (a == attr) return Status::ok();
-  }
+  if (isStreamAttribute(attr)) return Status::ok();
   return cuErrorf(CUDA_ERROR_INVALID_VALUE, "attribute {} is not a stream attribute",
                   static_cast<int>(attr));
 }

@@ -3,10 +3,8 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <charconv>
 #include <cstring>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -16,11 +14,6 @@
 namespace phos::daemon {
 
 using json = nlohmann::json;
-
-bool isStreamAttribute(CUstreamAttrID id) {
-  return std::find(std::begin(kStreamAttributes), std::end(kStreamAttributes), id) !=
-         std::end(kStreamAttributes);
-}
 
 namespace {
 

@@ -17,23 +17,12 @@
 #include <utility>
 
 #include "phos/common/status.h"
+#include "phos/common/stream_attributes.h"
 #include "session/driver_table.h"
 
 namespace phos::daemon {
 
 struct SessionScope;
-
-// The launch attributes cuda.h marks "valid for streams". None names an
-// event or an application address (a launch's may: the programmatic and
-// completion events), so phosd passes these to the driver as they are.
-inline constexpr CUstreamAttrID kStreamAttributes[] = {
-    CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW,
-    CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY,
-    CU_LAUNCH_ATTRIBUTE_PRIORITY,
-    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP,
-    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN,
-    CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING};
-bool isStreamAttribute(CUstreamAttrID id);
 
 // What a session knows of an event beyond the driver's object: its flags (a
 // restore creates it again with them), and whether and when it was recorded,
