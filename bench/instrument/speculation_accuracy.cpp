@@ -61,7 +61,9 @@ class ArenaMemory final : public vg::DeviceMemory, public vg::AddressChecker {
   ArenaMemory(const ArenaMemory&) = delete;
   ArenaMemory& operator=(const ArenaMemory&) = delete;
 
-  Result<uint64_t> allocate(std::string_view, size_t bytes, size_t alignment) override { return allocate(bytes, alignment); }
+  Result<uint64_t> allocate(std::string_view, size_t bytes, size_t alignment, bool) override {
+    return allocate(bytes, alignment);
+  }
   Result<uint64_t> allocate(size_t bytes, size_t alignment) {
     uint64_t align = std::max<uint64_t>(alignment, 1);
     uint64_t at = (next_ + align - 1) / align * align;

@@ -482,6 +482,17 @@ class Parser {
         proto.linkage = *l;
       } else if (d == ".ptr") {
         proto.isPtr = true;
+      } else if (d == ".attribute") {
+        // ".attribute(.managed)": the only attribute a variable takes.
+        next();
+        RETURN_IF_ERROR(expect('(', "after .attribute"));
+        if (peek().kind != TokenKind::kDot || peek().text != ".managed") {
+          return expected("a variable attribute (.managed)");
+        }
+        next();
+        RETURN_IF_ERROR(expect(')', "after the attribute"));
+        proto.managed = true;
+        continue;
       } else if (d == ".align") {
         next();
         ASSIGN_OR_RETURN(uint32_t a, smallInt("an alignment"));
@@ -509,6 +520,9 @@ class Parser {
     }
     if (!sawSpace) return expected("a state space (.reg, .param, .global, ...)");
     if (proto.type == Type::kNone) return expected("a type (.b32, .u64, .f32, ...)");
+    if (proto.managed && proto.space != StateSpace::kGlobal) {
+      return errorAt(toks_[pos_ - 1], ".attribute(.managed) applies to .global variables only");
+    }
     do {
       VarDecl d = proto;
       ASSIGN_OR_RETURN(d.name, identifier("a variable name"));

@@ -118,6 +118,7 @@ class Printer {
     };
     if (d.linkage != Linkage::kNone) word(name(d.linkage));
     word(name(d.space));
+    if (d.managed) word("attribute(.managed)");
     if (d.align) word(fmt::format("align {}", d.align));
     if (d.vectorWidth > 1) word(fmt::format("v{}", d.vectorWidth));
     word(name(d.type));

@@ -154,6 +154,30 @@ TEST(PtxParser, GlobalsWithInitializers) {
   EXPECT_EQ(dyn.byteSize(), 0u);
   EXPECT_EQ(std::get<VarDecl>(m.items[5]).linkage, Linkage::kCommon);
   EXPECT_EQ(std::get<VarDecl>(m.items[6]).name, "$str");
+  EXPECT_FALSE(bias.managed);
+}
+
+// A __managed__ variable as nvcc declares it: .attribute(.managed) among the
+// other qualifiers, kept by the printer.
+TEST(PtxParser, ManagedVariables) {
+  Module m = parseOk(R"(
+.global .attribute(.managed) .align 4 .u32 counter;
+.visible .global .attribute( .managed ) .align 8 .b8 table[16] = {1, 2};
+)");
+  ASSERT_EQ(m.items.size(), 2u);
+  const auto& counter = std::get<VarDecl>(m.items[0]);
+  EXPECT_TRUE(counter.managed);
+  EXPECT_EQ(counter.space, StateSpace::kGlobal);
+  EXPECT_EQ(counter.align, 4u);
+  EXPECT_EQ(counter.type, Type::kU32);
+  const auto& table = std::get<VarDecl>(m.items[1]);
+  EXPECT_TRUE(table.managed);
+  EXPECT_EQ(table.linkage, Linkage::kVisible);
+  EXPECT_EQ(table.byteSize(), 16u);
+  EXPECT_EQ(print(counter), ".global .attribute(.managed) .align 4 .u32 \tcounter");
+  Result<Module> again = parseModule(print(m), "printed.ptx");
+  ASSERT_THAT(again, IsOk());
+  EXPECT_EQ(again->items, m.items);
 }
 
 TEST(PtxParser, MemoryInstructionModifiersAreDecoded) {

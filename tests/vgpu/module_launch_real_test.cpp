@@ -352,6 +352,63 @@ TEST_F(RealModuleTest, LibrariesAreContextIndependent) {
   EXPECT_CU(cuLibraryUnload(lib));
 }
 
+// A __managed__ variable (.attribute(.managed)): one copy for the library in
+// every context, found without a current context, the host dereferencing it
+// and kernels of two contexts adding to it.
+TEST_F(RealModuleTest, ManagedVariablesAreOneCopyTheHostUses) {
+  constexpr const char* kPtx = R"(.version 8.0
+.target sm_80
+.address_size 64
+.global .attribute(.managed) .align 4 .u32 counter = 5;
+.global .align 4 .u32 plain = 1;
+.visible .entry bump()
+{
+	.reg .b32 %r<2>;
+	.reg .b64 %rd<2>;
+	mov.u64 	%rd1, counter;
+	atom.global.add.u32 	%r1, [%rd1], 1;
+	ret;
+}
+)";
+  ASSERT_CU(cuCtxPopCurrent(nullptr));
+  CUlibrary lib = nullptr;
+  ASSERT_CU(cuLibraryLoadData(&lib, kPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CUdeviceptr counter = 0;
+  size_t bytes = 0;
+  ASSERT_CU(cuLibraryGetManaged(&counter, &bytes, lib, "counter"));
+  EXPECT_EQ(bytes, 4u);
+  auto* host = reinterpret_cast<volatile unsigned*>(counter);
+  EXPECT_EQ(*host, 5u);
+  int managed = 0;
+  EXPECT_CU(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, counter));
+  EXPECT_EQ(managed, 1);
+  CUdeviceptr other = 0;
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_FOUND, cuLibraryGetManaged(&other, nullptr, lib, "plain"));
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_FOUND, cuLibraryGetManaged(&other, nullptr, lib, "missing"));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuLibraryGetManaged(nullptr, nullptr, lib, "counter"));
+
+  CUkernel bump = nullptr;
+  ASSERT_CU(cuLibraryGetKernel(&bump, lib, "bump"));
+  ASSERT_CU(cuCtxPushCurrent(context_));
+  ASSERT_CU(cuLaunchKernel(reinterpret_cast<CUfunction>(bump), 1, 1, 1, 32, 1, 1, 0, nullptr,
+                           nullptr, nullptr));
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_EQ(*host, 37u);
+  CUcontext second = nullptr;
+  ASSERT_CU(cuCtxCreate(&second, nullptr, 0, device_));  // now current
+  CUdeviceptr inSecond = 0;
+  ASSERT_CU(cuLibraryGetGlobal(&inSecond, nullptr, lib, "counter"));
+  EXPECT_EQ(inSecond, counter);
+  *host = 100;  // the host writes it; the second context's kernels see it
+  ASSERT_CU(cuLaunchKernel(reinterpret_cast<CUfunction>(bump), 2, 1, 1, 32, 1, 1, 0, nullptr,
+                           nullptr, nullptr));
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_EQ(*host, 164u);
+  ASSERT_CU(cuCtxDestroy(second));
+  ASSERT_CU(cuCtxSetCurrent(context_));
+  EXPECT_CU(cuLibraryUnload(lib));
+}
+
 TEST_F(RealModuleTest, LoadFromFile) {
   CUmodule ptx = nullptr, fatbin = nullptr;
   ASSERT_CU(cuModuleLoad(&ptx, fixturePath("launch_kernels.ptx").c_str()));

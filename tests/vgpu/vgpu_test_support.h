@@ -101,7 +101,7 @@ class RecordingLoader final : public ProgramLoader {
     if (failWith_.has_value()) return *failWith_;
     std::vector<GlobalInfo> globals;
     for (const FakeGlobal& g : module_.globals) {
-      auto address = memory.allocate(g.name, g.initial.size(), 8);
+      auto address = memory.allocate(g.name, g.initial.size(), 8, false);
       if (!address.isOk()) return address.status();
       Status written = memory.write(*address, g.initial);
       if (!written.isOk()) return written;

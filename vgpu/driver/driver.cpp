@@ -42,17 +42,34 @@ Status validateContextFlags(unsigned flags) {
 // Device memory of a context, handed to a ProgramLoader for module globals.
 class ModuleMemory final : public DeviceMemory {
  public:
-  ModuleMemory(Driver& driver, std::shared_ptr<Context> context, int cc, std::map<std::string, std::uint64_t> placement)
-      : driver_(driver), context_(std::move(context)), cc_(cc), placement_(std::move(placement)) {}
+  ModuleMemory(Driver& driver, std::shared_ptr<Context> context, int cc,
+               std::map<std::string, std::uint64_t> placement,
+               const std::map<std::string, std::uint64_t>& shared)
+      : driver_(driver),
+        context_(std::move(context)),
+        cc_(cc),
+        placement_(std::move(placement)),
+        shared_(shared) {}
 
   // A global the placement names goes where it says (a restore puts a module
   // back where its globals were); the others wherever the heap has room.
-  Result<std::uint64_t> allocate(std::string_view name, std::size_t bytes, std::size_t alignment) override {
+  Result<std::uint64_t> allocate(std::string_view name, std::size_t bytes, std::size_t alignment,
+                                 bool managed) override {
     if (bytes == 0 || alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > kPageSize) {
       return makeError(Code::kInvalidArgument, "module global: {} bytes aligned to {}", bytes, alignment);
     }
     std::uint64_t address = 0;
-    if (auto placed = placement_.find(std::string(name)); placed != placement_.end()) {
+    if (auto it = shared_.find(std::string(name)); managed && it != shared_.end()) {
+      sharedAddresses_.insert(
+          it->second);  // another module's: neither allocated nor initialised again
+      return it->second;
+    }
+    auto placed = placement_.find(std::string(name));
+    if (managed) {
+      ASSIGN_OR_RETURN(
+          address, driver_.allocateManagedGlobal(*context_, bytes,
+                                                 placed != placement_.end() ? placed->second : 0));
+    } else if (placed != placement_.end()) {
       ASSIGN_OR_RETURN(address, driver_.allocateDeviceAt(*context_, placed->second, bytes));
     } else {
       ASSIGN_OR_RETURN(address, driver_.allocateDevice(*context_, bytes));
@@ -61,7 +78,7 @@ class ModuleMemory final : public DeviceMemory {
     return address;
   }
   Status write(std::uint64_t address, std::span<const std::byte> bytes) override {
-    if (bytes.empty()) return Status::ok();
+    if (bytes.empty() || sharedAddresses_.contains(address)) return Status::ok();
     auto a = driver_.allocations().findRange(address, bytes.size());
     if (!a || a->context != context_->id()) {
       return makeError(Code::kOutOfRange, "module global write of {} bytes at 0x{:x} is outside the module's memory",
@@ -80,6 +97,8 @@ class ModuleMemory final : public DeviceMemory {
   std::shared_ptr<Context> context_;
   int cc_;
   std::map<std::string, std::uint64_t> placement_;
+  const std::map<std::string, std::uint64_t>& shared_;
+  std::set<std::uint64_t> sharedAddresses_;
 };
 
 class ContextAddressChecker final : public AddressChecker {
@@ -506,6 +525,13 @@ Result<std::uint64_t> Driver::allocateManaged(Context& context, std::size_t byte
                     flags);
   }
   ASSIGN_OR_RETURN(std::uint64_t address, allocateDeviceIn(context, bytes, 0, true));
+  managed_.add(address, bytes);
+  return address;
+}
+
+Result<std::uint64_t> Driver::allocateManagedGlobal(Context& context, std::size_t bytes,
+                                                    std::uint64_t at) {
+  ASSIGN_OR_RETURN(std::uint64_t address, allocateDeviceIn(context, bytes, at, true));
   managed_.add(address, bytes);
   return address;
 }
@@ -1029,8 +1055,9 @@ Result<CUmodule> Driver::loadModule(const void* image, int maxRegisters) {
   return reinterpret_cast<CUmodule>(module->id);
 }
 
-Result<std::shared_ptr<Module>> Driver::loadModuleIn(const std::shared_ptr<Context>& context,
-                                                     std::span<const std::byte> image) {
+Result<std::shared_ptr<Module>> Driver::loadModuleIn(
+    const std::shared_ptr<Context>& context, std::span<const std::byte> image,
+    const std::map<std::string, std::uint64_t>& shared) {
   const DeviceProfile& profile = platform_.devices[static_cast<std::size_t>(context->device())];
   int cc = profile.ccMajor * 10 + profile.ccMinor;
   ASSIGN_OR_RETURN(ModuleCode code, moduleCode(image, cc));
@@ -1063,7 +1090,7 @@ Result<std::shared_ptr<Module>> Driver::loadModuleIn(const std::shared_ptr<Conte
       placements_.erase(it);
     }
   }
-  ModuleMemory memory(*this, context, cc, std::move(placement));
+  ModuleMemory memory(*this, context, cc, std::move(placement), shared);
   auto program = loader->load(ptx, memory);
   if (!program.isOk()) {
     for (std::uint64_t a : memory.allocations) (void)freeDevice(a, false);
@@ -1379,7 +1406,12 @@ Result<std::shared_ptr<Module>> Driver::libraryModule(Library& lib, const std::s
   if (auto it = lib.modules.find(context->id()); it != lib.modules.end()) {
     if (auto m = modules_.find(it->second)) return m;
   }
-  ASSIGN_OR_RETURN(auto module, loadModuleIn(context, lib.image));
+  ASSIGN_OR_RETURN(auto module, loadModuleIn(context, lib.image, lib.managedGlobals));
+  if (module->program) {
+    for (const GlobalInfo& g : module->program->globals()) {
+      if (g.managed) lib.managedGlobals.emplace(g.name, g.address);
+    }
+  }
   module->library = lib.id;
   module->maxRegisters = lib.maxRegisters;
   lib.modules[context->id()] = module->id;
@@ -1390,6 +1422,19 @@ Result<std::shared_ptr<Module>> Driver::libraryModule(CUlibrary handle) {
   ASSIGN_OR_RETURN(auto lib, library(handle));
   ASSIGN_OR_RETURN(auto context, current());
   return libraryModule(*lib, context);
+}
+
+Result<GlobalInfo> Driver::libraryManaged(CUlibrary handle, const char* name) {
+  if (name == nullptr) return cuError(CUDA_ERROR_INVALID_VALUE, "name is null");
+  ASSIGN_OR_RETURN(auto lib, library(handle));
+  ASSIGN_OR_RETURN(auto module, anyLibraryModule(*lib));
+  if (!module->program)
+    return cuErrorf(CUDA_ERROR_NO_BINARY_FOR_GPU, "managed variable '{}': {}", name,
+                    module->noBinary);
+  for (const GlobalInfo& g : module->program->globals()) {
+    if (g.name == name && g.managed) return g;
+  }
+  return cuErrorf(CUDA_ERROR_NOT_FOUND, "library has no managed variable named '{}'", name);
 }
 
 Result<std::shared_ptr<Module>> Driver::anyLibraryModule(Library& lib) {

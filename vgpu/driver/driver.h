@@ -20,8 +20,8 @@
 #include "address_space.h"
 #include "copy_model.h"
 #include "device_profile.h"
-#include "managed_memory.h"
 #include "memory_pools.h"
+#include "phos/common/managed_advice.h"
 #include "phos/vgpu/export_table.h"
 #include "phos/vgpu/program.h"
 #include "stream.h"
@@ -208,6 +208,9 @@ struct Library {
   std::mutex mutex;
   std::map<std::uint64_t, std::uint64_t> modules;             // context id -> module id
   std::map<std::string, std::uint64_t, std::less<>> kernels;  // name -> kernel handle
+  // Its __managed__ variables: one copy that its module in every context uses
+  // (the first module loaded allocates them).
+  std::map<std::string, std::uint64_t> managedGlobals;
 };
 
 // A CUkernel: a library's function in whatever context is current when it is
@@ -276,7 +279,11 @@ class Driver {
   // concurrent managed access) and the host dereferences; freed as device
   // memory is. Its advice and prefetch locations are managed().
   Result<std::uint64_t> allocateManaged(Context& context, std::size_t bytes, unsigned flags);
-  ManagedMemory& managed() { return managed_; }
+  // A module's __managed__ variable (.attribute(.managed)): managed memory as
+  // cuMemAllocManaged's, at `at` when not 0 (a restore's placement).
+  Result<std::uint64_t> allocateManagedGlobal(Context& context, std::size_t bytes,
+                                              std::uint64_t at);
+  ManagedAdvice& managed() { return managed_; }
   // `synchronize`: wait for the owning context's work first (cuMemFree does; the
   // stream-ordered free runs inside the stream and must not).
   Status freeDevice(std::uint64_t address, bool synchronize);
@@ -344,6 +351,9 @@ class Driver {
   // current context.
   Result<std::shared_ptr<Module>> libraryModule(Library& library, const std::shared_ptr<Context>& context);
   Result<std::shared_ptr<Module>> libraryModule(CUlibrary handle);
+  // cuLibraryGetManaged: the library's managed variable `name` (one for every
+  // context, so none need be current).
+  Result<GlobalInfo> libraryManaged(CUlibrary handle, const char* name);
   // The library's kernel `name` (NOT_FOUND, or NO_BINARY_FOR_GPU for an image
   // without code for the device).
   Result<CUkernel> kernel(CUlibrary library, const char* name);
@@ -375,8 +385,11 @@ class Driver {
   // `managed`: cuMemAllocManaged's (Allocation::managed).
   Result<std::uint64_t> allocateDeviceIn(Context& context, std::size_t bytes, std::uint64_t at,
                                          bool managed = false);
-  Result<std::shared_ptr<Module>> loadModuleIn(const std::shared_ptr<Context>& context,
-                                               std::span<const std::byte> image);
+  // `shared`: managed variables another module of the same library holds
+  // already (Library::managedGlobals), used rather than allocated.
+  Result<std::shared_ptr<Module>> loadModuleIn(
+      const std::shared_ptr<Context>& context, std::span<const std::byte> image,
+      const std::map<std::string, std::uint64_t>& shared = {});
   // Where a library is first loaded when no context is current: a context of
   // device 0 the application never sees.
   Result<std::shared_ptr<Context>> loadingContext();
@@ -394,7 +407,7 @@ class Driver {
   std::unique_ptr<CopyModel> copyModel_;
   AllocationMap allocations_;
   MemoryPools pools_{static_cast<std::uint64_t>(HandleKind::kMemPool) << 44};
-  ManagedMemory managed_;
+  ManagedAdvice managed_;
   std::atomic<std::uint64_t> nextBufferId_{1};
 
   HandleTable<Context> contexts_;

@@ -6,7 +6,7 @@
 // vgpu's devices report concurrent managed access, every access is coherent,
 // and nothing migrates. Advice and prefetches are checked as the
 // documentation says and kept, page by page, for the range queries
-// (driver/managed_memory.h); the older signatures are in api_legacy.cpp.
+// (phos/common/managed_advice.h); the older signatures are in api_legacy.cpp.
 #include "entry.h"
 
 using namespace phos;

@@ -607,6 +607,20 @@ CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes, CUlibrary 
   });
 }
 
+// A __managed__ variable of the library (.attribute(.managed) in its PTX):
+// "One of the parameters dptr or bytes (not both) can be NULL".
+CUresult CUDAAPI cuLibraryGetManaged(CUdeviceptr* dptr, size_t* bytes, CUlibrary library,
+                                     const char* name) {
+  return call(__func__, [&](Driver& d) -> Status {
+    if (dptr == nullptr && bytes == nullptr)
+      return cuError(CUDA_ERROR_INVALID_VALUE, "dptr and bytes are both null");
+    ASSIGN_OR_RETURN(GlobalInfo g, d.libraryManaged(library, name));
+    if (dptr != nullptr) *dptr = g.address;
+    if (bytes != nullptr) *bytes = g.size;
+    return Status::ok();
+  });
+}
+
 // "Returns the function handle for the kernel for the current context."
 CUresult CUDAAPI cuKernelGetFunction(CUfunction* pFunc, CUkernel kernel) {
   return call(__func__, [&](Driver& d) -> Status {

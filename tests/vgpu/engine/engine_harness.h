@@ -29,7 +29,10 @@ class HostDeviceMemory final : public DeviceMemory, public AddressChecker {
     for (auto& [addr, size] : allocations_) std::free(reinterpret_cast<void*>(addr));
   }
 
-  Result<std::uint64_t> allocate(std::string_view, std::size_t bytes, std::size_t alignment) override { return allocate(bytes, alignment); }
+  Result<std::uint64_t> allocate(std::string_view, std::size_t bytes, std::size_t alignment,
+                                 bool) override {
+    return allocate(bytes, alignment);
+  }
   Result<std::uint64_t> allocate(std::size_t bytes, std::size_t alignment) {
     std::size_t align = std::max<std::size_t>(alignment, 16);
     std::size_t rounded = (bytes + align - 1) / align * align;

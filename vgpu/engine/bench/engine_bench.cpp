@@ -29,7 +29,9 @@ class HostMemory final : public DeviceMemory, public AddressChecker {
   ~HostMemory() override {
     for (auto& [a, s] : blocks_) std::free(reinterpret_cast<void*>(a));
   }
-  Result<uint64_t> allocate(std::string_view, size_t bytes, size_t alignment) override { return allocate(bytes, alignment); }
+  Result<uint64_t> allocate(std::string_view, size_t bytes, size_t alignment, bool) override {
+    return allocate(bytes, alignment);
+  }
   Result<uint64_t> allocate(size_t bytes, size_t alignment) {
     size_t align = std::max<size_t>(alignment, 64);
     void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);

@@ -212,7 +212,7 @@ class EngineLoader final : public ProgramLoader {
       uint64_t size = std::max<uint64_t>(d->byteSize(), 1);
       uint64_t align = d->align ? d->align : std::max<uint32_t>(ptx::typeSize(d->type), 1);
       align = std::min<uint64_t>(std::bit_ceil(align), 4096);
-      Result<uint64_t> addr = memory.allocate(d->name, size, align);
+      Result<uint64_t> addr = memory.allocate(d->name, size, align, d->managed);
       if (!addr.isOk()) {
         return Status(Code::kResourceExhausted,
                       fmt::format("allocating {} bytes for {}: {}", size, d->name,
@@ -220,7 +220,7 @@ class EngineLoader final : public ProgramLoader {
       }
       addresses[d->name] = *addr;
       decls.push_back(d);
-      program->globals_.push_back({d->name, *addr, static_cast<size_t>(size)});
+      program->globals_.push_back({d->name, *addr, static_cast<size_t>(size), d->managed});
     }
     for (const ptx::VarDecl* d : decls) {
       uint64_t size = std::max<uint64_t>(d->byteSize(), 1);

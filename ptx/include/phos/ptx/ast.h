@@ -262,6 +262,7 @@ std::string_view name(Linkage v);
 //   .reg .b32 %r<12>;          (name "%r", rangeCount 12: %r0..%r11)
 //   .global .align 1 .b8 $str[10] = {104, 105, ...};
 //   .param .u64 .ptr .global .align 8 p   (kernel pointer-parameter attributes)
+//   .global .attribute(.managed) .align 4 .u32 counter;   (a __managed__ variable)
 struct VarDecl {
   StateSpace space = StateSpace::kNone;
   Linkage linkage = Linkage::kNone;
@@ -278,6 +279,9 @@ struct VarDecl {
   bool isPtr = false;
   StateSpace ptrSpace = StateSpace::kNone;
   uint32_t ptrAlign = 0;
+  // .attribute(.managed): a .global variable in unified memory, which the
+  // host may use too (cuLibraryGetManaged).
+  bool managed = false;
   uint32_t line = 0;  // not compared
 
   // Total bytes of the declared object (element size x vector x dims); 0 if unsized.
@@ -287,7 +291,8 @@ struct VarDecl {
     return a.space == b.space && a.linkage == b.linkage && a.align == b.align &&
            a.vectorWidth == b.vectorWidth && a.type == b.type && a.name == b.name &&
            a.rangeCount == b.rangeCount && a.dims == b.dims && a.init == b.init &&
-           a.isPtr == b.isPtr && a.ptrSpace == b.ptrSpace && a.ptrAlign == b.ptrAlign;
+           a.isPtr == b.isPtr && a.ptrSpace == b.ptrSpace && a.ptrAlign == b.ptrAlign &&
+           a.managed == b.managed;
   }
 };
 

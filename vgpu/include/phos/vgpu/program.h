@@ -60,6 +60,7 @@ struct GlobalInfo {
   std::string name;
   std::uint64_t address = 0;
   std::size_t size = 0;
+  bool managed = false;  // a __managed__ variable (cuLibraryGetManaged)
 };
 
 // Device memory of the context a module is loaded into, for the loader.
@@ -67,9 +68,11 @@ class DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;
   // Allocates the module variable `name`: `bytes` (> 0) aligned to `alignment`
-  // (a power of two <= 4096). The allocation belongs to the module and is
-  // released when it is unloaded.
-  virtual Result<std::uint64_t> allocate(std::string_view name, std::size_t bytes, std::size_t alignment) = 0;
+  // (a power of two <= 4096); `managed`: in managed memory (a __managed__
+  // variable). The allocation belongs to the module and is released when it
+  // is unloaded.
+  virtual Result<std::uint64_t> allocate(std::string_view name, std::size_t bytes,
+                                         std::size_t alignment, bool managed) = 0;
   // Copies host bytes to an address inside an allocation of this context.
   virtual Status write(std::uint64_t address, std::span<const std::byte> bytes) = 0;
   // The CUdevice ordinal and its compute capability (major * 10 + minor).

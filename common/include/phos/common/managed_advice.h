@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Managed memory's advice (cuMemAdvise) and prefetch locations
 // (cuMemPrefetchAsync), page by page, as cuMemRangeGetAttribute reports them.
-// vgpu's managed memory is device memory of the allocating context's device
-// that every context may use and the host may dereference (vgpu's device
-// memory is this process's memory): the data never moves, so advice and
-// prefetches change nothing but what these queries answer.
+// Neither vgpu nor PhOS moves managed memory between processors: vgpu's is
+// memory of its own process that every device reads in place, PhOS's is
+// shared host memory mapped in the application and registered with the driver
+// (docs/remoting.md). Advice and prefetches change nothing but what these
+// queries answer, so one model serves both: vgpu's driver and libphos.so,
+// which answers the queries in the application.
 #pragma once
 
 #include <cuda.h>
@@ -18,16 +20,16 @@
 
 #include "phos/common/status.h"
 
-namespace phos::vgpu {
+namespace phos {
 
-class ManagedMemory {
+class ManagedAdvice {
  public:
   void add(std::uint64_t base, std::size_t bytes);
   void remove(std::uint64_t base);
 
   // cuMemAdvise: the range, rounded out to whole pages, must lie in one
   // managed allocation; `where` is checked as the advice requires (a device
-  // below `devices`: all of vgpu's have concurrent managed access).
+  // below `devices`: every device is taken to have concurrent managed access).
   Status advise(std::uint64_t address, std::size_t bytes, CUmem_advise advice, CUmemLocation where,
                 int devices);
   // cuMemPrefetchAsync: records `where` as the pages' last prefetch location.
@@ -36,6 +38,11 @@ class ManagedMemory {
   // (`dataSize` bytes, as the documentation sizes each attribute).
   Status attribute(CUmem_range_attribute attribute, std::uint64_t address, std::size_t bytes,
                    void* data, std::size_t dataSize, int devices) const;
+
+  // The CUresult a failure of the calls above stands for (its message starts
+  // with the result's name too): CUDA_ERROR_INVALID_DEVICE for a device that
+  // does not exist, CUDA_ERROR_INVALID_VALUE for everything else.
+  static CUresult resultOf(const Status& status);
 
  private:
   struct Page {
@@ -46,8 +53,8 @@ class ManagedMemory {
   };
   static constexpr unsigned kHostBit = 63;
 
-  // The pages of [address, address+bytes), rounded out; kInvalidValue
-  // outside managed memory.
+  // The pages of [address, address+bytes), rounded out; an error outside
+  // managed memory.
   Result<std::span<Page>> pages(std::uint64_t address, std::size_t bytes);
   Result<std::span<const Page>> pages(std::uint64_t address, std::size_t bytes) const;
   // `where` as a page keeps it (HOST_NUMA_CURRENT is node 0), or an error
@@ -62,4 +69,4 @@ class ManagedMemory {
   std::map<std::uint64_t, Range> ranges_;  // by base
 };
 
-}  // namespace phos::vgpu
+}  // namespace phos

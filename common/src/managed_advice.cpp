@@ -1,31 +1,57 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "managed_memory.h"
+#include "phos/common/managed_advice.h"
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <utility>
 
-#include "address_space.h"
-#include "cu_status.h"
+namespace phos {
 
-namespace phos::vgpu {
+namespace {
 
-void ManagedMemory::add(std::uint64_t base, std::size_t bytes) {
-  std::lock_guard lock(mutex_);
-  ranges_[base] = Range{bytes, std::vector<Page>((bytes + kPageSize - 1) / kPageSize)};
+// The CPU page size: "rounded down and rounded up respectively to be aligned
+// to CPU page size".
+std::size_t pageSize() {
+  static const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  return page;
 }
 
-void ManagedMemory::remove(std::uint64_t base) {
+// A failure as cuda.h names it: resultOf() reads the code back.
+template <typename... Args>
+Status invalidValue(fmt::format_string<Args...> f, Args&&... args) {
+  return Status(Code::kInvalidArgument,
+                "CUDA_ERROR_INVALID_VALUE: " + fmt::format(f, std::forward<Args>(args)...));
+}
+Status invalidDevice(int device) {
+  return Status(Code::kOutOfRange,
+                fmt::format("CUDA_ERROR_INVALID_DEVICE: device {} does not exist", device));
+}
+
+}  // namespace
+
+CUresult ManagedAdvice::resultOf(const Status& status) {
+  if (status.isOk()) return CUDA_SUCCESS;
+  return status.code() == Code::kOutOfRange ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_INVALID_VALUE;
+}
+
+void ManagedAdvice::add(std::uint64_t base, std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  ranges_[base] = Range{bytes, std::vector<Page>((bytes + pageSize() - 1) / pageSize())};
+}
+
+void ManagedAdvice::remove(std::uint64_t base) {
   std::lock_guard lock(mutex_);
   ranges_.erase(base);
 }
 
-Result<std::span<const ManagedMemory::Page>> ManagedMemory::pages(std::uint64_t address,
+Result<std::span<const ManagedAdvice::Page>> ManagedAdvice::pages(std::uint64_t address,
                                                                   std::size_t bytes) const {
-  if (bytes == 0) return cuError(CUDA_ERROR_INVALID_VALUE, "the range is empty");
+  if (bytes == 0) return invalidValue("the range is empty");
   auto it = ranges_.upper_bound(address);
   if (it == ranges_.begin()) {
-    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not managed memory", address);
+    return invalidValue("0x{:x} is not managed memory", address);
   }
   --it;
   const std::uint64_t base = it->first;
@@ -33,26 +59,25 @@ Result<std::span<const ManagedMemory::Page>> ManagedMemory::pages(std::uint64_t 
   // down and rounded up respectively to be aligned to CPU page size".
   const std::size_t size = it->second.bytes;
   if (address - base >= size || bytes > size - (address - base)) {
-    return cuErrorf(CUDA_ERROR_INVALID_VALUE,
-                    "{} bytes at 0x{:x} are not inside one managed allocation", bytes, address);
+    return invalidValue("{} bytes at 0x{:x} are not inside one managed allocation", bytes, address);
   }
   const std::vector<Page>& all = it->second.pages;
-  const std::size_t first = (address - base) / kPageSize;
-  const std::size_t last = (address - base + bytes - 1) / kPageSize;
+  const std::size_t first = (address - base) / pageSize();
+  const std::size_t last = (address - base + bytes - 1) / pageSize();
   return std::span<const Page>(all).subspan(first, last - first + 1);
 }
 
-Result<std::span<ManagedMemory::Page>> ManagedMemory::pages(std::uint64_t address,
+Result<std::span<ManagedAdvice::Page>> ManagedAdvice::pages(std::uint64_t address,
                                                             std::size_t bytes) {
   ASSIGN_OR_RETURN(std::span<const Page> found, std::as_const(*this).pages(address, bytes));
   return std::span<Page>(const_cast<Page*>(found.data()), found.size());
 }
 
-Result<CUmemLocation> ManagedMemory::location(CUmemLocation where, bool numaAllowed, int devices) {
+Result<CUmemLocation> ManagedAdvice::location(CUmemLocation where, bool numaAllowed, int devices) {
   switch (where.type) {
     case CU_MEM_LOCATION_TYPE_DEVICE:
       if (where.id < 0 || where.id >= devices) {
-        return cuErrorf(CUDA_ERROR_INVALID_DEVICE, "device {} does not exist", where.id);
+        return invalidDevice(where.id);
       }
       return where;
     case CU_MEM_LOCATION_TYPE_HOST:
@@ -62,18 +87,17 @@ Result<CUmemLocation> ManagedMemory::location(CUmemLocation where, bool numaAllo
       if (!numaAllowed) break;
       // vgpu's host is one NUMA node, 0: the current thread's closest too.
       if (where.type == CU_MEM_LOCATION_TYPE_HOST_NUMA && where.id != 0) {
-        return cuErrorf(CUDA_ERROR_INVALID_VALUE,
-                        "host NUMA node {} does not exist (vgpu's host has node 0)", where.id);
+        return invalidValue("host NUMA node {} does not exist (the host is taken as one node, 0)",
+                            where.id);
       }
       return CUmemLocation{CU_MEM_LOCATION_TYPE_HOST_NUMA, 0};
     default:
       break;
   }
-  return cuErrorf(CUDA_ERROR_INVALID_VALUE, "location type {} is not valid here",
-                  static_cast<int>(where.type));
+  return invalidValue("location type {} is not valid here", static_cast<int>(where.type));
 }
 
-Status ManagedMemory::advise(std::uint64_t address, std::size_t bytes, CUmem_advise advice,
+Status ManagedAdvice::advise(std::uint64_t address, std::size_t bytes, CUmem_advise advice,
                              CUmemLocation where, int devices) {
   std::lock_guard lock(mutex_);
   ASSIGN_OR_RETURN(std::span<Page> range, pages(address, bytes));
@@ -103,10 +127,10 @@ Status ManagedMemory::advise(std::uint64_t address, std::size_t bytes, CUmem_adv
       return Status::ok();
     }
   }
-  return cuErrorf(CUDA_ERROR_INVALID_VALUE, "advice {} does not exist", static_cast<int>(advice));
+  return invalidValue("advice {} does not exist", static_cast<int>(advice));
 }
 
-Status ManagedMemory::prefetch(std::uint64_t address, std::size_t bytes, CUmemLocation where,
+Status ManagedAdvice::prefetch(std::uint64_t address, std::size_t bytes, CUmemLocation where,
                                int devices) {
   std::lock_guard lock(mutex_);
   ASSIGN_OR_RETURN(std::span<Page> range, pages(address, bytes));
@@ -147,16 +171,16 @@ int legacyDevice(const CUmemLocation& l) {
 
 }  // namespace
 
-Status ManagedMemory::attribute(CUmem_range_attribute attribute, std::uint64_t address,
+Status ManagedAdvice::attribute(CUmem_range_attribute attribute, std::uint64_t address,
                                 std::size_t bytes, void* data, std::size_t dataSize,
                                 int devices) const {
-  if (data == nullptr) return cuError(CUDA_ERROR_INVALID_VALUE, "data is null");
+  if (data == nullptr) return invalidValue("data is null");
   std::lock_guard lock(mutex_);
   ASSIGN_OR_RETURN(std::span<const Page> range, pages(address, bytes));
   auto put = [&](auto value) -> Status {
     if (dataSize != sizeof(value)) {
-      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "attribute {} takes {} bytes, not {}",
-                      static_cast<int>(attribute), sizeof(value), dataSize);
+      return invalidValue("attribute {} takes {} bytes, not {}", static_cast<int>(attribute),
+                          sizeof(value), dataSize);
     }
     std::memcpy(data, &value, sizeof(value));
     return Status::ok();
@@ -183,8 +207,7 @@ Status ManagedMemory::attribute(CUmem_range_attribute attribute, std::uint64_t a
       // "a non-zero multiple of 4": the processors with the advice on every
       // page, then CU_DEVICE_INVALID in the rest.
       if (dataSize == 0 || dataSize % sizeof(int) != 0) {
-        return cuErrorf(CUDA_ERROR_INVALID_VALUE, "{} bytes are not a non-zero multiple of 4",
-                        dataSize);
+        return invalidValue("{} bytes are not a non-zero multiple of 4", dataSize);
       }
       std::uint64_t all = ~std::uint64_t{0};
       for (const Page& p : range) all &= p.accessedBy;
@@ -198,8 +221,7 @@ Status ManagedMemory::attribute(CUmem_range_attribute attribute, std::uint64_t a
       return Status::ok();
     }
   }
-  return cuErrorf(CUDA_ERROR_INVALID_VALUE, "range attribute {} does not exist",
-                  static_cast<int>(attribute));
+  return invalidValue("range attribute {} does not exist", static_cast<int>(attribute));
 }
 
-}  // namespace phos::vgpu
+}  // namespace phos
