@@ -4,6 +4,8 @@
 // shim keeps of the session after a reply (context stacks, pinned mappings,
 // the host-call queue, JIT option answers: epilogues), and which calls need
 // not wait for phosd (posted).
+#include "phos/cuda_api/client_hooks.h"
+
 #include <cuda.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -20,10 +22,10 @@
 #include "api_trace.h"
 #include "client_call.h"
 #include "connection.h"
-#include "phos/common/unique_fd.h"
+#include "managed_memory.h"
 #include "phos/common/ipc/host_calls.h"
 #include "phos/common/log.h"
-#include "phos/cuda_api/client_hooks.h"
+#include "phos/common/unique_fd.h"
 #include "phos/export_tables/export_tables.h"
 
 namespace phos::shim {
@@ -52,11 +54,12 @@ std::optional<CUresult> hostBuffer(const void* host, size_t bytes) {
   return std::nullopt;
 }
 
-// ---- pinned host memory ----------------------------------------------------------
+// ---- pinned host memory and managed memory ---------------------------------------
 // phosd created a shared-memory file and mapped it; the shim maps it at the
 // same address, so the pointer means the same memory in both processes.
-CUresult mapPinned(CUresult result, uint64_t address, uint64_t mapped, std::string_view pathText, void** pp,
-                   size_t bytes) {
+// Managed memory is such memory too (docs/remoting.md), freed with cuMemFree.
+CUresult mapPinned(CUresult result, uint64_t address, uint64_t mapped, std::string_view pathText,
+                   void** pp, size_t bytes, bool managed = false) {
   if (result != CUDA_SUCCESS) return result;
   const std::string path(pathText);
   UniqueFd fd(open(path.c_str(), O_RDWR | O_CLOEXEC));
@@ -70,10 +73,15 @@ CUresult mapPinned(CUresult result, uint64_t address, uint64_t mapped, std::stri
     log::get("shim")->error("cannot map pinned memory {} at {:#x}: {}", path, address, std::strerror(errno));
     if (p != MAP_FAILED) munmap(p, mapped);
     trace::InternalCalls internal;
-    (void)::cuMemFreeHost(reinterpret_cast<void*>(address));
+    if (managed) {
+      (void)::cuMemFree(address);
+    } else {
+      (void)::cuMemFreeHost(reinterpret_cast<void*>(address));
+    }
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   conn().addPinned({address, bytes, mapped});
+  if (managed) managed::advice().add(address, bytes);
   *pp = p;
   return CUDA_SUCCESS;
 }
@@ -204,6 +212,9 @@ std::optional<CUresult> cuLaunchKernelEx(const CUlaunchConfig* config, CUfunctio
 
 std::optional<CUresult> cuMemAllocHost(void** pp, size_t bytes) { return pinnedChecks(pp, bytes); }
 std::optional<CUresult> cuMemHostAlloc(void** pp, size_t bytes, unsigned int) { return pinnedChecks(pp, bytes); }
+std::optional<CUresult> cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int) {
+  return pinnedChecks(reinterpret_cast<void**>(dptr), bytes);
+}
 
 std::optional<CUresult> cuMemcpyHtoD(CUdeviceptr, const void* src, size_t bytes) { return hostBuffer(src, bytes); }
 std::optional<CUresult> cuMemcpyHtoDAsync(CUdeviceptr, const void* src, size_t bytes, CUstream) {
@@ -302,6 +313,25 @@ CUresult cuMemHostAlloc(CUresult result, uint64_t address, uint64_t mapped, std:
 CUresult cuMemFreeHost(CUresult result, void* p) {
   if (result != CUDA_SUCCESS) return result;
   if (auto range = conn().removePinned(reinterpret_cast<uintptr_t>(p))) munmap(p, range->mapped);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemAllocManaged(CUresult result, uint64_t address, uint64_t mapped,
+                           std::string_view path, CUdeviceptr* dptr, size_t bytesize,
+                           unsigned int) {
+  void* p = nullptr;
+  CUresult r = mapPinned(result, address, mapped, path, &p, bytesize, true);
+  if (r == CUDA_SUCCESS) *dptr = reinterpret_cast<CUdeviceptr>(p);
+  return r;
+}
+
+// phosd frees only managed memory of what the shim maps with cuMemFree.
+CUresult cuMemFree(CUresult result, CUdeviceptr dptr) {
+  if (result != CUDA_SUCCESS) return result;
+  if (auto range = conn().removePinned(dptr)) {
+    munmap(reinterpret_cast<void*>(dptr), range->mapped);
+    managed::advice().remove(dptr);
+  }
   return CUDA_SUCCESS;
 }
 

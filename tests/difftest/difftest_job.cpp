@@ -8,8 +8,9 @@
 //
 // From the seed alone it plans and runs N steps of random operations:
 // allocations of random sizes (cuMemAlloc, cuMemAllocPitch, cuMemAllocAsync
-// and cuMemAllocFromPoolAsync with pools of its own, pinned host memory) and
-// their frees and reallocations; memsets of every width (1D, 2D, sync and
+// and cuMemAllocFromPoolAsync with pools of its own, pinned host memory,
+// cuMemAllocManaged, which the host also writes directly) and their frees and
+// reallocations; memsets of every width (1D, 2D, sync and
 // async); copies between host (pageable and pinned), device and module globals
 // (1D, 2D, async, unified cuMemcpy); kernels from modules of three image kinds
 // (PTX, a fatbin of SASS and zstd PTX, a PTX-only LZ4 fatbin) loaded by four
@@ -37,7 +38,8 @@
 // --features: a comma-separated list applied to the default set: NAME or +NAME
 // adds, -NAME removes, "all" and "none" reset, "default" restores. Features
 // (all on by default): pinned pools pitch threads events globals pointers
-// hostfns libraries reload launches streams elapsed ctx-limits func-attrs. The
+// hostfns libraries reload launches streams elapsed ctx-limits func-attrs
+// managed. The
 // last three are state PhOS restores since the draft of this job: events
 // recorded before a checkpoint (cuEventElapsedTime across a restore), context
 // limits and cache configuration, function attributes (cuFuncSetAttribute).
@@ -111,6 +113,7 @@ enum Feature : uint32_t {
   kElapsed = 1u << 12,
   kCtxLimits = 1u << 13,
   kFuncAttrs = 1u << 14,
+  kManaged = 1u << 15,
 };
 
 struct FeatureName {
@@ -119,11 +122,14 @@ struct FeatureName {
   bool byDefault;
 };
 constexpr FeatureName kFeatures[] = {
-    {"pinned", kPinned, true},       {"pools", kPools, true},          {"pitch", kPitch, true},
-    {"threads", kThreads, true},     {"events", kEvents, true},        {"globals", kGlobals, true},
-    {"pointers", kPointers, true},   {"hostfns", kHostFns, true},      {"libraries", kLibraries, true},
-    {"reload", kReload, true},       {"launches", kLaunches, true},    {"streams", kStreams, true},
-    {"elapsed", kElapsed, true},     {"ctx-limits", kCtxLimits, true},  {"func-attrs", kFuncAttrs, true},
+    {"pinned", kPinned, true},        {"pools", kPools, true},
+    {"pitch", kPitch, true},          {"threads", kThreads, true},
+    {"events", kEvents, true},        {"globals", kGlobals, true},
+    {"pointers", kPointers, true},    {"hostfns", kHostFns, true},
+    {"libraries", kLibraries, true},  {"reload", kReload, true},
+    {"launches", kLaunches, true},    {"streams", kStreams, true},
+    {"elapsed", kElapsed, true},      {"ctx-limits", kCtxLimits, true},
+    {"func-attrs", kFuncAttrs, true}, {"managed", kManaged, true},
 };
 
 uint32_t defaultFeatures() {
@@ -318,7 +324,7 @@ std::vector<char> readFile(const char* path) {
 
 // ---- the objects the program holds ----------------------------------------------------------
 
-enum class Kind { kDevice, kPitched, kAsync, kPool, kPinned, kTable };
+enum class Kind { kDevice, kPitched, kAsync, kPool, kPinned, kTable, kManaged };
 const char* kindName(Kind k) {
   switch (k) {
     case Kind::kDevice: return "device";
@@ -327,6 +333,8 @@ const char* kindName(Kind k) {
     case Kind::kPool: return "pool";
     case Kind::kPinned: return "pinned";
     case Kind::kTable: return "table";
+    case Kind::kManaged:
+      return "managed";
   }
   return "?";
 }
@@ -765,6 +773,11 @@ class Job {
         b.lastStream = s;
         break;
       }
+      case Kind::kManaged:
+        b.bytes = pickSize();
+        CHECK(cuMemAllocManaged(&b.dptr, b.bytes,
+                                rng_.chance(25) ? CU_MEM_ATTACH_HOST : CU_MEM_ATTACH_GLOBAL));
+        break;
       case Kind::kPinned: {
         b.bytes = rng_.range(1, 65536) * 4;
         static constexpr unsigned kFlags[] = {0, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_DEVICEMAP,
@@ -794,6 +807,13 @@ class Job {
     if (b.kind == Kind::kPinned) {
       auto* w = static_cast<unsigned*>(b.host);
       for (size_t i = 0; i < b.words(); ++i) w[i] = static_cast<unsigned>(i * 2654435761u) ^ static_cast<unsigned>(id);
+      return;
+    }
+    if (b.kind == Kind::kManaged && rng_.chance(40)) {
+      // By the host, through the pointer (nothing is pending on a new buffer).
+      auto* w = reinterpret_cast<unsigned char*>(b.dptr);
+      const unsigned char salt = static_cast<unsigned char>(rng_.next());
+      for (size_t i = 0; i < b.bytes; ++i) w[i] = static_cast<unsigned char>(salt + i * 13);
       return;
     }
     const uint64_t how = b.kind == Kind::kTable ? 0 : rng_.below(3);
@@ -874,6 +894,7 @@ class Job {
     }
     if (has(kPinned)) kinds.push_back(Kind::kPinned);
     if (has(kPointers)) kinds.push_back(Kind::kTable);
+    if (has(kManaged)) kinds.push_back(Kind::kManaged);
     return rng_.pick(kinds);
   }
 
@@ -944,7 +965,8 @@ class Job {
       void (Job::*run)();
     };
     std::vector<Choice> choices = {
-        {"alloc", liveCount() < kMaxBuffers && liveBytes() < kMaxLiveBytes ? 8u : 0u, &Job::opAlloc},
+        {"alloc", liveCount() < kMaxBuffers && liveBytes() < kMaxLiveBytes ? 8u : 0u,
+         &Job::opAlloc},
         {"free", liveCount() > 4 ? 5u : 0u, &Job::opFree},
         {"realloc", liveCount() > 2 ? 3u : 0u, &Job::opRealloc},
         {"memset", 12, &Job::opMemset},
@@ -968,6 +990,7 @@ class Job {
         {"elapsed", has(kElapsed) ? 2u : 0u, &Job::opElapsed},
         {"ctx-limits", has(kCtxLimits) ? 2u : 0u, &Job::opCtxLimits},
         {"func-attrs", has(kFuncAttrs) ? 2u : 0u, &Job::opFuncAttrs},
+        {"managed-host", has(kManaged) ? 3u : 0u, &Job::opManagedHost},
     };
     unsigned total = 0;
     for (const auto& c : choices) total += c.weight;
@@ -983,6 +1006,27 @@ class Job {
   }
 
   void opAlloc() { allocate(pickKind()); }
+
+  // The host reads and rewrites part of a managed buffer through its pointer,
+  // once the work that uses it is done: the words read go into the host's
+  // accumulator, and each is replaced by a mix of itself.
+  void opManagedHost() {
+    auto ids = live();
+    std::erase_if(
+        ids, [&](int i) { return buffers_[i].kind != Kind::kManaged || buffers_[i].words() < 1; });
+    if (ids.empty()) return;
+    Buffer& b = buffers_[rng_.pick(ids)];
+    const size_t first = rng_.below(b.words());
+    const size_t words = rng_.range(1, std::min<size_t>(b.words() - first, 4096));
+    trace("host rewrites managed %d at word %zu, %zu words", b.id, first, words);
+    hostWait({b.id});
+    auto* w = reinterpret_cast<unsigned*>(b.dptr) + first;
+    Hasher h;
+    h.word(hostAccumulator_);
+    h.bytes(w, words * 4);
+    hostAccumulator_ = h.value();
+    for (size_t i = 0; i < words; ++i) w[i] = w[i] * 2654435761u + static_cast<unsigned>(i);
+  }
 
   void opFree() {
     auto ids = live(false);

@@ -22,9 +22,10 @@ from test_concurrent_restore import restore as restore_with
 TIMEOUT = 120
 PROGRAMS = ["vector_add", "matmul_tiled", "streams_events", "symbols", "atomics_warp", "reduction",
             "printf_hostfunc", "train", "pools", "device_assert", "event_times", "shared_optin", "vector_add_shared",
-            "train_shared", "pipeline", "thrust_sort", "cg_partitions"]
+            "train_shared", "pipeline", "thrust_sort", "cg_partitions", "managed"]
 # Lines a program prints after its steps.
-TAIL_LINES = {"train": 1, "train_shared": 1, "pools": 3, "event_times": 1, "shared_optin": 1, "pipeline": 1}
+TAIL_LINES = {"train": 1, "train_shared": 1, "pools": 3, "event_times": 1, "shared_optin": 1, "pipeline": 1,
+              "managed": 1}
 STEPS = 14
 SLEEP_MS = 200
 
@@ -73,7 +74,8 @@ def reference(cudart_dir, env, name="train"):
     return out
 
 
-@pytest.mark.parametrize("name", ["train", "train_shared", "pools", "event_times", "shared_optin", "pipeline"])
+@pytest.mark.parametrize("name", ["train", "train_shared", "pools", "event_times", "shared_optin", "pipeline",
+                                  "managed"])
 def test_killed_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, name):
     """Stop-the-world: the job ends at the checkpoint; its restore finishes it exactly."""
     killed_and_restored(phos, phosd, train(cudart_dir, name), reference(cudart_dir, env, name), env, tmp_path, 4)
@@ -96,7 +98,8 @@ def killed_and_restored(phos, phosd, cmd, ref, env, tmp_path, line):
 
 @pytest.mark.parametrize("mode,name", [("cow", "train"), ("recopy", "train"), ("stop", "train"), ("cow", "pools"),
                                        ("recopy", "pools"), ("cow", "event_times"), ("recopy", "shared_optin"),
-                                       ("cow", "pipeline"), ("recopy", "pipeline")])
+                                       ("cow", "pipeline"), ("recopy", "pipeline"), ("cow", "managed"),
+                                       ("recopy", "managed")])
 def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, mode, name):
     """The job goes on to the uninterrupted end; the image restores to it as well."""
     ref = reference(cudart_dir, env, name)
@@ -116,7 +119,7 @@ def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path,
         job.stop()
 
 
-@pytest.mark.parametrize("eager,name", [(False, "train"), (True, "train"), (False, "pools")])
+@pytest.mark.parametrize("eager,name", [(False, "train"), (True, "train"), (False, "pools"), (False, "managed")])
 def test_restored_concurrently_or_eagerly(criu, phos, phosd, cudart_dir, env, tmp_path, eager, name):
     ref = reference(cudart_dir, env, name)
     job = Job(phos, phosd, train(cudart_dir, name), env, tmp_path)
@@ -130,6 +133,19 @@ def test_restored_concurrently_or_eagerly(criu, phos, phosd, cudart_dir, env, tm
     out, report, _ = restore_with(phos, phosd, tmp_path / "image", env, *(["--eager"] if eager else []))
     assert before + out == ref
     assert report["gpu_session"] is True
+
+
+def test_a_managed_variable_runs_on_vgpu_and_phos_names_what_it_does_not_serve(phos, phosd, cudart_dir, env):
+    """__managed__ variables: vgpu serves them (cuLibraryGetManaged); under PhOS
+    they live in phosd's driver, and the job is told which entry point is not
+    served before cudart leaves the variable's pointer null."""
+    assert run([cudart_dir / "managed_variable"], env) == "counter 165 weights 8 16 24 32 OK\n"
+    r = subprocess.run([str(phos), "run", "--runtime-dir", str(phosd.runtime_dir), "--",
+                        str(cudart_dir / "managed_variable")], env=env, capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert r.returncode != 0
+    assert "cuLibraryGetManaged is not supported by PhOS (managed variables of modules live in the driver's " \
+           "module memory in phosd" in r.stderr, r.stderr
 
 
 def test_image_names_every_global_of_the_fatbin(criu, phos, phosd, cudart_dir, env, tmp_path):

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <memory>
 #include <optional>
 
 #include "phos/cuda_api/server_hooks.h"
@@ -15,6 +17,68 @@
 
 namespace phos::daemon::hooks {
 namespace {
+
+// Managed memory is pinned host memory to the driver (memory.cpp), though the
+// application names it as device memory: copies of it go through the
+// driver's unified copy, which takes host memory on either side. Sets of
+// pinned or managed memory run on the host in stream order (the driver's
+// sets take device memory).
+bool isManaged(const Session& s, uint64_t p) {
+  const PinnedRange* r = s.findPinned(p);
+  return r != nullptr && r->managed;
+}
+
+CUresult copyToDevice(ServerCall& c, CUdeviceptr dst, const void* src, size_t bytes,
+                      CUstream stream) {
+  if (isManaged(c.session(), dst)) {
+    return PHOS_DRIVER(c.driverTable(), MemcpyAsync)(dst, reinterpret_cast<CUdeviceptr>(src), bytes,
+                                                     stream);
+  }
+  return PHOS_DRIVER(c.driverTable(), MemcpyHtoDAsync_v2)(dst, src, bytes, stream);
+}
+
+CUresult copyFromDevice(ServerCall& c, void* dst, CUdeviceptr src, size_t bytes, CUstream stream) {
+  if (isManaged(c.session(), src)) {
+    return PHOS_DRIVER(c.driverTable(), MemcpyAsync)(reinterpret_cast<CUdeviceptr>(dst), src, bytes,
+                                                     stream);
+  }
+  return PHOS_DRIVER(c.driverTable(), MemcpyDtoHAsync_v2)(dst, src, bytes, stream);
+}
+
+// The memory type the driver is given for a side of a 2D or 3D copy.
+CUmemorytype driverType(const Session& s, CUmemorytype type, CUdeviceptr device) {
+  return type == CU_MEMORYTYPE_DEVICE && isManaged(s, device) ? CU_MEMORYTYPE_UNIFIED : type;
+}
+
+// A set of managed memory: rows of `width` elements, `pitch` bytes apart.
+struct HostSet {
+  uint64_t dst;
+  size_t pitch;
+  uint32_t value;
+  unsigned elementBytes;
+  size_t width;
+  size_t height;
+};
+
+void CUDA_CB runHostSet(void* data) {
+  std::unique_ptr<HostSet> set(static_cast<HostSet*>(data));
+  for (size_t y = 0; y < set->height; ++y) {
+    auto* row = reinterpret_cast<std::byte*>(set->dst + y * set->pitch);
+    for (size_t x = 0; x < set->width; ++x)
+      std::memcpy(row + x * set->elementBytes, &set->value, set->elementBytes);
+  }
+}
+
+// "The synchronous memset functions are asynchronous with respect to the
+// host except when the target is pinned host memory or a Unified Memory
+// region, in which case they are fully synchronous."
+CUresult setOnHost(ServerCall& c, HostSet set, CUstream stream, bool synchronous) {
+  auto owned = std::make_unique<HostSet>(set);
+  CUresult r = PHOS_DRIVER(c.driverTable(), LaunchHostFunc)(stream, runHostSet, owned.get());
+  if (r != CUDA_SUCCESS) return r;
+  (void)owned.release();  // runHostSet's now
+  return synchronous ? PHOS_DRIVER(c.driverTable(), StreamSynchronize)(stream) : CUDA_SUCCESS;
+}
 
 // Copies between the application's pageable memory and device memory go
 // through the current context's two staging buffers, pipelined: while the
@@ -64,7 +128,7 @@ CUresult copyFromApplication(ServerCall& c, CUdeviceptr dst, uint64_t src, uint6
     size_t n = static_cast<size_t>(std::min<uint64_t>(bytes - done, st->bytes));
     if (CUresult r = copy.acquire(k); r != CUDA_SUCCESS) return r;
     if (!s.readApplication(src + done, st->buffers[k], n).isOk()) return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = PHOS_DRIVER(c.driverTable(), MemcpyHtoDAsync_v2)(dst + done, st->buffers[k], n, stream);
+    CUresult r = copyToDevice(c, dst + done, st->buffers[k], n, stream);
     if (r == CUDA_SUCCESS) r = copy.release(k);
     if (r != CUDA_SUCCESS) return r;
   }
@@ -80,7 +144,7 @@ CUresult copyToApplication(ServerCall& c, uint64_t dst, CUdeviceptr src, uint64_
   auto enqueue = [&](uint64_t i) {
     const uint64_t off = i * st->bytes;
     const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes - off, st->bytes));
-    CUresult r = PHOS_DRIVER(c.driverTable(), MemcpyDtoHAsync_v2)(st->buffers[i % 2], src + off, n, stream);
+    CUresult r = copyFromDevice(c, st->buffers[i % 2], src + off, n, stream);
     return r == CUDA_SUCCESS ? copy.release(static_cast<int>(i % 2)) : r;
   };
   if (chunks > 0) {
@@ -155,8 +219,7 @@ CUresult copyFromLane(ServerCall& c, const ipc::TransferLane& lane, CUdeviceptr 
       return copyFromApplication(c, dst + off, src + off, bytes - off, stream);
     }
     CUresult r = laneChunk(copy, [&] {
-      return PHOS_DRIVER(c.driverTable(), MemcpyHtoDAsync_v2)(dst + off, lane.buffer(i), lane.chunkBytes(bytes, i),
-                                                              stream);
+      return copyToDevice(c, dst + off, lane.buffer(i), lane.chunkBytes(bytes, i), stream);
     });
     if (r != CUDA_SUCCESS) return r;
     ipc::publish(lane.words->consumed, static_cast<uint32_t>(i + 1));
@@ -193,8 +256,7 @@ CUresult copyToLane(ServerCall& c, const ipc::TransferLane& lane, uint64_t dst, 
     if (i == chunks) break;
     const uint64_t off = i * lane.bufferBytes;
     CUresult r = laneChunk(copy, [&] {
-      return PHOS_DRIVER(c.driverTable(), MemcpyDtoHAsync_v2)(lane.buffer(i), src + off, lane.chunkBytes(bytes, i),
-                                                              stream);
+      return copyFromDevice(c, lane.buffer(i), src + off, lane.chunkBytes(bytes, i), stream);
     });
     if (r != CUDA_SUCCESS) return r;
     ipc::publish(lane.words->produced, static_cast<uint32_t>(i + 1));
@@ -267,8 +329,7 @@ CUresult hostToDevice(ServerCall& c, CUdeviceptr dst, uint64_t src, size_t bytes
   TransferScope transfer(c.session(), async, s);
   if (c.session().ownsRange(src, bytes)) {
     // Pinned memory: the same address in phosd.
-    return finish(c, PHOS_DRIVER(c.driverTable(), MemcpyHtoDAsync_v2)(dst, reinterpret_cast<void*>(src), bytes, s),
-                  async, s);
+    return finish(c, copyToDevice(c, dst, reinterpret_cast<void*>(src), bytes, s), async, s);
   }
   if (auto lane = c.lane(); lane && lane->carries(bytes)) return copyFromLane(c, *lane, dst, src, bytes, s);
   return copyFromApplication(c, dst, src, bytes, s);
@@ -280,8 +341,7 @@ CUresult deviceToHost(ServerCall& c, uint64_t dst, CUdeviceptr src, size_t bytes
   passCopyGate(c.session(), dst, src, bytes);
   TransferScope transfer(c.session(), async, s);
   if (c.session().ownsRange(dst, bytes)) {
-    return finish(c, PHOS_DRIVER(c.driverTable(), MemcpyDtoHAsync_v2)(reinterpret_cast<void*>(dst), src, bytes, s),
-                  async, s);
+    return finish(c, copyFromDevice(c, reinterpret_cast<void*>(dst), src, bytes, s), async, s);
   }
   if (auto lane = c.lane(); lane && lane->carries(bytes)) return copyToLane(c, *lane, dst, src, bytes, s);
   return copyToApplication(c, dst, src, bytes, s);
@@ -315,10 +375,14 @@ CUresult unifiedCopy(ServerCall& c, CUdeviceptr dst, CUdeviceptr src, size_t byt
 // memory: the synchronous variants only differ in their stream (the default
 // stream of the variant, legacy or the calling thread's).
 template <typename T>
-CUresult memset(ServerCall& c, CUdeviceptr dst, T value, size_t count, CUstream s) {
+CUresult memset(ServerCall& c, CUdeviceptr dst, T value, size_t count, CUstream s,
+                bool synchronous) {
   if (count > (~0ull) / sizeof(T)) return CUDA_ERROR_INVALID_VALUE;
   if (!c.checkDeviceRange(dst, count * sizeof(T))) return CUDA_ERROR_INVALID_VALUE;
   c.session().passGate({.writes = {{dst, count * sizeof(T)}}, .overwrites = true});
+  if (c.session().findPinned(dst) != nullptr) {
+    return setOnHost(c, {dst, count * sizeof(T), value, sizeof(T), count, 1}, s, synchronous);
+  }
   if constexpr (sizeof(T) == 1) return PHOS_DRIVER(c.driverTable(), MemsetD8Async)(dst, value, count, s);
   if constexpr (sizeof(T) == 2) return PHOS_DRIVER(c.driverTable(), MemsetD16Async)(dst, value, count, s);
   if constexpr (sizeof(T) == 4) return PHOS_DRIVER(c.driverTable(), MemsetD32Async)(dst, value, count, s);
@@ -327,7 +391,8 @@ CUresult memset(ServerCall& c, CUdeviceptr dst, T value, size_t count, CUstream 
 // Every row must lie in one allocation of the session: the last one ends
 // pitch * (height - 1) + width * element bytes after dst.
 template <typename T>
-CUresult memset2D(ServerCall& c, CUdeviceptr dst, size_t pitch, T value, size_t width, size_t height, CUstream s) {
+CUresult memset2D(ServerCall& c, CUdeviceptr dst, size_t pitch, T value, size_t width,
+                  size_t height, CUstream s, bool synchronous) {
   const uint64_t kMax = ~0ull;
   if (width > kMax / sizeof(T)) return CUDA_ERROR_INVALID_VALUE;
   const uint64_t row = width * sizeof(T);
@@ -337,6 +402,9 @@ CUresult memset2D(ServerCall& c, CUdeviceptr dst, size_t pitch, T value, size_t 
   // The rows and the gaps between them, which are not written: the span is
   // overwritten only when there are no gaps.
   c.session().passGate({.writes = {{dst, extent}}, .overwrites = height <= 1 || pitch == row});
+  if (c.session().findPinned(dst) != nullptr) {
+    return setOnHost(c, {dst, pitch, value, sizeof(T), width, height}, s, synchronous);
+  }
   if constexpr (sizeof(T) == 1) {
     return PHOS_DRIVER(c.driverTable(), MemsetD2D8Async)(dst, pitch, value, width, height, s);
   }
@@ -456,8 +524,11 @@ CUresult copy2D(ServerCall& c, const CUDA_MEMCPY2D& p, CUstream s, bool async) {
   };
   RowSide src = side(p.srcMemoryType, p.srcHost, p.srcDevice, p.srcXInBytes, p.srcY, p.srcPitch);
   RowSide dst = side(p.dstMemoryType, p.dstHost, p.dstDevice, p.dstXInBytes, p.dstY, p.dstPitch);
+  CUDA_MEMCPY2D asked = p;
+  asked.srcMemoryType = driverType(c.session(), p.srcMemoryType, p.srcDevice);
+  asked.dstMemoryType = driverType(c.session(), p.dstMemoryType, p.dstDevice);
   return rowCopy(c, src, dst, p.WidthInBytes, p.Height, 1, s, async,
-                 [&] { return PHOS_DRIVER(c.driverTable(), Memcpy2DAsync_v2)(&p, s); });
+                 [&] { return PHOS_DRIVER(c.driverTable(), Memcpy2DAsync_v2)(&asked, s); });
 }
 
 CUresult copy3D(ServerCall& c, const CUDA_MEMCPY3D& p, CUstream s, bool async) {
@@ -480,8 +551,11 @@ CUresult copy3D(ServerCall& c, const CUDA_MEMCPY3D& p, CUstream s, bool async) {
   };
   RowSide src = side(p.srcMemoryType, p.srcHost, p.srcDevice, p.srcXInBytes, p.srcY, p.srcZ, p.srcPitch, p.srcHeight);
   RowSide dst = side(p.dstMemoryType, p.dstHost, p.dstDevice, p.dstXInBytes, p.dstY, p.dstZ, p.dstPitch, p.dstHeight);
+  CUDA_MEMCPY3D asked = p;
+  asked.srcMemoryType = driverType(c.session(), p.srcMemoryType, p.srcDevice);
+  asked.dstMemoryType = driverType(c.session(), p.dstMemoryType, p.dstDevice);
   return rowCopy(c, src, dst, p.WidthInBytes, p.Height, p.Depth, s, async,
-                 [&] { return PHOS_DRIVER(c.driverTable(), Memcpy3DAsync_v2)(&p, s); });
+                 [&] { return PHOS_DRIVER(c.driverTable(), Memcpy3DAsync_v2)(&asked, s); });
 }
 
 }  // namespace
@@ -540,29 +614,31 @@ CUresult cuMemcpyPeerAsync(ServerCall& c, CUdeviceptr dst, Handle<CUcontext> dst
 }
 
 // ---- sets ---------------------------------------------------------------------------
-#define PHOS_MEMSET_HOOKS(Name, T)                                                                   \
-  CUresult Name(ServerCall& c, CUdeviceptr dst, T value, size_t count) {                              \
-    CUstream s{};                                                                                     \
-    if (CUresult r = defaultStream(c, &s); r != CUDA_SUCCESS) return r;                               \
-    return memset<T>(c, dst, value, count, s);                                                        \
-  }                                                                                                   \
-  CUresult Name##Async(ServerCall& c, CUdeviceptr dst, T value, size_t count, Handle<CUstream> s) {   \
-    return memset<T>(c, dst, value, count, s.real);                                                   \
+#define PHOS_MEMSET_HOOKS(Name, T)                                            \
+  CUresult Name(ServerCall& c, CUdeviceptr dst, T value, size_t count) {      \
+    CUstream s{};                                                             \
+    if (CUresult r = defaultStream(c, &s); r != CUDA_SUCCESS) return r;       \
+    return memset<T>(c, dst, value, count, s, true);                          \
+  }                                                                           \
+  CUresult Name##Async(ServerCall& c, CUdeviceptr dst, T value, size_t count, \
+                       Handle<CUstream> s) {                                  \
+    return memset<T>(c, dst, value, count, s.real, false);                    \
   }
 PHOS_MEMSET_HOOKS(cuMemsetD8, unsigned char)
 PHOS_MEMSET_HOOKS(cuMemsetD16, unsigned short)
 PHOS_MEMSET_HOOKS(cuMemsetD32, unsigned int)
 #undef PHOS_MEMSET_HOOKS
 
-#define PHOS_MEMSET2D_HOOKS(Name, T)                                                                              \
-  CUresult Name(ServerCall& c, CUdeviceptr dst, size_t pitch, T value, size_t width, size_t height) {             \
-    CUstream s{};                                                                                                 \
-    if (CUresult r = defaultStream(c, &s); r != CUDA_SUCCESS) return r;                                           \
-    return memset2D<T>(c, dst, pitch, value, width, height, s);                                                   \
-  }                                                                                                               \
-  CUresult Name##Async(ServerCall& c, CUdeviceptr dst, size_t pitch, T value, size_t width, size_t height,        \
-                       Handle<CUstream> s) {                                                                      \
-    return memset2D<T>(c, dst, pitch, value, width, height, s.real);                                              \
+#define PHOS_MEMSET2D_HOOKS(Name, T)                                                        \
+  CUresult Name(ServerCall& c, CUdeviceptr dst, size_t pitch, T value, size_t width,        \
+                size_t height) {                                                            \
+    CUstream s{};                                                                           \
+    if (CUresult r = defaultStream(c, &s); r != CUDA_SUCCESS) return r;                     \
+    return memset2D<T>(c, dst, pitch, value, width, height, s, true);                       \
+  }                                                                                         \
+  CUresult Name##Async(ServerCall& c, CUdeviceptr dst, size_t pitch, T value, size_t width, \
+                       size_t height, Handle<CUstream> s) {                                 \
+    return memset2D<T>(c, dst, pitch, value, width, height, s.real, false);                 \
   }
 PHOS_MEMSET2D_HOOKS(cuMemsetD2D8, unsigned char)
 PHOS_MEMSET2D_HOOKS(cuMemsetD2D16, unsigned short)

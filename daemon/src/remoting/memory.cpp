@@ -20,18 +20,17 @@ void passFreeGate(Session& s, uint64_t address) {
   if (a != nullptr && a->address == address) s.passGate({.writes = {{a->address, a->bytes}}, .ends = true});
 }
 
-CUresult hostAlloc(ServerCall& c, size_t bytes, unsigned flags, uint64_t* address, uint64_t* mapped,
-                   std::string* path) {
-  const unsigned known = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
-  if ((flags & ~known) != 0 || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+// A range of pinned memory (managed: cuMemAllocManaged's), registered with the
+// driver so that copies from it are asynchronous and kernels may use it (it
+// is mapped: unified addressing).
+CUresult pinnedAlloc(ServerCall& c, size_t bytes, unsigned flags, bool managed, uint64_t* address,
+                     uint64_t* mapped, std::string* path) {
   if (c.session().currentContext() == 0) return CUDA_ERROR_INVALID_CONTEXT;
-  auto range = c.session().createPinned(bytes, flags);
+  auto range = c.session().createPinned(bytes, flags, managed);
   if (!range.isOk()) {
     log::get("daemon")->warn("session {}: {}", c.session().id(), range.status().message());
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  // Registered with the driver so that copies from it are asynchronous and
-  // kernels may use it (it is mapped: unified addressing).
   CUresult r = PHOS_DRIVER(c.driverTable(), MemHostRegister_v2)(reinterpret_cast<void*>(range->address), range->mapped,
                                                                 CU_MEMHOSTREGISTER_PORTABLE |
                                                                     CU_MEMHOSTREGISTER_DEVICEMAP);
@@ -43,6 +42,29 @@ CUresult hostAlloc(ServerCall& c, size_t bytes, unsigned flags, uint64_t* addres
   *mapped = range->mapped;
   *path = range->path;
   return CUDA_SUCCESS;
+}
+
+CUresult hostAlloc(ServerCall& c, size_t bytes, unsigned flags, uint64_t* address, uint64_t* mapped,
+                   std::string* path) {
+  const unsigned known =
+      CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+  if ((flags & ~known) != 0 || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  return pinnedAlloc(c, bytes, flags, false, address, mapped, path);
+}
+
+// Pinned memory of the session that cuMemAllocHost or cuMemHostAlloc made
+// (not managed memory, which answers as device memory).
+const PinnedRange* hostAllocated(Session& s, uint64_t p) {
+  const PinnedRange* range = s.findPinned(p);
+  return range != nullptr && !range->managed ? range : nullptr;
+}
+
+// The managed allocation [p, p+bytes) lies in, or null.
+const PinnedRange* managedRange(Session& s, uint64_t p, size_t bytes) {
+  const PinnedRange* range = s.findPinned(p);
+  if (range == nullptr || !range->managed || bytes > range->bytes - (p - range->address))
+    return nullptr;
+  return range;
 }
 
 // The size of a pointer attribute's value as the driver writes it (0: no such attribute).
@@ -115,10 +137,41 @@ bool heapAllocationAttribute(const Allocation& a, CUpointer_attribute attribute,
   }
 }
 
+// Managed memory is pinned memory to the driver, but the application
+// allocated it with cuMemAllocManaged: it answers as managed memory does
+// (device memory, managed, its range the size asked for, at the same address
+// for host and device).
+bool managedAttribute(const PinnedRange& r, CUpointer_attribute attribute, std::byte* value) {
+  auto put = [&](auto v) { std::memcpy(value, &v, sizeof(v)); };
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      put(static_cast<unsigned int>(CU_MEMORYTYPE_DEVICE));
+      return true;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+      put(1);
+      return true;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      put(static_cast<CUdeviceptr>(r.address));
+      return true;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      put(r.bytes);
+      return true;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+      put(0);
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Driver objects in a value become what the application may hold.
 void virtualizePointerAttribute(Session& s, CUpointer_attribute attribute, std::byte* value, CUdeviceptr p) {
   if (const Allocation* a = s.memory().find(p); a != nullptr && a->module == nullptr) {
     if (heapAllocationAttribute(*a, attribute, value)) return;
+  }
+  if (const PinnedRange* r = s.findPinned(p); r != nullptr && r->managed) {
+    if (managedAttribute(*r, attribute, value)) return;
   }
   if (attribute == CU_POINTER_ATTRIBUTE_CONTEXT) {
     CUcontext real{};
@@ -171,6 +224,11 @@ CUresult cuMemAllocPitch(ServerCall& c, CUdeviceptr* dptr, size_t* pPitch, size_
 CUresult cuMemFree(ServerCall& c, CUdeviceptr dptr) {
   // "If dptr is 0, no operation is performed" (as cudaFree(0)).
   if (dptr == 0) return CUDA_SUCCESS;
+  if (const PinnedRange* range = c.session().findPinned(dptr); range != nullptr && range->managed) {
+    if (range->address != dptr) return CUDA_ERROR_INVALID_VALUE;
+    c.session().unregisterPinned(*range);
+    return c.session().freePinned(dptr).isOk() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  }
   passFreeGate(c.session(), dptr);
   c.session().memoryPools().forget(c.session(), dptr);  // a pool's allocation freed synchronously
   return c.session().freeDevice(dptr);
@@ -448,7 +506,7 @@ CUresult cuMemHostAlloc(ServerCall& c, size_t bytesize, unsigned int flags, uint
 
 CUresult cuMemFreeHost(ServerCall& c, uint64_t p) {
   if (p == 0) return CUDA_SUCCESS;  // free(NULL) semantics, as NVIDIA's driver
-  const PinnedRange* range = c.session().findPinned(p);
+  const PinnedRange* range = hostAllocated(c.session(), p);
   if (range == nullptr || range->address != p) return CUDA_ERROR_INVALID_VALUE;
   // Work that still reads it must finish first (as cuMemFreeHost does).
   PHOS_DRIVER(c.driverTable(), CtxSynchronize)();
@@ -458,13 +516,14 @@ CUresult cuMemFreeHost(ServerCall& c, uint64_t p) {
 }
 
 CUresult cuMemHostGetDevicePointer(ServerCall& c, CUdeviceptr* pdptr, uint64_t p, unsigned int flags) {
-  if (pdptr == nullptr || flags != 0 || c.session().findPinned(p) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (pdptr == nullptr || flags != 0 || hostAllocated(c.session(), p) == nullptr)
+    return CUDA_ERROR_INVALID_VALUE;
   return PHOS_DRIVER(c.driverTable(), MemHostGetDevicePointer_v2)(pdptr, reinterpret_cast<void*>(p), 0);
 }
 
 CUresult cuMemHostGetFlags(ServerCall& c, unsigned int* pFlags, uint64_t p) {
   if (pFlags == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  const PinnedRange* range = c.session().findPinned(p);
+  const PinnedRange* range = hostAllocated(c.session(), p);
   if (range == nullptr) return CUDA_ERROR_INVALID_VALUE;
   // With unified addressing every page-locked allocation is mapped: the
   // driver reports DEVICEMAP whether or not it was asked for.
@@ -472,18 +531,69 @@ CUresult cuMemHostGetFlags(ServerCall& c, unsigned int* pFlags, uint64_t p) {
   return CUDA_SUCCESS;
 }
 
-// Managed memory (cuMemAllocManaged) is not served yet (docs/remoting.md): a
-// program that asks whether the device has it is told no, and takes the path
-// it has for such devices, rather than fail at its first managed allocation.
+// ---- managed memory -----------------------------------------------------------------
+// Served as pinned memory (docs/remoting.md): shared host memory mapped in the
+// application and registered with the driver, which every device reads in
+// place and the host may use while kernels run. The shim keeps the advice and
+// prefetch locations (phos/common/managed_advice.h).
+
+CUresult cuMemAllocManaged(ServerCall& c, size_t bytesize, unsigned int flags, uint64_t* address,
+                           uint64_t* mapped, std::string* path) {
+  if (bytesize == 0 || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return pinnedAlloc(c, bytesize, flags, true, address, mapped, path);
+}
+
+// "Prefetches memory to the specified destination location": the memory is
+// where every processor reads it already, so nothing is enqueued; the shim
+// records the location (its epilogue) once the range and stream are checked.
+CUresult cuMemPrefetchAsync(ServerCall& c, CUdeviceptr devPtr, size_t count, CUmemLocation,
+                            unsigned int flags, Handle<CUstream>) {
+  if (flags != 0 || count == 0 || managedRange(c.session(), devPtr, count) == nullptr)
+    return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+// The legacy form: a device ordinal, or CU_DEVICE_CPU for the host.
+CUresult cuMemPrefetchAsync(ServerCall& c, CUdeviceptr devPtr, size_t count, CUdevice,
+                            Handle<CUstream> hStream) {
+  return cuMemPrefetchAsync(c, devPtr, count, CUmemLocation{}, 0, hStream);
+}
+
+CUresult cuStreamAttachMemAsync(ServerCall& c, Handle<CUstream> hStream, CUdeviceptr dptr,
+                                size_t length, unsigned int flags) {
+  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST &&
+      flags != CU_MEM_ATTACH_SINGLE) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  // "It is illegal to attach singly to the NULL stream" (or another default one).
+  const bool defaultStream = hStream.id == 0 ||
+                             hStream.id == reinterpret_cast<uint64_t>(CU_STREAM_LEGACY) ||
+                             hStream.id == reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD);
+  if (flags == CU_MEM_ATTACH_SINGLE && defaultStream) return CUDA_ERROR_INVALID_VALUE;
+  // "length must be either zero or the entire allocation's size".
+  const PinnedRange* range = managedRange(c.session(), dptr, 1);
+  if (range == nullptr || range->address != dptr || (length != 0 && length != range->bytes)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;  // every device and the host may access it at any time
+}
+
+// Managed memory is served on every device (as pinned memory); memory the
+// application did not allocate through CUDA is not (the daemon cannot reach
+// it), whatever the driver says of pageable memory.
 CUresult cuDeviceGetAttribute(ServerCall& c, int* pi, CUdevice_attribute attrib, CUdevice dev) {
   CUresult r = PHOS_DRIVER(c.driverTable(), DeviceGetAttribute)(pi, attrib, dev);
   if (r != CUDA_SUCCESS || pi == nullptr) return r;
   switch (attrib) {
     case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
+    case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:
+      *pi = 1;
+      break;
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
-    case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:
       *pi = 0;
       break;
     default:
@@ -492,8 +602,9 @@ CUresult cuDeviceGetAttribute(ServerCall& c, int* pi, CUdevice_attribute attrib,
   return r;
 }
 
-// The session's own allocations answer with the range the application asked
-// for (the driver would give the heap's mapping, rounded to its granularity).
+// The session's own allocations and managed memory answer with the range the
+// application asked for (the driver would give the heap's mapping, rounded to
+// its granularity, or the pinned range's pages).
 CUresult cuMemGetAddressRange(ServerCall& c, CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
   if (!c.checkDevicePointer(dptr)) return CUDA_ERROR_NOT_FOUND;
   CUdeviceptr base = 0;
@@ -502,6 +613,9 @@ CUresult cuMemGetAddressRange(ServerCall& c, CUdeviceptr* pbase, size_t* psize, 
   if (const Allocation* a = c.session().memory().find(dptr); a != nullptr && a->module == nullptr) {
     base = a->address;
     size = a->bytes;
+  } else if (const PinnedRange* m = c.session().findPinned(dptr); m != nullptr && m->managed) {
+    base = m->address;
+    size = m->bytes;
   } else {
     r = PHOS_DRIVER(c.driverTable(), MemGetAddressRange_v2)(&base, &size, dptr);
   }

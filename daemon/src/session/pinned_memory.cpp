@@ -39,25 +39,29 @@ uintptr_t PinnedMemory::slice() const {
 }
 
 Result<PinnedRange> PinnedMemory::create(const std::string& ringPath, size_t bytes, unsigned flags,
-                                         uint64_t context) {
+                                         bool managed, uint64_t context) {
   PinnedRange r;
   r.bytes = bytes;
   r.mapped = pageRound(bytes == 0 ? 1 : bytes);
   r.flags = flags;
+  r.managed = managed;
   r.context = context;
   do {
     r.path = fmt::format("{}-pinned-{}", ringPath, ++serial_);
   } while (std::any_of(ranges_.begin(), ranges_.end(), [&](const auto& e) { return e.second.path == r.path; }));
-  // After the last range, inside the slice (a restored session keeps the
-  // slice its ranges were in).
+  // The first gap that holds it, inside the slice (a restored session keeps
+  // the slice its ranges were in): a program that allocates and frees in a
+  // loop reuses its addresses.
   const uintptr_t base = slice();
   uintptr_t at = base;
-  if (!ranges_.empty()) {
-    const PinnedRange& last = ranges_.rbegin()->second;
-    at = last.address + last.mapped;
+  for (const auto& [address, range] : ranges_) {
+    if (address - at >= r.mapped) break;
+    at = address + range.mapped;
   }
-  if (at + r.mapped > base + kSlice) {
-    return makeError(Code::kResourceExhausted, "pinned memory of session {} exceeds {} bytes", session_, kSlice);
+  if (r.mapped > kSlice || at - base > kSlice - r.mapped) {
+    return makeError(Code::kResourceExhausted,
+                     "pinned and managed memory of session {} would exceed {} bytes", session_,
+                     kSlice);
   }
   RETURN_IF_ERROR(mapSessionFile(r.path, r.mapped, uid_, at).status());
   r.address = at;
@@ -99,8 +103,14 @@ Result<nlohmann::json> PinnedMemory::save(image::ImageWriter& writer, PhaseProgr
     ASSIGN_OR_RETURN(size_t blob, writer.addBlob(name, "pinned-host", r.bytes, {{"address", address}}));
     RETURN_IF_ERROR(writer.writeBlob(blob, {reinterpret_cast<const std::byte*>(address), r.bytes}));
     phase.advance(r.bytes);
-    saved.push_back({{"address", address}, {"bytes", r.bytes}, {"mapped", r.mapped}, {"flags", r.flags},
-                     {"path", r.path}, {"context", r.context}, {"blob", name}});
+    saved.push_back({{"address", address},
+                     {"bytes", r.bytes},
+                     {"mapped", r.mapped},
+                     {"flags", r.flags},
+                     {"managed", r.managed},
+                     {"path", r.path},
+                     {"context", r.context},
+                     {"blob", name}});
   }
   return saved;
 }
@@ -115,6 +125,7 @@ Status PinnedMemory::rebuild(const image::ImageReader& reader, const nlohmann::j
     ASSIGN_OR_RETURN(r.mapped, field<uint64_t>(p, "mapped", "pinned"));
     ASSIGN_OR_RETURN(r.path, field<std::string>(p, "path", "pinned"));
     r.flags = p.value("flags", 0u);
+    r.managed = p.value("managed", false);
     r.context = p.value("context", uint64_t{0});
     ASSIGN_OR_RETURN(size_t blob, blobOf(reader, p, "pinned"));
     RETURN_IF_ERROR(claimSessionPath(r.path, "", pid, uid_));  // the ring is the caller's

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// A session's pinned host memory (cuMemHostAlloc, cuMemAllocHost): each range
-// a file named after the session's ring, mapped shared in phosd and in the
-// application at the same address, so that a pointer to it means the same
-// memory on both sides (unified addressing) and kernels may use it. The ranges
-// of a session lie in a slice of a window of their own.
+// A session's pinned host memory (cuMemHostAlloc, cuMemAllocHost) and its
+// managed memory (cuMemAllocManaged, which PhOS serves as pinned memory that
+// answers as managed: docs/remoting.md): each range a file named after the
+// session's ring, mapped shared in phosd and in the application at the same
+// address, so that a pointer to it means the same memory on both sides
+// (unified addressing) and kernels may use it. The ranges of a session lie in
+// a slice of a window of their own.
 //
 // PinnedMemory owns the ranges' files and mappings, and saves and rebuilds
 // them; registering a range with the driver is the session's (it takes a
@@ -31,7 +33,8 @@ struct PinnedRange {
   uintptr_t address = 0;
   size_t bytes = 0;      // what the application asked for
   size_t mapped = 0;     // page-rounded
-  unsigned flags = 0;
+  unsigned flags = 0;    // cuMemHostAlloc's; cuMemAllocManaged's CU_MEM_ATTACH_* when managed
+  bool managed = false;  // cuMemAllocManaged's: freed with cuMemFree, not cuMemFreeHost
   std::string path;
   uint64_t context = 0;  // the context it was allocated in (it goes with it)
 };
@@ -43,10 +46,11 @@ class PinnedMemory {
   PinnedMemory(const PinnedMemory&) = delete;
   PinnedMemory& operator=(const PinnedMemory&) = delete;
 
-  // A new range of `bytes` after the last one, its file named after
-  // `ringPath` (whose lock keeps a starting phosd from taking it for a dead
-  // session's file). kResourceExhausted past the slice.
-  Result<PinnedRange> create(const std::string& ringPath, size_t bytes, unsigned flags, uint64_t context);
+  // A new range of `bytes` in the first gap of the slice that holds it, its
+  // file named after `ringPath` (whose lock keeps a starting phosd from taking
+  // it for a dead session's file). kResourceExhausted when none does.
+  Result<PinnedRange> create(const std::string& ringPath, size_t bytes, unsigned flags,
+                             bool managed, uint64_t context);
   // The range holding `p`, or null.
   const PinnedRange* find(uintptr_t p) const;
   // Unmaps range `address` and removes its file; false if there is none.

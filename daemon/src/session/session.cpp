@@ -366,8 +366,8 @@ uint64_t Session::contextOf(uint64_t handle) const {
   return contexts_.ownerOf(handle, currentContext_);
 }
 
-Result<PinnedRange> Session::createPinned(size_t bytes, unsigned flags) {
-  return pinned_.create(ringPath_, bytes, flags, currentContext_);
+Result<PinnedRange> Session::createPinned(size_t bytes, unsigned flags, bool managed) {
+  return pinned_.create(ringPath_, bytes, flags, managed, currentContext_);
 }
 
 void Session::unregisterPinned(const PinnedRange& range) {

@@ -189,7 +189,7 @@ class Session {
   // The context a stream, event, module or function (virtual id) was created
   // in; the current one when it is not known.
   uint64_t contextOf(uint64_t handle) const;
-  Result<PinnedRange> createPinned(size_t bytes, unsigned flags);
+  Result<PinnedRange> createPinned(size_t bytes, unsigned flags, bool managed = false);
   Status freePinned(uintptr_t address);
   // Unregisters a pinned range with the driver, even when its context faulted.
   void unregisterPinned(const PinnedRange& range);

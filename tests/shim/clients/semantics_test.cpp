@@ -354,21 +354,56 @@ TEST_F(SemanticsTest, JitOptionsThatPointToArraysOfNamesAreRefused) {
   EXPECT_EQ(m, nullptr);
 }
 
-// Managed memory is not served yet: the device says it has none (vgpu
-// itself says it has), and the other attributes are the driver's.
-TEST_F(SemanticsTest, ManagedMemoryIsNotAdvertisedWhileItIsNotServed) {
+// Managed memory is served as pinned memory that answers as managed memory
+// (docs/remoting.md): the devices advertise it (and not pageable memory,
+// which phosd cannot reach), the host writes it while a kernel reads it, it
+// is freed with cuMemFree and refused by pinned memory's own calls, and
+// freed addresses are reused: allocations in a loop, 20 GiB in all, never
+// run out of the session's 16 GiB window.
+TEST_F(SemanticsTest, ManagedMemoryIsServedAsSharedPinnedMemory) {
   CUdevice device = 0;
   ASSERT_CU(cuCtxGetDevice(&device));
-  for (CUdevice_attribute a :
-       {CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS,
-        CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS}) {
+  const std::pair<CUdevice_attribute, int> advertised[] = {
+      {CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 1},
+      {CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 1},
+      {CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, 0},
+      {CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, 0}};
+  for (const auto& [attribute, expected] : advertised) {
     int v = -1;
-    EXPECT_CU(cuDeviceGetAttribute(&v, a, device));
-    EXPECT_EQ(v, 0) << a;
+    EXPECT_CU(cuDeviceGetAttribute(&v, attribute, device));
+    EXPECT_EQ(v, expected) << attribute;
   }
-  int sms = 0;
-  EXPECT_CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
-  EXPECT_GT(sms, 0);
+
+  CUdeviceptr m = 0;
+  ASSERT_CU(cuMemAllocManaged(&m, 2 * sizeof(int), CU_MEM_ATTACH_GLOBAL));
+  auto* flags = reinterpret_cast<int*>(m);
+  flags[0] = flags[1] = 0;
+  CUdeviceptr open = m, done = m + sizeof(int);
+  unsigned long long limit = kGateLimit;
+  void* params[] = {&open, &limit, &done};
+  ASSERT_CU(cuLaunchKernel(function("gate"), 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
+  __atomic_store_n(&flags[0], 1, __ATOMIC_RELEASE);  // while the kernel runs
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_EQ(__atomic_load_n(&flags[1], __ATOMIC_ACQUIRE), 1);  // it saw the gate open
+
+  unsigned int hostFlags = 0;
+  CUdeviceptr mapped = 0;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemHostGetFlags(&hostFlags, flags));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemHostGetDevicePointer(&mapped, flags, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemFreeHost(flags));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemFree(m + sizeof(int)));
+  EXPECT_CU(cuMemFree(m));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemFree(m));
+  // Pinned memory is not freed as managed memory is.
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemFree(gateDevice_));
+
+  constexpr size_t kChunk = size_t{256} << 20;
+  for (int i = 0; i < 80; ++i) {
+    CUdeviceptr chunk = 0;
+    ASSERT_CU(cuMemAllocManaged(&chunk, kChunk, CU_MEM_ATTACH_HOST)) << "allocation " << i;
+    reinterpret_cast<volatile char*>(chunk)[kChunk - 1] = static_cast<char>(i);
+    ASSERT_CU(cuMemFree(chunk));
+  }
 }
 
 }  // namespace
