@@ -61,6 +61,12 @@ std::optional<CUresult> hostBuffer(const void* host, size_t bytes) {
 CUresult mapPinned(CUresult result, uint64_t address, uint64_t mapped, std::string_view pathText,
                    void** pp, size_t bytes, bool managed = false) {
   if (result != CUDA_SUCCESS) return result;
+  // Ranges phosd freed with their context (cuCtxDestroy) are still mapped
+  // here; phosd reuses their addresses.
+  for (const Connection::Pinned& stale : conn().removePinnedWithin(address, mapped)) {
+    munmap(reinterpret_cast<void*>(stale.address), stale.mapped);
+    managed::advice().remove(stale.address);
+  }
   const std::string path(pathText);
   UniqueFd fd(open(path.c_str(), O_RDWR | O_CLOEXEC));
   void* p = MAP_FAILED;

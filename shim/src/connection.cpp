@@ -88,6 +88,20 @@ std::optional<Connection::Pinned> Connection::removePinned(uintptr_t address) {
   return p;
 }
 
+std::vector<Connection::Pinned> Connection::removePinnedWithin(uintptr_t address, size_t bytes) {
+  std::unique_lock lock(mutex_);
+  std::vector<Pinned> gone;
+  auto it = pinned_.lower_bound(address);
+  if (it != pinned_.begin() &&
+      std::prev(it)->second.address + std::prev(it)->second.mapped > address)
+    --it;
+  while (it != pinned_.end() && it->first < address + bytes) {
+    gone.push_back(it->second);
+    it = pinned_.erase(it);
+  }
+  return gone;
+}
+
 bool Connection::isPinned(uintptr_t p, size_t bytes) const {
   std::shared_lock lock(mutex_);
   auto it = pinned_.upper_bound(p);

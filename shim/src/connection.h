@@ -47,6 +47,10 @@ class Connection {
   };
   void addPinned(const Pinned& p);
   std::optional<Pinned> removePinned(uintptr_t address);
+  // Every range of [address, address+bytes): phosd freed them without a call
+  // of the application's (with their context) and now hands the addresses out
+  // again.
+  std::vector<Pinned> removePinnedWithin(uintptr_t address, size_t bytes);
   // True when [p, p+bytes) lies inside one pinned range.
   bool isPinned(uintptr_t p, size_t bytes) const;
 

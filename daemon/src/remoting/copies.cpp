@@ -50,7 +50,7 @@ CUmemorytype driverType(const Session& s, CUmemorytype type, CUdeviceptr device)
   return type == CU_MEMORYTYPE_DEVICE && isManaged(s, device) ? CU_MEMORYTYPE_UNIFIED : type;
 }
 
-// A set of managed memory: rows of `width` elements, `pitch` bytes apart.
+// A set of pinned or managed memory: rows of `width` elements, `pitch` bytes apart.
 struct HostSet {
   uint64_t dst;
   size_t pitch;

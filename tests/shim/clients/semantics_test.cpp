@@ -397,6 +397,23 @@ TEST_F(SemanticsTest, ManagedMemoryIsServedAsSharedPinnedMemory) {
   // Pinned memory is not freed as managed memory is.
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemFree(gateDevice_));
 
+  // Managed memory of a context goes with it; its addresses are handed out
+  // again (the shim drops its stale mapping).
+  CUcontext other = nullptr;
+  ASSERT_CU(cuCtxCreate(&other, nullptr, 0, device));
+  CUdeviceptr ofOther = 0;
+  ASSERT_CU(cuMemAllocManaged(&ofOther, 3 * 4096, CU_MEM_ATTACH_GLOBAL));
+  ASSERT_CU(cuCtxDestroy(other));
+  ASSERT_CU(cuCtxSetCurrent(context_));
+  CUdeviceptr again = 0;
+  ASSERT_CU(cuMemAllocManaged(&again, 3 * 4096, CU_MEM_ATTACH_GLOBAL));
+  EXPECT_EQ(again, ofOther);
+  reinterpret_cast<volatile int*>(again)[0] = 7;
+  int isManaged = 0;
+  EXPECT_CU(cuPointerGetAttribute(&isManaged, CU_POINTER_ATTRIBUTE_IS_MANAGED, again));
+  EXPECT_EQ(isManaged, 1);
+  EXPECT_CU(cuMemFree(again));
+
   constexpr size_t kChunk = size_t{256} << 20;
   for (int i = 0; i < 80; ++i) {
     CUdeviceptr chunk = 0;
