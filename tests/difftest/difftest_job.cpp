@@ -39,10 +39,12 @@
 // adds, -NAME removes, "all" and "none" reset, "default" restores. Features
 // (all on by default): pinned pools pitch threads events globals pointers
 // hostfns libraries reload launches streams elapsed ctx-limits func-attrs
-// managed. The
-// last three are state PhOS restores since the draft of this job: events
-// recorded before a checkpoint (cuEventElapsedTime across a restore), context
-// limits and cache configuration, function attributes (cuFuncSetAttribute).
+// managed. elapsed, ctx-limits and func-attrs are state PhOS restores since
+// the draft of this job: events recorded before a checkpoint
+// (cuEventElapsedTime across a restore), context limits and cache
+// configuration, function attributes (cuFuncSetAttribute). managed adds
+// cuMemAllocManaged buffers, which the host also reads and rewrites through
+// their pointers.
 #include <cuda.h>
 #include <unistd.h>
 

@@ -60,8 +60,8 @@ class ModuleMemory final : public DeviceMemory {
     }
     std::uint64_t address = 0;
     if (auto it = shared_.find(std::string(name)); managed && it != shared_.end()) {
-      sharedAddresses_.insert(
-          it->second);  // another module's: neither allocated nor initialised again
+      // Another module's: neither allocated nor initialised again.
+      sharedAddresses_.insert(it->second);
       return it->second;
     }
     auto placed = placement_.find(std::string(name));

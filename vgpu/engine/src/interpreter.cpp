@@ -3,6 +3,8 @@
 // CTA, divergence on an IPDOM stack, PTX-exact arithmetic and checked memory.
 #include "interpreter.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -105,6 +107,67 @@ inline uint64_t loadBytes(const uint8_t* p, unsigned n) {
     case 2: { uint16_t v; std::memcpy(&v, p, 2); return v; }
     case 4: { uint32_t v; std::memcpy(&v, p, 4); return v; }
     default: { uint64_t v; std::memcpy(&v, p, 8); return v; }
+  }
+}
+// A whole access of `n` bytes (a scalar or a vector) as one access of the
+// host when it is naturally aligned and 2, 4, 8 or 16 bytes: another thread
+// never sees half of it, as on a GPU. CUB's decoupled look-back packs a
+// tile's status and value into one 8-byte ld/st.relaxed.gpu.v2.u32 and
+// relies on that; element by element, a reader saw a new status with an old
+// value and Thrust's scans came out wrong about once in a few hundred runs.
+inline void loadWhole(uint8_t* out, const uint8_t* p, unsigned n) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  switch ((at & (n - 1)) == 0 ? n : 0) {
+    case 2: {
+      uint16_t v = __atomic_load_n(reinterpret_cast<const uint16_t*>(p), __ATOMIC_RELAXED);
+      std::memcpy(out, &v, 2);
+      return;
+    }
+    case 4: {
+      uint32_t v = __atomic_load_n(reinterpret_cast<const uint32_t*>(p), __ATOMIC_RELAXED);
+      std::memcpy(out, &v, 4);
+      return;
+    }
+    case 8: {
+      uint64_t v = __atomic_load_n(reinterpret_cast<const uint64_t*>(p), __ATOMIC_RELAXED);
+      std::memcpy(out, &v, 8);
+      return;
+    }
+    case 16:
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
+                       _mm_load_si128(reinterpret_cast<const __m128i*>(p)));
+      return;
+    default:
+      std::memcpy(out, p, n);
+  }
+}
+inline void storeWhole(uint8_t* p, const uint8_t* in, unsigned n) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  switch ((at & (n - 1)) == 0 ? n : 0) {
+    case 2: {
+      uint16_t v;
+      std::memcpy(&v, in, 2);
+      __atomic_store_n(reinterpret_cast<uint16_t*>(p), v, __ATOMIC_RELAXED);
+      return;
+    }
+    case 4: {
+      uint32_t v;
+      std::memcpy(&v, in, 4);
+      __atomic_store_n(reinterpret_cast<uint32_t*>(p), v, __ATOMIC_RELAXED);
+      return;
+    }
+    case 8: {
+      uint64_t v;
+      std::memcpy(&v, in, 8);
+      __atomic_store_n(reinterpret_cast<uint64_t*>(p), v, __ATOMIC_RELAXED);
+      return;
+    }
+    case 16:
+      _mm_store_si128(reinterpret_cast<__m128i*>(p),
+                      _mm_loadu_si128(reinterpret_cast<const __m128i*>(in)));
+      return;
+    default:
+      std::memcpy(p, in, n);
   }
 }
 inline void storeBytes(uint8_t* p, uint64_t v, unsigned n) {
@@ -1429,8 +1492,10 @@ class BlockRunner {
         int lane = std::countr_zero(m);
         const uint8_t* p = reinterpret_cast<const uint8_t*>(effectiveAddress(w, f, a, lane));
         if (recording_) recordAccess(reinterpret_cast<uint64_t>(p), total, true, false);
+        alignas(16) uint8_t whole[16];
+        loadWhole(whole, p, total);
         for (unsigned i = 0; i < n; ++i) {
-          uint64_t v = loadBytes(p + i * elem, elem);
+          uint64_t v = loadBytes(whole + i * elem, elem);
           if (sign) v = static_cast<uint64_t>(sext(v, elem));
           writeReg(f, d.kind == OpndKind::kVec ? d.elems[i] : d, lane, v);
         }
@@ -1467,8 +1532,10 @@ class BlockRunner {
       uint64_t addr = effectiveAddress(w, f, a, lane);
       uint8_t* p = resolve(w, f, in, in.m.space, a.base, addr, total, total, lane, false);
       if (!p) return Step::kStop;
+      alignas(16) uint8_t whole[16];
+      if (total <= 16) loadWhole(whole, p, total);
       for (unsigned i = 0; i < n; ++i) {
-        uint64_t v = loadBytes(p + i * elem, elem);
+        uint64_t v = loadBytes((total <= 16 ? whole : p) + i * elem, elem);
         if (sign) v = static_cast<uint64_t>(sext(v, elem));
         const Opnd& dst = d.kind == OpndKind::kVec ? d.elems[i] : d;
         writeReg(f, dst, lane, v);
@@ -1489,10 +1556,12 @@ class BlockRunner {
         int lane = std::countr_zero(m);
         uint8_t* p = reinterpret_cast<uint8_t*>(effectiveAddress(w, f, a, lane));
         if (recording_) recordAccess(reinterpret_cast<uint64_t>(p), total, false, true);
+        alignas(16) uint8_t whole[16];
         for (unsigned i = 0; i < n; ++i) {
           uint64_t x = read(w, f, v.kind == OpndKind::kVec ? v.elems[i] : v, lane);
-          storeBytes(p + i * elem, x, elem);
+          storeBytes(whole + i * elem, x, elem);
         }
+        storeWhole(p, whole, total);
       }
       return Step::kContinue;
     }
@@ -1501,11 +1570,14 @@ class BlockRunner {
       uint64_t addr = effectiveAddress(w, f, a, lane);
       uint8_t* p = resolve(w, f, in, in.m.space, a.base, addr, total, total, lane, true);
       if (!p) return Step::kStop;
+      alignas(16) uint8_t whole[16];
+      uint8_t* into = total <= 16 ? whole : p;
       for (unsigned i = 0; i < n; ++i) {
         const Opnd& src = v.kind == OpndKind::kVec ? v.elems[i] : v;
         uint64_t x = read(w, f, src, lane);
-        storeBytes(p + i * elem, x, elem);
+        storeBytes(into + i * elem, x, elem);
       }
+      if (total <= 16) storeWhole(p, whole, total);
     }
     return Step::kContinue;
   }
