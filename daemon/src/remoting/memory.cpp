@@ -226,7 +226,6 @@ CUresult cuMemFree(ServerCall& c, CUdeviceptr dptr) {
   if (dptr == 0) return CUDA_SUCCESS;
   if (const PinnedRange* range = c.session().findPinned(dptr); range != nullptr && range->managed) {
     if (range->address != dptr) return CUDA_ERROR_INVALID_VALUE;
-    c.session().unregisterPinned(*range);
     return c.session().freePinned(dptr).isOk() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   }
   passFreeGate(c.session(), dptr);
@@ -508,9 +507,6 @@ CUresult cuMemFreeHost(ServerCall& c, uint64_t p) {
   if (p == 0) return CUDA_SUCCESS;  // free(NULL) semantics, as NVIDIA's driver
   const PinnedRange* range = hostAllocated(c.session(), p);
   if (range == nullptr || range->address != p) return CUDA_ERROR_INVALID_VALUE;
-  // Work that still reads it must finish first (as cuMemFreeHost does).
-  PHOS_DRIVER(c.driverTable(), CtxSynchronize)();
-  c.session().unregisterPinned(*range);
   (void)c.session().freePinned(p);
   return CUDA_SUCCESS;
 }

@@ -399,6 +399,8 @@ Status Session::freePinned(uintptr_t address) {
     PHOS_DRIVER(driver_, CtxSynchronize)();
   }
   PHOS_DRIVER(driver_, CtxSetCurrent)(currentReal_);
+  unregisterPinned(
+      pinned_.ranges().at(address));  // not registered yet: the driver says so, and nothing changes
   pinned_.remove(address);
   return Status::ok();
 }

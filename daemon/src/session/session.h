@@ -190,6 +190,8 @@ class Session {
   // in; the current one when it is not known.
   uint64_t contextOf(uint64_t handle) const;
   Result<PinnedRange> createPinned(size_t bytes, unsigned flags, bool managed = false);
+  // Waits for the work of every context of the session (it may still use
+  // the range), unregisters the range with the driver and removes it.
   Status freePinned(uintptr_t address);
   // Unregisters a pinned range with the driver, even when its context faulted.
   void unregisterPinned(const PinnedRange& range);
