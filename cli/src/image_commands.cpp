@@ -162,7 +162,13 @@ int runInspect(const std::string& dir, bool asJson) {
   if (state.contains("protocol") && state["protocol"].is_string()) {
     std::printf("protocol   %s\n", state["protocol"].get<std::string>().c_str());
   }
-  std::printf("cpu        %zu files, %s\n", m.cpuFiles.size(), formatBytes(cpuBytes).c_str());
+  if (cpuState.value("tool", "") == "criu-plugin") {
+    // docs/containers.md: CRIU wrote the CPU half beside this directory.
+    std::printf(
+        "cpu        CRIU's images in the directory above (dumped by CRIU with PhOS's plugin)\n");
+  } else {
+    std::printf("cpu        %zu files, %s\n", m.cpuFiles.size(), formatBytes(cpuBytes).c_str());
+  }
   if (preDump["done"] == true) {
     std::printf("pre-dump   yes (%.2f s while running)\n", preDump.value("seconds", 0.0));
   } else if (preDump.contains("reason")) {

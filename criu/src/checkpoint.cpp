@@ -528,4 +528,63 @@ Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& o
   return report;
 }
 
+Result<CheckpointReport> checkpointForPlugin(pid_t pid, const CheckpointOptions& options,
+                                             const PluginSteps& steps) {
+  auto start = Clock::now();
+  const CheckpointHooks& hooks = options.hooks;
+  ASSIGN_OR_RETURN(ProcessInfo process, readProcess(pid));
+  ASSIGN_OR_RETURN(
+      auto writer,
+      image::ImageWriter::create(options.image, {.codec = options.codec, .owner = options.owner}));
+  AfterDumpGuard afterDump(hooks.afterDump);
+  afterDump.arm();
+  if (hooks.beforeDump) {
+    RETURN_IF_ERROR_CTX(hooks.beforeDump(*writer), fmt::format("before CRIU dumps pid {}", pid));
+  }
+  if (hooks.beforeFreeze) {
+    RETURN_IF_ERROR_CTX(hooks.beforeFreeze(*writer),
+                        fmt::format("before CRIU freezes pid {}", pid));
+  }
+  // CRIU's steps as the plugin reports them; anything but the one expected
+  // means CRIU gave up (it then resumes the process).
+  auto expect = [&](std::string_view done, std::string_view wanted) -> Status {
+    ASSIGN_OR_RETURN(std::string step, steps.next(done));
+    if (step == wanted) return Status::ok();
+    return makeError(Code::kFailedPrecondition,
+                     "CRIU did not dump pid {}: its plugin reported \"{}\" where \"{}\" was due",
+                     pid, step, wanted);
+  };
+  RETURN_IF_ERROR(expect("paused", "frozen"));
+  auto freezeStart = Clock::now();
+  if (hooks.whileFrozen) {
+    RETURN_IF_ERROR_CTX(hooks.whileFrozen(*writer),
+                        fmt::format("while CRIU holds pid {} frozen", pid));
+  }
+  RETURN_IF_ERROR(expect("saved", "dumped"));
+  afterDump.call(true);
+  if (hooks.beforeCommit) {
+    RETURN_IF_ERROR_CTX(hooks.beforeCommit(), fmt::format("saving the GPU state of pid {}", pid));
+  }
+  const double freeze = secondsSince(freezeStart);
+  writer->setState({
+      {"process", {{"pid", pid}, {"comm", process.comm}, {"cmdline", process.cmdline}}},
+      // CRIU's images are in the directory that holds this one, written by
+      // whoever ran CRIU; this cpu/ is empty.
+      {"cpu", {{"tool", "criu-plugin"}, {"images", ".."}, {"leave_running", options.leaveRunning}}},
+      {"gpu",
+       hooks.gpuState ? hooks.gpuState() : nlohmann::json{{"sessions", nlohmann::json::array()}}},
+      {"protocol", options.protocol},
+      {"timings", {{"freeze_seconds", freeze}}},
+  });
+  RETURN_IF_ERROR_CTX(writer->commit(), fmt::format("writing the GPU image of pid {}", pid));
+  CheckpointReport report;
+  report.pid = pid;
+  report.image = fs::absolute(options.image).lexically_normal();
+  if (!report.image.has_filename()) report.image = report.image.parent_path();
+  RETURN_IF_ERROR(countImage(report));
+  report.freezeSeconds = freeze;
+  report.totalSeconds = secondsSince(start);
+  return report;
+}
+
 }  // namespace phos::checkpoint

@@ -26,6 +26,10 @@ constexpr const char* kProjectUserInstall = "/opt/phos/criu/bin/criu-user";
 
 std::vector<std::string> CriuBinary::command(std::vector<std::string> args) const {
   args.insert(args.begin(), path);
+  // PhOS's own CRIU runs take the GPU half through their hooks: PhOS's CRIU
+  // plugin, if an administrator installed it in CRIU's plugin directory,
+  // stands aside for them (docs/containers.md).
+  args.insert(args.begin(), {"/usr/bin/env", std::string(kPluginOffVariable) + "=off"});
   if (unprivileged) args.emplace_back("--unprivileged");
   return args;
 }

@@ -226,6 +226,17 @@ Result<RestoreReport> restoreProcess(const RestoreOptions& options) {
   // The rules phosd applies (docs/security.md), for whoever runs this.
   ASSIGN_OR_RETURN(auto reader, image::ImageReader::open(imageDir, image::Requester{::geteuid()}));
   const nlohmann::json& state = reader->manifest().state;
+  if (state.contains("cpu") && state["cpu"].is_object() &&
+      state["cpu"].value("tool", "") == "criu-plugin") {
+    fs::path criuImages = fs::absolute(imageDir).lexically_normal();
+    if (!criuImages.has_filename()) criuImages = criuImages.parent_path();
+    criuImages = criuImages.parent_path();
+    return makeError(
+        Code::kInvalidArgument,
+        "{} is the GPU half of a checkpoint CRIU took with PhOS's plugin; CRIU's images are in "
+        "{}: restore them with `criu restore -D {}` and the plugin loaded (docs/containers.md)",
+        imageDir.string(), criuImages.string(), criuImages.string());
+  }
   if (!state.contains("cpu") || !state["cpu"].is_object() || reader->manifest().cpuFiles.empty()) {
     return makeError(Code::kDataLoss, "{}: the image holds no CPU state (cpu/ is empty)",
                      imageDir.string());

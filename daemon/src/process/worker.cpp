@@ -402,9 +402,34 @@ class Worker {
       auto progress = [&](const json& p) {
         if (clientListens) clientListens = writeLine(fd, {{"progress", p}});
       };
+      // CRIU run by another program with PhOS's plugin (docs/containers.md):
+      // each step answered on this connection, the plugin's next read back.
+      // CRIU's dump takes as long as the process's memory: no time limit,
+      // the plugin's closing the connection (CRIU gone) ends the wait.
+      checkpoint::PluginSteps pluginSteps;
+      const bool throughPlugin = request.value("criu_plugin", false) == true;
+      if (throughPlugin) {
+        timeval none{0, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
+        pluginSteps.next = [fd](std::string_view done) -> Result<std::string> {
+          if (!writeLine(fd, {{"step", done}})) {
+            return makeError(Code::kFailedPrecondition, "CRIU's plugin closed the connection");
+          }
+          auto line = readLine(fd);
+          if (!line)
+            return makeError(Code::kFailedPrecondition, "CRIU's plugin closed the connection");
+          json step = json::parse(*line, nullptr, false);
+          if (!step.is_object() || !step.contains("step") || !step["step"].is_string()) {
+            return makeError(Code::kInvalidArgument, "CRIU's plugin sent {} instead of a step",
+                             *line);
+          }
+          return step["step"].get<std::string>();
+        };
+      }
       json answer;
       try {
-        answer = checkpointSession(*session, request, progress);
+        answer =
+            checkpointSession(*session, request, progress, throughPlugin ? &pluginSteps : nullptr);
       } catch (const std::exception& e) {
         answer = {{"ok", false}, {"error", fmt::format("checkpoint failed: {}", e.what())}};
       }
@@ -417,7 +442,10 @@ class Worker {
         log->warn("session {}: checkpoint failed: {}", session->id(),
                   answer.value("error", std::string("?")));
       }
-      const bool ended = answer.value("ok", false) && !request.value("leave_running", false);
+      // (Through the plugin, CRIU kills the process or not, and the session
+      // ends with it.)
+      const bool ended =
+          answer.value("ok", false) && !throughPlugin && !request.value("leave_running", false);
       if (ended) {
         // The dump ended the process: its session is freed before the client
         // hears that the checkpoint is done, so that a restore right after

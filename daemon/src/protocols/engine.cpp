@@ -125,6 +125,7 @@ struct CheckpointRequest {
   std::optional<json> migrate;  // {"to": "HOST:PORT", "key": HEX, "compress"}
   uint64_t cowReserveBytes = 0;
   offload::Scheduler peerOffload = offload::Scheduler::kExact;
+  bool criuPlugin = false;  // CRIU runs elsewhere, with PhOS's plugin
 };
 
 Result<CheckpointRequest> parseRequest(const json& request) {
@@ -153,6 +154,23 @@ Result<CheckpointRequest> parseRequest(const json& request) {
                        "a migration copies with \"recopy\" or \"stop\", not \"cow\"");
     }
     r.leaveRunning = false;  // the job ends here once the target runs it
+  }
+  if (request.contains("criu_plugin") && !request["criu_plugin"].is_boolean()) {
+    return makeError(Code::kInvalidArgument, "criu_plugin must be true or false");
+  }
+  r.criuPlugin = request.value("criu_plugin", false);
+  if (r.criuPlugin) {
+    // CRIU 4.1 lets the process go only after its plugins' last step, which
+    // is where copy-on-write's copies would end: it would stall the job as
+    // long as stop-the-world does (docs/containers.md).
+    if (r.mode != "stop" || r.migrate) {
+      return makeError(Code::kInvalidArgument,
+                       "a checkpoint through CRIU's plugin is stop-the-world, not \"{}\"",
+                       r.migrate ? "migrate" : r.mode);
+    }
+    // Whether CRIU ends the process is CRIU's to say: the session runs on
+    // after the dump and ends with its process, if CRIU kills it.
+    r.leaveRunning = true;
   }
   r.cowReserveBytes = request.value("cow_reserve_bytes", uint64_t{0});
   if (request.contains("peer_offload")) {
@@ -254,10 +272,17 @@ json migrationReport(const migration::Outgoing& outgoing,
   return report;
 }
 
-json runCheckpoint(Session& s, const json& request, const ProgressFn& progress) {
+json runCheckpoint(Session& s, const json& request, const ProgressFn& progress,
+                   const checkpoint::PluginSteps* plugin) {
   auto parsed = parseRequest(request);
   if (!parsed.isOk()) return failure(parsed.status());
   const CheckpointRequest& r = *parsed;
+  if (r.criuPlugin != (plugin != nullptr)) {
+    return failure(makeError(Code::kInvalidArgument, "{}",
+                             r.criuPlugin
+                                 ? "criu_plugin: this connection reports no CRIU steps"
+                                 : "CRIU steps reported for a checkpoint phosd runs itself"));
+  }
   if (Status usable = requireEntryPoints(s.driver()); !usable.isOk()) return failure(usable);
   checkpoint::CheckpointOptions options;
   options.image = r.image;
@@ -320,7 +345,8 @@ json runCheckpoint(Session& s, const json& request, const ProgressFn& progress) 
     };
   }
 
-  auto report = checkpoint::checkpointProcess(s.pid(), options);
+  auto report = plugin != nullptr ? checkpoint::checkpointForPlugin(s.pid(), options, *plugin)
+                                  : checkpoint::checkpointProcess(s.pid(), options);
   criuPages.reset();
   p.finish(report.isOk());
   if (!report.isOk()) {
@@ -331,7 +357,7 @@ json runCheckpoint(Session& s, const json& request, const ProgressFn& progress) 
       log::get("daemon")->warn("session {}: {}; checkpointing again stop-the-world", s.id(), *why);
       json again = request;
       again["mode"] = "stop";
-      json answer = runCheckpoint(s, again, progress);
+      json answer = runCheckpoint(s, again, progress, plugin);
       if (answer.value("ok", false)) {
         answer["report"]["fallback"] = *why;
         answer["report"]["copy_on_write"] = p.copyOnWriteReport();
@@ -471,8 +497,9 @@ Status loadConcurrentlyImpl(Session& s, OnDemandRestore& loading, ValidationMode
 }
 }  // namespace
 
-json checkpointSession(Session& session, const json& request, const ProgressFn& progress) {
-  return runCheckpoint(session, request, progress);
+json checkpointSession(Session& session, const json& request, const ProgressFn& progress,
+                       const checkpoint::PluginSteps* plugin) {
+  return runCheckpoint(session, request, progress, plugin);
 }
 
 Result<RestoredSession> restoreSession(uint64_t id, const DriverTable& driver, ContextPool& pool,

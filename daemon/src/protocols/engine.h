@@ -10,13 +10,13 @@
 
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "phos/common/status.h"
-#include "session/launch_validator.h"
+#include "phos/criu/checkpoint.h"
 #include "protocols/progress.h"
+#include "session/launch_validator.h"
 #include "session/server_call.h"
 
 namespace phos::daemon {
@@ -26,13 +26,16 @@ class DriverTable;
 class OnDemandRestore;
 class Session;
 
-
 // Request: {"op": "checkpoint", "pid", "image", "leave_running", "compress"}.
 // Returns the final answer line: {"ok": true, "report": {...}} or
 // {"ok": false, "error": "...", "code": "..."}. On failure nothing is left at
 // "image" and the process keeps running with its session.
+// With "criu_plugin": true, CRIU is not run here: PhOS's CRIU plugin, loaded
+// by whoever runs CRIU, reports its steps through `plugin`
+// (checkpoint::checkpointForPlugin, docs/containers.md).
 nlohmann::json checkpointSession(Session& session, const nlohmann::json& request,
-                                 const ProgressFn& progress);
+                                 const ProgressFn& progress,
+                                 const checkpoint::PluginSteps* plugin = nullptr);
 
 // A re-created session and, for a concurrent restore, its device memory
 // still to load.

@@ -11,9 +11,10 @@
 
 #include <filesystem>
 #include <functional>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
 
 #include "phos/common/status.h"
 #include "phos/image/format.h"
@@ -88,6 +89,27 @@ struct CheckpointReport {
 // keeps running: without leaveRunning, CRIU leaves the dumped tree stopped and
 // it is killed only once the image is published (resumed on any failure).
 Result<CheckpointReport> checkpointProcess(pid_t pid, const CheckpointOptions& options);
+
+// CRIU run by another program (plain `criu`, runc, Podman) that loaded PhOS's
+// CRIU plugin (docs/containers.md): the checkpoint follows CRIU's steps as the
+// plugin reports them instead of running CRIU. `next(done)` tells the plugin
+// what the GPU half finished ("paused": CRIU may freeze the process; "saved":
+// CRIU may dump it) and returns CRIU's next step: "frozen", then "dumped", or
+// "failed" when CRIU gave up (also when the plugin is gone).
+struct PluginSteps {
+  std::function<Result<std::string>(std::string_view done)> next;
+};
+
+// The GPU half of a checkpoint whose CPU half CRIU writes beside it, into the
+// directory that holds `options.image` (the plugin names it). The image's
+// cpu/ stays empty and its manifest says where CRIU's images are
+// ("cpu": {"tool": "criu-plugin"}). The GPU state is cut while the process
+// runs ("paused"), what its CPU could still change is saved while it is
+// frozen ("saved"), and the image is committed after CRIU's dump succeeded,
+// before CRIU lets the process go. kFailedPrecondition when CRIU gave up; the
+// session runs on whatever happens.
+Result<CheckpointReport> checkpointForPlugin(pid_t pid, const CheckpointOptions& options,
+                                             const PluginSteps& steps);
 
 struct RestoreOptions {
   std::filesystem::path image;

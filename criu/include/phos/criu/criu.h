@@ -21,9 +21,14 @@ struct CriuBinary {
   // jobs").
   bool unprivileged = false;
 
-  // The command line: the binary, `args`, and --unprivileged when needed.
+  // The command line: the binary, `args`, and --unprivileged when needed,
+  // run with kPluginOffVariable=off (through /usr/bin/env).
   std::vector<std::string> command(std::vector<std::string> args) const;
 };
+
+// Set to "off" in CRIU's environment, PhOS's CRIU plugin (criu/plugin/)
+// does nothing: PhOS's own CRIU runs carry it.
+inline constexpr const char* kPluginOffVariable = "PHOS_CRIU_PLUGIN";
 
 // Minimum CRIU major version: 3.x cannot dump on current kernels (vDSO layout).
 inline constexpr int kMinimumMajor = 4;
