@@ -54,6 +54,7 @@ struct DaemonArgs {
   std::string signatures;
   std::string keyFile;
   std::string listen;
+  std::string sessionDir;
   bool stop = false;
 };
 
@@ -81,6 +82,19 @@ int runDaemon(const DaemonArgs& args) {
   if (args.poolContexts < 0 || args.poolContexts > 16) {
     std::fprintf(stderr, "phos daemon: --pool-contexts must be 0..16, not %d\n", args.poolContexts);
     return kExitBadInput;
+  }
+  if (!args.sessionDir.empty()) {
+    std::error_code ec;
+    if (args.sessionDir.front() != '/' || !std::filesystem::is_directory(args.sessionDir, ec)) {
+      std::fprintf(stderr,
+                   "phos daemon: --session-dir must be an existing directory named by its absolute "
+                   "path, not '%s'\n",
+                   args.sessionDir.c_str());
+      return kExitBadInput;
+    }
+    // ipc::sessionDir() reads it, here and in the workers forked from here
+    // (no thread runs yet).
+    ::setenv("PHOS_SESSION_DIR", args.sessionDir.c_str(), 1);
   }
   log::setup({.toStderr = true});
   installCrashReport("phosd");  // its workers, forked from it, too
@@ -472,6 +486,11 @@ void addDaemon(CLI::App& app, SubcommandRunner& runner) {
   cmd->add_option("--key", args->keyFile,
                   "shared key file for live migration: proven to targets, demanded of peers migrating in "
                   "(at least 16 bytes; e.g. head -c 32 /dev/urandom > FILE)");
+  cmd->add_option("--session-dir", args->sessionDir,
+                  "where sessions' shared files live, which applications map (default /dev/shm; "
+                  "for containers "
+                  "that share no /dev/shm with the host: docs/containers.md)")
+      ->envname("PHOS_SESSION_DIR");
   cmd->add_option("--listen", args->listen, "accept migrations from peers holding the key on ADDR:PORT (needs --key)");
   cmd->add_flag("--stop", args->stop, "ask the running daemon to exit");
   cmd->callback([&runner, args] { runner = [args] { return runDaemon(*args); }; });

@@ -1,11 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // posix_spawn-based runner that drains stdout and stderr without deadlocking.
 #include "phos/common/subprocess.h"
-#include "phos/common/unique_fd.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -14,7 +13,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <string_view>
+
+#include "phos/common/unique_fd.h"
 
 extern char** environ;
 
@@ -157,6 +161,21 @@ bool processEnded(pid_t pid) {
   iovec local{&byte, 1};
   iovec remote{nullptr, 1};
   return process_vm_readv(pid, &local, 1, &remote, 1, 0) < 0 && errno == ESRCH;
+}
+
+Result<pid_t> pidInOwnNamespace(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  if (!status) return makeError(Code::kNotFound, "no process {}", pid);
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("NSpid:", 0) != 0) continue;
+    std::istringstream fields(line.substr(6));
+    pid_t innermost = 0;
+    for (pid_t value = 0; fields >> value;) innermost = value;
+    if (innermost > 0) return innermost;
+    break;
+  }
+  return makeError(Code::kNotFound, "/proc/{}/status names no NSpid", pid);
 }
 
 }  // namespace phos

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -28,9 +29,11 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "criu_plugin_abi.h"
 #include "phos/common/ipc/control.h"
+#include "phos/common/subprocess.h"
 #include "phos/criu/criu.h"
 
 namespace phos::criu_plugin {
@@ -57,14 +60,32 @@ bool standsAside() {
   return value != nullptr && std::string_view(value) == "off";
 }
 
-// The session ring a PhOS job maps (/dev/shm/phos-DAEMONPID-SESSION), if
-// `pid` maps one.
+// A session ring's name: phos-WORKER-SESSION, in phosd's session directory
+// (/dev/shm unless phosd was told another: docs/containers.md). The worker's
+// pid, or 0 for any other name.
+pid_t ringWorker(std::string_view path) {
+  const std::string_view name = path.substr(path.rfind('/') + 1);
+  constexpr std::string_view kPrefix = "phos-";
+  if (!name.starts_with(kPrefix)) return 0;
+  const char* p = name.data() + kPrefix.size();
+  const char* end = name.data() + name.size();
+  pid_t worker = 0;
+  uint64_t session = 0;
+  auto [afterWorker, ec1] = std::from_chars(p, end, worker);
+  if (ec1 != std::errc() || afterWorker == end || *afterWorker != '-') return 0;
+  auto [afterSession, ec2] = std::from_chars(afterWorker + 1, end, session);
+  if (ec2 != std::errc() || afterSession != end || worker <= 0) return 0;
+  return worker;
+}
+
+// The session ring a PhOS job maps, if `pid` maps one.
 std::optional<std::string> phosRing(pid_t pid) {
   std::ifstream maps(fmt::format("/proc/{}/maps", pid));
   std::string line;
   while (std::getline(maps, line)) {
-    const size_t at = line.find("/dev/shm/phos-");
-    if (at != std::string::npos) return line.substr(at);
+    const size_t at = line.find('/');
+    if (at != std::string::npos && ringWorker(std::string_view(line).substr(at)) > 0)
+      return line.substr(at);
   }
   return std::nullopt;
 }
@@ -89,20 +110,77 @@ std::string markerName(pid_t pid) {
   return fmt::format("phos-{}.required", pid);
 }
 
-bool writeMarker(pid_t pid) {
+// The marker says which task it was and which phosd saved it:
+// {"pid": host pid, "ns_pid": the pid it saw itself as, "runtime_dir"}.
+bool writeMarker(pid_t pid, const std::string& runtimeDirectory) {
+  auto nsPid = pidInOwnNamespace(pid);
+  const std::string text =
+      json{{"pid", pid}, {"ns_pid", nsPid.isOk() ? *nsPid : pid}, {"runtime_dir", runtimeDirectory}}
+          .dump();
   const int fd = ::openat(criu_get_image_dir(), markerName(pid).c_str(),
                           O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return false;
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   ::close(fd);
-  return true;
+  return written;
 }
 
 void removeMarker(pid_t pid) {
   ::unlinkat(criu_get_image_dir(), markerName(pid).c_str(), 0);
 }
 
-std::string controlSocket() {
-  return ipc::controlSocketPath(ipc::runtimeDir());
+json readMarker(int directory, const std::string& name) {
+  const int fd = ::openat(directory, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return json();
+  std::string text(4096, '\0');
+  const ssize_t n = ::read(fd, text.data(), text.size());
+  ::close(fd);
+  text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  json marker = json::parse(text, nullptr, false);
+  return marker.is_object() ? marker : json();
+}
+
+// The runtime directory of the phosd that serves `pid`, found from the
+// task's ring (phos-WORKER-SESSION): the worker's parent is phosd,
+// which holds RUNTIME/phosd.lock open for its life. So a plugin run by a
+// container runtime, which gives CRIU no environment of ours, reaches the
+// job's phosd wherever it runs.
+std::optional<std::string> servingRuntimeDir(const std::string& ring) {
+  const pid_t worker = ringWorker(ring);
+  if (worker <= 0) return std::nullopt;
+  std::ifstream status(fmt::format("/proc/{}/status", worker));
+  std::string line;
+  pid_t daemon = 0;
+  while (std::getline(status, line)) {
+    if (line.rfind("PPid:", 0) == 0) daemon = std::atoi(line.c_str() + 5);
+  }
+  if (daemon <= 0) return std::nullopt;
+  const std::string fds = fmt::format("/proc/{}/fd", daemon);
+  DIR* d = ::opendir(fds.c_str());
+  if (d == nullptr) return std::nullopt;
+  std::optional<std::string> found;
+  while (dirent* entry = ::readdir(d)) {
+    char target[4096];
+    const ssize_t n =
+        ::readlink(fmt::format("{}/{}", fds, entry->d_name).c_str(), target, sizeof(target) - 1);
+    if (n <= 0) continue;
+    const std::string path(target, static_cast<size_t>(n));
+    constexpr std::string_view kLock = "/phosd.lock";
+    if (path.size() > kLock.size() && path.ends_with(kLock)) {
+      found = path.substr(0, path.size() - kLock.size());
+      break;
+    }
+  }
+  ::closedir(d);
+  return found;
+}
+
+// $PHOS_RUNTIME_DIR when CRIU's environment names one, else `fallback`, else
+// the default (/run/phos for root).
+std::string runtimeDirectory(const std::optional<std::string>& fallback) {
+  if (const char* env = std::getenv("PHOS_RUNTIME_DIR"); env != nullptr && *env != '\0') return env;
+  if (fallback && !fallback->empty()) return *fallback;
+  return ipc::runtimeDir();
 }
 
 // phosd's next line that is not progress.
@@ -123,7 +201,13 @@ std::string refusal(const Result<json>& answer) {
 int gStage = -1;
 bool gInInventory = false;
 std::map<pid_t, ipc::ControlStream> gDumps;     // sessions phosd is checkpointing
-std::map<pid_t, ipc::ControlStream> gRestores;  // sessions re-created, not adopted yet
+// A session re-created, not adopted yet.
+struct Restoring {
+  pid_t dumpedPid;  // as phosd numbered the task at the dump
+  pid_t nsPid;      // as the task numbered itself
+  ipc::ControlStream stream;
+};
+std::vector<Restoring> gRestores;
 
 int pauseDevices(int pid) {
   if (standsAside() || gStage != kDump) return -ENOTSUP;  // a pre-dump needs no GPU state
@@ -135,11 +219,12 @@ int pauseDevices(int pid) {
         pid);
     return -1;
   }
-  if (!writeMarker(pid)) {
+  const std::string runtime = runtimeDirectory(servingRuntimeDir(*ring));
+  if (!writeMarker(pid, runtime)) {
     say(kLogError, "cannot write {}/{}: {}", *dir, markerName(pid), std::strerror(errno));
     return -1;
   }
-  const std::string socket = controlSocket();
+  const std::string socket = ipc::controlSocketPath(runtime);
   const json request = {{"op", "checkpoint"},
                         {"pid", pid},
                         {"image", fmt::format("{}/{}", *dir, imageName(pid))},
@@ -272,17 +357,20 @@ int initRestore() {
       return -1;
     }
   }
-  const std::string socket = controlSocket();
   for (pid_t pid : found.images) {
+    // The phosd the marker names, unless CRIU's environment names one.
+    const json marker = readMarker(criu_get_image_dir(), markerName(pid));
+    const std::string runtime = runtimeDirectory(
+        marker.is_object() ? marker.value("runtime_dir", std::string()) : std::string());
+    const std::string socket = ipc::controlSocketPath(runtime);
     const std::string image = fmt::format("{}/{}", *dir, imageName(pid));
     auto stream = ipc::ControlStream::open(
         socket, json{{"op", "restore"}, {"image", image}, {"eager", true}}.dump());
     if (!stream.isOk()) {
       say(kLogError,
           "{} holds the GPU state of pid {}, and no phosd answers at {} ({}): start one (`phos "
-          "daemon`) "
-          "and restore again",
-          image, pid, socket, stream.status().message());
+          "daemon --runtime-dir {}`) and restore again",
+          image, pid, socket, stream.status().message(), runtime);
       return -1;
     }
     Result<json> answer = nextAnswer(*stream);
@@ -292,17 +380,26 @@ int initRestore() {
     }
     say(kLogInfo, "pid {}: GPU session {} re-created from {}", pid, answer->value("session", 0),
         image);
-    gRestores.emplace(pid, std::move(*stream));
+    const pid_t nsPid = marker.is_object() ? marker.value("ns_pid", pid) : pid;
+    gRestores.push_back({pid, nsPid, std::move(*stream)});
   }
   return 0;
 }
 
+// A restored task takes the session it had. CRIU gives it back the pid it
+// saw itself as (in a container: its namespace's); as phosd numbers it, it
+// may be another than at the dump (a container restored with a new PID
+// namespace), and phosd moves the session to it.
 int resumeDevicesLate(int pid) {
-  auto it = gRestores.find(pid);
+  auto nsPid = pidInOwnNamespace(pid);
+  auto it = std::find_if(gRestores.begin(), gRestores.end(), [&](const Restoring& r) {
+    return nsPid.isOk() ? r.nsPid == *nsPid : r.dumpedPid == pid;
+  });
   if (it == gRestores.end()) return -ENOTSUP;
-  ipc::ControlStream& stream = it->second;
+  ipc::ControlStream& stream = it->stream;
   Status sent = stream.writeLine(json{{"adopt", pid}}.dump());
   Result<json> answer = sent.isOk() ? nextAnswer(stream) : Result<json>(sent);
+  const pid_t dumped = it->dumpedPid;
   gRestores.erase(it);
   if (!answer.isOk() || !answer->value("ok", false)) {
     // CRIU 4.1 goes on whatever this hook returns: the task must not run
@@ -312,7 +409,7 @@ int resumeDevicesLate(int pid) {
     ::kill(pid, SIGKILL);
     return -1;
   }
-  say(kLogInfo, "pid {}: runs with its GPU session", pid);
+  say(kLogInfo, "pid {} (pid {} at the dump): runs with its GPU session", pid, dumped);
   return 0;
 }
 

@@ -246,7 +246,7 @@ def test_a_restore_without_phosd_is_refused_and_can_be_done_again(dumped, criu_b
     nobody.mkdir()
     r = restore(criu_binary, plugin_dir, nobody, images)
     refused_restore(r, j, images, "no phosd answers at")
-    assert "start one (`phos daemon`)" in log_of(images, "restore.log")
+    assert f"start one (`phos daemon --runtime-dir {nobody}`)" in log_of(images, "restore.log")
     # Nothing was spent: with its phosd the same image restores.
     r = restore(criu_binary, plugin_dir, phosd.runtime_dir, images)
     assert r.returncode == 0, f"{r.stderr}\n{log_of(images, 'restore.log')[-3000:]}"

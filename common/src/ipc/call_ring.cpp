@@ -126,6 +126,7 @@ CallRing& CallRing::operator=(CallRing&& other) noexcept {
     owner_ = other.owner_;
     readPosition_ = other.readPosition_;
     livenessPeriod_ = other.livenessPeriod_;
+    path_ = std::move(other.path_);
   }
   return *this;
 }
@@ -216,17 +217,24 @@ Result<CallRing> CallRing::open(const std::string& path) {
     munmap(*base, bytes);
     return bad;
   }
-  return CallRing(*base, bytes, g, false);
+  CallRing ring(*base, bytes, g, false);
+  ring.path_ = path;
+  return ring;
 }
 
 Status CallRing::ownerAlive() const {
   // A worker whose daemon died is reaped by init, which may take a second or
   // more: its zombie must not keep a caller waiting.
   pid_t pid = header().ownerPid.load();
-  if (processEnded(pid)) {
-    return makeError(Code::kUnavailable, "phosd (pid {}) serving this ring is gone", pid);
+  if (!processEnded(pid)) return Status::ok();
+  // Out of sight, or gone: a daemon holds a shared flock on the ring file
+  // while it serves it (create's sharedLock), which an exclusive one tried
+  // here runs into. (The descriptor lives for this check only.)
+  if (!path_.empty()) {
+    UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd && flock(fd.get(), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) return Status::ok();
   }
-  return Status::ok();
+  return makeError(Code::kUnavailable, "phosd (pid {}) serving this ring is gone", pid);
 }
 
 Result<uint64_t> CallRing::claim() {

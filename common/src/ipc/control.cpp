@@ -31,6 +31,13 @@ std::string runtimeDir() {
   return fmt::format("/tmp/phos-{}", geteuid());
 }
 
+std::string sessionDir() {
+  const char* d = std::getenv("PHOS_SESSION_DIR");
+  std::string dir = d != nullptr && *d == '/' ? std::string(d) : std::string("/dev/shm");
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
+}
+
 std::string controlSocketPath(const std::string& runtimeDirectory) { return runtimeDirectory + "/phosd.sock"; }
 
 std::string daemonLockPath(const std::string& runtimeDirectory) { return runtimeDirectory + "/phosd.lock"; }

@@ -57,15 +57,17 @@ namespace {
 bool sessionAlive(std::string_view name) {
   size_t dash = name.find('-', 5);
   if (dash == std::string_view::npos) return false;
-  return ringLocked("/dev/shm/" + std::string(name.substr(0, name.find('-', dash + 1))));
+  return ringLocked(ipc::sessionDir() + "/" +
+                    std::string(name.substr(0, name.find('-', dash + 1))));
 }
 
-// Removes /dev/shm/phos-<owner>-... files that belong to this user (root:
+// Removes phos-<owner>-... files of the session directory that belong to this user (root:
 // anyone's), whose owner `gone` says is gone and whose session no live worker
 // serves.
 template <typename Gone>
 void removeSessionFiles(Gone gone) {
-  DIR* dir = opendir("/dev/shm");
+  const std::string sessions = ipc::sessionDir();
+  DIR* dir = opendir(sessions.c_str());
   if (dir == nullptr) return;
   while (dirent* e = readdir(dir)) {
     std::string_view name(e->d_name);
@@ -80,23 +82,26 @@ void removeSessionFiles(Gone gone) {
     if (geteuid() != 0 && st.st_uid != geteuid()) continue;
     if (sessionAlive(name)) continue;
     if (unlinkat(dirfd(dir), e->d_name, 0) == 0) {
-      log::get("daemon")->info("removed /dev/shm/{}: left by phosd process {}, which is gone", name, owner);
+      log::get("daemon")->info("removed {}/{}: left by phosd process {}, which is gone", sessions,
+                               name, owner);
     }
   }
   closedir(dir);
 }
 
-// Files of a phosd that was killed (SIGKILL, a crash) stay in /dev/shm: rings,
+// Files of a phosd that was killed (SIGKILL, a crash) stay in the session
+// directory (/dev/shm unless --session-dir): rings,
 // pinned memory, host-call queues, all named phos-<worker pid>-<session>...
 // Removes those whose process is gone.
 void removeStaleSessionFiles() {
   removeSessionFiles([](pid_t owner) { return owner != getpid() && kill(owner, 0) != 0 && errno == ESRCH; });
 }
 
-// Removes /dev/shm/<ring> and the files named after it (<ring>-pinned-N,
+// Removes the session directory's <ring> and the files named after it (<ring>-pinned-N,
 // <ring>-hostcalls).
 void removeFilesOfRing(const std::string& ring) {
-  DIR* dir = opendir("/dev/shm");
+  const std::string sessions = ipc::sessionDir();
+  DIR* dir = opendir(sessions.c_str());
   if (dir == nullptr) return;
   while (dirent* e = readdir(dir)) {
     std::string_view name(e->d_name);
@@ -320,8 +325,11 @@ void Daemon::Impl::onWorkerMessage(WorkerHandle& w, const json& m) {
 
 json Daemon::Impl::adopt(WorkerHandle& w, const json& m) {
   const auto pid = m.value("pid", pid_t{0});
-  if (w.state != WorkerHandle::State::kRestoring || pid <= 0 || pid != w.clientPid) {
-    return refusal(fmt::format("worker {} restored no session for pid {}", w.pid, pid));
+  // "was": the pid the session was saved with, when the restored process
+  // has another (the worker checked that it maps the session's ring).
+  const auto was = m.value("was", pid);
+  if (w.state != WorkerHandle::State::kRestoring || pid <= 0 || was != w.clientPid) {
+    return refusal(fmt::format("worker {} restored no session for pid {}", w.pid, was));
   }
   UniqueFd pidfd(pidfdOpen(pid));
   if (!pidfd) return refusal(fmt::format("cannot watch pid {}: {}", pid, std::strerror(errno)));
@@ -330,6 +338,7 @@ json Daemon::Impl::adopt(WorkerHandle& w, const json& m) {
     return refusal(fmt::format("pid {} is not a process of uid {}, whose session was restored", pid, w.uid));
   }
   w.clientPidfd = std::move(pidfd);
+  w.clientPid = pid;
   w.command = commandOf(pid);
   w.state = WorkerHandle::State::kServing;
   w.image.clear();
@@ -374,10 +383,12 @@ void Daemon::Impl::onWorkerExit(pid_t pid) {
     removeSessionFiles([pid](pid_t owner) { return owner == pid; });
     // A restored session keeps the file names of the worker it was saved
     // from; removed unless another worker serves a session of that name.
-    if (!w.ring.starts_with("/dev/shm/phos-" + std::to_string(pid) + "-") && w.ring.starts_with("/dev/shm/phos-")) {
+    const std::string sessions = ipc::sessionDir() + "/";
+    if (!w.ring.starts_with(sessions + "phos-" + std::to_string(pid) + "-") &&
+        w.ring.starts_with(sessions + "phos-")) {
       bool claimed = false;
       for (const auto& [other, ow] : workers) claimed = claimed || ow.ring == w.ring;
-      if (!claimed) removeFilesOfRing(w.ring.substr(std::string_view("/dev/shm/").size()));
+      if (!claimed) removeFilesOfRing(w.ring.substr(sessions.size()));
     }
   }
   int status = 0;

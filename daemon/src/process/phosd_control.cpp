@@ -155,8 +155,12 @@ std::optional<json> Daemon::Impl::handle(const json& request, const ucred& peer,
     // Compared before narrowing to pid_t: 2^32 + pid must not pass as pid.
     const auto named = request["pid"].get<int64_t>();
     // A process attaches itself: a session serves the memory of the process
-    // that connected, never one it names.
-    if (named != static_cast<int64_t>(peer.pid)) {
+    // that connected, never one it names. In a container it names itself as
+    // its own PID namespace numbers it (docs/containers.md); the session is
+    // the connecting process's as phosd numbers it.
+    auto ownView = pidInOwnNamespace(peer.pid);
+    if (named != static_cast<int64_t>(peer.pid) &&
+        (!ownView.isOk() || named != static_cast<int64_t>(*ownView))) {
       return refusal(fmt::format("pid {} is not the connecting process ({})", named, peer.pid));
     }
     UniqueFd pidfd(pidfdOpen(peer.pid));

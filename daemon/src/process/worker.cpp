@@ -15,20 +15,23 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
-#include "session/context_pool.h"
-#include "session/driver_table.h"
-#include "protocols/engine.h"
-#include "session/jit_helper.h"
-#include "protocols/on_demand_restore.h"
 #include "phos/common/ipc/control.h"
 #include "phos/common/log.h"
 #include "phos/common/subprocess.h"
+#include "protocols/engine.h"
+#include "protocols/on_demand_restore.h"
+#include "session/context_pool.h"
+#include "session/driver_table.h"
+#include "session/jit_helper.h"
 #include "session/server_call.h"
 #include "session/session.h"
 
@@ -169,6 +172,18 @@ json sessionInfoJson(const SessionInfo& i) {
               {"launches", i.launches},
               {"kernels", kernels},
               {"busy", i.busy}};
+}
+
+// Whether `pid` maps `path` (/proc/PID/maps).
+bool mapsFile(pid_t pid, const std::string& path) {
+  std::ifstream maps(fmt::format("/proc/{}/maps", pid));
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.size() > path.size() && line.ends_with(path) &&
+        line[line.size() - path.size() - 1] == ' ')
+      return true;
+  }
+  return false;
 }
 
 // Reads one line (at most 64 KiB) from a client's connection; nullopt at
@@ -570,9 +585,20 @@ class Worker {
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
     auto line = readLine(fd);
     json adopt = line ? json::parse(*line, nullptr, false) : json();
-    if (!line || adopt.is_discarded() || !adopt.is_object() || !adopt.contains("adopt") ||
-        !adopt["adopt"].is_number_integer() ||
-        adopt["adopt"].get<int64_t>() != static_cast<int64_t>(pid)) {
+    // The restored process has the pid it had, or, restored into a new PID
+    // namespace (a container, by CRIU's plugin: docs/containers.md), another
+    // one as phosd numbers it: then it must map this session's ring.
+    auto adopter = [&]() -> std::optional<pid_t> {
+      if (!adopt.is_object() || !adopt.contains("adopt") || !adopt["adopt"].is_number_integer())
+        return std::nullopt;
+      const int64_t named = adopt["adopt"].get<int64_t>();
+      if (named == static_cast<int64_t>(pid)) return pid;
+      if (named <= 0 || named > std::numeric_limits<pid_t>::max()) return std::nullopt;
+      if (!mapsFile(static_cast<pid_t>(named), session_->ringPath())) return std::nullopt;
+      return static_cast<pid_t>(named);
+    };
+    const std::optional<pid_t> adopting = line ? adopter() : std::nullopt;
+    if (!adopting) {
       std::string why =
           !line ? "the client closed the connection" : fmt::format("the client sent {}", *line);
       log->warn("session {}: abandoned: {} instead of {{\"adopt\": {}}}", id, why, pid);
@@ -583,7 +609,7 @@ class Worker {
       ending_ = true;
       return;
     }
-    json answer = ask({{"op", "adopt"}, {"session", id}, {"pid", pid}});
+    json answer = ask({{"op", "adopt"}, {"session", id}, {"pid", *adopting}, {"was", pid}});
     if (!answer.value("ok", false)) {
       std::string error = answer.value("error", std::string("phosd refused the adoption"));
       log->warn("session {}: abandoned: {}", id, error);
@@ -591,8 +617,12 @@ class Worker {
       ending_ = true;
       return;
     }
+    if (*adopting != pid) {
+      log->info("session {}: restored as pid {} (pid {} when it was saved)", id, *adopting, pid);
+      session_->adoptedBy(*adopting);
+    }
     session_->startServing();
-    log->info("session {}: pid {} adopted; serving it{}", id, pid,
+    log->info("session {}: pid {} adopted; serving it{}", id, *adopting,
               loading != nullptr ? " while its device memory loads" : "");
     writeLine(fd, {{"ok", true}, {"loading", loading != nullptr}});
     if (loading != nullptr) finishLoading(*session_, *loading, restored->validation, fd);

@@ -43,7 +43,9 @@ HostCallChannel::~HostCallChannel() {
   unlink(path_.c_str());
 }
 
-bool HostCallChannel::gone() const { return closed_.load() || (kill(pid_, 0) != 0 && errno == ESRCH); }
+bool HostCallChannel::gone() const {
+  return closed_.load() || (kill(pid_.load(), 0) != 0 && errno == ESRCH);
+}
 
 void HostCallChannel::close() {
   closed_.store(true);

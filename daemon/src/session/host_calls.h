@@ -38,6 +38,8 @@ class HostCallChannel {
   void run(ipc::HostCallKind kind, uint64_t function, uint64_t userData, uint64_t stream, int32_t status);
   // The session ends: waiting and future host functions return at once.
   void close();
+  // The application is now this pid (Session::adoptedBy).
+  void setPid(pid_t pid) { pid_.store(pid); }
 
  private:
   HostCallChannel(std::string path, ipc::HostCallQueue* queue, pid_t pid)
@@ -46,7 +48,7 @@ class HostCallChannel {
 
   std::string path_;
   ipc::HostCallQueue* queue_;
-  pid_t pid_;
+  std::atomic<pid_t> pid_;
   std::atomic<bool> closed_{false};
 };
 

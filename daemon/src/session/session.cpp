@@ -3,6 +3,7 @@
 #include "session/session.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -14,12 +15,11 @@
 #include <cstdlib>
 #include <cstring>
 
-#include <fmt/format.h>
-
-#include "session/host_calls.h"
-#include "session/session_files.h"
+#include "phos/common/ipc/control.h"
 #include "phos/common/log.h"
 #include "phos/cuda_api/api_table.h"
+#include "session/host_calls.h"
+#include "session/session_files.h"
 
 namespace phos::daemon {
 namespace {
@@ -34,7 +34,7 @@ Session::Session(uint64_t id, pid_t pid, uid_t uid, const DriverTable& driver, C
 Session::~Session() { stop(); }
 
 Status Session::start(const ipc::RingGeometry& geometry) {
-  ringPath_ = fmt::format("/dev/shm/phos-{}-{}", getpid(), id_);
+  ringPath_ = fmt::format("{}/phos-{}-{}", ipc::sessionDir(), getpid(), id_);
   // Named by this live worker's pid: one that exists was left by a dead
   // worker that had the same pid.
   unlink(ringPath_.c_str());
@@ -65,10 +65,11 @@ Status Session::pause(std::chrono::milliseconds timeout) {
   if (!pauseChanged_.wait_for(lock, timeout, [&] { return parked_ || stopping_.load(); })) {
     pauseRequested_ = false;
     pauseChanged_.notify_all();
-    return makeError(Code::kUnavailable,
-                     "session {} (pid {}) is still serving a call after {} ms (a synchronization waiting for a "
-                     "kernel or a host function?)",
-                     id_, pid_, timeout.count());
+    return makeError(
+        Code::kUnavailable,
+        "session {} (pid {}) is still serving a call after {} ms (a synchronization waiting for a "
+        "kernel or a host function?)",
+        id_, pid(), timeout.count());
   }
   return Status::ok();
 }
@@ -108,8 +109,9 @@ void Session::stop() {
     auto found = validator_.collect();
     const auto& n = validator_.counters();
     log::get("daemon")->info(
-        "session {} (pid {}): validation: {} launches, {} as twins, {} without twin, {} reported accesses{}", id_,
-        pid_, n.launches, n.twinLaunches, n.unvalidated, n.violations,
+        "session {} (pid {}): validation: {} launches, {} as twins, {} without twin, {} reported "
+        "accesses{}",
+        id_, pid(), n.launches, n.twinLaunches, n.unvalidated, n.violations,
         found.empty() ? "" : fmt::format(" (first: {} {:#x})", found[0].kernel, found[0].address));
   }
   validator_.release(nullptr);
@@ -150,7 +152,7 @@ void Session::serve() {
     if (!request.isOk()) {
       if (request.status().code() == Code::kNotFound) continue;
       // A malformed slot: the application wrote garbage into its ring.
-      log->warn("session {} (pid {}): {}", id_, pid_, request.status().message());
+      log->warn("session {} (pid {}): {}", id_, pid(), request.status().message());
       continue;
     }
     dispatch(*request);
@@ -264,6 +266,11 @@ std::string KernelOutput::take(size_t max) {
   return out;
 }
 
+void Session::adoptedBy(pid_t pid) {
+  pid_.store(pid);
+  if (hostCalls_ != nullptr) hostCalls_->setPid(pid);
+}
+
 SessionInfo Session::info() const {
   std::unique_lock lock(mutex_, std::chrono::milliseconds(50));
   if (lock.owns_lock()) return infoLocked();
@@ -272,7 +279,7 @@ SessionInfo Session::info() const {
   std::lock_guard last(infoMutex_);
   SessionInfo i = lastInfo_;
   i.id = id_;
-  i.pid = pid_;
+  i.pid = pid();
   i.uid = uid_;
   i.calls = calls_.load();
   i.launches = launches_.load();
@@ -284,7 +291,7 @@ SessionInfo Session::info() const {
 SessionInfo Session::infoLocked() const {
   SessionInfo i;
   i.id = id_;
-  i.pid = pid_;
+  i.pid = pid();
   i.uid = uid_;
   // What the application allocated: module globals are its modules' memory.
   for (const auto& [a, alloc] : memory_.allocations()) {
@@ -436,10 +443,11 @@ Status Session::readApplication(uintptr_t address, void* out, size_t bytes) cons
   while (done < bytes) {
     iovec local{static_cast<char*>(out) + done, bytes - done};
     iovec remote{reinterpret_cast<void*>(address + done), bytes - done};
-    ssize_t n = process_vm_readv(pid_, &local, 1, &remote, 1, 0);
+    ssize_t n = process_vm_readv(pid(), &local, 1, &remote, 1, 0);
     if (n <= 0) {
       return errnoError(n < 0 ? errno : EFAULT,
-                        fmt::format("cannot read {} bytes at {:#x} of pid {}", bytes - done, address + done, pid_));
+                        fmt::format("cannot read {} bytes at {:#x} of pid {}", bytes - done,
+                                    address + done, pid()));
     }
     done += static_cast<size_t>(n);
   }
@@ -451,10 +459,11 @@ Status Session::writeApplication(uintptr_t address, const void* data, size_t byt
   while (done < bytes) {
     iovec local{const_cast<char*>(static_cast<const char*>(data)) + done, bytes - done};
     iovec remote{reinterpret_cast<void*>(address + done), bytes - done};
-    ssize_t n = process_vm_writev(pid_, &local, 1, &remote, 1, 0);
+    ssize_t n = process_vm_writev(pid(), &local, 1, &remote, 1, 0);
     if (n <= 0) {
       return errnoError(n < 0 ? errno : EFAULT,
-                        fmt::format("cannot write {} bytes at {:#x} of pid {}", bytes - done, address + done, pid_));
+                        fmt::format("cannot write {} bytes at {:#x} of pid {}", bytes - done,
+                                    address + done, pid()));
     }
     done += static_cast<size_t>(n);
   }
@@ -568,7 +577,8 @@ Result<std::shared_ptr<HostCallChannel>> Session::hostCalls() {
   std::lock_guard lock(hostCallsMutex_);
   if (hostCalls_ == nullptr) {
     // Named after the ring, as pinned memory is (createPinned).
-    ASSIGN_OR_RETURN(hostCalls_, HostCallChannel::create(fmt::format("{}-hostcalls", ringPath_), uid_, pid_));
+    ASSIGN_OR_RETURN(hostCalls_,
+                     HostCallChannel::create(fmt::format("{}-hostcalls", ringPath_), uid_, pid()));
   }
   return hostCalls_;
 }
@@ -631,7 +641,7 @@ Result<nlohmann::json> Session::validationReport(std::chrono::milliseconds timeo
   }
   resume();
   nlohmann::json answer = validator_.report(found);
-  answer["pid"] = pid_;
+  answer["pid"] = pid();
   answer["session"] = id_;
   return answer;
 }

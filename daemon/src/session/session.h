@@ -130,8 +130,12 @@ class Session {
   void stop();
 
   uint64_t id() const { return id_; }
-  pid_t pid() const { return pid_; }
-  bool applicationAlive() const { return !processEnded(pid_); }
+  pid_t pid() const { return pid_.load(); }
+  bool applicationAlive() const { return !processEnded(pid()); }
+  // A restored session is taken by another pid than the one it saved (a
+  // container restored into a new PID namespace: docs/containers.md). Called
+  // before the session serves the new process.
+  void adoptedBy(pid_t pid);
   uid_t uid() const { return uid_; }
   const std::string& ringPath() const { return ringPath_; }
   SessionInfo info() const;
@@ -333,7 +337,7 @@ class Session {
   class Rebuilder;  // session_rebuild.cpp
 
   const uint64_t id_;
-  const pid_t pid_;
+  std::atomic<pid_t> pid_;
   const uid_t uid_;
   const DriverTable& driver_;
   ContextPool& pool_;

@@ -2,6 +2,7 @@
 #include "session/session_files.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,8 +12,7 @@
 #include <chrono>
 #include <thread>
 
-#include <fmt/format.h>
-
+#include "phos/common/ipc/control.h"
 #include "phos/common/subprocess.h"
 #include "phos/common/unique_fd.h"
 
@@ -52,8 +52,9 @@ bool ringLocked(const std::string& path) {
 }
 
 Status claimSessionPath(const std::string& path, const std::string& ringPath, pid_t process, uid_t owner) {
-  if (path.rfind("/dev/shm/phos-", 0) != 0 || path.find("..") != std::string::npos) {
-    return makeError(Code::kDataLoss, "the image names a session file outside /dev/shm/phos-*: {}",
+  const std::string prefix = ipc::sessionDir() + "/phos-";
+  if (path.rfind(prefix, 0) != 0 || path.find("..") != std::string::npos) {
+    return makeError(Code::kDataLoss, "the image names a session file outside {}*: {}", prefix,
                      path);
   }
   auto inUse = [&](std::string why) {

@@ -28,7 +28,8 @@ bool ringLocked(const std::string& path);
 // at `ringPath` locked (CallRing::create), the checkpointed session still runs
 // here (kFailedPrecondition). An empty `ringPath`: the caller holds the
 // session's ring itself. The path comes from the manifest, which its writer
-// controls: only /dev/shm/phos-* (kDataLoss otherwise), and a file there that
+// controls: only phos-* in the session directory (ipc::sessionDir(); kDataLoss
+// otherwise), and a file there that
 // does not belong to `owner` (the restored session's uid) is another user's
 // session file, never removed for this one (kPermissionDenied).
 Status claimSessionPath(const std::string& path, const std::string& ringPath, pid_t process, uid_t owner);

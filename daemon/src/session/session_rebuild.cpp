@@ -113,7 +113,7 @@ class Session::Rebuilder {
     if (!st_.contains("ring"))
       return makeError(Code::kDataLoss, "the session's call ring is not in the image");
     ASSIGN_OR_RETURN(ringPath_, field<std::string>(st_["ring"], "path", "ring"));
-    RETURN_IF_ERROR(claimSessionPath(ringPath_, ringPath_, s_.pid_, s_.uid_));
+    RETURN_IF_ERROR(claimSessionPath(ringPath_, ringPath_, s_.pid(), s_.uid_));
     // The ring is created and locked at once: another restore of this session
     // (a copy of the image) now finds it held and claims none of its files.
     // Its contents, the application's pending calls, come last.
@@ -183,7 +183,8 @@ class Session::Rebuilder {
                                                               CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP),
                           fmt::format("registering pinned memory at {} again", hex(r.address)));
     };
-    RETURN_IF_ERROR(s_.pinned_.rebuild(reader_, st_.value("pinned", json::array()), s_.pid_, registerAgain));
+    RETURN_IF_ERROR(
+        s_.pinned_.rebuild(reader_, st_.value("pinned", json::array()), s_.pid(), registerAgain));
     PHOS_DRIVER(d_, CtxSetCurrent)(nullptr);
     s_.currentReal_ = nullptr;
     return Status::ok();
@@ -194,8 +195,8 @@ class Session::Rebuilder {
       const json& h = st_["host_calls"];
       ASSIGN_OR_RETURN(std::string path, field<std::string>(h, "path", "host_calls"));
       ASSIGN_OR_RETURN(size_t blob, blobOf(reader_, h, "host_calls"));
-      RETURN_IF_ERROR(claimSessionPath(path, "", s_.pid_, s_.uid_));  // the ring is ours
-      ASSIGN_OR_RETURN(auto channel, HostCallChannel::create(path, s_.uid_, s_.pid_));
+      RETURN_IF_ERROR(claimSessionPath(path, "", s_.pid(), s_.uid_));  // the ring is ours
+      ASSIGN_OR_RETURN(auto channel, HostCallChannel::create(path, s_.uid_, s_.pid()));
       std::vector<std::byte> bytes(reader_.manifest().blobs[blob].size);
       RETURN_IF_ERROR(reader_.read(blob, 0, bytes));
       RETURN_IF_ERROR(channel->restoreBytes(bytes));

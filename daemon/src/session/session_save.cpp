@@ -36,7 +36,7 @@ class Session::Describer {
         copies_(copies) {}
 
   Status run() {
-    state_ = {{"session", s_.id_},      {"pid", s_.pid_},
+    state_ = {{"session", s_.id_},      {"pid", s_.pid()},
               {"uid", s_.uid_},         {"driver", d_.path()},
               {"worker_pid", getpid()}, {"handles_last_serial", s_.handles_.lastSerial()}};
     RETURN_IF_ERROR(contexts());
@@ -163,11 +163,12 @@ void Session::listModuleGlobals() {
 Status Session::describeShared(image::ImageWriter& writer, json& state, uint64_t& bytes,
                                const ProgressFn& progress) {
   if (auto lane = busyLane()) {
-    return makeError(Code::kFailedPrecondition,
-                     "a thread of pid {} is inside a copy through transfer lane {} of its ring, which phosd "
-                     "gave up on (the thread was stopped in it?): the image could not give the thread the "
-                     "lane's bytes back; checkpoint again once the copy has returned",
-                     pid_, *lane);
+    return makeError(
+        Code::kFailedPrecondition,
+        "a thread of pid {} is inside a copy through transfer lane {} of its ring, which phosd "
+        "gave up on (the thread was stopped in it?): the image could not give the thread the "
+        "lane's bytes back; checkpoint again once the copy has returned",
+        pid(), *lane);
   }
   const uint64_t total = pinned_.bytes();
   PhaseProgress phase(progress, "pinned", total);

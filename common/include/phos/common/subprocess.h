@@ -45,4 +45,9 @@ Result<pid_t> spawn(const std::vector<std::string>& argv, int output,
 // opens no descriptor, so applications may call it at any moment.
 bool processEnded(pid_t pid);
 
+// The pid `pid` (as this process's namespace numbers it) has in its own
+// innermost PID namespace: the last "NSpid:" field of /proc/PID/status. A
+// process in a container sees itself as this pid. kNotFound: no such process.
+Result<pid_t> pidInOwnNamespace(pid_t pid);
+
 }  // namespace phos

@@ -88,6 +88,9 @@ class CallRing {
   using Meanwhile = std::function<void(const std::function<bool()>& replied)>;
   Result<size_t> call(std::span<const std::byte> request, std::span<std::byte> reply, const Meanwhile& meanwhile);
   // OK while the daemon that owns the ring runs; kUnavailable once it is gone.
+  // Its pid says so, or, where that pid is out of this process's sight (a
+  // job in a container's PID namespace), the shared lock the daemon holds on
+  // the ring file for its life.
   Status ownerAlive() const;
   // Posts a call that has no reply and returns as soon as it is in the ring.
   Status post(std::span<const std::byte> request);
@@ -146,6 +149,7 @@ class CallRing {
   bool owner_ = false;
   uint64_t readPosition_ = 0;  // daemon's own copy; the shared one is advisory
   std::chrono::milliseconds livenessPeriod_{100};
+  std::string path_;  // application side: the file, whose lock says the daemon lives
 };
 
 }  // namespace phos::ipc

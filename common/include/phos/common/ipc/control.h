@@ -70,6 +70,12 @@ bool isBadRequest(std::string_view code);
 // The directory of this user's daemon: $PHOS_RUNTIME_DIR, else /run/phos for
 // root, else $XDG_RUNTIME_DIR/phos, else /tmp/phos-<uid>.
 std::string runtimeDir();
+// Where phosd keeps its sessions' shared files (rings, pinned memory,
+// host-call queues: DIR/phos-WORKER-SESSION...), which applications map:
+// $PHOS_SESSION_DIR (absolute; `phos daemon --session-dir` sets it), else
+// /dev/shm. A container that shares no /dev/shm with the host mounts this
+// directory instead (docs/containers.md).
+std::string sessionDir();
 // Its control socket: runtimeDir()/phosd.sock.
 std::string controlSocketPath(const std::string& runtimeDirectory);
 
