@@ -164,6 +164,27 @@ def test_example_migrates_mid_run_and_finishes_bit_identical(hosts, phos, progra
     assert job.wait_end(len(ref)) == ref
 
 
+def test_plain_criu_with_phos_plugin_restores_the_job_on_another_host(hosts, phos, programs, build_dir, tmp_path):
+    """CRIU's own dump in h1 and restore in h2, with PhOS's plugin (docs/containers.md): no phos command."""
+    cmd = mlp(programs)
+    ref = reference(cmd, hosts)
+    job = HostJob("h1", phos, cmd, hosts, tmp_path)
+    job.wait_line(3)
+    criu = os.environ.get("PHOS_CRIU", "/opt/phos/criu/bin/criu")
+    plugin = build_dir / "criu" / "plugin"
+    images = tmp_path / "images"
+    images.mkdir()
+    r = on("h1", criu, "dump", "-t", job.pid, "-D", images, "-o", "dump.log", "--libdir", plugin)
+    assert r.returncode == 0, f"{r.stderr}\n{(images / 'dump.log').read_text()[-3000:]}\n{daemon_log('h1')[-3000:]}"
+    assert (images / f"phos-{job.pid}" / "manifest.json").exists()
+    wait_for(lambda: job.pid not in sessions_on("h1", phos), 20, "h1's phosd to end the dumped job's session")
+    r = on("h2", criu, "restore", "-D", images, "-o", "restore.log", "--libdir", plugin, "--restore-detached")
+    assert r.returncode == 0, f"{r.stderr}\n{(images / 'restore.log').read_text()[-3000:]}\n" \
+                              f"{daemon_log('h2')[-3000:]}"
+    assert f"pid {job.pid} adopted" in daemon_log("h2")
+    assert job.wait_end(len(ref)) == ref
+
+
 def test_stop_the_world_migration_for_comparison(hosts, phos, programs, tmp_path):
     cmd = mlp(programs)
     ref = reference(cmd, hosts)
