@@ -10,8 +10,10 @@ job's session, an image directory phosd cannot use, an image without its GPU
 half, a restore without the plugin or without phosd; each leaves the job
 running (dump) or nothing running (restore), and says why.
 """
+import json
 import os
 import pathlib
+import socket
 import subprocess
 
 import pytest
@@ -272,3 +274,31 @@ def test_phos_checkpoint_is_unchanged_where_the_plugin_is_installed(criu, plugin
     assert not any(p.name.startswith("phos-") for p in (image / "cpu").iterdir())
     assert j.proc.wait(timeout=TIMEOUT) == 0
     assert j.lines() == ref
+
+
+def test_phosd_refuses_bad_plugin_requests_and_the_job_runs_on(criu, phos, phosd, app_env, programs, jobs,
+                                                               tmp_path):
+    j, ref = start(phos, phosd, programs, app_env, tmp_path)
+    jobs.append(j)
+    images = tmp_path / "images"
+    images.mkdir()
+    base = {"op": "checkpoint", "pid": j.pid, "image": str(images / f"phos-{j.pid}")}
+    for extra, why in [({"criu_plugin": "yes"}, "criu_plugin must be true or false"),
+                       ({"criu_plugin": True, "mode": "cow"}, "through CRIU's plugin is stop-the-world")]:
+        answer = phosd.request({**base, **extra}, timeout=30)
+        assert answer is not None and answer.get("ok") is False and why in answer["error"], answer
+    # A plugin that goes away after phosd cut the GPU state, before CRIU froze
+    # the job: phosd resumes it and drops the image.
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(30)
+        s.connect(str(phosd.socket_path))
+        s.sendall((json.dumps({**base, "criu_plugin": True}) + "\n").encode())
+        with s.makefile("r") as reader:
+            answer = json.loads(reader.readline())
+            while "progress" in answer:
+                answer = json.loads(reader.readline())
+    assert answer == {"step": "paused"}, answer
+    wait_for(lambda: "CRIU's plugin closed the connection" in phosd.log(), TIMEOUT, "phosd to see the plugin go")
+    assert j.proc.wait(timeout=TIMEOUT) == 0, j.err.read_text()
+    assert j.lines() == ref
+    assert list(images.iterdir()) == []

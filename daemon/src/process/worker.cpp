@@ -422,7 +422,10 @@ class Worker {
       // CRIU's dump takes as long as the process's memory: no time limit,
       // the plugin's closing the connection (CRIU gone) ends the wait.
       checkpoint::PluginSteps pluginSteps;
-      const bool throughPlugin = request.value("criu_plugin", false) == true;
+      // (A field of another type is refused by the engine, naming it.)
+      const bool throughPlugin = request.contains("criu_plugin") &&
+                                 request["criu_plugin"].is_boolean() &&
+                                 request["criu_plugin"].get<bool>();
       if (throughPlugin) {
         timeval none{0, 0};
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
