@@ -165,7 +165,7 @@ std::optional<std::string> servingRuntimeDir(const std::string& ring) {
         ::readlink(fmt::format("{}/{}", fds, entry->d_name).c_str(), target, sizeof(target) - 1);
     if (n <= 0) continue;
     const std::string path(target, static_cast<size_t>(n));
-    constexpr std::string_view kLock = "/phosd.lock";
+    const std::string kLock = ipc::daemonLockPath("");  // "/phosd.lock"
     if (path.size() > kLock.size() && path.ends_with(kLock)) {
       found = path.substr(0, path.size() - kLock.size());
       break;
@@ -200,7 +200,7 @@ std::string refusal(const Result<json>& answer) {
 
 int gStage = -1;
 bool gInInventory = false;
-std::map<pid_t, ipc::ControlStream> gDumps;     // sessions phosd is checkpointing
+std::map<pid_t, ipc::ControlStream> gDumps;  // sessions phosd is checkpointing
 // A session re-created, not adopted yet.
 struct Restoring {
   pid_t dumpedPid;  // as phosd numbered the task at the dump
@@ -359,9 +359,11 @@ int initRestore() {
   }
   for (pid_t pid : found.images) {
     // The phosd the marker names, unless CRIU's environment names one.
+    // (The marker comes with the image: a field of another type is ignored.)
     const json marker = readMarker(criu_get_image_dir(), markerName(pid));
-    const std::string runtime = runtimeDirectory(
-        marker.is_object() ? marker.value("runtime_dir", std::string()) : std::string());
+    const bool namesRuntime = marker.contains("runtime_dir") && marker["runtime_dir"].is_string();
+    const std::string runtime =
+        runtimeDirectory(namesRuntime ? marker["runtime_dir"].get<std::string>() : std::string());
     const std::string socket = ipc::controlSocketPath(runtime);
     const std::string image = fmt::format("{}/{}", *dir, imageName(pid));
     auto stream = ipc::ControlStream::open(
@@ -380,7 +382,8 @@ int initRestore() {
     }
     say(kLogInfo, "pid {}: GPU session {} re-created from {}", pid, answer->value("session", 0),
         image);
-    const pid_t nsPid = marker.is_object() ? marker.value("ns_pid", pid) : pid;
+    const bool namesNsPid = marker.contains("ns_pid") && marker["ns_pid"].is_number_integer();
+    const pid_t nsPid = namesNsPid ? marker["ns_pid"].get<pid_t>() : pid;
     gRestores.push_back({pid, nsPid, std::move(*stream)});
   }
   return 0;

@@ -302,3 +302,14 @@ def test_phosd_refuses_bad_plugin_requests_and_the_job_runs_on(criu, phos, phosd
     assert j.proc.wait(timeout=TIMEOUT) == 0, j.err.read_text()
     assert j.lines() == ref
     assert list(images.iterdir()) == []
+
+
+def test_a_garbled_marker_is_ignored_and_never_crashes_criu(dumped, criu_binary, plugin_dir, phosd):
+    # The marker comes with the image: fields of the wrong type fall back to
+    # CRIU's environment and the pid CRIU restores.
+    j, ref, images = dumped
+    (images / f"phos-{j.pid}.required").write_text(json.dumps({"ns_pid": "one", "runtime_dir": 7}))
+    r = restore(criu_binary, plugin_dir, phosd.runtime_dir, images)
+    assert r.returncode == 0, f"{r.stderr}\n{log_of(images, 'restore.log')[-3000:]}"
+    wait_for(lambda: process_gone(j.pid), TIMEOUT, "the restored job")
+    assert j.lines() == ref
