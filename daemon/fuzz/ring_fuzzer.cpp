@@ -223,9 +223,17 @@ bool tooManyThreads(std::span<const std::byte> request) {
   std::memcpy(&h, request.data(), sizeof(h));
   uint32_t dims[6];
   std::memcpy(dims, request.data() + sizeof(h) + 8, sizeof(dims));
-  unsigned __int128 threads = 1;
-  for (uint32_t v : dims) threads *= v;
-  return threads > 4096;
+  // A zero dimension is no thread at all; otherwise the product, stopping
+  // past the limit (at most 4096 * 2^32 before it stops: no overflow).
+  for (uint32_t v : dims) {
+    if (v == 0) return false;
+  }
+  uint64_t threads = 1;
+  for (uint32_t v : dims) {
+    threads *= v;
+    if (threads > 4096) return true;
+  }
+  return false;
 }
 
 }  // namespace
