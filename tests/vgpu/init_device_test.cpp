@@ -83,8 +83,8 @@ TEST(Unsupported, EntryPointsVgpuLacksReturnNotSupported) {
   desc.Format = CU_AD_FORMAT_FLOAT;
   desc.NumChannels = 1;
   EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED, cuArrayCreate(&array, &desc));
-  CUgraph graph = nullptr;
-  EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED, cuGraphCreate(&graph, 0));
+  CUgraphNode node = nullptr;
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddEventRecordNode(&node, nullptr, nullptr, 0, nullptr));
 }
 
 // --- cuGetProcAddress ------------------------------------------------------------------

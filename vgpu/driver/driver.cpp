@@ -241,8 +241,12 @@ std::shared_ptr<RecordedLaunch> Context::lastRecordedLaunch(std::uint64_t stream
   return it == lastRecorded_.end() ? nullptr : it->second;
 }
 
-std::uint64_t Context::submit(const std::shared_ptr<Stream>& stream, Stream::Work work,
-                              std::vector<StreamDependency> extra) {
+Result<std::uint64_t> Context::submit(const std::shared_ptr<Stream>& stream, Stream::Work work,
+                                      std::vector<StreamDependency> extra, const NodeInfo& node) {
+  if (auto capture = stream->capture()) {
+    RETURN_IF_ERROR(capture->add(*stream, node, std::move(work)));
+    return std::uint64_t{0};
+  }
   std::lock_guard submitLock(submitMutex_);
   std::vector<StreamDependency> deps = std::move(extra);
   auto depend = [&](const std::shared_ptr<Stream>& other) {
@@ -252,14 +256,42 @@ std::uint64_t Context::submit(const std::shared_ptr<Stream>& stream, Stream::Wor
   };
   if (stream->kind() == Stream::Kind::kLegacy) {
     std::lock_guard lock(mutex_);
+    std::vector<std::shared_ptr<Stream>> blocking;
     for (const auto& weak : streams_) {
-      if (auto other = weak.lock(); other && other->synchronizesWithLegacy()) depend(other);
+      if (auto other = weak.lock(); other && other->synchronizesWithLegacy())
+        blocking.push_back(other);
     }
-    for (const auto& [thread, other] : perThread_) depend(other);
+    for (const auto& [thread, other] : perThread_) blocking.push_back(other);
+    // "When any stream in the same context is being captured, and it was not
+    // created with cudaStreamNonBlocking, any attempted use of the legacy
+    // stream is invalid": the implicit dependency cannot be captured.
+    for (const auto& other : blocking) {
+      if (auto capture = other->capture()) {
+        capture->invalidate();
+        return cuError(
+            CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+            "the legacy stream was used while a stream that synchronizes with it captures");
+      }
+    }
+    for (const auto& other : blocking) depend(other);
   } else if (stream->synchronizesWithLegacy()) {
     depend(legacy_);
   }
   return stream->enqueue(std::move(work), std::move(deps));
+}
+
+std::vector<std::shared_ptr<CaptureSequence>> Context::captures() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::shared_ptr<CaptureSequence>> out;
+  auto add = [&](const std::shared_ptr<Stream>& stream) {
+    if (!stream) return;
+    auto capture = stream->capture();
+    if (capture && std::find(out.begin(), out.end(), capture) == out.end())
+      out.push_back(std::move(capture));
+  };
+  for (const auto& weak : streams_) add(weak.lock());
+  for (const auto& [thread, stream] : perThread_) add(stream);
+  return out;
 }
 
 void Context::drain() {
@@ -687,13 +719,19 @@ Status Driver::copy(const StreamRef& ref, std::uint64_t dst, std::uint64_t src, 
   if (bytes == 0) return Status::ok();
   ASSIGN_OR_RETURN(CopyEndpoint d, classify(dst, bytes, dstMustBeDevice));
   ASSIGN_OR_RETURN(CopyEndpoint s, classify(src, bytes, srcMustBeDevice));
+  if (!async) RETURN_IF_ERROR(refuseInCapture(ref, "a synchronous copy"));
   CopyModel* model = copyModel_.get();
-  std::uint64_t seq = ref.context->submit(ref.stream, [=] {
-    model->transfer(s.device, d.device, bytes, [&] {
-      std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
-    });
-    return Status::ok();
-  });
+  ASSIGN_OR_RETURN(std::uint64_t seq, ref.context->submit(
+                                          ref.stream,
+                                          [=] {
+                                            model->transfer(s.device, d.device, bytes, [&] {
+                                              std::memmove(reinterpret_cast<void*>(dst),
+                                                           reinterpret_cast<const void*>(src),
+                                                           bytes);
+                                            });
+                                            return Status::ok();
+                                          },
+                                          {}, NodeInfo{CU_GRAPH_NODE_TYPE_MEMCPY, std::nullopt}));
   return finishCopy(ref, seq, d, s, async);
 }
 
@@ -705,16 +743,22 @@ Status Driver::copyRows(const StreamRef& ref, std::vector<std::pair<std::uint64_
     ASSIGN_OR_RETURN(d, classify(dst, width, false));
     ASSIGN_OR_RETURN(s, classify(src, width, false));
   }
+  if (!async) RETURN_IF_ERROR(refuseInCapture(ref, "a synchronous copy"));
   CopyModel* model = copyModel_.get();
   std::size_t total = width * rows.size();
-  std::uint64_t seq = ref.context->submit(ref.stream, [=, rows = std::move(rows)] {
-    model->transfer(s.device, d.device, total, [&] {
-      for (const auto& [dst, src] : rows) {
-        std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), width);
-      }
-    });
-    return Status::ok();
-  });
+  ASSIGN_OR_RETURN(std::uint64_t seq, ref.context->submit(
+                                          ref.stream,
+                                          [=, rows = std::move(rows)] {
+                                            model->transfer(s.device, d.device, total, [&] {
+                                              for (const auto& [dst, src] : rows) {
+                                                std::memmove(reinterpret_cast<void*>(dst),
+                                                             reinterpret_cast<const void*>(src),
+                                                             width);
+                                              }
+                                            });
+                                            return Status::ok();
+                                          },
+                                          {}, NodeInfo{CU_GRAPH_NODE_TYPE_MEMCPY, std::nullopt}));
   return finishCopy(ref, seq, d, s, async);
 }
 
@@ -744,23 +788,30 @@ Status Driver::memset(const StreamRef& ref, std::uint64_t dst, std::size_t pitch
   }
   std::size_t span = (height - 1) * pitch + rowBytes;
   ASSIGN_OR_RETURN(CopyEndpoint d, classify(dst, span, true));
+  if (!async) RETURN_IF_ERROR(refuseInCapture(ref, "a synchronous memset"));
   CopyModel* model = copyModel_.get();
-  std::uint64_t seq = ref.context->submit(ref.stream, [=] {
-    model->transfer(d.device, d.device, rowBytes * height, [&] {
-      for (std::size_t row = 0; row < height; ++row) {
-        auto* p = reinterpret_cast<unsigned char*>(dst + row * pitch);
-        if (elementSize == 1) {
-          std::memset(p, static_cast<int>(value & 0xff), width);
-        } else if (elementSize == 2) {
-          auto v = static_cast<std::uint16_t>(value);
-          for (std::size_t i = 0; i < width; ++i) std::memcpy(p + 2 * i, &v, 2);
-        } else {
-          for (std::size_t i = 0; i < width; ++i) std::memcpy(p + 4 * i, &value, 4);
-        }
-      }
-    });
-    return Status::ok();
-  });
+  ASSIGN_OR_RETURN(std::uint64_t seq,
+                   ref.context->submit(
+                       ref.stream,
+                       [=] {
+                         model->transfer(d.device, d.device, rowBytes * height, [&] {
+                           for (std::size_t row = 0; row < height; ++row) {
+                             auto* p = reinterpret_cast<unsigned char*>(dst + row * pitch);
+                             if (elementSize == 1) {
+                               std::memset(p, static_cast<int>(value & 0xff), width);
+                             } else if (elementSize == 2) {
+                               auto v = static_cast<std::uint16_t>(value);
+                               for (std::size_t i = 0; i < width; ++i)
+                                 std::memcpy(p + 2 * i, &v, 2);
+                             } else {
+                               for (std::size_t i = 0; i < width; ++i)
+                                 std::memcpy(p + 4 * i, &value, 4);
+                             }
+                           }
+                         });
+                         return Status::ok();
+                       },
+                       {}, NodeInfo{CU_GRAPH_NODE_TYPE_MEMSET, std::nullopt}));
   if (!async) {
     ref.stream->wait(seq);
     return ref.context->usable();
@@ -1006,37 +1057,279 @@ Status Driver::recordEvent(CUevent handle, const StreamRef& ref) {
   if (e->context() != ref.context->id()) {
     return cuError(CUDA_ERROR_INVALID_HANDLE, "event and stream belong to different contexts");
   }
+  if (auto capture = ref.stream->capture()) {
+    // Recorded in a capture, the event stands for the stream's last nodes.
+    if (capture->invalidated()) {
+      return cuError(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+                     "the stream's capture was invalidated by an earlier call");
+    }
+    e->setCapturedRecord({capture, capture->frontier(*ref.stream)});
+    return Status::ok();
+  }
   auto record = std::make_shared<EventRecord>();
   record->stream = ref.stream;
   bool timing = (e->flags() & CU_EVENT_DISABLE_TIMING) == 0;
   std::weak_ptr<EventRecord> weak = record;
-  record->seq = ref.context->submit(ref.stream, [weak, timing] {
+  ASSIGN_OR_RETURN(record->seq, ref.context->submit(ref.stream, [weak, timing] {
     if (auto r = weak.lock()) {
       if (timing) r->time = std::chrono::steady_clock::now();
       r->completed.store(true, std::memory_order_release);
     }
     return Status::ok();
-  });
+  }));
   e->setRecord(std::move(record));
   return Status::ok();
 }
 
 Status Driver::waitEvent(const StreamRef& ref, CUevent handle) {
   ASSIGN_OR_RETURN(auto e, event(handle));
+  auto capture = ref.stream->capture();
+  if (auto captured = e->capturedRecord()) {
+    auto source = captured->capture.lock();
+    if (source && source->active()) {
+      if (capture && capture != source) {
+        capture->invalidate();
+        return cuError(CUDA_ERROR_STREAM_CAPTURE_MERGE,
+                       "the event was recorded in another capture sequence");
+      }
+      // A stream that waits for an event of a capture joins it.
+      if (!capture) ref.stream->setCapture(source);
+      source->join(ref.stream, captured->nodes);
+      return Status::ok();
+    }
+  }
   auto record = e->record();
+  if (capture) {
+    if (!record) return Status::ok();
+    // "Only implicit in-stream ordering dependencies are allowed to cross the boundary."
+    capture->invalidate();
+    return cuError(CUDA_ERROR_STREAM_CAPTURE_ISOLATION,
+                   "a capturing stream cannot wait for an event recorded outside its capture");
+  }
   if (!record) return Status::ok();  // never recorded: nothing to wait for
-  ref.context->submit(ref.stream, nullptr, {{record->stream, record->seq}});
-  return Status::ok();
+  return ref.context->submit(ref.stream, nullptr, {{record->stream, record->seq}}).status();
 }
 
 Status Driver::synchronizeStream(const StreamRef& ref) {
+  RETURN_IF_ERROR(refuseInCapture(ref, "cuStreamSynchronize"));
   ref.stream->waitIdle();
   return ref.context->takeAsyncError();
 }
 
 Status Driver::synchronizeContext(Context& context) {
+  // "It is also invalid to ... synchronize a broader handle which encompasses
+  // an active stream capture, such as a device or context handle."
+  auto captures = context.captures();
+  if (!captures.empty()) {
+    for (const auto& c : captures) c->invalidate();
+    return cuError(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "a stream of the context is capturing");
+  }
   context.drain();
   return context.takeAsyncError();
+}
+
+// --- Driver: graphs and stream capture ------------------------------------------------
+
+namespace {
+// cuThreadExchangeStreamCaptureMode's: the thread's interaction with captures.
+thread_local CUstreamCaptureMode threadCaptureMode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+}  // namespace
+
+Status Driver::beginCapture(const StreamRef& ref, CUstreamCaptureMode mode) {
+  if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+      mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "capture mode {} is not a CUstreamCaptureMode",
+                    static_cast<int>(mode));
+  }
+  // "Capture may not be initiated if stream is CU_STREAM_LEGACY."
+  if (ref.stream->kind() == Stream::Kind::kLegacy) {
+    return cuError(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "the legacy stream cannot be captured");
+  }
+  if (ref.stream->capture())
+    return cuError(CUDA_ERROR_ILLEGAL_STATE, "the stream is capturing already");
+  const std::uint64_t id = newHandle(HandleKind::kGraph);
+  auto graph = std::make_shared<Graph>(id);
+  graphs_.add(id, graph);
+  auto capture =
+      std::make_shared<CaptureSequence>(newHandle(HandleKind::kGraph), mode, graph, ref.stream);
+  ref.stream->setCapture(capture);
+  std::lock_guard lock(capturesMutex_);
+  std::erase_if(captures_, [](const auto& weak) {
+    auto c = weak.lock();
+    return !c || !c->active();
+  });
+  captures_.push_back(capture);
+  return Status::ok();
+}
+
+Result<CUgraph> Driver::endCapture(const StreamRef& ref) {
+  auto capture = ref.stream->capture();
+  if (!capture) return cuError(CUDA_ERROR_ILLEGAL_STATE, "the stream is not capturing");
+  if (capture->origin() != ref.stream.get()) {
+    capture->invalidate();
+    return cuError(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, "the capture began on another stream");
+  }
+  if (capture->mode() != CU_STREAM_CAPTURE_MODE_RELAXED &&
+      capture->thread() != std::this_thread::get_id()) {
+    return cuError(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "the capture began in another thread");
+  }
+  auto graph = capture->end();
+  if (!graph.isOk()) {
+    graphs_.erase(capture->graph()->id());
+    return graph.status();
+  }
+  return reinterpret_cast<CUgraph>((*graph)->id());
+}
+
+Status Driver::refuseInCapture(const StreamRef& ref, const char* what) {
+  if (auto capture = ref.stream->capture()) {
+    capture->invalidate();
+    return cuErrorf(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                    "{} is not allowed on a capturing stream", what);
+  }
+  return Status::ok();
+}
+
+Status Driver::checkUnsafeCall(const char* what) {
+  const CUstreamCaptureMode mine = threadCaptureMode;
+  if (mine == CU_STREAM_CAPTURE_MODE_RELAXED) return Status::ok();
+  const auto self = std::this_thread::get_id();
+  std::lock_guard lock(capturesMutex_);
+  for (const auto& weak : captures_) {
+    auto c = weak.lock();
+    if (!c || !c->active() || c->mode() == CU_STREAM_CAPTURE_MODE_RELAXED) continue;
+    // Thread-local: only this thread's own captures; global: any thread's
+    // global captures as well.
+    const bool ownCapture = c->thread() == self;
+    const bool othersGlobal =
+        mine == CU_STREAM_CAPTURE_MODE_GLOBAL && c->mode() == CU_STREAM_CAPTURE_MODE_GLOBAL;
+    if (ownCapture || othersGlobal) {
+      if (ownCapture) c->invalidate();
+      return cuErrorf(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                      "{} is not allowed while a stream captures (capture mode {}; "
+                      "cuThreadExchangeStreamCaptureMode "
+                      "with CU_STREAM_CAPTURE_MODE_RELAXED allows it)",
+                      what, c->mode() == CU_STREAM_CAPTURE_MODE_GLOBAL ? "global" : "thread-local");
+    }
+  }
+  return Status::ok();
+}
+
+CUstreamCaptureMode Driver::exchangeThreadCaptureMode(CUstreamCaptureMode mode) {
+  return std::exchange(threadCaptureMode, mode);
+}
+
+Result<CUgraph> Driver::createGraph() {
+  const std::uint64_t id = newHandle(HandleKind::kGraph);
+  graphs_.add(id, std::make_shared<Graph>(id));
+  return reinterpret_cast<CUgraph>(id);
+}
+
+Result<std::shared_ptr<Graph>> Driver::graph(CUgraph handle) const {
+  auto g = handle == nullptr ? nullptr : graphs_.find(idOf(handle));
+  if (!g) return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not a live graph", idOf(handle));
+  return g;
+}
+
+Status Driver::destroyGraph(CUgraph handle) {
+  if (handle == nullptr || !graphs_.erase(idOf(handle))) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not a live graph", idOf(handle));
+  }
+  return Status::ok();
+}
+
+Result<CUgraph> Driver::cloneGraph(CUgraph handle) {
+  ASSIGN_OR_RETURN(auto original, graph(handle));
+  auto copy = original->clone(newHandle(HandleKind::kGraph));
+  graphs_.add(copy->id(), copy);
+  return reinterpret_cast<CUgraph>(copy->id());
+}
+
+Result<std::pair<std::shared_ptr<Graph>, std::shared_ptr<GraphNode>>> Driver::graphNode(
+    CUgraphNode handle) const {
+  const std::uint64_t id = idOf(handle);
+  auto g = handle == nullptr
+               ? nullptr
+               : graphs_.findIf([&](const Graph& graph) { return graph.node(id) != nullptr; });
+  if (!g) return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not a node of a live graph", id);
+  return std::pair{g, g->node(id)};
+}
+
+Result<CUgraphNode> Driver::addNodeByCapture(CUgraph handle,
+                                             std::vector<std::uint64_t> dependencies,
+                                             const std::function<CUresult(CUstream)>& call) {
+  ASSIGN_OR_RETURN(auto target, graph(handle));
+  for (std::uint64_t d : dependencies) {
+    if (!target->node(d))
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "dependency 0x{:x} is not a node of the graph", d);
+  }
+  // A stream of the current context, capturing into the graph after the
+  // dependencies; the call must submit exactly one piece of work to it.
+  ASSIGN_OR_RETURN(CUstream scratch, createStream(CU_STREAM_NON_BLOCKING, 0));
+  ASSIGN_OR_RETURN(StreamRef ref, stream(scratch, false));
+  auto capture = std::make_shared<CaptureSequence>(
+      newHandle(HandleKind::kGraph), CU_STREAM_CAPTURE_MODE_RELAXED, target, ref.stream);
+  capture->join(ref.stream, dependencies);
+  ref.stream->setCapture(capture);
+  const std::size_t before = target->nodes().size();
+  const CUresult result = call(scratch);
+  (void)capture->end();
+  (void)destroyStream(scratch);
+  if (result != CUDA_SUCCESS)
+    return cuErrorf(result, "the node's parameters were refused (CUresult {})",
+                    static_cast<int>(result));
+  auto nodes = target->nodes();
+  if (nodes.size() != before + 1)
+    return cuError(CUDA_ERROR_INVALID_VALUE, "the parameters describe no work");
+  return reinterpret_cast<CUgraphNode>(nodes.back()->id);
+}
+
+Result<CUgraphNode> Driver::addChildGraphNode(CUgraph handle,
+                                              std::vector<std::uint64_t> dependencies,
+                                              CUgraph child) {
+  ASSIGN_OR_RETURN(auto target, graph(handle));
+  ASSIGN_OR_RETURN(auto inner, graph(child));
+  if (inner == target) return cuError(CUDA_ERROR_INVALID_VALUE, "a graph cannot be its own child");
+  // "The node executes an embedded child graph. The child graph is cloned in this call."
+  NodeInfo info{CU_GRAPH_NODE_TYPE_GRAPH, std::nullopt};
+  ASSIGN_OR_RETURN(auto node, target->add(std::move(info), nullptr, std::move(dependencies),
+                                          inner->clone(newHandle(HandleKind::kGraph))));
+  return reinterpret_cast<CUgraphNode>(node->id);
+}
+
+Result<CUgraphExec> Driver::instantiate(CUgraph handle) {
+  ASSIGN_OR_RETURN(auto g, graph(handle));
+  ASSIGN_OR_RETURN(auto works, g->executionOrder());
+  const std::uint64_t id = newHandle(HandleKind::kGraphExec);
+  graphExecs_.add(id, std::make_shared<GraphExec>(id, std::move(works)));
+  return reinterpret_cast<CUgraphExec>(id);
+}
+
+Status Driver::destroyGraphExec(CUgraphExec handle) {
+  if (handle == nullptr || !graphExecs_.erase(idOf(handle))) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not a live executable graph",
+                    idOf(handle));
+  }
+  return Status::ok();
+}
+
+Status Driver::launchGraph(CUgraphExec handle, const StreamRef& ref) {
+  auto exec = handle == nullptr ? nullptr : graphExecs_.find(idOf(handle));
+  if (!exec)
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not a live executable graph",
+                    idOf(handle));
+  // Behind the previous launch of the same graph, wherever it was launched;
+  // each node's work in an order its dependencies allow. In a capture, the
+  // graph's work becomes nodes of the capturing graph, in that order.
+  std::vector<StreamDependency> behind;
+  if (auto last = exec->lastLaunch(); last.stream && last.stream != ref.stream)
+    behind.push_back(last);
+  std::uint64_t seq = 0;
+  for (const Stream::Work& work : exec->works()) {
+    ASSIGN_OR_RETURN(seq, ref.context->submit(ref.stream, work, std::exchange(behind, {})));
+  }
+  if (!ref.stream->capture() && seq != 0) exec->setLastLaunch({ref.stream, seq});
+  return Status::ok();
 }
 
 // --- Driver: modules and launches ----------------------------------------------------------
@@ -1247,7 +1540,9 @@ Status Driver::launch(CUfunction handle, const LaunchConfig& config, CUstream st
   // Whether to record is decided at enqueue time, so switching the recorder does
   // not race with launches already queued.
   std::shared_ptr<RecordedLaunch> recorded;
-  if (context->recordsAccesses()) {
+  // A captured launch runs at each launch of its graph: not one recorded launch.
+  const bool capturing = ref.stream->capture() != nullptr;
+  if (context->recordsAccesses() && !capturing) {
     recorded = std::make_shared<RecordedLaunch>();
     recorded->accesses.function = handle;
   }
@@ -1256,22 +1551,36 @@ Status Driver::launch(CUfunction handle, const LaunchConfig& config, CUstream st
   if (recorded) context->setLastRecordedLaunch(ref.stream->id(), recorded);
   // The sink is chosen at enqueue time too, like the recorder.
   std::shared_ptr<PrintfSink> printfSink = context->printfSink();
-  ref.context->submit(ref.stream, [=, params = std::move(params)] {
-    ContextAddressChecker checker(*driver, *context);
-    StdoutPrintfSink stdoutSink;
-    AccessRecord accesses;
-    PrintfSink* sink = printfSink ? printfSink.get() : &stdoutSink;
-    LaunchContext launchContext{&checker, sink, context->device(), recorded ? &accesses : nullptr};
-    Status status = program->launch(index, config, params, launchContext);
-    if (recorded) {
-      // Grouped now, while every allocation the kernel touched is still live.
-      recorded->recorded = accesses.recorded;
-      if (accesses.recorded) recorded->accesses.allocations = driver->groupByAllocation(accesses);
-      recorded->done.store(true, std::memory_order_release);
-    }
-    return status;
-  });
-  return Status::ok();
+  NodeInfo node{CU_GRAPH_NODE_TYPE_KERNEL, std::nullopt};
+  if (capturing) {
+    KernelNodeInfo kernel{handle,          {g.x, g.y, g.z},
+                          {b.x, b.y, b.z}, static_cast<unsigned>(config.dynamicSharedBytes),
+                          params,          {}};
+    for (const ParamInfo& p : info.params) kernel.offsets.push_back(p.offset);
+    node.kernel = std::move(kernel);
+  }
+  return ref.context
+      ->submit(
+          ref.stream,
+          [=, params = std::move(params)] {
+            ContextAddressChecker checker(*driver, *context);
+            StdoutPrintfSink stdoutSink;
+            AccessRecord accesses;
+            PrintfSink* sink = printfSink ? printfSink.get() : &stdoutSink;
+            LaunchContext launchContext{&checker, sink, context->device(),
+                                        recorded ? &accesses : nullptr};
+            Status status = program->launch(index, config, params, launchContext);
+            if (recorded) {
+              // Grouped now, while every allocation the kernel touched is still live.
+              recorded->recorded = accesses.recorded;
+              if (accesses.recorded)
+                recorded->accesses.allocations = driver->groupByAllocation(accesses);
+              recorded->done.store(true, std::memory_order_release);
+            }
+            return status;
+          },
+          {}, node)
+      .status();
 }
 
 // --- Driver: access recorder ---------------------------------------------------------------

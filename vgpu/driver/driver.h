@@ -20,6 +20,7 @@
 #include "address_space.h"
 #include "copy_model.h"
 #include "device_profile.h"
+#include "graph.h"
 #include "memory_pools.h"
 #include "phos/common/managed_advice.h"
 #include "phos/vgpu/export_table.h"
@@ -31,7 +32,17 @@ namespace phos::vgpu {
 // Handles given to the application are ids, never pointers: a destroyed object's
 // handle stays invalid forever instead of aliasing a new object.
 enum class HandleKind : std::uint64_t {
-  kContext = 1, kStream, kEvent, kModule, kFunction, kLibrary, kMemPool, kKernel,
+  kContext = 1,
+  kStream,
+  kEvent,
+  kModule,
+  kFunction,
+  kLibrary,
+  kMemPool,
+  kKernel,
+  kGraph,
+  kGraphNode,
+  kGraphExec,
 };
 HandleKind kindOf(std::uint64_t handle);
 std::uint64_t newHandle(HandleKind kind);
@@ -47,6 +58,14 @@ class HandleTable {
     std::lock_guard lock(mutex_);
     auto it = objects_.find(id);
     return it == objects_.end() ? nullptr : it->second;
+  }
+  template <typename Pred>
+  std::shared_ptr<T> findIf(Pred pred) const {
+    std::lock_guard lock(mutex_);
+    for (const auto& [id, object] : objects_) {
+      if (pred(*object)) return object;
+    }
+    return nullptr;
   }
   std::shared_ptr<T> erase(std::uint64_t id) {
     std::lock_guard lock(mutex_);
@@ -116,8 +135,12 @@ class Context {
   // legacy default stream waits for all prior work of blocking streams, and work on
   // a blocking stream waits for prior work of the legacy stream ("the NULL stream
   // ... synchronizes with all other blocking streams in the context").
-  std::uint64_t submit(const std::shared_ptr<Stream>& stream, Stream::Work work,
-                       std::vector<StreamDependency> extra = {});
+  // On a capturing stream the work becomes a node of the capture's graph
+  // (`node` says what it is) and 0 is returned: nothing was enqueued.
+  Result<std::uint64_t> submit(const std::shared_ptr<Stream>& stream, Stream::Work work,
+                               std::vector<StreamDependency> extra = {}, const NodeInfo& node = {});
+  // The capture sequences its streams are part of.
+  std::vector<std::shared_ptr<CaptureSequence>> captures() const;
   // Waits for all work of all streams of the context.
   void drain();
 
@@ -330,6 +353,34 @@ class Driver {
   Status synchronizeStream(const StreamRef& stream);
   Status synchronizeContext(Context& context);
 
+  // --- graphs and stream capture (graph.h) --------------------------------------------
+  Status beginCapture(const StreamRef& stream, CUstreamCaptureMode mode);
+  Result<CUgraph> endCapture(const StreamRef& stream);
+  // A call that a capturing stream cannot take (a synchronization, a
+  // synchronous copy): the capture is invalidated and the call refused.
+  Status refuseInCapture(const StreamRef& stream, const char* what);
+  // "Potentially unsafe API calls" (allocations, frees) on this thread, by
+  // its capture interaction mode (cuThreadExchangeStreamCaptureMode).
+  Status checkUnsafeCall(const char* what);
+  static CUstreamCaptureMode exchangeThreadCaptureMode(CUstreamCaptureMode mode);
+  Result<CUgraph> createGraph();
+  Result<std::shared_ptr<Graph>> graph(CUgraph handle) const;
+  Status destroyGraph(CUgraph handle);
+  Result<CUgraph> cloneGraph(CUgraph handle);
+  // A node and the graph that holds it.
+  Result<std::pair<std::shared_ptr<Graph>, std::shared_ptr<GraphNode>>> graphNode(
+      CUgraphNode handle) const;
+  // A node made by what `call` submits to a stream of the current context
+  // while it captures into `graph` after `dependencies`: the explicit graph
+  // API makes its nodes with the checks and work of the stream calls.
+  Result<CUgraphNode> addNodeByCapture(CUgraph graph, std::vector<std::uint64_t> dependencies,
+                                       const std::function<CUresult(CUstream)>& call);
+  Result<CUgraphNode> addChildGraphNode(CUgraph graph, std::vector<std::uint64_t> dependencies,
+                                        CUgraph child);
+  Result<CUgraphExec> instantiate(CUgraph graph);
+  Status destroyGraphExec(CUgraphExec handle);
+  Status launchGraph(CUgraphExec handle, const StreamRef& stream);
+
   // --- modules and launches -------------------------------------------------------
   void setProgramLoader(std::shared_ptr<ProgramLoader> loader);
   // `maxRegisters`: the CU_JIT_MAX_REGISTERS it is loaded with (0: none).
@@ -421,6 +472,10 @@ class Driver {
   HandleTable<Function> functions_;
   HandleTable<Library> libraries_;
   HandleTable<Kernel> kernels_;
+  HandleTable<Graph> graphs_;
+  HandleTable<GraphExec> graphExecs_;
+  std::mutex capturesMutex_;
+  std::vector<std::weak_ptr<CaptureSequence>> captures_;  // begun, perhaps ended
   std::mutex placementMutex_;
   std::map<std::uint64_t, std::map<std::string, std::uint64_t>> placements_;  // by context id
   std::mutex loadingContextMutex_;

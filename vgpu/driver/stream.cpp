@@ -108,6 +108,27 @@ std::shared_ptr<EventRecord> Event::record() const {
 void Event::setRecord(std::shared_ptr<EventRecord> record) {
   std::lock_guard lock(mutex_);
   record_ = std::move(record);
+  captured_.reset();
+}
+
+std::optional<Event::CapturedRecord> Event::capturedRecord() const {
+  std::lock_guard lock(mutex_);
+  return captured_;
+}
+
+void Event::setCapturedRecord(CapturedRecord record) {
+  std::lock_guard lock(mutex_);
+  captured_ = std::move(record);
+}
+
+std::shared_ptr<CaptureSequence> Stream::capture() const {
+  std::lock_guard lock(captureMutex_);
+  return capture_;
+}
+
+void Stream::setCapture(std::shared_ptr<CaptureSequence> capture) {
+  std::lock_guard lock(captureMutex_);
+  capture_ = std::move(capture);
 }
 
 }  // namespace phos::vgpu

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -21,6 +22,7 @@
 namespace phos::vgpu {
 
 class Stream;
+class CaptureSequence;
 
 // "Run after item `seq` of `stream` has completed."
 struct StreamDependency {
@@ -62,6 +64,10 @@ class Stream {
   // Whether this stream takes part in the legacy default stream's implicit
   // synchronization (everything but CU_STREAM_NON_BLOCKING streams).
   bool synchronizesWithLegacy() const;
+  // The capture sequence the stream is part of (graph.h), null when it runs
+  // the work it is given.
+  std::shared_ptr<CaptureSequence> capture() const;
+  void setCapture(std::shared_ptr<CaptureSequence> capture);
 
  private:
   struct Item {
@@ -80,6 +86,8 @@ class Stream {
   mutable std::mutex attributesMutex_;
   std::array<CUstreamAttrValue, kAttributeIds> attributes_;
   const ErrorHandler onError_;
+  mutable std::mutex captureMutex_;
+  std::shared_ptr<CaptureSequence> capture_;
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;
   std::deque<Item> queue_;
@@ -105,7 +113,15 @@ class Event {
   std::uint64_t context() const { return context_; }
   unsigned flags() const { return flags_; }
   std::shared_ptr<EventRecord> record() const;
+  // A record outside capture replaces a record in capture, and the other way round.
   void setRecord(std::shared_ptr<EventRecord> record);
+  // Recorded in a capture: the nodes it stands for there (graph.h).
+  struct CapturedRecord {
+    std::weak_ptr<CaptureSequence> capture;
+    std::vector<std::uint64_t> nodes;
+  };
+  std::optional<CapturedRecord> capturedRecord() const;
+  void setCapturedRecord(CapturedRecord record);
 
  private:
   const std::uint64_t id_;
@@ -113,6 +129,7 @@ class Event {
   const unsigned flags_;
   mutable std::mutex mutex_;
   std::shared_ptr<EventRecord> record_;
+  std::optional<CapturedRecord> captured_;
 };
 
 }  // namespace phos::vgpu

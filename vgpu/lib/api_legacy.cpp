@@ -20,6 +20,7 @@
 #undef cuEventElapsedTime
 #undef cuMemHostRegister
 #undef cuStreamGetCaptureInfo
+#undef cuStreamBeginCapture
 
 PHOS_CU_EXPORT CUresult CUDAAPI cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) {
   return cuCtxCreate_v4(pctx, nullptr, flags, dev);
@@ -55,7 +56,17 @@ PHOS_CU_EXPORT CUresult CUDAAPI cuMemAllocHost(void** pp, unsigned int bytesize)
   return cuMemAllocHost_v2(pp, bytesize);
 }
 
-// CUDA 10's ABI (status and id only); its _ptsz twin is in api_stream.cpp.
+// CUDA 10.0's capture, before capture modes: the global mode, which 10.1 made the default.
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream) {
+  return cuStreamBeginCapture_v2(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream,
+                                                             CUstreamCaptureMode mode);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream) {
+  return cuStreamBeginCapture_v2_ptsz(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+
+// CUDA 10's ABI (status and id only); its _ptsz twin is in api_graph.cpp.
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
                                                        cuuint64_t*) {
   return cuStreamIsCapturing(hStream, captureStatus_out);

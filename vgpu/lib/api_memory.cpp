@@ -64,6 +64,7 @@ namespace {
 CUresult memAlloc(CUdeviceptr* dptr, size_t bytesize) {
   return call("cuMemAlloc", [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(dptr, "dptr"));
+    RETURN_IF_ERROR(d.checkUnsafeCall("cuMemAlloc"));
     ASSIGN_OR_RETURN(auto context, d.current());
     ASSIGN_OR_RETURN(std::uint64_t address, d.allocateDevice(*context, bytesize));
     *dptr = address;
@@ -297,6 +298,7 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t Wi
       return cuErrorf(CUDA_ERROR_INVALID_VALUE, "ElementSizeBytes {} is not 4, 8 or 16", ElementSizeBytes);
     }
     if (WidthInBytes == 0 || Height == 0) return cuError(CUDA_ERROR_INVALID_VALUE, "empty pitched allocation");
+    RETURN_IF_ERROR(d.checkUnsafeCall("cuMemAllocPitch"));
     ASSIGN_OR_RETURN(auto context, d.current());
     size_t pitch = roundUp(WidthInBytes, kPitchAlignment);
     ASSIGN_OR_RETURN(std::uint64_t address, d.allocateDevice(*context, pitch * Height));
@@ -310,6 +312,7 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   return call(__func__, [&](Driver& d) -> Status {
     // NVIDIA's driver does nothing for 0 and succeeds (cudaFree(0), cublasCreate rely on it).
     if (dptr == 0) return Status::ok();
+    RETURN_IF_ERROR(d.checkUnsafeCall("cuMemFree"));
     ASSIGN_OR_RETURN(auto context, d.current());
     (void)context;
     // A pool's allocation may be freed here too: the application holds it no more.
@@ -352,6 +355,7 @@ CUresult CUDAAPI cuMemAllocHost_v2(void** pp, size_t bytesize) { return cuMemHos
 CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(pp, "pp"));
+    RETURN_IF_ERROR(d.checkUnsafeCall("cuMemHostAlloc"));
     ASSIGN_OR_RETURN(auto context, d.current());
     ASSIGN_OR_RETURN(void* p, d.allocateHost(bytesize, Flags, context->id()));
     *pp = p;
@@ -366,6 +370,7 @@ CUresult CUDAAPI cuMemFreeHost(void* p) {
     // NULL is a no-op that succeeds on NVIDIA's driver too (free(NULL) semantics);
     // cudaFreeHost of a zero-byte cudaMallocHost reaches it that way.
     if (p == nullptr) return Status::ok();
+    RETURN_IF_ERROR(d.checkUnsafeCall("cuMemFreeHost"));
     return d.freeHost(p);
   });
 }

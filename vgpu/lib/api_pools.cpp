@@ -55,10 +55,18 @@ Status allocate(Driver& d, const StreamRef& ref, std::uint64_t pool, std::size_t
   return Status::ok();
 }
 
+// A stream-ordered allocation in a capture is a memory node that allocates
+// at each launch of the graph; vgpu does not make them.
+Status refuseAllocationNode(Driver& d, const StreamRef& ref) {
+  return d.refuseInCapture(
+      ref, "stream-ordered allocation (a graph memory node, which vgpu does not make)");
+}
+
 CUresult allocAsync(const char* name, CUdeviceptr* dptr, size_t bytesize, CUstream hStream, bool perThread) {
   return call(name, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(dptr, "dptr"));
     ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    RETURN_IF_ERROR(refuseAllocationNode(d, ref));
     // "The allocation comes from the memory pool current to the stream's device."
     return allocate(d, ref, d.pools().currentPool(ref.context->device()), bytesize, dptr);
   });
@@ -69,6 +77,7 @@ CUresult allocFromPool(const char* name, CUdeviceptr* dptr, size_t bytesize, CUm
   return call(name, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(dptr, "dptr"));
     ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    RETURN_IF_ERROR(refuseAllocationNode(d, ref));
     return allocate(d, ref, poolId(pool), bytesize, dptr);
   });
 }
@@ -76,6 +85,7 @@ CUresult allocFromPool(const char* name, CUdeviceptr* dptr, size_t bytesize, CUm
 CUresult freeAsync(const char* name, CUdeviceptr dptr, CUstream hStream, bool perThread) {
   return call(name, [&](Driver& d) -> Status {
     ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    RETURN_IF_ERROR(refuseAllocationNode(d, ref));
     auto a = d.allocations().find(dptr);
     if (!a || a->base != dptr || a->kind != MemoryKind::kDevice) {
       return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not the start of a device allocation", dptr);
@@ -83,8 +93,8 @@ CUresult freeAsync(const char* name, CUdeviceptr dptr, CUstream hStream, bool pe
     // The application holds it no more; its memory is the pool's until the
     // stream reaches the free (work queued before may still use it).
     if (a->pool != 0) d.pools().uncharge(a->pool, a->size);
-    ref.context->submit(ref.stream, [&d, dptr] { return d.freeDevice(dptr, false); });
-    return Status::ok();
+    return ref.context->submit(ref.stream, [&d, dptr] { return d.freeDevice(dptr, false); })
+        .status();
   });
 }
 

@@ -28,29 +28,8 @@ PHOS_CU_EXPORT CUresult CUDAAPI cuStreamCopyAttributes_ptsz(CUstream dst, CUstre
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetId_ptsz(CUstream hStream, unsigned long long* streamId);
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext* pctx);
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetDevice_ptsz(CUstream hStream, CUdevice* device);
-PHOS_CU_EXPORT CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus);
-PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext* pCtx, CUgreenCtx* pGreenCtx);
-PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
-                                                            cuuint64_t* id_out);
-// CUDA 12's signature, which cuda.h 13 no longer declares (without this
-// declaration the definition below would be a C++ function, and the weak
-// NOT_SUPPORTED one would answer).
-PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream hStream,
-                                                          CUstreamCaptureStatus* captureStatus_out,
-                                                          cuuint64_t* id_out, CUgraph* graph_out,
-                                                          const CUgraphNode** dependencies_out,
-                                                          size_t* numDependencies_out);
-PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream,
-                                                               CUstreamCaptureStatus* captureStatus_out,
-                                                               cuuint64_t* id_out, CUgraph* graph_out,
-                                                               const CUgraphNode** dependencies_out,
-                                                               size_t* numDependencies_out);
-PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream,
-                                                               CUstreamCaptureStatus* captureStatus_out,
-                                                               cuuint64_t* id_out, CUgraph* graph_out,
-                                                               const CUgraphNode** dependencies_out,
-                                                               const CUgraphEdgeData** edgeData_out,
-                                                               size_t* numDependencies_out);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext* pCtx,
+                                                       CUgreenCtx* pGreenCtx);
 
 namespace {
 
@@ -58,6 +37,7 @@ CUresult streamQuery(const char* name, CUstream hStream, bool perThread) {
   return call(name, [&](Driver& d) -> Status {
     ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
     RETURN_IF_ERROR(ref.context->usable());
+    RETURN_IF_ERROR(d.refuseInCapture(ref, "cuStreamQuery"));
     // "Returns CUDA_SUCCESS if all operations in the stream specified by hStream
     // have completed, or CUDA_ERROR_NOT_READY if not."
     if (!ref.stream->isComplete(ref.stream->lastEnqueued())) {
@@ -89,11 +69,15 @@ CUresult launchHostFunc(const char* name, CUstream hStream, CUhostFn fn, void* u
   return call(name, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(reinterpret_cast<const void*>(fn), "fn"));
     ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
-    ref.context->submit(ref.stream, [fn, userData] {
-      fn(userData);
-      return Status::ok();
-    });
-    return Status::ok();
+    return ref.context
+        ->submit(
+            ref.stream,
+            [fn, userData] {
+              fn(userData);
+              return Status::ok();
+            },
+            {}, NodeInfo{CU_GRAPH_NODE_TYPE_HOST, std::nullopt})
+        .status();
   });
 }
 
@@ -104,15 +88,20 @@ CUresult streamAddCallback(const char* name, CUstream hStream, CUstreamCallback 
     // "flags: Reserved for future use, must be 0".
     if (flags != 0) return cuError(CUDA_ERROR_INVALID_VALUE, "flags must be 0");
     ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    // A callback gets the stream's status, which a graph node has not: host
+    // functions (cuLaunchHostFunc) are what captures take.
+    RETURN_IF_ERROR(d.refuseInCapture(ref, "cuStreamAddCallback"));
     std::weak_ptr<Context> weakContext = ref.context;
-    ref.context->submit(ref.stream, [callback, userData, hStream, weakContext] {
-      // "status: CUDA_SUCCESS or any persistent error on the stream".
-      CUresult status = CUDA_SUCCESS;
-      if (auto context = weakContext.lock()) status = context->stickyError();
-      callback(hStream, status, userData);
-      return Status::ok();
-    });
-    return Status::ok();
+    return ref.context
+        ->submit(ref.stream,
+                 [callback, userData, hStream, weakContext] {
+                   // "status: CUDA_SUCCESS or any persistent error on the stream".
+                   CUresult status = CUDA_SUCCESS;
+                   if (auto context = weakContext.lock()) status = context->stickyError();
+                   callback(hStream, status, userData);
+                   return Status::ok();
+                 })
+        .status();
   });
 }
 
@@ -365,46 +354,6 @@ CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext* pctx) {
 CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext* pctx) {
   return streamProperty(__func__, hStream, true, pctx, [&](const StreamRef& r) { *pctx = r.context->handle(); });
 }
-// Stream capture (graphs) is not supported, so no stream is ever capturing.
-CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
-  return streamProperty(__func__, hStream, false, captureStatus,
-                        [&](const StreamRef&) { *captureStatus = CU_STREAM_CAPTURE_STATUS_NONE; });
-}
-CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
-  return streamProperty(__func__, hStream, true, captureStatus,
-                        [&](const StreamRef&) { *captureStatus = CU_STREAM_CAPTURE_STATUS_NONE; });
-}
-
-// The capture sequence of a stream. No stream ever captures on vgpu, and the
-// documentation returns "valid data (other than capture status) only if ...
-// the returned capture status is CU_STREAM_CAPTURE_STATUS_ACTIVE": the other
-// outputs are left as they were. Edge data asked for without dependencies is
-// invalid.
-CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
-                                           cuuint64_t*, CUgraph*, const CUgraphNode** dependencies_out,
-                                           const CUgraphEdgeData** edgeData_out, size_t*) {
-  if (edgeData_out != nullptr && dependencies_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return cuStreamIsCapturing(hStream, captureStatus_out);
-}
-CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
-                                                cuuint64_t*, CUgraph*, const CUgraphNode** dependencies_out,
-                                                const CUgraphEdgeData** edgeData_out, size_t*) {
-  if (edgeData_out != nullptr && dependencies_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return cuStreamIsCapturing_ptsz(hStream, captureStatus_out);
-}
-CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
-                                           cuuint64_t*, CUgraph*, const CUgraphNode**, size_t*) {
-  return cuStreamIsCapturing(hStream, captureStatus_out);
-}
-CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
-                                                cuuint64_t*, CUgraph*, const CUgraphNode**, size_t*) {
-  return cuStreamIsCapturing_ptsz(hStream, captureStatus_out);
-}
-// The CUDA 10 ABI, status and id only (cuStreamGetCaptureInfo itself is in api_legacy.cpp).
-CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus_out, cuuint64_t*) {
-  return cuStreamIsCapturing_ptsz(hStream, captureStatus_out);
-}
-
 // vgpu has no green contexts: the stream's context, and a NULL green context.
 CUresult CUDAAPI cuStreamGetCtx_v2(CUstream hStream, CUcontext* pCtx, CUgreenCtx* pGreenCtx) {
   return streamProperty(__func__, hStream, false, pCtx, [&](const StreamRef& r) {

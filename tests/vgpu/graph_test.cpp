@@ -1,0 +1,359 @@
+// SPDX-License-Identifier: Apache-2.0
+// vgpu's CUDA graphs: stream capture (one stream, several joined through
+// events, the calls a capture refuses and its modes) and the explicit graph
+// API, each graph launched and its results checked against what the same
+// work directly on a stream computes.
+#include <atomic>
+#include <vector>
+
+#include "vgpu_test_support.h"
+
+namespace phos::vgpu::testing {
+namespace {
+
+// x[i] = x[i] * a + b for i < n.
+constexpr const char* kScaleAddPtx = R"(
+.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry scale_add(.param .u64 x, .param .u32 a, .param .u32 b, .param .u32 n)
+{
+  .reg .pred %p<2>;
+  .reg .b32 %r<10>;
+  .reg .b64 %rd<5>;
+  ld.param.u64 %rd1, [x];
+  ld.param.u32 %r6, [a];
+  ld.param.u32 %r7, [b];
+  ld.param.u32 %r1, [n];
+  mov.u32 %r2, %ctaid.x;
+  mov.u32 %r3, %ntid.x;
+  mov.u32 %r4, %tid.x;
+  mad.lo.s32 %r5, %r2, %r3, %r4;
+  setp.ge.u32 %p1, %r5, %r1;
+  @%p1 bra DONE;
+  cvta.to.global.u64 %rd2, %rd1;
+  mul.wide.u32 %rd3, %r5, 4;
+  add.s64 %rd4, %rd2, %rd3;
+  ld.global.u32 %r8, [%rd4];
+  mad.lo.s32 %r9, %r8, %r6, %r7;
+  st.global.u32 [%rd4], %r9;
+DONE:
+  ret;
+}
+)";
+
+constexpr unsigned kN = 1000;
+
+// Not DriverTest: its TearDown takes the PTX engine away (fake programs).
+class GraphTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_CU(cuInit(0));
+    ASSERT_CU(cuDeviceGet(&device_, 0));
+    ASSERT_CU(cuCtxCreate(&context_, nullptr, 0, device_));
+    ASSERT_CU(cuModuleLoadData(&module_, kScaleAddPtx));
+    ASSERT_CU(cuModuleGetFunction(&scaleAdd_, module_, "scale_add"));
+    ASSERT_CU(cuMemAlloc(&x_, kN * sizeof(unsigned)));
+    ASSERT_CU(cuMemAllocHost(reinterpret_cast<void**>(&host_), kN * sizeof(unsigned)));
+    ASSERT_CU(cuStreamCreate(&s_, CU_STREAM_NON_BLOCKING));
+  }
+  void TearDown() override {
+    (void)cuStreamDestroy(s_);
+    (void)cuMemFreeHost(host_);
+    (void)cuMemFree(x_);
+    (void)cuModuleUnload(module_);
+    if (context_ != nullptr) (void)cuCtxDestroy(context_);
+  }
+
+  // Enqueues x = x * a + b on `stream`.
+  CUresult scaleAdd(CUstream stream, unsigned a, unsigned b) {
+    unsigned n = kN;
+    void* args[] = {&x_, &a, &b, &n};
+    return cuLaunchKernel(scaleAdd_, (kN + 255) / 256, 1, 1, 256, 1, 1, 0, stream, args, nullptr);
+  }
+  std::vector<unsigned> device() {
+    std::vector<unsigned> out(kN);
+    EXPECT_CU(cuMemcpyDtoH(out.data(), x_, kN * sizeof(unsigned)));
+    return out;
+  }
+  static std::vector<unsigned> filled(unsigned v) { return std::vector<unsigned>(kN, v); }
+
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
+  CUmodule module_ = nullptr;
+  CUfunction scaleAdd_ = nullptr;
+  CUdeviceptr x_ = 0;
+  unsigned* host_ = nullptr;
+  CUstream s_ = nullptr;
+};
+
+TEST_F(GraphTest, CapturedWorkRunsAtEachLaunchAndNotWhileCaptured) {
+  ASSERT_CU(cuMemsetD32(x_, 1, kN));
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  EXPECT_CU(cuStreamIsCapturing(s_, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  ASSERT_CU(scaleAdd(s_, 3, 1));
+  ASSERT_CU(cuMemcpyDtoHAsync(host_, x_, kN * sizeof(unsigned), s_));
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuStreamEndCapture(s_, &graph));
+  ASSERT_NE(graph, nullptr);
+  EXPECT_CU(cuStreamIsCapturing(s_, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
+  // Captured, not run.
+  EXPECT_EQ(device(), filled(1));
+
+  size_t count = 0;
+  ASSERT_CU(cuGraphGetNodes(graph, nullptr, &count));
+  ASSERT_EQ(count, 2u);
+  std::vector<CUgraphNode> nodes(count);
+  ASSERT_CU(cuGraphGetNodes(graph, nodes.data(), &count));
+  CUgraphNodeType type{};
+  ASSERT_CU(cuGraphNodeGetType(nodes[0], &type));
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_KERNEL);
+  ASSERT_CU(cuGraphNodeGetType(nodes[1], &type));
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_MEMCPY);
+  CUDA_KERNEL_NODE_PARAMS params{};
+  ASSERT_CU(cuGraphKernelNodeGetParams(nodes[0], &params));
+  EXPECT_EQ(params.func, scaleAdd_);
+  EXPECT_EQ(params.gridDimX, (kN + 255) / 256);
+  EXPECT_EQ(params.blockDimX, 256u);
+  EXPECT_EQ(*static_cast<unsigned*>(params.kernelParams[1]), 3u);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphKernelNodeGetParams(nodes[1], &params));
+
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  // Each launch runs the work again: 1 -> 4 -> 13, and the copy sees each.
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(std::vector<unsigned>(host_, host_ + kN), filled(4));
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(std::vector<unsigned>(host_, host_ + kN), filled(13));
+  // The graph stays usable after the executable graph is gone, and the other way round.
+  EXPECT_CU(cuGraphExecDestroy(exec));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  EXPECT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuGraphLaunch(exec, nullptr));
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_EQ(device(), filled(40));
+  EXPECT_CU(cuGraphExecDestroy(exec));
+}
+
+TEST_F(GraphTest, StreamsJoinACaptureThroughEventsAndMustJoinBack) {
+  ASSERT_CU(cuMemsetD32(x_, 2, kN));
+  CUstream other = nullptr;
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  CUevent forked = nullptr, joined = nullptr;
+  ASSERT_CU(cuEventCreate(&forked, CU_EVENT_DISABLE_TIMING));
+  ASSERT_CU(cuEventCreate(&joined, CU_EVENT_DISABLE_TIMING));
+
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  ASSERT_CU(scaleAdd(s_, 2, 0));  // x = 2x
+  ASSERT_CU(cuEventRecord(forked, s_));
+  ASSERT_CU(cuStreamWaitEvent(other, forked, 0));
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t originId = 0, otherId = 0;
+  CUgraph capturing = nullptr;
+  const CUgraphNode* last = nullptr;
+  size_t lastCount = 0;
+  ASSERT_CU(cuStreamGetCaptureInfo(s_, &status, &originId, &capturing, &last, nullptr, &lastCount));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  EXPECT_NE(capturing, nullptr);
+  EXPECT_EQ(lastCount, 1u);
+  ASSERT_CU(cuStreamGetCaptureInfo(other, &status, &otherId, nullptr, nullptr, nullptr, nullptr));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  EXPECT_EQ(otherId, originId);      // one capture sequence
+  ASSERT_CU(scaleAdd(other, 1, 5));  // x = x + 5, after the fork
+  ASSERT_CU(cuEventRecord(joined, other));
+  ASSERT_CU(cuStreamWaitEvent(s_, joined, 0));
+  ASSERT_CU(scaleAdd(s_, 10, 0));  // x = 10x, after the join
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuStreamEndCapture(s_, &graph));
+  ASSERT_CU(cuStreamIsCapturing(other, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);  // the end ends it for every stream
+  size_t roots = 0;
+  ASSERT_CU(cuGraphGetRootNodes(graph, nullptr, &roots));
+  EXPECT_EQ(roots, 1u);
+
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, other));
+  ASSERT_CU(cuStreamSynchronize(other));
+  EXPECT_EQ(device(), filled((2 * 2 + 5) * 10));
+
+  // A stream forked from the capture and not joined back: the end refuses.
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuEventRecord(forked, s_));
+  ASSERT_CU(cuStreamWaitEvent(other, forked, 0));
+  ASSERT_CU(scaleAdd(other, 1, 1));
+  CUgraph unjoined = reinterpret_cast<CUgraph>(1);
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_UNJOINED, cuStreamEndCapture(s_, &unjoined));
+  EXPECT_EQ(unjoined, nullptr);
+  ASSERT_CU(cuStreamIsCapturing(other, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
+  // Ended on a stream that joined but did not begin it: refused.
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuEventRecord(forked, s_));
+  ASSERT_CU(cuStreamWaitEvent(other, forked, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, cuStreamEndCapture(other, &unjoined));
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture(s_, &unjoined));
+
+  EXPECT_CU(cuGraphExecDestroy(exec));
+  EXPECT_CU(cuGraphDestroy(graph));
+  EXPECT_CU(cuEventDestroy(forked));
+  EXPECT_CU(cuEventDestroy(joined));
+  EXPECT_CU(cuStreamDestroy(other));
+}
+
+TEST_F(GraphTest, ACallTheCaptureCannotTakeInvalidatesIt) {
+  CUgraph graph = reinterpret_cast<CUgraph>(1);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  // Synchronizing the capturing stream.
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuStreamSynchronize(s_));
+  ASSERT_CU(cuStreamIsCapturing(s_, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, scaleAdd(s_, 1, 1));
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture(s_, &graph));
+  EXPECT_EQ(graph, nullptr);
+
+  // The legacy stream, while a blocking stream of its context captures.
+  CUstream blocking = nullptr;
+  ASSERT_CU(cuStreamCreate(&blocking, CU_STREAM_DEFAULT));
+  ASSERT_CU(cuStreamBeginCapture(blocking, CU_STREAM_CAPTURE_MODE_RELAXED));
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, cuMemsetD32Async(x_, 0, kN, CU_STREAM_LEGACY));
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture(blocking, &graph));
+  EXPECT_CU(cuStreamDestroy(blocking));
+
+  // Allocations: refused in a global capture, allowed once the thread is relaxed.
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  ASSERT_CU(cuThreadExchangeStreamCaptureMode(&mode));
+  EXPECT_EQ(mode, CU_STREAM_CAPTURE_MODE_GLOBAL);
+  CUdeviceptr scratch = 0;
+  ASSERT_CU(cuMemAlloc(&scratch, 256));
+  ASSERT_CU(cuMemFree(scratch));
+  ASSERT_CU(cuThreadExchangeStreamCaptureMode(&mode));
+  ASSERT_CU(scaleAdd(s_, 1, 1));
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuMemAlloc(&scratch, 256));
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture(s_, &graph));
+  // Stream-ordered allocations would be graph memory nodes, which vgpu does not make.
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_RELAXED));
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuMemAllocAsync(&scratch, 256, s_));
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture(s_, &graph));
+
+  // What cannot be captured at all, and an end without a beginning.
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                cuStreamBeginCapture(CU_STREAM_LEGACY, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuStreamBeginCapture(s_, static_cast<CUstreamCaptureMode>(7)));
+  EXPECT_CU_ERR(CUDA_ERROR_ILLEGAL_STATE, cuStreamEndCapture(s_, &graph));
+  // A capturing stream waiting for an event recorded outside the capture.
+  CUevent outside = nullptr;
+  ASSERT_CU(cuEventCreate(&outside, 0));
+  ASSERT_CU(cuEventRecord(outside, nullptr));
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_ISOLATION, cuStreamWaitEvent(s_, outside, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture(s_, &graph));
+  EXPECT_CU(cuEventDestroy(outside));
+  // After all of it the stream runs its work again.
+  ASSERT_CU(cuMemsetD32Async(x_, 7, kN, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(device(), filled(7));
+}
+
+void CUDA_CB countCall(void* counter) {
+  static_cast<std::atomic<int>*>(counter)->fetch_add(1);
+}
+
+TEST_F(GraphTest, ExplicitNodesRunInTheirDependenciesOrder) {
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphCreate(&graph, 1));
+  CUgraphNode memset = nullptr, kernel = nullptr, copy = nullptr, host = nullptr, empty = nullptr;
+  CUDA_MEMSET_NODE_PARAMS m{};
+  m.dst = x_;
+  m.value = 5;
+  m.elementSize = 4;
+  m.width = kN;
+  m.height = 1;
+  ASSERT_CU(cuGraphAddMemsetNode(&memset, graph, nullptr, 0, &m, context_));
+  unsigned a = 3, b = 2, n = kN;
+  void* args[] = {&x_, &a, &b, &n};
+  CUDA_KERNEL_NODE_PARAMS k{};
+  k.func = scaleAdd_;
+  k.gridDimX = (kN + 255) / 256;
+  k.gridDimY = k.gridDimZ = 1;
+  k.blockDimX = 256;
+  k.blockDimY = k.blockDimZ = 1;
+  k.kernelParams = args;
+  ASSERT_CU(cuGraphAddKernelNode(&kernel, graph, &memset, 1, &k));
+  a = 100;  // the node keeps the arguments it was given
+  CUDA_MEMCPY3D c{};
+  c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = x_;
+  c.dstMemoryType = CU_MEMORYTYPE_HOST;
+  c.dstHost = host_;
+  c.WidthInBytes = kN * sizeof(unsigned);
+  c.Height = 1;
+  c.Depth = 1;
+  ASSERT_CU(cuGraphAddMemcpyNode(&copy, graph, &kernel, 1, &c, context_));
+  std::atomic<int> calls{0};
+  CUDA_HOST_NODE_PARAMS h{&countCall, &calls};
+  ASSERT_CU(cuGraphAddHostNode(&host, graph, &copy, 1, &h));
+  ASSERT_CU(cuGraphAddEmptyNode(&empty, graph, &host, 1));
+  // Bad parameters name no node.
+  CUgraphNode bad = nullptr;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphAddEmptyNode(&bad, graph, nullptr, 1));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphAddKernelNode(&bad, graph, &memset, 1, nullptr));
+  const CUgraphNode twice[] = {memset, memset};
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphAddEmptyNode(&bad, graph, twice, 2));
+  m.elementSize = 3;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuGraphAddMemsetNode(&bad, graph, nullptr, 0, &m, context_));
+
+  // A graph that runs the first one as its child, then its own kernel.
+  CUgraph outer = nullptr;
+  CUgraphNode child = nullptr, after = nullptr;
+  ASSERT_CU(cuGraphCreate(&outer, 0));
+  ASSERT_CU(cuGraphAddChildGraphNode(&child, outer, nullptr, 0, graph));
+  b = 0;
+  a = 2;
+  ASSERT_CU(cuGraphAddKernelNode(&after, outer, &child, 1, &k));
+  CUgraphNodeType type{};
+  ASSERT_CU(cuGraphNodeGetType(child, &type));
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_GRAPH);
+
+  CUgraphExec exec = nullptr, outerExec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(std::vector<unsigned>(host_, host_ + kN), filled(5 * 3 + 2));
+  EXPECT_EQ(calls.load(), 1);
+  ASSERT_CU(cuGraphInstantiate(&outerExec, outer, 0));
+  ASSERT_CU(cuGraphLaunch(outerExec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(device(), filled((5 * 3 + 2) * 2));
+  EXPECT_EQ(calls.load(), 2);
+
+  // A cycle cannot be instantiated; an edge named twice is refused.
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuGraphAddDependencies(graph, &memset, &kernel, nullptr, 1));
+  ASSERT_CU(cuGraphAddDependencies(graph, &empty, &memset, nullptr, 1));
+  CUgraphExec cyclic = nullptr;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphInstantiate(&cyclic, graph, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED,
+                cuGraphInstantiate(&cyclic, outer, CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH));
+
+  EXPECT_CU(cuGraphExecDestroy(exec));
+  EXPECT_CU(cuGraphExecDestroy(outerExec));
+  EXPECT_CU(cuGraphDestroy(outer));
+  EXPECT_CU(cuGraphDestroy(graph));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphDestroy(graph));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphNodeGetType(memset, &type));
+}
+
+}  // namespace
+}  // namespace phos::vgpu::testing

@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "graph.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "cu_status.h"
+#include "driver.h"
+
+namespace phos::vgpu {
+
+// --- Graph -------------------------------------------------------------------------
+
+Result<std::shared_ptr<GraphNode>> Graph::add(NodeInfo info, Stream::Work work,
+                                              std::vector<std::uint64_t> dependencies,
+                                              std::shared_ptr<Graph> child) {
+  std::lock_guard lock(mutex_);
+  std::set<std::uint64_t> seen;
+  for (std::uint64_t d : dependencies) {
+    const bool inGraph =
+        std::any_of(nodes_.begin(), nodes_.end(), [&](const auto& n) { return n->id == d; });
+    if (!inGraph)
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "dependency 0x{:x} is not a node of this graph", d);
+    // "It is an error to specify a dependency more than once."
+    if (!seen.insert(d).second)
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "dependency 0x{:x} is named twice", d);
+  }
+  auto node = std::make_shared<GraphNode>();
+  node->id = newHandle(HandleKind::kGraphNode);
+  node->info = std::move(info);
+  node->work = std::move(work);
+  node->dependencies = std::move(dependencies);
+  node->child = std::move(child);
+  nodes_.push_back(node);
+  return node;
+}
+
+Status Graph::addDependency(std::uint64_t from, std::uint64_t to) {
+  std::lock_guard lock(mutex_);
+  auto find = [&](std::uint64_t id) {
+    auto it =
+        std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& n) { return n->id == id; });
+    return it == nodes_.end() ? nullptr : *it;
+  };
+  auto source = find(from);
+  auto target = find(to);
+  if (!source || !target)
+    return cuError(CUDA_ERROR_INVALID_VALUE, "a dependency names a node of another graph");
+  if (from == to) return cuError(CUDA_ERROR_INVALID_VALUE, "a node cannot depend on itself");
+  if (std::find(target->dependencies.begin(), target->dependencies.end(), from) !=
+      target->dependencies.end()) {
+    return cuError(CUDA_ERROR_INVALID_VALUE, "the dependency exists already");
+  }
+  target->dependencies.push_back(from);
+  return Status::ok();
+}
+
+std::vector<std::shared_ptr<GraphNode>> Graph::nodes() const {
+  std::lock_guard lock(mutex_);
+  return nodes_;
+}
+
+std::shared_ptr<GraphNode> Graph::node(std::uint64_t id) const {
+  std::lock_guard lock(mutex_);
+  auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& n) { return n->id == id; });
+  return it == nodes_.end() ? nullptr : *it;
+}
+
+Result<std::vector<Stream::Work>> Graph::executionOrder() const {
+  const auto all = nodes();
+  // Kahn's algorithm, in the order the nodes were added among those ready.
+  std::map<std::uint64_t, std::size_t> waiting;
+  std::map<std::uint64_t, std::vector<std::size_t>> dependents;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    waiting[all[i]->id] = all[i]->dependencies.size();
+    for (std::uint64_t d : all[i]->dependencies) dependents[d].push_back(i);
+  }
+  std::vector<std::size_t> ready;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (all[i]->dependencies.empty()) ready.push_back(i);
+  }
+  std::vector<Stream::Work> works;
+  std::size_t done = 0;
+  while (!ready.empty()) {
+    std::sort(ready.begin(), ready.end(), std::greater<>());
+    const std::size_t i = ready.back();
+    ready.pop_back();
+    ++done;
+    const GraphNode& n = *all[i];
+    if (n.child) {
+      ASSIGN_OR_RETURN(auto inner, n.child->executionOrder());
+      works.insert(works.end(), inner.begin(), inner.end());
+    } else if (n.work) {
+      works.push_back(n.work);
+    }
+    for (std::size_t j : dependents[n.id]) {
+      if (--waiting[all[j]->id] == 0) ready.push_back(j);
+    }
+  }
+  if (done != all.size()) {
+    return cuError(CUDA_ERROR_INVALID_VALUE, "the graph's dependencies form a cycle");
+  }
+  return works;
+}
+
+std::shared_ptr<Graph> Graph::clone(std::uint64_t id) const {
+  auto copy = std::make_shared<Graph>(id);
+  std::map<std::uint64_t, std::uint64_t> renamed;
+  for (const auto& n : nodes()) {
+    auto c = std::make_shared<GraphNode>(*n);
+    c->id = newHandle(HandleKind::kGraphNode);
+    renamed[n->id] = c->id;
+    if (n->child) c->child = n->child->clone(newHandle(HandleKind::kGraph));
+    copy->nodes_.push_back(std::move(c));
+  }
+  for (auto& c : copy->nodes_) {
+    for (auto& d : c->dependencies) d = renamed.at(d);
+  }
+  return copy;
+}
+
+// --- GraphExec ---------------------------------------------------------------------
+
+StreamDependency GraphExec::lastLaunch() const {
+  std::lock_guard lock(mutex_);
+  return last_;
+}
+
+void GraphExec::setLastLaunch(StreamDependency end) {
+  std::lock_guard lock(mutex_);
+  last_ = std::move(end);
+}
+
+// --- CaptureSequence ---------------------------------------------------------------
+
+CaptureSequence::CaptureSequence(std::uint64_t id, CUstreamCaptureMode mode,
+                                 std::shared_ptr<Graph> graph, std::shared_ptr<Stream> origin)
+    : id_(id),
+      mode_(mode),
+      thread_(std::this_thread::get_id()),
+      graph_(std::move(graph)),
+      origin_(origin) {
+  joined_.push_back({std::move(origin), {}});
+}
+
+Status CaptureSequence::add(const Stream& stream, const NodeInfo& info, Stream::Work work) {
+  std::lock_guard lock(mutex_);
+  if (invalidated_) {
+    return cuError(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+                   "the stream's capture was invalidated by an earlier call");
+  }
+  auto it = std::find_if(joined_.begin(), joined_.end(),
+                         [&](const Joined& j) { return j.stream.get() == &stream; });
+  if (it == joined_.end())
+    return cuError(CUDA_ERROR_ILLEGAL_STATE, "the stream is not part of this capture");
+  ASSIGN_OR_RETURN(auto node, graph_->add(info, std::move(work), it->frontier));
+  it->frontier = {node->id};
+  return Status::ok();
+}
+
+std::vector<std::uint64_t> CaptureSequence::frontier(const Stream& stream) const {
+  std::lock_guard lock(mutex_);
+  for (const Joined& j : joined_) {
+    if (j.stream.get() == &stream) return j.frontier;
+  }
+  return {};
+}
+
+void CaptureSequence::join(const std::shared_ptr<Stream>& stream,
+                           const std::vector<std::uint64_t>& nodes) {
+  std::lock_guard lock(mutex_);
+  auto it = std::find_if(joined_.begin(), joined_.end(),
+                         [&](const Joined& j) { return j.stream == stream; });
+  if (it == joined_.end()) {
+    joined_.push_back({stream, nodes});
+    return;
+  }
+  for (std::uint64_t n : nodes) {
+    if (std::find(it->frontier.begin(), it->frontier.end(), n) == it->frontier.end())
+      it->frontier.push_back(n);
+  }
+}
+
+bool CaptureSequence::active() const {
+  std::lock_guard lock(mutex_);
+  return !ended_;
+}
+
+void CaptureSequence::invalidate() {
+  std::lock_guard lock(mutex_);
+  invalidated_ = true;
+}
+
+bool CaptureSequence::invalidated() const {
+  std::lock_guard lock(mutex_);
+  return invalidated_;
+}
+
+std::vector<std::shared_ptr<Stream>> CaptureSequence::streams() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::shared_ptr<Stream>> out;
+  for (const Joined& j : joined_) out.push_back(j.stream);
+  return out;
+}
+
+Result<std::shared_ptr<Graph>> CaptureSequence::end() {
+  std::lock_guard lock(mutex_);
+  ended_ = true;
+  for (const Joined& j : joined_) j.stream->setCapture(nullptr);
+  if (invalidated_) {
+    return cuError(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+                   "the capture was invalidated by a call it could not take");
+  }
+  // Every other stream's last nodes must be behind the origin's: "the capture
+  // must be joined back to the origin stream".
+  std::set<std::uint64_t> behind;
+  std::vector<std::uint64_t> todo = joined_.front().frontier;
+  while (!todo.empty()) {
+    const std::uint64_t id = todo.back();
+    todo.pop_back();
+    if (!behind.insert(id).second) continue;
+    if (auto n = graph_->node(id))
+      todo.insert(todo.end(), n->dependencies.begin(), n->dependencies.end());
+  }
+  for (std::size_t i = 1; i < joined_.size(); ++i) {
+    for (std::uint64_t id : joined_[i].frontier) {
+      if (!behind.contains(id)) {
+        return cuError(
+            CUDA_ERROR_STREAM_CAPTURE_UNJOINED,
+            "a stream that joined the capture was not joined back into the origin stream");
+      }
+    }
+  }
+  return graph_;
+}
+
+}  // namespace phos::vgpu

@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: Apache-2.0
+// CUDA graphs on vgpu (docs/vgpu.md, "Graphs and stream capture").
+//
+// A graph node keeps what a stream would have run for the call that made it:
+// the Stream::Work a launch, copy, memset or host function submits, with the
+// same checks at the call. An executable graph is its graph's nodes in an order
+// that keeps every dependency (child graphs inlined); launching it enqueues
+// them on the stream in that order, which is one of the orders the graph
+// allows. Stream capture builds a graph from the work submitted to the streams
+// of a capture sequence: each new node depends on what its stream's last
+// nodes were, and an event recorded in the capture carries its stream's last
+// nodes to the streams that wait for it (which join the capture).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "phos/common/status.h"
+#include "stream.h"
+
+namespace phos::vgpu {
+
+// What cuGraphKernelNodeGetParams answers for a kernel node.
+struct KernelNodeInfo {
+  CUfunction function = nullptr;
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  unsigned sharedMemBytes = 0;
+  std::vector<std::byte> params;     // the parameter buffer
+  std::vector<std::size_t> offsets;  // each parameter's offset in it
+};
+
+// What a submitted piece of work is, for the node capture makes of it.
+struct NodeInfo {
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  std::optional<KernelNodeInfo> kernel;
+};
+
+class Graph;
+
+struct GraphNode {
+  std::uint64_t id = 0;  // the CUgraphNode handle
+  NodeInfo info;
+  Stream::Work work;                        // null: nothing to run
+  std::vector<std::uint64_t> dependencies;  // nodes of the same graph
+  std::shared_ptr<Graph> child;             // CU_GRAPH_NODE_TYPE_GRAPH: a copy of the child graph
+};
+
+class Graph {
+ public:
+  explicit Graph(std::uint64_t id) : id_(id) {}
+  std::uint64_t id() const { return id_; }
+
+  // Adds a node after `dependencies` (nodes of this graph, each named once),
+  // with a new handle.
+  Result<std::shared_ptr<GraphNode>> add(NodeInfo info, Stream::Work work,
+                                         std::vector<std::uint64_t> dependencies,
+                                         std::shared_ptr<Graph> child = nullptr);
+  Status addDependency(std::uint64_t from, std::uint64_t to);
+  std::vector<std::shared_ptr<GraphNode>> nodes() const;
+  std::shared_ptr<GraphNode> node(std::uint64_t id) const;
+  // The nodes in an order that keeps every dependency, child graphs inlined:
+  // what a launch of the executable graph runs.
+  Result<std::vector<Stream::Work>> executionOrder() const;
+  // A copy with new node handles: cuGraphClone, child graphs.
+  std::shared_ptr<Graph> clone(std::uint64_t id) const;
+
+ private:
+  const std::uint64_t id_;
+  mutable std::mutex mutex_;
+  std::vector<std::shared_ptr<GraphNode>> nodes_;
+};
+
+class GraphExec {
+ public:
+  GraphExec(std::uint64_t id, std::vector<Stream::Work> works)
+      : id_(id), works_(std::move(works)) {}
+  std::uint64_t id() const { return id_; }
+  const std::vector<Stream::Work>& works() const { return works_; }
+  // "Each launch is ordered behind ... any previous launches of hGraphExec":
+  // where the last launch ended.
+  StreamDependency lastLaunch() const;
+  void setLastLaunch(StreamDependency end);
+
+ private:
+  const std::uint64_t id_;
+  const std::vector<Stream::Work> works_;
+  mutable std::mutex mutex_;
+  StreamDependency last_;
+};
+
+// One stream capture sequence, from cuStreamBeginCapture on its origin stream
+// to cuStreamEndCapture there; the streams that joined it share it.
+class CaptureSequence {
+ public:
+  CaptureSequence(std::uint64_t id, CUstreamCaptureMode mode, std::shared_ptr<Graph> graph,
+                  std::shared_ptr<Stream> origin);
+  std::uint64_t id() const { return id_; }
+  CUstreamCaptureMode mode() const { return mode_; }
+  std::thread::id thread() const { return thread_; }
+  const std::shared_ptr<Graph>& graph() const { return graph_; }
+  const Stream* origin() const { return origin_.get(); }
+
+  // The work a capturing stream is given becomes a node after the stream's
+  // last nodes. INVALIDATED if the sequence was.
+  Status add(const Stream& stream, const NodeInfo& info, Stream::Work work);
+  // The stream's last nodes: what an event recorded on it stands for.
+  std::vector<std::uint64_t> frontier(const Stream& stream) const;
+  // `stream` waits for `nodes` (an event recorded in this capture); a stream
+  // not capturing joins the capture with them.
+  void join(const std::shared_ptr<Stream>& stream, const std::vector<std::uint64_t>& nodes);
+  bool active() const;
+  // A call that the capture cannot take ends it in error: cuStreamEndCapture
+  // then answers CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
+  void invalidate();
+  bool invalidated() const;
+  // Ends the capture for every stream that joined it; the graph, or why not
+  // (invalidated; a stream that did not join back into the origin stream).
+  Result<std::shared_ptr<Graph>> end();
+  std::vector<std::shared_ptr<Stream>> streams() const;
+
+ private:
+  const std::uint64_t id_;
+  const CUstreamCaptureMode mode_;
+  const std::thread::id thread_;
+  const std::shared_ptr<Graph> graph_;
+  const std::shared_ptr<Stream> origin_;
+  mutable std::mutex mutex_;
+  bool ended_ = false;
+  bool invalidated_ = false;
+  struct Joined {
+    std::shared_ptr<Stream> stream;
+    std::vector<std::uint64_t> frontier;
+  };
+  std::vector<Joined> joined_;  // the origin first
+};
+
+}  // namespace phos::vgpu

@@ -1,0 +1,497 @@
+// SPDX-License-Identifier: Apache-2.0
+// Entry points: stream capture and CUDA graphs (driver/graph.h). The explicit
+// graph API makes kernel, memset, memcpy and host nodes through the stream
+// calls they stand for (Driver::addNodeByCapture), so a node is checked and
+// runs exactly as that call on a stream would.
+#include <algorithm>
+
+#include "entry.h"
+
+using namespace phos;
+using namespace phos::vgpu;
+using phos::vgpu::api::call;
+using phos::vgpu::api::handleOf;
+using phos::vgpu::api::requireNonNull;
+
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream,
+                                                             CUstreamCaptureMode mode);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream,
+                                                         CUstreamCaptureStatus* captureStatus);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(
+    CUstream hStream, CUstreamCaptureStatus* captureStatus_out, cuuint64_t* id_out);
+// CUDA 12's signature, which cuda.h 13 no longer declares (without this
+// declaration the definition below would be a C++ function, and the weak
+// NOT_SUPPORTED one would answer).
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream hStream,
+                                                          CUstreamCaptureStatus* captureStatus_out,
+                                                          cuuint64_t* id_out, CUgraph* graph_out,
+                                                          const CUgraphNode** dependencies_out,
+                                                          size_t* numDependencies_out);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(
+    CUstream hStream, CUstreamCaptureStatus* captureStatus_out, cuuint64_t* id_out,
+    CUgraph* graph_out, const CUgraphNode** dependencies_out, size_t* numDependencies_out);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(
+    CUstream hStream, CUstreamCaptureStatus* captureStatus_out, cuuint64_t* id_out,
+    CUgraph* graph_out, const CUgraphNode** dependencies_out, const CUgraphEdgeData** edgeData_out,
+    size_t* numDependencies_out);
+PHOS_CU_EXPORT CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
+PHOS_CU_EXPORT CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream);
+PHOS_CU_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(
+    CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* params);
+
+namespace {
+
+std::uint64_t idOf(const void* handle) {
+  return reinterpret_cast<std::uintptr_t>(handle);
+}
+
+// --- capture -----------------------------------------------------------------------
+
+CUresult beginCapture(const char* name, CUstream hStream, CUstreamCaptureMode mode,
+                      bool perThread) {
+  return call(name, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    return d.beginCapture(ref, mode);
+  });
+}
+
+CUresult endCapture(const char* name, CUstream hStream, CUgraph* phGraph, bool perThread) {
+  return call(name, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(phGraph, "phGraph"));
+    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    // "phGraph: The captured graph" -- NULL when the capture failed.
+    *phGraph = nullptr;
+    ASSIGN_OR_RETURN(*phGraph, d.endCapture(ref));
+    return Status::ok();
+  });
+}
+
+// The capture sequence of a stream: its status, and with
+// CU_STREAM_CAPTURE_STATUS_ACTIVE its id, graph and the stream's last nodes
+// ("valid data (other than capture status) only if ... ACTIVE"; the other
+// outputs are left as they were otherwise).
+CUresult captureInfo(const char* name, CUstream hStream, bool perThread,
+                     CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                     const CUgraphNode** dependencies, const CUgraphEdgeData** edges,
+                     size_t* count) {
+  return call(name, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(status, "captureStatus_out"));
+    // Edge data asked for without dependencies is invalid.
+    if (edges != nullptr && dependencies == nullptr) {
+      return cuError(CUDA_ERROR_INVALID_VALUE, "edgeData_out is given without dependencies_out");
+    }
+    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    auto capture = ref.stream->capture();
+    if (!capture) {
+      *status = CU_STREAM_CAPTURE_STATUS_NONE;
+      return Status::ok();
+    }
+    if (capture->invalidated()) {
+      *status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+      return Status::ok();
+    }
+    *status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (id != nullptr) *id = capture->id();
+    if (graph != nullptr) *graph = handleOf<CUgraph>(capture->graph()->id());
+    // The array stays valid "until the next API call to the stream or the
+    // capture's end": kept per thread.
+    thread_local std::vector<CUgraphNode> last;
+    thread_local std::vector<CUgraphEdgeData> lastEdges;
+    last.clear();
+    for (std::uint64_t node : capture->frontier(*ref.stream))
+      last.push_back(handleOf<CUgraphNode>(node));
+    lastEdges.assign(last.size(), CUgraphEdgeData{});
+    if (dependencies != nullptr) *dependencies = last.empty() ? nullptr : last.data();
+    if (edges != nullptr) *edges = last.empty() ? nullptr : lastEdges.data();
+    if (count != nullptr) *count = last.size();
+    return Status::ok();
+  });
+}
+
+// --- nodes -------------------------------------------------------------------------
+
+Result<std::vector<std::uint64_t>> dependenciesOf(const CUgraphNode* dependencies, size_t count) {
+  if (count > 0 && dependencies == nullptr) {
+    return cuError(CUDA_ERROR_INVALID_VALUE, "numDependencies is not 0 but dependencies is null");
+  }
+  std::vector<std::uint64_t> out;
+  for (size_t i = 0; i < count; ++i) out.push_back(idOf(dependencies[i]));
+  return out;
+}
+
+// A node made by `launch` on a stream of `ctx` (the current context if null).
+CUresult addNode(const char* name, CUgraphNode* phGraphNode, CUgraph hGraph,
+                 const CUgraphNode* dependencies, size_t numDependencies, CUcontext ctx,
+                 const std::function<CUresult(CUstream)>& launch) {
+  return call(name, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(phGraphNode, "phGraphNode"));
+    ASSIGN_OR_RETURN(auto deps, dependenciesOf(dependencies, numDependencies));
+    if (ctx != nullptr && cuCtxPushCurrent_v2(ctx) != CUDA_SUCCESS) {
+      return cuError(CUDA_ERROR_INVALID_CONTEXT, "ctx is not a live context");
+    }
+    auto node = d.addNodeByCapture(hGraph, std::move(deps), launch);
+    if (ctx != nullptr) {
+      CUcontext popped = nullptr;
+      (void)cuCtxPopCurrent_v2(&popped);
+    }
+    ASSIGN_OR_RETURN(*phGraphNode, std::move(node));
+    return Status::ok();
+  });
+}
+
+// cuGraphGetNodes and cuGraphGetRootNodes: "if nodes is NULL, the number of
+// nodes is returned in numNodes. Otherwise, numNodes entries will be filled
+// in. If numNodes is higher than the actual number of nodes, the remaining
+// entries in nodes will be set to NULL, and the number of nodes actually
+// obtained will be returned in numNodes."
+Status listNodes(const std::vector<std::uint64_t>& ids, CUgraphNode* nodes, size_t* numNodes) {
+  RETURN_IF_ERROR(requireNonNull(numNodes, "numNodes"));
+  if (nodes != nullptr) {
+    const size_t room = *numNodes;
+    for (size_t i = 0; i < room; ++i)
+      nodes[i] = i < ids.size() ? handleOf<CUgraphNode>(ids[i]) : nullptr;
+    *numNodes = std::min(room, ids.size());
+  } else {
+    *numNodes = ids.size();
+  }
+  return Status::ok();
+}
+
+CUresult graphLaunch(const char* name, CUgraphExec hGraphExec, CUstream hStream, bool perThread) {
+  return call(name, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    return d.launchGraph(hGraphExec, ref);
+  });
+}
+
+// Flags cuGraphInstantiateWithFlags knows; device launches need a GPU's
+// device-side graph launch, which vgpu does not have.
+Status checkInstantiateFlags(unsigned long long flags) {
+  constexpr unsigned long long kKnown =
+      CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
+      CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+  if ((flags & ~kKnown) != 0)
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "instantiate flags 0x{:x} are invalid", flags);
+  if ((flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) != 0) {
+    return cuError(CUDA_ERROR_NOT_SUPPORTED,
+                   "graphs launched from the device are not supported by vgpu");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+// --- stream capture --------------------------------------------------------------------
+
+CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+  return beginCapture(__func__, hStream, mode, false);
+}
+CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+  return beginCapture(__func__, hStream, mode, true);
+}
+CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
+  return endCapture(__func__, hStream, phGraph, false);
+}
+CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
+  return endCapture(__func__, hStream, phGraph, true);
+}
+CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  return captureInfo(__func__, hStream, false, captureStatus, nullptr, nullptr, nullptr, nullptr,
+                     nullptr);
+}
+CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  return captureInfo(__func__, hStream, true, captureStatus, nullptr, nullptr, nullptr, nullptr,
+                     nullptr);
+}
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream,
+                                           CUstreamCaptureStatus* captureStatus_out,
+                                           cuuint64_t* id_out, CUgraph* graph_out,
+                                           const CUgraphNode** dependencies_out,
+                                           const CUgraphEdgeData** edgeData_out,
+                                           size_t* numDependencies_out) {
+  return captureInfo(__func__, hStream, false, captureStatus_out, id_out, graph_out,
+                     dependencies_out, edgeData_out, numDependencies_out);
+}
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream,
+                                                CUstreamCaptureStatus* captureStatus_out,
+                                                cuuint64_t* id_out, CUgraph* graph_out,
+                                                const CUgraphNode** dependencies_out,
+                                                const CUgraphEdgeData** edgeData_out,
+                                                size_t* numDependencies_out) {
+  return captureInfo(__func__, hStream, true, captureStatus_out, id_out, graph_out,
+                     dependencies_out, edgeData_out, numDependencies_out);
+}
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream hStream,
+                                           CUstreamCaptureStatus* captureStatus_out,
+                                           cuuint64_t* id_out, CUgraph* graph_out,
+                                           const CUgraphNode** dependencies_out,
+                                           size_t* numDependencies_out) {
+  return captureInfo(__func__, hStream, false, captureStatus_out, id_out, graph_out,
+                     dependencies_out, nullptr, numDependencies_out);
+}
+CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream,
+                                                CUstreamCaptureStatus* captureStatus_out,
+                                                cuuint64_t* id_out, CUgraph* graph_out,
+                                                const CUgraphNode** dependencies_out,
+                                                size_t* numDependencies_out) {
+  return captureInfo(__func__, hStream, true, captureStatus_out, id_out, graph_out,
+                     dependencies_out, nullptr, numDependencies_out);
+}
+// The CUDA 10 ABI, status and id only (cuStreamGetCaptureInfo itself is in api_legacy.cpp).
+CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream hStream,
+                                             CUstreamCaptureStatus* captureStatus_out,
+                                             cuuint64_t* id_out) {
+  return captureInfo(__func__, hStream, true, captureStatus_out, id_out, nullptr, nullptr, nullptr,
+                     nullptr);
+}
+CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  return call(__func__, [&](Driver&) -> Status {
+    RETURN_IF_ERROR(requireNonNull(mode, "mode"));
+    if (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+        *mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "capture mode {} is not a CUstreamCaptureMode",
+                      static_cast<int>(*mode));
+    }
+    *mode = Driver::exchangeThreadCaptureMode(*mode);
+    return Status::ok();
+  });
+}
+
+// --- graphs ------------------------------------------------------------------------------
+
+CUresult CUDAAPI cuGraphCreate(CUgraph* phGraph, unsigned int flags) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(phGraph, "phGraph"));
+    // "flags: Graph creation flags, must be 0".
+    if (flags != 0) return cuError(CUDA_ERROR_INVALID_VALUE, "flags must be 0");
+    ASSIGN_OR_RETURN(*phGraph, d.createGraph());
+    return Status::ok();
+  });
+}
+CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
+  return call(__func__, [&](Driver& d) { return d.destroyGraph(hGraph); });
+}
+CUresult CUDAAPI cuGraphClone(CUgraph* phGraphClone, CUgraph originalGraph) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(phGraphClone, "phGraphClone"));
+    ASSIGN_OR_RETURN(*phGraphClone, d.cloneGraph(originalGraph));
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                     const CUgraphNode* dependencies, size_t numDependencies) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(phGraphNode, "phGraphNode"));
+    ASSIGN_OR_RETURN(auto graph, d.graph(hGraph));
+    ASSIGN_OR_RETURN(auto deps, dependenciesOf(dependencies, numDependencies));
+    ASSIGN_OR_RETURN(auto node, graph->add(NodeInfo{}, nullptr, std::move(deps)));
+    *phGraphNode = handleOf<CUgraphNode>(node->id);
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                         const CUgraphNode* dependencies, size_t numDependencies,
+                                         const CUDA_KERNEL_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // "kern: Kernel to launch, will only be referenced if func is NULL"; its
+  // context then is ctx (the current one if NULL).
+  const CUfunction f = p->func != nullptr ? p->func : reinterpret_cast<CUfunction>(p->kern);
+  const CUcontext ctx = p->func != nullptr ? nullptr : p->ctx;
+  return addNode(
+      __func__, phGraphNode, hGraph, dependencies, numDependencies, ctx, [&](CUstream s) {
+        return cuLaunchKernel(f, p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX, p->blockDimY,
+                              p->blockDimZ, p->sharedMemBytes, s, p->kernelParams, p->extra);
+      });
+}
+
+CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                      const CUgraphNode* dependencies, size_t numDependencies,
+                                      const CUDA_MEMSET_NODE_PARAMS* p, CUcontext ctx) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return addNode(
+      __func__, phGraphNode, hGraph, dependencies, numDependencies, ctx,
+      [&](CUstream s) -> CUresult {
+        // "elementSize: Size of each element in bytes. Must be 1, 2, or 4."
+        switch (p->elementSize) {
+          case 1:
+            return cuMemsetD2D8Async(p->dst, p->pitch, static_cast<unsigned char>(p->value),
+                                     p->width, p->height, s);
+          case 2:
+            return cuMemsetD2D16Async(p->dst, p->pitch, static_cast<unsigned short>(p->value),
+                                      p->width, p->height, s);
+          case 4:
+            return cuMemsetD2D32Async(p->dst, p->pitch, p->value, p->width, p->height, s);
+          default:
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+      });
+}
+
+CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                      const CUgraphNode* dependencies, size_t numDependencies,
+                                      const CUDA_MEMCPY3D* copyParams, CUcontext ctx) {
+  if (copyParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return addNode(__func__, phGraphNode, hGraph, dependencies, numDependencies, ctx,
+                 [&](CUstream s) { return cuMemcpy3DAsync_v2(copyParams, s); });
+}
+
+CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                    const CUgraphNode* dependencies, size_t numDependencies,
+                                    const CUDA_HOST_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return addNode(__func__, phGraphNode, hGraph, dependencies, numDependencies, nullptr,
+                 [&](CUstream s) { return cuLaunchHostFunc(s, p->fn, p->userData); });
+}
+
+CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                          const CUgraphNode* dependencies, size_t numDependencies,
+                                          CUgraph childGraph) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(phGraphNode, "phGraphNode"));
+    ASSIGN_OR_RETURN(auto deps, dependenciesOf(dependencies, numDependencies));
+    ASSIGN_OR_RETURN(*phGraphNode, d.addChildGraphNode(hGraph, std::move(deps), childGraph));
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode* from,
+                                           const CUgraphNode* to, const CUgraphEdgeData* edgeData,
+                                           size_t numDependencies) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto graph, d.graph(hGraph));
+    if (numDependencies > 0 && (from == nullptr || to == nullptr)) {
+      return cuError(CUDA_ERROR_INVALID_VALUE, "from or to is null");
+    }
+    for (size_t i = 0; i < numDependencies; ++i) {
+      // Only the default edge type (full dependencies) is run by vgpu.
+      if (edgeData != nullptr && (edgeData[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT ||
+                                  edgeData[i].from_port != 0 || edgeData[i].to_port != 0)) {
+        return cuError(CUDA_ERROR_NOT_SUPPORTED,
+                       "programmatic dependency edges are not supported by vgpu");
+      }
+      RETURN_IF_ERROR(graph->addDependency(idOf(from[i]), idOf(to[i])));
+    }
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes, size_t* numNodes) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto graph, d.graph(hGraph));
+    std::vector<std::uint64_t> ids;
+    for (const auto& n : graph->nodes()) ids.push_back(n->id);
+    return listNodes(ids, nodes, numNodes);
+  });
+}
+
+CUresult CUDAAPI cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode* rootNodes, size_t* numRootNodes) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto graph, d.graph(hGraph));
+    std::vector<std::uint64_t> ids;
+    for (const auto& n : graph->nodes()) {
+      if (n->dependencies.empty()) ids.push_back(n->id);
+    }
+    return listNodes(ids, rootNodes, numRootNodes);
+  });
+}
+
+CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType* type) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(type, "type"));
+    ASSIGN_OR_RETURN(auto found, d.graphNode(hNode));
+    *type = found.second->info.type;
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode,
+                                               CUDA_KERNEL_NODE_PARAMS* nodeParams) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(nodeParams, "nodeParams"));
+    ASSIGN_OR_RETURN(auto found, d.graphNode(hNode));
+    auto& kernel = found.second->info.kernel;
+    if (!kernel) return cuError(CUDA_ERROR_INVALID_VALUE, "the node is not a kernel node");
+    // kernelParams points into the node's own copy of the arguments.
+    thread_local std::vector<void*> pointers;
+    pointers.clear();
+    for (std::size_t offset : kernel->offsets) pointers.push_back(kernel->params.data() + offset);
+    *nodeParams = CUDA_KERNEL_NODE_PARAMS{};
+    nodeParams->func = kernel->function;
+    nodeParams->gridDimX = kernel->grid[0];
+    nodeParams->gridDimY = kernel->grid[1];
+    nodeParams->gridDimZ = kernel->grid[2];
+    nodeParams->blockDimX = kernel->block[0];
+    nodeParams->blockDimY = kernel->block[1];
+    nodeParams->blockDimZ = kernel->block[2];
+    nodeParams->sharedMemBytes = kernel->sharedMemBytes;
+    nodeParams->kernelParams = pointers.empty() ? nullptr : pointers.data();
+    return Status::ok();
+  });
+}
+
+// --- executable graphs ----------------------------------------------------------------
+
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                             unsigned long long flags) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(phGraphExec, "phGraphExec"));
+    RETURN_IF_ERROR(checkInstantiateFlags(flags));
+    ASSIGN_OR_RETURN(*phGraphExec, d.instantiate(hGraph));
+    return Status::ok();
+  });
+}
+
+namespace {
+CUresult instantiateWithParams(const char* name, CUgraphExec* phGraphExec, CUgraph hGraph,
+                               CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  return call(name, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(phGraphExec, "phGraphExec"));
+    RETURN_IF_ERROR(requireNonNull(params, "instantiateParams"));
+    params->hErrNode_out = nullptr;
+    params->result_out = CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE;
+    RETURN_IF_ERROR(checkInstantiateFlags(params->flags));
+    ASSIGN_OR_RETURN(*phGraphExec, d.instantiate(hGraph));
+    params->result_out = CUDA_GRAPH_INSTANTIATE_SUCCESS;
+    return Status::ok();
+  });
+}
+}  // namespace
+
+CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                              CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  return instantiateWithParams(__func__, phGraphExec, hGraph, params);
+}
+CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                   CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  return instantiateWithParams(__func__, phGraphExec, hGraph, params);
+}
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
+  return call(__func__, [&](Driver& d) { return d.destroyGraphExec(hGraphExec); });
+}
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  return graphLaunch(__func__, hGraphExec, hStream, false);
+}
+CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  return graphLaunch(__func__, hGraphExec, hStream, true);
+}
+// Uploading prepares a GPU's launch; vgpu has nothing to prepare, but the
+// stream and graph must be live.
+CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, false));
+    (void)ref;
+    if (hGraphExec == nullptr) return cuError(CUDA_ERROR_INVALID_VALUE, "hGraphExec is null");
+    return Status::ok();
+  });
+}
+CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, true));
+    (void)ref;
+    if (hGraphExec == nullptr) return cuError(CUDA_ERROR_INVALID_VALUE, "hGraphExec is null");
+    return Status::ok();
+  });
+}
