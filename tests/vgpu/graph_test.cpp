@@ -4,6 +4,7 @@
 // API, each graph launched and its results checked against what the same
 // work directly on a stream computes.
 #include <atomic>
+#include <thread>
 #include <vector>
 
 #include "vgpu_test_support.h"
@@ -353,6 +354,167 @@ TEST_F(GraphTest, ExplicitNodesRunInTheirDependenciesOrder) {
   EXPECT_CU(cuGraphDestroy(graph));
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphDestroy(graph));
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphNodeGetType(memset, &type));
+}
+
+TEST_F(GraphTest, AnExecutableGraphsKernelTakesNewParametersAndTheGraphKeepsItsOwn) {
+  ASSERT_CU(cuMemsetD32(x_, 1, kN));
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(scaleAdd(s_, 3, 1));
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuStreamEndCapture(s_, &graph));
+  CUgraphNode kernel = nullptr;
+  size_t count = 1;
+  ASSERT_CU(cuGraphGetNodes(graph, &kernel, &count));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  CUDA_KERNEL_NODE_PARAMS p{};
+  ASSERT_CU(cuGraphKernelNodeGetParams(kernel, &p));
+  unsigned a = 5, b = 0, n = kN;
+  void* args[] = {&x_, &a, &b, &n};
+  p.kernelParams = args;
+  ASSERT_CU(cuGraphExecKernelNodeSetParams(exec, kernel, &p));
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(device(), filled(5));
+  // The graph's node is unchanged: a new instantiation runs x * 3 + 1.
+  CUgraphExec again = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&again, graph, 0));
+  ASSERT_CU(cuGraphLaunch(again, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(device(), filled(16));
+  ASSERT_CU(cuGraphKernelNodeGetParams(kernel, &p));
+  EXPECT_EQ(*static_cast<unsigned*>(p.kernelParams[1]), 3u);
+  // Only a kernel node of the graph it was instantiated from.
+  CUgraphNode empty = nullptr;
+  ASSERT_CU(cuGraphAddEmptyNode(&empty, graph, nullptr, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphExecKernelNodeSetParams(exec, empty, &p));
+  EXPECT_CU(cuGraphExecDestroy(exec));
+  EXPECT_CU(cuGraphExecDestroy(again));
+  EXPECT_CU(cuGraphDestroy(graph));
+}
+
+struct HostGate {
+  std::atomic<bool> open{false};
+  static void CUDA_CB wait(void* self) {
+    while (!static_cast<HostGate*>(self)->open.load()) std::this_thread::yield();
+  }
+};
+
+TEST_F(GraphTest, EventNodesRecordAndWaitAtEachLaunch) {
+  CUevent e = nullptr;
+  ASSERT_CU(cuEventCreate(&e, 0));
+  CUstream other = nullptr;
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  // A graph that waits for `e`, then sets x to 9.
+  CUgraph waits = nullptr;
+  ASSERT_CU(cuGraphCreate(&waits, 0));
+  CUgraphNode wait = nullptr, set = nullptr;
+  ASSERT_CU(cuGraphAddEventWaitNode(&wait, waits, nullptr, 0, e));
+  CUDA_MEMSET_NODE_PARAMS m{};
+  m.dst = x_;
+  m.value = 9;
+  m.elementSize = 4;
+  m.width = kN;
+  m.height = 1;
+  ASSERT_CU(cuGraphAddMemsetNode(&set, waits, &wait, 1, &m, context_));
+  CUevent got = nullptr;
+  ASSERT_CU(cuGraphEventWaitNodeGetEvent(wait, &got));
+  EXPECT_EQ(got, e);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphEventRecordNodeGetEvent(wait, &got));
+  CUgraphExec waitsExec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&waitsExec, waits, 0));
+
+  // `e` recorded behind a closed gate: the graph's memset waits for it.
+  ASSERT_CU(cuMemsetD32(x_, 1, kN));
+  HostGate gate;
+  ASSERT_CU(cuLaunchHostFunc(s_, &HostGate::wait, &gate));
+  ASSERT_CU(cuEventRecord(e, s_));
+  ASSERT_CU(cuGraphLaunch(waitsExec, other));
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_READY, cuStreamQuery(other));
+  gate.open = true;
+  ASSERT_CU(cuStreamSynchronize(other));
+  EXPECT_EQ(device(), filled(9));
+
+  // A graph that records `e` after its kernel: the host waits for it there.
+  CUgraph records = nullptr;
+  ASSERT_CU(cuGraphCreate(&records, 0));
+  CUgraphNode kernel = nullptr, record = nullptr;
+  unsigned a = 2, b = 0, n = kN;
+  void* args[] = {&x_, &a, &b, &n};
+  CUDA_KERNEL_NODE_PARAMS k{};
+  k.func = scaleAdd_;
+  k.gridDimX = (kN + 255) / 256;
+  k.gridDimY = k.gridDimZ = 1;
+  k.blockDimX = 256;
+  k.blockDimY = k.blockDimZ = 1;
+  k.kernelParams = args;
+  ASSERT_CU(cuGraphAddKernelNode(&kernel, records, nullptr, 0, &k));
+  ASSERT_CU(cuGraphAddEventRecordNode(&record, records, &kernel, 1, e));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuGraphAddEventRecordNode(&record, records, nullptr, 0, nullptr));
+  CUgraphExec recordsExec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&recordsExec, records, 0));
+  ASSERT_CU(cuGraphLaunch(recordsExec, s_));
+  ASSERT_CU(cuEventSynchronize(e));
+  EXPECT_EQ(device(), filled(18));
+
+  EXPECT_CU(cuGraphExecDestroy(waitsExec));
+  EXPECT_CU(cuGraphExecDestroy(recordsExec));
+  EXPECT_CU(cuGraphDestroy(waits));
+  EXPECT_CU(cuGraphDestroy(records));
+  EXPECT_CU(cuStreamDestroy(other));
+  EXPECT_CU(cuEventDestroy(e));
+}
+
+TEST_F(GraphTest, EdgesAreListedRemovedAndFollowAStreamsUpdatedDependencies) {
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  CUgraphNode a = nullptr, b = nullptr, c = nullptr;
+  ASSERT_CU(cuGraphAddEmptyNode(&a, graph, nullptr, 0));
+  ASSERT_CU(cuGraphAddEmptyNode(&b, graph, &a, 1));
+  const CUgraphNode ab[] = {a, b};
+  ASSERT_CU(cuGraphAddEmptyNode(&c, graph, ab, 2));
+  size_t count = 0;
+  ASSERT_CU(cuGraphGetEdges(graph, nullptr, nullptr, nullptr, &count));
+  EXPECT_EQ(count, 3u);
+  std::vector<CUgraphNode> from(4), to(4);
+  count = 4;
+  ASSERT_CU(cuGraphGetEdges(graph, from.data(), to.data(), nullptr, &count));
+  EXPECT_EQ(count, 3u);
+  EXPECT_EQ(from[3], nullptr);
+  CUgraphNode deps[2] = {};
+  count = 2;
+  ASSERT_CU(cuGraphNodeGetDependencies(c, deps, nullptr, &count));
+  EXPECT_EQ(count, 2u);
+  EXPECT_EQ(deps[0], a);
+  EXPECT_EQ(deps[1], b);
+  ASSERT_CU(cuGraphNodeGetDependentNodes(a, nullptr, nullptr, &count));
+  EXPECT_EQ(count, 2u);
+  ASSERT_CU(cuGraphRemoveDependencies(graph, &a, &c, nullptr, 1));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphRemoveDependencies(graph, &a, &c, nullptr, 1));
+  ASSERT_CU(cuGraphDestroyNode(b));
+  ASSERT_CU(cuGraphGetEdges(graph, nullptr, nullptr, nullptr, &count));
+  EXPECT_EQ(count, 0u);
+  ASSERT_CU(cuGraphGetRootNodes(graph, nullptr, &count));
+  EXPECT_EQ(count, 2u);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphDestroyNode(b));
+  EXPECT_CU(cuGraphDestroy(graph));
+
+  // A capture whose stream's dependencies are replaced: the next node is a root.
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(scaleAdd(s_, 1, 1));
+  ASSERT_CU(cuStreamUpdateCaptureDependencies(s_, nullptr, nullptr, 0,
+                                              CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+  ASSERT_CU(scaleAdd(s_, 1, 1));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuStreamUpdateCaptureDependencies(s_, nullptr, nullptr, 0, 7));
+  ASSERT_CU(cuStreamEndCapture(s_, &graph));
+  ASSERT_CU(cuGraphGetRootNodes(graph, nullptr, &count));
+  EXPECT_EQ(count, 2u);
+  EXPECT_CU(cuGraphDestroy(graph));
+  EXPECT_CU_ERR(CUDA_ERROR_ILLEGAL_STATE,
+                cuStreamUpdateCaptureDependencies(s_, nullptr, nullptr, 0,
+                                                  CU_STREAM_ADD_CAPTURE_DEPENDENCIES));
 }
 
 }  // namespace

@@ -1255,13 +1255,13 @@ Result<std::pair<std::shared_ptr<Graph>, std::shared_ptr<GraphNode>>> Driver::gr
   return std::pair{g, g->node(id)};
 }
 
-Result<CUgraphNode> Driver::addNodeByCapture(CUgraph handle,
-                                             std::vector<std::uint64_t> dependencies,
-                                             const std::function<CUresult(CUstream)>& call) {
-  ASSIGN_OR_RETURN(auto target, graph(handle));
+Result<std::shared_ptr<GraphNode>> Driver::captureNode(
+    const std::shared_ptr<Graph>& target, std::vector<std::uint64_t> dependencies,
+    const std::function<CUresult(CUstream)>& call) {
   for (std::uint64_t d : dependencies) {
-    if (!target->node(d))
+    if (!target->node(d)) {
       return cuErrorf(CUDA_ERROR_INVALID_VALUE, "dependency 0x{:x} is not a node of the graph", d);
+    }
   }
   // A stream of the current context, capturing into the graph after the
   // dependencies; the call must submit exactly one piece of work to it.
@@ -1275,13 +1275,45 @@ Result<CUgraphNode> Driver::addNodeByCapture(CUgraph handle,
   const CUresult result = call(scratch);
   (void)capture->end();
   (void)destroyStream(scratch);
-  if (result != CUDA_SUCCESS)
+  if (result != CUDA_SUCCESS) {
     return cuErrorf(result, "the node's parameters were refused (CUresult {})",
                     static_cast<int>(result));
+  }
   auto nodes = target->nodes();
   if (nodes.size() != before + 1)
     return cuError(CUDA_ERROR_INVALID_VALUE, "the parameters describe no work");
-  return reinterpret_cast<CUgraphNode>(nodes.back()->id);
+  return nodes.back();
+}
+
+Result<CUgraphNode> Driver::addNodeByCapture(CUgraph handle,
+                                             std::vector<std::uint64_t> dependencies,
+                                             const std::function<CUresult(CUstream)>& call) {
+  ASSIGN_OR_RETURN(auto target, graph(handle));
+  ASSIGN_OR_RETURN(auto node, captureNode(target, std::move(dependencies), call));
+  return reinterpret_cast<CUgraphNode>(node->id);
+}
+
+Result<CUgraphNode> Driver::addEventNode(CUgraph handle, std::vector<std::uint64_t> dependencies,
+                                         CUevent event, CUgraphNodeType type) {
+  ASSIGN_OR_RETURN(auto target, graph(handle));
+  if (event == nullptr) return cuError(CUDA_ERROR_INVALID_VALUE, "event is null");
+  ASSIGN_OR_RETURN(auto e, this->event(event));
+  (void)e;
+  ASSIGN_OR_RETURN(auto node, target->add(NodeInfo{type, std::nullopt, event}, nullptr,
+                                          std::move(dependencies)));
+  return reinterpret_cast<CUgraphNode>(node->id);
+}
+
+Status Driver::setExecKernelNode(CUgraphExec handle, CUgraphNode node,
+                                 const std::function<CUresult(CUstream)>& call) {
+  auto exec = handle == nullptr ? nullptr : graphExecs_.find(idOf(handle));
+  if (!exec)
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not a live executable graph",
+                    idOf(handle));
+  // The new work, made as a kernel node's is, in a graph of its own.
+  auto scratch = std::make_shared<Graph>(newHandle(HandleKind::kGraph));
+  ASSIGN_OR_RETURN(auto made, captureNode(scratch, {}, call));
+  return exec->replaceWork(idOf(node), made->work);
 }
 
 Result<CUgraphNode> Driver::addChildGraphNode(CUgraph handle,
@@ -1299,9 +1331,9 @@ Result<CUgraphNode> Driver::addChildGraphNode(CUgraph handle,
 
 Result<CUgraphExec> Driver::instantiate(CUgraph handle) {
   ASSIGN_OR_RETURN(auto g, graph(handle));
-  ASSIGN_OR_RETURN(auto works, g->executionOrder());
+  ASSIGN_OR_RETURN(auto steps, g->executionOrder());
   const std::uint64_t id = newHandle(HandleKind::kGraphExec);
-  graphExecs_.add(id, std::make_shared<GraphExec>(id, std::move(works)));
+  graphExecs_.add(id, std::make_shared<GraphExec>(id, std::move(steps)));
   return reinterpret_cast<CUgraphExec>(id);
 }
 
@@ -1319,16 +1351,22 @@ Status Driver::launchGraph(CUgraphExec handle, const StreamRef& ref) {
     return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not a live executable graph",
                     idOf(handle));
   // Behind the previous launch of the same graph, wherever it was launched;
-  // each node's work in an order its dependencies allow. In a capture, the
-  // graph's work becomes nodes of the capturing graph, in that order.
-  std::vector<StreamDependency> behind;
-  if (auto last = exec->lastLaunch(); last.stream && last.stream != ref.stream)
-    behind.push_back(last);
-  std::uint64_t seq = 0;
-  for (const Stream::Work& work : exec->works()) {
-    ASSIGN_OR_RETURN(seq, ref.context->submit(ref.stream, work, std::exchange(behind, {})));
+  // then each node's work in an order its dependencies allow, and its events
+  // recorded or waited for on the stream. In a capture, the graph's work
+  // becomes nodes of the capturing graph, in that order.
+  if (auto last = exec->lastLaunch(); last.stream && last.stream != ref.stream) {
+    RETURN_IF_ERROR(ref.context->submit(ref.stream, nullptr, {last}).status());
   }
-  if (!ref.stream->capture() && seq != 0) exec->setLastLaunch({ref.stream, seq});
+  for (const ExecStep& step : exec->steps()) {
+    if (step.type == CU_GRAPH_NODE_TYPE_EVENT_RECORD) {
+      RETURN_IF_ERROR(recordEvent(step.event, ref));
+    } else if (step.type == CU_GRAPH_NODE_TYPE_WAIT_EVENT) {
+      RETURN_IF_ERROR(waitEvent(ref, step.event));
+    } else {
+      RETURN_IF_ERROR(ref.context->submit(ref.stream, step.work).status());
+    }
+  }
+  if (!ref.stream->capture()) exec->setLastLaunch({ref.stream, ref.stream->lastEnqueued()});
   return Status::ok();
 }
 

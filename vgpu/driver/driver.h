@@ -375,6 +375,11 @@ class Driver {
   // API makes its nodes with the checks and work of the stream calls.
   Result<CUgraphNode> addNodeByCapture(CUgraph graph, std::vector<std::uint64_t> dependencies,
                                        const std::function<CUresult(CUstream)>& call);
+  Result<CUgraphNode> addEventNode(CUgraph graph, std::vector<std::uint64_t> dependencies,
+                                   CUevent event, CUgraphNodeType type);
+  // cuGraphExecKernelNodeSetParams: the kernel node's work made again by `call`.
+  Status setExecKernelNode(CUgraphExec exec, CUgraphNode node,
+                           const std::function<CUresult(CUstream)>& call);
   Result<CUgraphNode> addChildGraphNode(CUgraph graph, std::vector<std::uint64_t> dependencies,
                                         CUgraph child);
   Result<CUgraphExec> instantiate(CUgraph graph);
@@ -449,6 +454,10 @@ class Driver {
   Result<std::shared_ptr<Module>> anyLibraryModule(Library& library);
   Result<std::shared_ptr<Function>> kernelFunctionIn(const Kernel& kernel, const std::shared_ptr<Context>& context);
   void releaseContextResources(Context& context);
+  // The node `call` submits to a scratch stream capturing into `target`.
+  Result<std::shared_ptr<GraphNode>> captureNode(const std::shared_ptr<Graph>& target,
+                                                 std::vector<std::uint64_t> dependencies,
+                                                 const std::function<CUresult(CUstream)>& call);
 
   std::once_flag initOnce_;
   Status initStatus_;

@@ -56,6 +56,38 @@ Status Graph::addDependency(std::uint64_t from, std::uint64_t to) {
   return Status::ok();
 }
 
+Status Graph::removeDependency(std::uint64_t from, std::uint64_t to) {
+  std::lock_guard lock(mutex_);
+  auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& n) { return n->id == to; });
+  if (it == nodes_.end())
+    return cuError(CUDA_ERROR_INVALID_VALUE, "a dependency names a node of another graph");
+  auto& deps = (*it)->dependencies;
+  auto edge = std::find(deps.begin(), deps.end(), from);
+  if (edge == deps.end()) return cuError(CUDA_ERROR_INVALID_VALUE, "the dependency does not exist");
+  deps.erase(edge);
+  return Status::ok();
+}
+
+Status Graph::remove(std::uint64_t id) {
+  std::lock_guard lock(mutex_);
+  auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& n) { return n->id == id; });
+  if (it == nodes_.end()) return cuError(CUDA_ERROR_INVALID_VALUE, "not a node of this graph");
+  nodes_.erase(it);
+  for (auto& n : nodes_) std::erase(n->dependencies, id);
+  return Status::ok();
+}
+
+std::vector<std::uint64_t> Graph::dependents(std::uint64_t id) const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::uint64_t> out;
+  for (const auto& n : nodes_) {
+    if (std::find(n->dependencies.begin(), n->dependencies.end(), id) != n->dependencies.end()) {
+      out.push_back(n->id);
+    }
+  }
+  return out;
+}
+
 std::vector<std::shared_ptr<GraphNode>> Graph::nodes() const {
   std::lock_guard lock(mutex_);
   return nodes_;
@@ -67,7 +99,7 @@ std::shared_ptr<GraphNode> Graph::node(std::uint64_t id) const {
   return it == nodes_.end() ? nullptr : *it;
 }
 
-Result<std::vector<Stream::Work>> Graph::executionOrder() const {
+Result<std::vector<ExecStep>> Graph::executionOrder() const {
   const auto all = nodes();
   // Kahn's algorithm, in the order the nodes were added among those ready.
   std::map<std::uint64_t, std::size_t> waiting;
@@ -80,7 +112,7 @@ Result<std::vector<Stream::Work>> Graph::executionOrder() const {
   for (std::size_t i = 0; i < all.size(); ++i) {
     if (all[i]->dependencies.empty()) ready.push_back(i);
   }
-  std::vector<Stream::Work> works;
+  std::vector<ExecStep> steps;
   std::size_t done = 0;
   while (!ready.empty()) {
     std::sort(ready.begin(), ready.end(), std::greater<>());
@@ -90,9 +122,10 @@ Result<std::vector<Stream::Work>> Graph::executionOrder() const {
     const GraphNode& n = *all[i];
     if (n.child) {
       ASSIGN_OR_RETURN(auto inner, n.child->executionOrder());
-      works.insert(works.end(), inner.begin(), inner.end());
-    } else if (n.work) {
-      works.push_back(n.work);
+      for (ExecStep& step : inner) step.node = 0;  // not a node of the instantiated graph
+      steps.insert(steps.end(), inner.begin(), inner.end());
+    } else if (n.work || n.info.event != nullptr) {
+      steps.push_back({n.id, n.info.type, n.work, n.info.event});
     }
     for (std::size_t j : dependents[n.id]) {
       if (--waiting[all[j]->id] == 0) ready.push_back(j);
@@ -101,7 +134,7 @@ Result<std::vector<Stream::Work>> Graph::executionOrder() const {
   if (done != all.size()) {
     return cuError(CUDA_ERROR_INVALID_VALUE, "the graph's dependencies form a cycle");
   }
-  return works;
+  return steps;
 }
 
 std::shared_ptr<Graph> Graph::clone(std::uint64_t id) const {
@@ -121,6 +154,23 @@ std::shared_ptr<Graph> Graph::clone(std::uint64_t id) const {
 }
 
 // --- GraphExec ---------------------------------------------------------------------
+
+std::vector<ExecStep> GraphExec::steps() const {
+  std::lock_guard lock(mutex_);
+  return steps_;
+}
+
+Status GraphExec::replaceWork(std::uint64_t node, Stream::Work work) {
+  std::lock_guard lock(mutex_);
+  auto it =
+      std::find_if(steps_.begin(), steps_.end(), [&](const ExecStep& s) { return s.node == node; });
+  if (it == steps_.end() || it->type != CU_GRAPH_NODE_TYPE_KERNEL) {
+    return cuError(CUDA_ERROR_INVALID_VALUE,
+                   "the node is not a kernel node of the graph this was instantiated from");
+  }
+  it->work = std::move(work);
+  return Status::ok();
+}
 
 StreamDependency GraphExec::lastLaunch() const {
   std::lock_guard lock(mutex_);
@@ -156,6 +206,31 @@ Status CaptureSequence::add(const Stream& stream, const NodeInfo& info, Stream::
     return cuError(CUDA_ERROR_ILLEGAL_STATE, "the stream is not part of this capture");
   ASSIGN_OR_RETURN(auto node, graph_->add(info, std::move(work), it->frontier));
   it->frontier = {node->id};
+  return Status::ok();
+}
+
+Status CaptureSequence::setFrontier(const Stream& stream, const std::vector<std::uint64_t>& nodes,
+                                    bool add) {
+  std::lock_guard lock(mutex_);
+  if (invalidated_) {
+    return cuError(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+                   "the stream's capture was invalidated by an earlier call");
+  }
+  for (std::uint64_t n : nodes) {
+    if (!graph_->node(n)) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not a node of the capture's graph", n);
+    }
+  }
+  auto it = std::find_if(joined_.begin(), joined_.end(),
+                         [&](const Joined& j) { return j.stream.get() == &stream; });
+  if (it == joined_.end())
+    return cuError(CUDA_ERROR_ILLEGAL_STATE, "the stream is not part of this capture");
+  if (!add) it->frontier.clear();
+  for (std::uint64_t n : nodes) {
+    if (std::find(it->frontier.begin(), it->frontier.end(), n) == it->frontier.end()) {
+      it->frontier.push_back(n);
+    }
+  }
   return Status::ok();
 }
 

@@ -42,6 +42,16 @@ struct KernelNodeInfo {
 struct NodeInfo {
   CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
   std::optional<KernelNodeInfo> kernel;
+  CUevent event = nullptr;  // event record and wait nodes: recorded or waited for at each launch
+};
+
+// One step of an executable graph: a node's work, or an event it records or
+// waits for on the launch stream.
+struct ExecStep {
+  std::uint64_t node = 0;  // the node of the instantiated graph (0: inlined from a child graph)
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  Stream::Work work;
+  CUevent event = nullptr;
 };
 
 class Graph;
@@ -65,11 +75,16 @@ class Graph {
                                          std::vector<std::uint64_t> dependencies,
                                          std::shared_ptr<Graph> child = nullptr);
   Status addDependency(std::uint64_t from, std::uint64_t to);
+  Status removeDependency(std::uint64_t from, std::uint64_t to);
+  // Removes the node and every edge to or from it.
+  Status remove(std::uint64_t id);
   std::vector<std::shared_ptr<GraphNode>> nodes() const;
   std::shared_ptr<GraphNode> node(std::uint64_t id) const;
   // The nodes in an order that keeps every dependency, child graphs inlined:
   // what a launch of the executable graph runs.
-  Result<std::vector<Stream::Work>> executionOrder() const;
+  Result<std::vector<ExecStep>> executionOrder() const;
+  // The nodes that depend on `id`.
+  std::vector<std::uint64_t> dependents(std::uint64_t id) const;
   // A copy with new node handles: cuGraphClone, child graphs.
   std::shared_ptr<Graph> clone(std::uint64_t id) const;
 
@@ -81,10 +96,12 @@ class Graph {
 
 class GraphExec {
  public:
-  GraphExec(std::uint64_t id, std::vector<Stream::Work> works)
-      : id_(id), works_(std::move(works)) {}
+  GraphExec(std::uint64_t id, std::vector<ExecStep> steps) : id_(id), steps_(std::move(steps)) {}
   std::uint64_t id() const { return id_; }
-  const std::vector<Stream::Work>& works() const { return works_; }
+  std::vector<ExecStep> steps() const;
+  // cuGraphExecKernelNodeSetParams: the kernel node's new work, for the
+  // launches to come.
+  Status replaceWork(std::uint64_t node, Stream::Work work);
   // "Each launch is ordered behind ... any previous launches of hGraphExec":
   // where the last launch ended.
   StreamDependency lastLaunch() const;
@@ -92,8 +109,8 @@ class GraphExec {
 
  private:
   const std::uint64_t id_;
-  const std::vector<Stream::Work> works_;
   mutable std::mutex mutex_;
+  std::vector<ExecStep> steps_;
   StreamDependency last_;
 };
 
@@ -112,6 +129,9 @@ class CaptureSequence {
   // The work a capturing stream is given becomes a node after the stream's
   // last nodes. INVALIDATED if the sequence was.
   Status add(const Stream& stream, const NodeInfo& info, Stream::Work work);
+  // cuStreamUpdateCaptureDependencies: the stream's last nodes replaced by
+  // (or, `add`, extended with) `nodes` of the capture's graph.
+  Status setFrontier(const Stream& stream, const std::vector<std::uint64_t>& nodes, bool add);
   // The stream's last nodes: what an event recorded on it stands for.
   std::vector<std::uint64_t> frontier(const Stream& stream) const;
   // `stream` waits for `nodes` (an event recorded in this capture); a stream

@@ -35,6 +35,9 @@ PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(
     CUstream hStream, CUstreamCaptureStatus* captureStatus_out, cuuint64_t* id_out,
     CUgraph* graph_out, const CUgraphNode** dependencies_out, const CUgraphEdgeData** edgeData_out,
     size_t* numDependencies_out);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2_ptsz(
+    CUstream hStream, CUgraphNode* dependencies, const CUgraphEdgeData* dependencyData,
+    size_t numDependencies, unsigned int flags);
 PHOS_CU_EXPORT CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 PHOS_CU_EXPORT CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 PHOS_CU_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(
@@ -158,6 +161,56 @@ Status listNodes(const std::vector<std::uint64_t>& ids, CUgraphNode* nodes, size
   return Status::ok();
 }
 
+// cuGraphNodeGetDependencies and cuGraphNodeGetDependentNodes: as
+// listNodes, with default edge data when asked for.
+Status listEdges(const std::vector<std::uint64_t>& ids, CUgraphNode* nodes,
+                 CUgraphEdgeData* edgeData, size_t* count) {
+  if (edgeData != nullptr && nodes == nullptr) {
+    return cuError(CUDA_ERROR_INVALID_VALUE, "edgeData is given without the nodes array");
+  }
+  const size_t room = count != nullptr ? *count : 0;
+  RETURN_IF_ERROR(listNodes(ids, nodes, count));
+  if (edgeData != nullptr) {
+    for (size_t i = 0; i < room; ++i) edgeData[i] = CUgraphEdgeData{};
+  }
+  return Status::ok();
+}
+
+CUresult updateCaptureDependencies(const char* name, CUstream hStream, CUgraphNode* dependencies,
+                                   const CUgraphEdgeData* edges, size_t count, unsigned flags,
+                                   bool perThread) {
+  return call(name, [&](Driver& d) -> Status {
+    if (flags != CU_STREAM_ADD_CAPTURE_DEPENDENCIES &&
+        flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "flags 0x{:x} are invalid", flags);
+    }
+    ASSIGN_OR_RETURN(auto deps, dependenciesOf(dependencies, count));
+    for (size_t i = 0; edges != nullptr && i < count; ++i) {
+      if (edges[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || edges[i].from_port != 0 ||
+          edges[i].to_port != 0) {
+        return cuError(CUDA_ERROR_NOT_SUPPORTED,
+                       "programmatic dependency edges are not supported by vgpu");
+      }
+    }
+    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    auto capture = ref.stream->capture();
+    if (!capture) return cuError(CUDA_ERROR_ILLEGAL_STATE, "the stream is not capturing");
+    return capture->setFrontier(*ref.stream, deps, flags == CU_STREAM_ADD_CAPTURE_DEPENDENCIES);
+  });
+}
+
+CUresult eventNodeEvent(const char* name, CUgraphNode hNode, CUevent* event_out,
+                        CUgraphNodeType type) {
+  return call(name, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(event_out, "event_out"));
+    ASSIGN_OR_RETURN(auto found, d.graphNode(hNode));
+    if (found.second->info.type != type)
+      return cuError(CUDA_ERROR_INVALID_VALUE, "the node is of another type");
+    *event_out = found.second->info.event;
+    return Status::ok();
+  });
+}
+
 CUresult graphLaunch(const char* name, CUgraphExec hGraphExec, CUstream hStream, bool perThread) {
   return call(name, [&](Driver& d) -> Status {
     ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
@@ -244,6 +297,20 @@ CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream hStream,
                                              cuuint64_t* id_out) {
   return captureInfo(__func__, hStream, true, captureStatus_out, id_out, nullptr, nullptr, nullptr,
                      nullptr);
+}
+CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode* dependencies,
+                                                      const CUgraphEdgeData* dependencyData,
+                                                      size_t numDependencies, unsigned int flags) {
+  return updateCaptureDependencies(__func__, hStream, dependencies, dependencyData, numDependencies,
+                                   flags, false);
+}
+CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream hStream,
+                                                           CUgraphNode* dependencies,
+                                                           const CUgraphEdgeData* dependencyData,
+                                                           size_t numDependencies,
+                                                           unsigned int flags) {
+  return updateCaptureDependencies(__func__, hStream, dependencies, dependencyData, numDependencies,
+                                   flags, true);
 }
 CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
   return call(__func__, [&](Driver&) -> Status {
@@ -378,6 +445,112 @@ CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode* fr
   });
 }
 
+CUresult CUDAAPI cuGraphAddEventRecordNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                           const CUgraphNode* dependencies, size_t numDependencies,
+                                           CUevent event) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(phGraphNode, "phGraphNode"));
+    ASSIGN_OR_RETURN(auto deps, dependenciesOf(dependencies, numDependencies));
+    ASSIGN_OR_RETURN(*phGraphNode, d.addEventNode(hGraph, std::move(deps), event,
+                                                  CU_GRAPH_NODE_TYPE_EVENT_RECORD));
+    return Status::ok();
+  });
+}
+CUresult CUDAAPI cuGraphAddEventWaitNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                         const CUgraphNode* dependencies, size_t numDependencies,
+                                         CUevent event) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(phGraphNode, "phGraphNode"));
+    ASSIGN_OR_RETURN(auto deps, dependenciesOf(dependencies, numDependencies));
+    ASSIGN_OR_RETURN(*phGraphNode,
+                     d.addEventNode(hGraph, std::move(deps), event, CU_GRAPH_NODE_TYPE_WAIT_EVENT));
+    return Status::ok();
+  });
+}
+CUresult CUDAAPI cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent* event_out) {
+  return eventNodeEvent(__func__, hNode, event_out, CU_GRAPH_NODE_TYPE_EVENT_RECORD);
+}
+CUresult CUDAAPI cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent* event_out) {
+  return eventNodeEvent(__func__, hNode, event_out, CU_GRAPH_NODE_TYPE_WAIT_EVENT);
+}
+
+CUresult CUDAAPI cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode* from,
+                                              const CUgraphNode* to,
+                                              const CUgraphEdgeData* edgeData,
+                                              size_t numDependencies) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto graph, d.graph(hGraph));
+    if (numDependencies > 0 && (from == nullptr || to == nullptr)) {
+      return cuError(CUDA_ERROR_INVALID_VALUE, "from or to is null");
+    }
+    for (size_t i = 0; i < numDependencies; ++i) {
+      if (edgeData != nullptr && (edgeData[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT ||
+                                  edgeData[i].from_port != 0 || edgeData[i].to_port != 0)) {
+        return cuError(CUDA_ERROR_INVALID_VALUE,
+                       "no such programmatic edge exists (vgpu makes none)");
+      }
+      RETURN_IF_ERROR(graph->removeDependency(idOf(from[i]), idOf(to[i])));
+    }
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hNode) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto found, d.graphNode(hNode));
+    return found.first->remove(idOf(hNode));
+  });
+}
+
+CUresult CUDAAPI cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode* dependencies,
+                                               CUgraphEdgeData* edgeData, size_t* numDependencies) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto found, d.graphNode(hNode));
+    return listEdges(found.second->dependencies, dependencies, edgeData, numDependencies);
+  });
+}
+
+CUresult CUDAAPI cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode* dependentNodes,
+                                                 CUgraphEdgeData* edgeData,
+                                                 size_t* numDependentNodes) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto found, d.graphNode(hNode));
+    return listEdges(found.first->dependents(idOf(hNode)), dependentNodes, edgeData,
+                     numDependentNodes);
+  });
+}
+
+// "from and to may both be NULL, in which case this function only returns
+// the number of edges in numEdges. Otherwise, numEdges entries will be
+// filled in. If numEdges is higher than the actual number of edges, the
+// remaining entries in from and to will be set to NULL."
+CUresult CUDAAPI cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode* from, CUgraphNode* to,
+                                    CUgraphEdgeData* edgeData, size_t* numEdges) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(numEdges, "numEdges"));
+    if ((from == nullptr) != (to == nullptr) || (edgeData != nullptr && from == nullptr)) {
+      return cuError(CUDA_ERROR_INVALID_VALUE, "from and to must both be given or both be NULL");
+    }
+    ASSIGN_OR_RETURN(auto graph, d.graph(hGraph));
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> edges;
+    for (const auto& n : graph->nodes()) {
+      for (std::uint64_t dep : n->dependencies) edges.emplace_back(dep, n->id);
+    }
+    if (from == nullptr) {
+      *numEdges = edges.size();
+      return Status::ok();
+    }
+    const size_t room = *numEdges;
+    for (size_t i = 0; i < room; ++i) {
+      from[i] = i < edges.size() ? handleOf<CUgraphNode>(edges[i].first) : nullptr;
+      to[i] = i < edges.size() ? handleOf<CUgraphNode>(edges[i].second) : nullptr;
+      if (edgeData != nullptr) edgeData[i] = CUgraphEdgeData{};
+    }
+    *numEdges = std::min(room, edges.size());
+    return Status::ok();
+  });
+}
+
 CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes, size_t* numNodes) {
   return call(__func__, [&](Driver& d) -> Status {
     ASSIGN_OR_RETURN(auto graph, d.graph(hGraph));
@@ -467,6 +640,19 @@ CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph 
 CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec* phGraphExec, CUgraph hGraph,
                                                    CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
   return instantiateWithParams(__func__, phGraphExec, hGraph, params);
+}
+// "All nodeParams fields may change", on the executable graph only: its
+// later launches run the new launch.
+CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                   const CUDA_KERNEL_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const CUfunction f = p->func != nullptr ? p->func : reinterpret_cast<CUfunction>(p->kern);
+  return call(__func__, [&](Driver& d) {
+    return d.setExecKernelNode(hGraphExec, hNode, [&](CUstream s) {
+      return cuLaunchKernel(f, p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX, p->blockDimY,
+                            p->blockDimZ, p->sharedMemBytes, s, p->kernelParams, p->extra);
+    });
+  });
 }
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
   return call(__func__, [&](Driver& d) { return d.destroyGraphExec(hGraphExec); });
