@@ -258,8 +258,9 @@ Result<std::uint64_t> Context::submit(const std::shared_ptr<Stream>& stream, Str
     std::lock_guard lock(mutex_);
     std::vector<std::shared_ptr<Stream>> blocking;
     for (const auto& weak : streams_) {
-      if (auto other = weak.lock(); other && other->synchronizesWithLegacy())
+      if (auto other = weak.lock(); other && other->synchronizesWithLegacy()) {
         blocking.push_back(other);
+      }
     }
     for (const auto& [thread, other] : perThread_) blocking.push_back(other);
     // "When any stream in the same context is being captured, and it was not
@@ -286,8 +287,9 @@ std::vector<std::shared_ptr<CaptureSequence>> Context::captures() const {
   auto add = [&](const std::shared_ptr<Stream>& stream) {
     if (!stream) return;
     auto capture = stream->capture();
-    if (capture && std::find(out.begin(), out.end(), capture) == out.end())
+    if (capture && std::find(out.begin(), out.end(), capture) == out.end()) {
       out.push_back(std::move(capture));
+    }
   };
   for (const auto& weak : streams_) add(weak.lock());
   for (const auto& [thread, stream] : perThread_) add(stream);
@@ -714,6 +716,11 @@ bool Driver::isAccessible(const Context& context, std::uint64_t address, std::si
   return false;
 }
 
+namespace {
+const NodeInfo kMemcpyNode{CU_GRAPH_NODE_TYPE_MEMCPY, std::nullopt};
+const NodeInfo kMemsetNode{CU_GRAPH_NODE_TYPE_MEMSET, std::nullopt};
+}  // namespace
+
 Status Driver::copy(const StreamRef& ref, std::uint64_t dst, std::uint64_t src, std::size_t bytes,
                     bool async, bool dstMustBeDevice, bool srcMustBeDevice) {
   if (bytes == 0) return Status::ok();
@@ -721,17 +728,14 @@ Status Driver::copy(const StreamRef& ref, std::uint64_t dst, std::uint64_t src, 
   ASSIGN_OR_RETURN(CopyEndpoint s, classify(src, bytes, srcMustBeDevice));
   if (!async) RETURN_IF_ERROR(refuseInCapture(ref, "a synchronous copy"));
   CopyModel* model = copyModel_.get();
-  ASSIGN_OR_RETURN(std::uint64_t seq, ref.context->submit(
-                                          ref.stream,
-                                          [=] {
-                                            model->transfer(s.device, d.device, bytes, [&] {
-                                              std::memmove(reinterpret_cast<void*>(dst),
-                                                           reinterpret_cast<const void*>(src),
-                                                           bytes);
-                                            });
-                                            return Status::ok();
-                                          },
-                                          {}, NodeInfo{CU_GRAPH_NODE_TYPE_MEMCPY, std::nullopt}));
+  Stream::Work work = [=] {
+    model->transfer(s.device, d.device, bytes, [&] {
+      std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
+    });
+    return Status::ok();
+  };
+  ASSIGN_OR_RETURN(std::uint64_t seq,
+                   ref.context->submit(ref.stream, std::move(work), {}, kMemcpyNode));
   return finishCopy(ref, seq, d, s, async);
 }
 
@@ -746,19 +750,16 @@ Status Driver::copyRows(const StreamRef& ref, std::vector<std::pair<std::uint64_
   if (!async) RETURN_IF_ERROR(refuseInCapture(ref, "a synchronous copy"));
   CopyModel* model = copyModel_.get();
   std::size_t total = width * rows.size();
-  ASSIGN_OR_RETURN(std::uint64_t seq, ref.context->submit(
-                                          ref.stream,
-                                          [=, rows = std::move(rows)] {
-                                            model->transfer(s.device, d.device, total, [&] {
-                                              for (const auto& [dst, src] : rows) {
-                                                std::memmove(reinterpret_cast<void*>(dst),
-                                                             reinterpret_cast<const void*>(src),
-                                                             width);
-                                              }
-                                            });
-                                            return Status::ok();
-                                          },
-                                          {}, NodeInfo{CU_GRAPH_NODE_TYPE_MEMCPY, std::nullopt}));
+  Stream::Work work = [=, rows = std::move(rows)] {
+    model->transfer(s.device, d.device, total, [&] {
+      for (const auto& [dst, src] : rows) {
+        std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), width);
+      }
+    });
+    return Status::ok();
+  };
+  ASSIGN_OR_RETURN(std::uint64_t seq,
+                   ref.context->submit(ref.stream, std::move(work), {}, kMemcpyNode));
   return finishCopy(ref, seq, d, s, async);
 }
 
@@ -790,28 +791,24 @@ Status Driver::memset(const StreamRef& ref, std::uint64_t dst, std::size_t pitch
   ASSIGN_OR_RETURN(CopyEndpoint d, classify(dst, span, true));
   if (!async) RETURN_IF_ERROR(refuseInCapture(ref, "a synchronous memset"));
   CopyModel* model = copyModel_.get();
+  Stream::Work work = [=] {
+    model->transfer(d.device, d.device, rowBytes * height, [&] {
+      for (std::size_t row = 0; row < height; ++row) {
+        auto* p = reinterpret_cast<unsigned char*>(dst + row * pitch);
+        if (elementSize == 1) {
+          std::memset(p, static_cast<int>(value & 0xff), width);
+        } else if (elementSize == 2) {
+          auto v = static_cast<std::uint16_t>(value);
+          for (std::size_t i = 0; i < width; ++i) std::memcpy(p + 2 * i, &v, 2);
+        } else {
+          for (std::size_t i = 0; i < width; ++i) std::memcpy(p + 4 * i, &value, 4);
+        }
+      }
+    });
+    return Status::ok();
+  };
   ASSIGN_OR_RETURN(std::uint64_t seq,
-                   ref.context->submit(
-                       ref.stream,
-                       [=] {
-                         model->transfer(d.device, d.device, rowBytes * height, [&] {
-                           for (std::size_t row = 0; row < height; ++row) {
-                             auto* p = reinterpret_cast<unsigned char*>(dst + row * pitch);
-                             if (elementSize == 1) {
-                               std::memset(p, static_cast<int>(value & 0xff), width);
-                             } else if (elementSize == 2) {
-                               auto v = static_cast<std::uint16_t>(value);
-                               for (std::size_t i = 0; i < width; ++i)
-                                 std::memcpy(p + 2 * i, &v, 2);
-                             } else {
-                               for (std::size_t i = 0; i < width; ++i)
-                                 std::memcpy(p + 4 * i, &value, 4);
-                             }
-                           }
-                         });
-                         return Status::ok();
-                       },
-                       {}, NodeInfo{CU_GRAPH_NODE_TYPE_MEMSET, std::nullopt}));
+                   ref.context->submit(ref.stream, std::move(work), {}, kMemsetNode));
   if (!async) {
     ref.stream->wait(seq);
     return ref.context->usable();
@@ -1145,8 +1142,9 @@ Status Driver::beginCapture(const StreamRef& ref, CUstreamCaptureMode mode) {
   if (ref.stream->kind() == Stream::Kind::kLegacy) {
     return cuError(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "the legacy stream cannot be captured");
   }
-  if (ref.stream->capture())
+  if (ref.stream->capture()) {
     return cuError(CUDA_ERROR_ILLEGAL_STATE, "the stream is capturing already");
+  }
   const std::uint64_t id = newHandle(HandleKind::kGraph);
   auto graph = std::make_shared<Graph>(id);
   graphs_.add(id, graph);
@@ -1280,8 +1278,9 @@ Result<std::shared_ptr<GraphNode>> Driver::captureNode(
                     static_cast<int>(result));
   }
   auto nodes = target->nodes();
-  if (nodes.size() != before + 1)
+  if (nodes.size() != before + 1) {
     return cuError(CUDA_ERROR_INVALID_VALUE, "the parameters describe no work");
+  }
   return nodes.back();
 }
 
@@ -1307,9 +1306,10 @@ Result<CUgraphNode> Driver::addEventNode(CUgraph handle, std::vector<std::uint64
 Status Driver::setExecKernelNode(CUgraphExec handle, CUgraphNode node,
                                  const std::function<CUresult(CUstream)>& call) {
   auto exec = handle == nullptr ? nullptr : graphExecs_.find(idOf(handle));
-  if (!exec)
+  if (!exec) {
     return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not a live executable graph",
                     idOf(handle));
+  }
   // The new work, made as a kernel node's is, in a graph of its own.
   auto scratch = std::make_shared<Graph>(newHandle(HandleKind::kGraph));
   ASSIGN_OR_RETURN(auto made, captureNode(scratch, {}, call));
@@ -1347,9 +1347,10 @@ Status Driver::destroyGraphExec(CUgraphExec handle) {
 
 Status Driver::launchGraph(CUgraphExec handle, const StreamRef& ref) {
   auto exec = handle == nullptr ? nullptr : graphExecs_.find(idOf(handle));
-  if (!exec)
+  if (!exec) {
     return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not a live executable graph",
                     idOf(handle));
+  }
   // Behind the previous launch of the same graph, wherever it was launched;
   // then each node's work in an order its dependencies allow, and its events
   // recorded or waited for on the stream. In a capture, the graph's work
@@ -1591,34 +1592,31 @@ Status Driver::launch(CUfunction handle, const LaunchConfig& config, CUstream st
   std::shared_ptr<PrintfSink> printfSink = context->printfSink();
   NodeInfo node{CU_GRAPH_NODE_TYPE_KERNEL, std::nullopt};
   if (capturing) {
-    KernelNodeInfo kernel{handle,          {g.x, g.y, g.z},
-                          {b.x, b.y, b.z}, static_cast<unsigned>(config.dynamicSharedBytes),
-                          params,          {}};
+    KernelNodeInfo kernel;
+    kernel.function = handle;
+    kernel.grid = {g.x, g.y, g.z};
+    kernel.block = {b.x, b.y, b.z};
+    kernel.sharedMemBytes = static_cast<unsigned>(config.dynamicSharedBytes);
+    kernel.params = params;
     for (const ParamInfo& p : info.params) kernel.offsets.push_back(p.offset);
     node.kernel = std::move(kernel);
   }
-  return ref.context
-      ->submit(
-          ref.stream,
-          [=, params = std::move(params)] {
-            ContextAddressChecker checker(*driver, *context);
-            StdoutPrintfSink stdoutSink;
-            AccessRecord accesses;
-            PrintfSink* sink = printfSink ? printfSink.get() : &stdoutSink;
-            LaunchContext launchContext{&checker, sink, context->device(),
-                                        recorded ? &accesses : nullptr};
-            Status status = program->launch(index, config, params, launchContext);
-            if (recorded) {
-              // Grouped now, while every allocation the kernel touched is still live.
-              recorded->recorded = accesses.recorded;
-              if (accesses.recorded)
-                recorded->accesses.allocations = driver->groupByAllocation(accesses);
-              recorded->done.store(true, std::memory_order_release);
-            }
-            return status;
-          },
-          {}, node)
-      .status();
+  Stream::Work work = [=, params = std::move(params)] {
+    ContextAddressChecker checker(*driver, *context);
+    StdoutPrintfSink stdoutSink;
+    AccessRecord accesses;
+    PrintfSink* sink = printfSink ? printfSink.get() : &stdoutSink;
+    LaunchContext launchContext{&checker, sink, context->device(), recorded ? &accesses : nullptr};
+    Status status = program->launch(index, config, params, launchContext);
+    if (recorded) {
+      // Grouped now, while every allocation the kernel touched is still live.
+      recorded->recorded = accesses.recorded;
+      if (accesses.recorded) recorded->accesses.allocations = driver->groupByAllocation(accesses);
+      recorded->done.store(true, std::memory_order_release);
+    }
+    return status;
+  };
+  return ref.context->submit(ref.stream, std::move(work), {}, node).status();
 }
 
 // --- Driver: access recorder ---------------------------------------------------------------

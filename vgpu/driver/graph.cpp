@@ -20,11 +20,13 @@ Result<std::shared_ptr<GraphNode>> Graph::add(NodeInfo info, Stream::Work work,
   for (std::uint64_t d : dependencies) {
     const bool inGraph =
         std::any_of(nodes_.begin(), nodes_.end(), [&](const auto& n) { return n->id == d; });
-    if (!inGraph)
+    if (!inGraph) {
       return cuErrorf(CUDA_ERROR_INVALID_VALUE, "dependency 0x{:x} is not a node of this graph", d);
+    }
     // "It is an error to specify a dependency more than once."
-    if (!seen.insert(d).second)
+    if (!seen.insert(d).second) {
       return cuErrorf(CUDA_ERROR_INVALID_VALUE, "dependency 0x{:x} is named twice", d);
+    }
   }
   auto node = std::make_shared<GraphNode>();
   node->id = newHandle(HandleKind::kGraphNode);
@@ -45,8 +47,9 @@ Status Graph::addDependency(std::uint64_t from, std::uint64_t to) {
   };
   auto source = find(from);
   auto target = find(to);
-  if (!source || !target)
+  if (!source || !target) {
     return cuError(CUDA_ERROR_INVALID_VALUE, "a dependency names a node of another graph");
+  }
   if (from == to) return cuError(CUDA_ERROR_INVALID_VALUE, "a node cannot depend on itself");
   if (std::find(target->dependencies.begin(), target->dependencies.end(), from) !=
       target->dependencies.end()) {
@@ -59,8 +62,9 @@ Status Graph::addDependency(std::uint64_t from, std::uint64_t to) {
 Status Graph::removeDependency(std::uint64_t from, std::uint64_t to) {
   std::lock_guard lock(mutex_);
   auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& n) { return n->id == to; });
-  if (it == nodes_.end())
+  if (it == nodes_.end()) {
     return cuError(CUDA_ERROR_INVALID_VALUE, "a dependency names a node of another graph");
+  }
   auto& deps = (*it)->dependencies;
   auto edge = std::find(deps.begin(), deps.end(), from);
   if (edge == deps.end()) return cuError(CUDA_ERROR_INVALID_VALUE, "the dependency does not exist");
@@ -202,8 +206,9 @@ Status CaptureSequence::add(const Stream& stream, const NodeInfo& info, Stream::
   }
   auto it = std::find_if(joined_.begin(), joined_.end(),
                          [&](const Joined& j) { return j.stream.get() == &stream; });
-  if (it == joined_.end())
+  if (it == joined_.end()) {
     return cuError(CUDA_ERROR_ILLEGAL_STATE, "the stream is not part of this capture");
+  }
   ASSIGN_OR_RETURN(auto node, graph_->add(info, std::move(work), it->frontier));
   it->frontier = {node->id};
   return Status::ok();
@@ -223,8 +228,9 @@ Status CaptureSequence::setFrontier(const Stream& stream, const std::vector<std:
   }
   auto it = std::find_if(joined_.begin(), joined_.end(),
                          [&](const Joined& j) { return j.stream.get() == &stream; });
-  if (it == joined_.end())
+  if (it == joined_.end()) {
     return cuError(CUDA_ERROR_ILLEGAL_STATE, "the stream is not part of this capture");
+  }
   if (!add) it->frontier.clear();
   for (std::uint64_t n : nodes) {
     if (std::find(it->frontier.begin(), it->frontier.end(), n) == it->frontier.end()) {
@@ -252,8 +258,9 @@ void CaptureSequence::join(const std::shared_ptr<Stream>& stream,
     return;
   }
   for (std::uint64_t n : nodes) {
-    if (std::find(it->frontier.begin(), it->frontier.end(), n) == it->frontier.end())
+    if (std::find(it->frontier.begin(), it->frontier.end(), n) == it->frontier.end()) {
       it->frontier.push_back(n);
+    }
   }
 }
 
@@ -295,8 +302,9 @@ Result<std::shared_ptr<Graph>> CaptureSequence::end() {
     const std::uint64_t id = todo.back();
     todo.pop_back();
     if (!behind.insert(id).second) continue;
-    if (auto n = graph_->node(id))
+    if (auto n = graph_->node(id)) {
       todo.insert(todo.end(), n->dependencies.begin(), n->dependencies.end());
+    }
   }
   for (std::size_t i = 1; i < joined_.size(); ++i) {
     for (std::uint64_t id : joined_[i].frontier) {

@@ -14,6 +14,7 @@
 
 #include <cuda.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -31,8 +32,8 @@ namespace phos::vgpu {
 // What cuGraphKernelNodeGetParams answers for a kernel node.
 struct KernelNodeInfo {
   CUfunction function = nullptr;
-  unsigned grid[3] = {1, 1, 1};
-  unsigned block[3] = {1, 1, 1};
+  std::array<unsigned, 3> grid = {1, 1, 1};
+  std::array<unsigned, 3> block = {1, 1, 1};
   unsigned sharedMemBytes = 0;
   std::vector<std::byte> params;     // the parameter buffer
   std::vector<std::size_t> offsets;  // each parameter's offset in it

@@ -102,8 +102,9 @@ CUresult captureInfo(const char* name, CUstream hStream, bool perThread,
     thread_local std::vector<CUgraphNode> last;
     thread_local std::vector<CUgraphEdgeData> lastEdges;
     last.clear();
-    for (std::uint64_t node : capture->frontier(*ref.stream))
+    for (std::uint64_t node : capture->frontier(*ref.stream)) {
       last.push_back(handleOf<CUgraphNode>(node));
+    }
     lastEdges.assign(last.size(), CUgraphEdgeData{});
     if (dependencies != nullptr) *dependencies = last.empty() ? nullptr : last.data();
     if (edges != nullptr) *edges = last.empty() ? nullptr : lastEdges.data();
@@ -152,8 +153,9 @@ Status listNodes(const std::vector<std::uint64_t>& ids, CUgraphNode* nodes, size
   RETURN_IF_ERROR(requireNonNull(numNodes, "numNodes"));
   if (nodes != nullptr) {
     const size_t room = *numNodes;
-    for (size_t i = 0; i < room; ++i)
+    for (size_t i = 0; i < room; ++i) {
       nodes[i] = i < ids.size() ? handleOf<CUgraphNode>(ids[i]) : nullptr;
+    }
     *numNodes = std::min(room, ids.size());
   } else {
     *numNodes = ids.size();
@@ -204,8 +206,9 @@ CUresult eventNodeEvent(const char* name, CUgraphNode hNode, CUevent* event_out,
   return call(name, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(event_out, "event_out"));
     ASSIGN_OR_RETURN(auto found, d.graphNode(hNode));
-    if (found.second->info.type != type)
+    if (found.second->info.type != type) {
       return cuError(CUDA_ERROR_INVALID_VALUE, "the node is of another type");
+    }
     *event_out = found.second->info.event;
     return Status::ok();
   });
@@ -224,8 +227,9 @@ Status checkInstantiateFlags(unsigned long long flags) {
   constexpr unsigned long long kKnown =
       CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
       CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
-  if ((flags & ~kKnown) != 0)
+  if ((flags & ~kKnown) != 0) {
     return cuErrorf(CUDA_ERROR_INVALID_VALUE, "instantiate flags 0x{:x} are invalid", flags);
+  }
   if ((flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) != 0) {
     return cuError(CUDA_ERROR_NOT_SUPPORTED,
                    "graphs launched from the device are not supported by vgpu");
