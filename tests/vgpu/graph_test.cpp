@@ -515,6 +515,28 @@ TEST_F(GraphTest, EdgesAreListedRemovedAndFollowAStreamsUpdatedDependencies) {
   EXPECT_CU_ERR(CUDA_ERROR_ILLEGAL_STATE,
                 cuStreamUpdateCaptureDependencies(s_, nullptr, nullptr, 0,
                                                   CU_STREAM_ADD_CAPTURE_DEPENDENCIES));
+
+  // Captured into the application's graph, after one of its nodes: the end
+  // returns that graph, and an invalidated capture leaves it to the application.
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  ASSERT_CU(cuGraphAddEmptyNode(&a, graph, nullptr, 0));
+  ASSERT_CU(cuStreamBeginCaptureToGraph(s_, graph, &a, nullptr, 1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(scaleAdd(s_, 1, 1));
+  CUgraph captured = nullptr;
+  ASSERT_CU(cuStreamEndCapture(s_, &captured));
+  EXPECT_EQ(captured, graph);
+  ASSERT_CU(cuGraphGetEdges(graph, nullptr, nullptr, nullptr, &count));
+  EXPECT_EQ(count, 1u);
+  ASSERT_CU(
+      cuStreamBeginCaptureToGraph(s_, graph, nullptr, nullptr, 0, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuStreamSynchronize(s_));
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture(s_, &captured));
+  ASSERT_CU(cuGraphGetNodes(graph, nullptr, &count));
+  EXPECT_EQ(count, 2u);
+  EXPECT_CU_ERR(
+      CUDA_ERROR_INVALID_VALUE,
+      cuStreamBeginCaptureToGraph(s_, graph, &b, nullptr, 1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  EXPECT_CU(cuGraphDestroy(graph));
 }
 
 }  // namespace

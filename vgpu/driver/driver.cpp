@@ -1132,7 +1132,8 @@ namespace {
 thread_local CUstreamCaptureMode threadCaptureMode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 }  // namespace
 
-Status Driver::beginCapture(const StreamRef& ref, CUstreamCaptureMode mode) {
+Status Driver::beginCapture(const StreamRef& ref, CUstreamCaptureMode mode, CUgraph into,
+                            std::vector<std::uint64_t> dependencies) {
   if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
       mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
     return cuErrorf(CUDA_ERROR_INVALID_VALUE, "capture mode {} is not a CUstreamCaptureMode",
@@ -1145,11 +1146,23 @@ Status Driver::beginCapture(const StreamRef& ref, CUstreamCaptureMode mode) {
   if (ref.stream->capture()) {
     return cuError(CUDA_ERROR_ILLEGAL_STATE, "the stream is capturing already");
   }
-  const std::uint64_t id = newHandle(HandleKind::kGraph);
-  auto graph = std::make_shared<Graph>(id);
-  graphs_.add(id, graph);
-  auto capture =
-      std::make_shared<CaptureSequence>(newHandle(HandleKind::kGraph), mode, graph, ref.stream);
+  // A graph of the capture's own, or the application's (cuStreamBeginCaptureToGraph).
+  std::shared_ptr<Graph> graph;
+  if (into != nullptr) {
+    ASSIGN_OR_RETURN(graph, this->graph(into));
+    for (std::uint64_t d : dependencies) {
+      if (!graph->node(d)) {
+        return cuErrorf(CUDA_ERROR_INVALID_VALUE, "dependency 0x{:x} is not a node of the graph",
+                        d);
+      }
+    }
+  } else {
+    graph = std::make_shared<Graph>(newHandle(HandleKind::kGraph));
+    graphs_.add(graph->id(), graph);
+  }
+  auto capture = std::make_shared<CaptureSequence>(newHandle(HandleKind::kGraph), mode, graph,
+                                                   ref.stream, into == nullptr);
+  capture->join(ref.stream, dependencies);
   ref.stream->setCapture(capture);
   std::lock_guard lock(capturesMutex_);
   std::erase_if(captures_, [](const auto& weak) {
@@ -1173,7 +1186,8 @@ Result<CUgraph> Driver::endCapture(const StreamRef& ref) {
   }
   auto graph = capture->end();
   if (!graph.isOk()) {
-    graphs_.erase(capture->graph()->id());
+    // The application's graph stays, with what was captured into it.
+    if (capture->ownsGraph()) graphs_.erase(capture->graph()->id());
     return graph.status();
   }
   return reinterpret_cast<CUgraph>((*graph)->id());

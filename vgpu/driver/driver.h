@@ -354,7 +354,9 @@ class Driver {
   Status synchronizeContext(Context& context);
 
   // --- graphs and stream capture (graph.h) --------------------------------------------
-  Status beginCapture(const StreamRef& stream, CUstreamCaptureMode mode);
+  // Into a new graph, or `into` after `dependencies` (cuStreamBeginCaptureToGraph).
+  Status beginCapture(const StreamRef& stream, CUstreamCaptureMode mode, CUgraph into = nullptr,
+                      std::vector<std::uint64_t> dependencies = {});
   Result<CUgraph> endCapture(const StreamRef& stream);
   // A call that a capturing stream cannot take (a synchronization, a
   // synchronous copy): the capture is invalidated and the call refused.

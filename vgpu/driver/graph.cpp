@@ -189,12 +189,14 @@ void GraphExec::setLastLaunch(StreamDependency end) {
 // --- CaptureSequence ---------------------------------------------------------------
 
 CaptureSequence::CaptureSequence(std::uint64_t id, CUstreamCaptureMode mode,
-                                 std::shared_ptr<Graph> graph, std::shared_ptr<Stream> origin)
+                                 std::shared_ptr<Graph> graph, std::shared_ptr<Stream> origin,
+                                 bool ownsGraph)
     : id_(id),
       mode_(mode),
       thread_(std::this_thread::get_id()),
       graph_(std::move(graph)),
-      origin_(origin) {
+      origin_(origin),
+      ownsGraph_(ownsGraph) {
   joined_.push_back({std::move(origin), {}});
 }
 

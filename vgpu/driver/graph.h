@@ -119,8 +119,11 @@ class GraphExec {
 // to cuStreamEndCapture there; the streams that joined it share it.
 class CaptureSequence {
  public:
+  // `ownsGraph`: the graph was made for the capture (not the application's,
+  // which cuStreamBeginCaptureToGraph captures into).
   CaptureSequence(std::uint64_t id, CUstreamCaptureMode mode, std::shared_ptr<Graph> graph,
-                  std::shared_ptr<Stream> origin);
+                  std::shared_ptr<Stream> origin, bool ownsGraph = true);
+  bool ownsGraph() const { return ownsGraph_; }
   std::uint64_t id() const { return id_; }
   CUstreamCaptureMode mode() const { return mode_; }
   std::thread::id thread() const { return thread_; }
@@ -154,6 +157,7 @@ class CaptureSequence {
   const std::thread::id thread_;
   const std::shared_ptr<Graph> graph_;
   const std::shared_ptr<Stream> origin_;
+  const bool ownsGraph_;
   mutable std::mutex mutex_;
   bool ended_ = false;
   bool invalidated_ = false;

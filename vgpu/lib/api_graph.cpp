@@ -15,6 +15,9 @@ using phos::vgpu::api::requireNonNull;
 
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream,
                                                              CUstreamCaptureMode mode);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(
+    CUstream hStream, CUgraph hGraph, const CUgraphNode* dependencies,
+    const CUgraphEdgeData* dependencyData, size_t numDependencies, CUstreamCaptureMode mode);
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph);
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream,
                                                          CUstreamCaptureStatus* captureStatus);
@@ -56,6 +59,28 @@ CUresult beginCapture(const char* name, CUstream hStream, CUstreamCaptureMode mo
   return call(name, [&](Driver& d) -> Status {
     ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
     return d.beginCapture(ref, mode);
+  });
+}
+
+CUresult beginCaptureToGraph(const char* name, CUstream hStream, CUgraph hGraph,
+                             const CUgraphNode* dependencies, const CUgraphEdgeData* edges,
+                             size_t count, CUstreamCaptureMode mode, bool perThread) {
+  return call(name, [&](Driver& d) -> Status {
+    if (hGraph == nullptr) return cuError(CUDA_ERROR_INVALID_VALUE, "hGraph is null");
+    if (count > 0 && dependencies == nullptr) {
+      return cuError(CUDA_ERROR_INVALID_VALUE, "numDependencies is not 0 but dependencies is null");
+    }
+    std::vector<std::uint64_t> deps;
+    for (size_t i = 0; i < count; ++i) {
+      if (edges != nullptr && (edges[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT ||
+                               edges[i].from_port != 0 || edges[i].to_port != 0)) {
+        return cuError(CUDA_ERROR_NOT_SUPPORTED,
+                       "programmatic dependency edges are not supported by vgpu");
+      }
+      deps.push_back(idOf(dependencies[i]));
+    }
+    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    return d.beginCapture(ref, mode, hGraph, std::move(deps));
   });
 }
 
@@ -246,6 +271,21 @@ CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode m
 }
 CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
   return beginCapture(__func__, hStream, mode, true);
+}
+CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
+                                             const CUgraphNode* dependencies,
+                                             const CUgraphEdgeData* dependencyData,
+                                             size_t numDependencies, CUstreamCaptureMode mode) {
+  return beginCaptureToGraph(__func__, hStream, hGraph, dependencies, dependencyData,
+                             numDependencies, mode, false);
+}
+CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph,
+                                                  const CUgraphNode* dependencies,
+                                                  const CUgraphEdgeData* dependencyData,
+                                                  size_t numDependencies,
+                                                  CUstreamCaptureMode mode) {
+  return beginCaptureToGraph(__func__, hStream, hGraph, dependencies, dependencyData,
+                             numDependencies, mode, true);
 }
 CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
   return endCapture(__func__, hStream, phGraph, false);
