@@ -129,10 +129,11 @@ def test_a_job_migrated_there_and_back_is_the_uninterrupted_run(criu, runner, tm
     if why:
         pytest.skip(why)
     points = [Point(2, "migrate"), Point(4, "cow", True), Point(6, "migrate", stop_the_world=True)]
-    # 120 ms a step: the pre-copy of the first migration (slowed copies) must
-    # end, under a loaded CI host too, before the job's last step, or the
-    # later points come after the job has ended.
-    case = Case(8, steps=8, sleep_ms=120, slow=True, points=points)
+    # 120 ms a step, and 14 steps: the pre-copy of the first migration (slowed
+    # copies) must end, under a loaded CI host too, well before the job's
+    # last step, or the later points come after the job has ended (with 8
+    # steps, a loaded CI host skipped the last point).
+    case = Case(8, steps=14, sleep_ms=120, slow=True, points=points)
     outcome = passes(runner, case)
     assert (outcome.checkpoints, outcome.migrations) == (3, 2), outcome
     try:
