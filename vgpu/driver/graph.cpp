@@ -202,6 +202,9 @@ CaptureSequence::CaptureSequence(std::uint64_t id, CUstreamCaptureMode mode,
 
 Status CaptureSequence::add(const Stream& stream, const NodeInfo& info, Stream::Work work) {
   std::lock_guard lock(mutex_);
+  // Another thread ended the capture while this call was being made.
+  if (ended_)
+    return cuError(CUDA_ERROR_ILLEGAL_STATE, "the stream's capture ended during the call");
   if (invalidated_) {
     return cuError(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
                    "the stream's capture was invalidated by an earlier call");
