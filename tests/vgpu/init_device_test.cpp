@@ -84,7 +84,8 @@ TEST(Unsupported, EntryPointsVgpuLacksReturnNotSupported) {
   desc.NumChannels = 1;
   EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED, cuArrayCreate(&array, &desc));
   CUgraphNode node = nullptr;
-  EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddEventRecordNode(&node, nullptr, nullptr, 0, nullptr));
+  CUDA_MEM_ALLOC_NODE_PARAMS alloc{};
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddMemAllocNode(&node, nullptr, nullptr, 0, &alloc));
 }
 
 // --- cuGetProcAddress ------------------------------------------------------------------
