@@ -72,6 +72,17 @@ class GraphTest : public ::testing::Test {
     void* args[] = {&x_, &a, &b, &n};
     return cuLaunchKernel(scaleAdd_, (kN + 255) / 256, 1, 1, 256, 1, 1, 0, stream, args, nullptr);
   }
+  // A kernel node's parameters for scale_add over x with `args` ({&x_, &a, &b, &n}).
+  CUDA_KERNEL_NODE_PARAMS scaleAddNode(void** args) const {
+    CUDA_KERNEL_NODE_PARAMS k{};
+    k.func = scaleAdd_;
+    k.gridDimX = (kN + 255) / 256;
+    k.gridDimY = k.gridDimZ = 1;
+    k.blockDimX = 256;
+    k.blockDimY = k.blockDimZ = 1;
+    k.kernelParams = args;
+    return k;
+  }
   std::vector<unsigned> device() {
     std::vector<unsigned> out(kN);
     EXPECT_CU(cuMemcpyDtoH(out.data(), x_, kN * sizeof(unsigned)));
@@ -283,13 +294,7 @@ TEST_F(GraphTest, ExplicitNodesRunInTheirDependenciesOrder) {
   ASSERT_CU(cuGraphAddMemsetNode(&memset, graph, nullptr, 0, &m, context_));
   unsigned a = 3, b = 2, n = kN;
   void* args[] = {&x_, &a, &b, &n};
-  CUDA_KERNEL_NODE_PARAMS k{};
-  k.func = scaleAdd_;
-  k.gridDimX = (kN + 255) / 256;
-  k.gridDimY = k.gridDimZ = 1;
-  k.blockDimX = 256;
-  k.blockDimY = k.blockDimZ = 1;
-  k.kernelParams = args;
+  CUDA_KERNEL_NODE_PARAMS k = scaleAddNode(args);
   ASSERT_CU(cuGraphAddKernelNode(&kernel, graph, &memset, 1, &k));
   a = 100;  // the node keeps the arguments it was given
   CUDA_MEMCPY3D c{};
@@ -441,13 +446,7 @@ TEST_F(GraphTest, EventNodesRecordAndWaitAtEachLaunch) {
   CUgraphNode kernel = nullptr, record = nullptr;
   unsigned a = 2, b = 0, n = kN;
   void* args[] = {&x_, &a, &b, &n};
-  CUDA_KERNEL_NODE_PARAMS k{};
-  k.func = scaleAdd_;
-  k.gridDimX = (kN + 255) / 256;
-  k.gridDimY = k.gridDimZ = 1;
-  k.blockDimX = 256;
-  k.blockDimY = k.blockDimZ = 1;
-  k.kernelParams = args;
+  CUDA_KERNEL_NODE_PARAMS k = scaleAddNode(args);
   ASSERT_CU(cuGraphAddKernelNode(&kernel, records, nullptr, 0, &k));
   ASSERT_CU(cuGraphAddEventRecordNode(&record, records, &kernel, 1, e));
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,

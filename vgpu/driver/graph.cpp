@@ -203,8 +203,9 @@ CaptureSequence::CaptureSequence(std::uint64_t id, CUstreamCaptureMode mode,
 Status CaptureSequence::add(const Stream& stream, const NodeInfo& info, Stream::Work work) {
   std::lock_guard lock(mutex_);
   // Another thread ended the capture while this call was being made.
-  if (ended_)
+  if (ended_) {
     return cuError(CUDA_ERROR_ILLEGAL_STATE, "the stream's capture ended during the call");
+  }
   if (invalidated_) {
     return cuError(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
                    "the stream's capture was invalidated by an earlier call");
@@ -282,13 +283,6 @@ void CaptureSequence::invalidate() {
 bool CaptureSequence::invalidated() const {
   std::lock_guard lock(mutex_);
   return invalidated_;
-}
-
-std::vector<std::shared_ptr<Stream>> CaptureSequence::streams() const {
-  std::lock_guard lock(mutex_);
-  std::vector<std::shared_ptr<Stream>> out;
-  for (const Joined& j : joined_) out.push_back(j.stream);
-  return out;
 }
 
 Result<std::shared_ptr<Graph>> CaptureSequence::end() {

@@ -6,10 +6,10 @@
 // same checks at the call. An executable graph is its graph's nodes in an order
 // that keeps every dependency (child graphs inlined); launching it enqueues
 // them on the stream in that order, which is one of the orders the graph
-// allows. Stream capture builds a graph from the work submitted to the streams
-// of a capture sequence: each new node depends on what its stream's last
-// nodes were, and an event recorded in the capture carries its stream's last
-// nodes to the streams that wait for it (which join the capture).
+// allows (event nodes record or wait for their event on that stream). Stream capture builds a graph
+// from the work submitted to the streams of a capture sequence: each new node depends on what its
+// stream's last nodes were, and an event recorded in the capture carries its stream's last nodes to
+// the streams that wait for it (which join the capture).
 #pragma once
 
 #include <cuda.h>
@@ -139,7 +139,7 @@ class CaptureSequence {
   // The stream's last nodes: what an event recorded on it stands for.
   std::vector<std::uint64_t> frontier(const Stream& stream) const;
   // `stream` waits for `nodes` (an event recorded in this capture); a stream
-  // not capturing joins the capture with them.
+  // new to the capture joins it with them (the caller sets its capture).
   void join(const std::shared_ptr<Stream>& stream, const std::vector<std::uint64_t>& nodes);
   bool active() const;
   // A call that the capture cannot take ends it in error: cuStreamEndCapture
@@ -149,7 +149,6 @@ class CaptureSequence {
   // Ends the capture for every stream that joined it; the graph, or why not
   // (invalidated; a stream that did not join back into the origin stream).
   Result<std::shared_ptr<Graph>> end();
-  std::vector<std::shared_ptr<Stream>> streams() const;
 
  private:
   const std::uint64_t id_;
