@@ -4,7 +4,6 @@
 // API, each graph launched and its results checked against what the same
 // work directly on a stream computes.
 #include <atomic>
-#include <thread>
 #include <vector>
 
 #include "vgpu_test_support.h"
@@ -398,13 +397,6 @@ TEST_F(GraphTest, AnExecutableGraphsKernelTakesNewParametersAndTheGraphKeepsItsO
   EXPECT_CU(cuGraphDestroy(graph));
 }
 
-struct HostGate {
-  std::atomic<bool> open{false};
-  static void CUDA_CB wait(void* self) {
-    while (!static_cast<HostGate*>(self)->open.load()) std::this_thread::yield();
-  }
-};
-
 TEST_F(GraphTest, EventNodesRecordAndWaitAtEachLaunch) {
   CUevent e = nullptr;
   ASSERT_CU(cuEventCreate(&e, 0));
@@ -431,12 +423,12 @@ TEST_F(GraphTest, EventNodesRecordAndWaitAtEachLaunch) {
 
   // `e` recorded behind a closed gate: the graph's memset waits for it.
   ASSERT_CU(cuMemsetD32(x_, 1, kN));
-  HostGate gate;
-  ASSERT_CU(cuLaunchHostFunc(s_, &HostGate::wait, &gate));
+  Gate gate;
+  ASSERT_CU(cuLaunchHostFunc(s_, &Gate::wait, &gate));
   ASSERT_CU(cuEventRecord(e, s_));
   ASSERT_CU(cuGraphLaunch(waitsExec, other));
   EXPECT_CU_ERR(CUDA_ERROR_NOT_READY, cuStreamQuery(other));
-  gate.open = true;
+  gate.release();
   ASSERT_CU(cuStreamSynchronize(other));
   EXPECT_EQ(device(), filled(9));
 

@@ -14,25 +14,6 @@ namespace {
 
 using StreamTest = DriverTest;
 
-// A host function that blocks its stream until the test opens the gate.
-struct Gate {
-  std::mutex mutex;
-  std::condition_variable cv;
-  bool open = false;
-  static void CUDA_CB wait(void* self) {
-    auto* g = static_cast<Gate*>(self);
-    std::unique_lock lock(g->mutex);
-    g->cv.wait(lock, [&] { return g->open; });
-  }
-  void release() {
-    {
-      std::lock_guard lock(mutex);
-      open = true;
-    }
-    cv.notify_all();
-  }
-};
-
 struct Log {
   std::mutex mutex;
   std::vector<int> order;

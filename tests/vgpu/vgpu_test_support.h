@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -132,6 +133,25 @@ class RecordingLoader final : public ProgramLoader {
 // that it looks like PTX.
 inline const char* kTinyPtx =
     ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry noop()\n{\n ret;\n}\n";
+
+// A host function that blocks its stream until the test opens the gate.
+struct Gate {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool open = false;
+  static void CUDA_CB wait(void* self) {
+    auto* g = static_cast<Gate*>(self);
+    std::unique_lock lock(g->mutex);
+    g->cv.wait(lock, [&] { return g->open; });
+  }
+  void release() {
+    {
+      std::lock_guard lock(mutex);
+      open = true;
+    }
+    cv.notify_all();
+  }
+};
 
 // cuInit, a fresh context current on the test's thread (destroyed afterwards).
 class DriverTest : public ::testing::Test {
