@@ -813,7 +813,7 @@ def emit_server(entries):
 def emit_handle_types(entries):
     types = {p.handle for e in served(entries) for p in e.params if p.handle is not None}
     # Types the handwritten code needs as well, even if no generated call uses them.
-    types |= {'CUctx_st', 'CUmod_st', 'CUfunc_st', 'CUstream_st', 'CUevent_st', 'CUlib_st', 'CUkern_st'}
+    types |= {'CUctx_st', 'CUmod_st', 'CUfunc_st', 'CUstream_st', 'CUevent_st', 'CUlib_st', 'CUkern_st', 'CUgraphNode_st'}
     types = sorted(types)
     o = [HEADER, '// The handle types the session\'s handle table tags ids with.\n#pragma once\n\n#include <cstdint>\n\n',
          'namespace phos::daemon {\n\nenum class HandleType : uint16_t {\n  kNone = 0,\n']

@@ -147,8 +147,18 @@ ReplyReader ClientCall::finishRun(Result<size_t> n, std::span<std::byte> reply) 
   return ReplyReader(std::span<const std::byte>(reply.data(), *n));
 }
 
+namespace {
+std::atomic<uint32_t> capturesActive{0};
+}  // namespace
+
+void ClientCall::setCapturesActive(uint32_t captures) {
+  capturesActive.store(captures, std::memory_order_relaxed);
+}
+
 CUresult ClientCall::post() {
   if (CUresult r = ready(); r != CUDA_SUCCESS) return logged(id_, r, "PhOS cannot send the call");
+  // CUDA answers a call a capture refuses at the call itself.
+  if (capturesActive.load(std::memory_order_relaxed) != 0) return run().result();
   Status s = Connection::instance().ring().post(encoder_.written());
   return s.isOk() ? CUDA_SUCCESS : logged(id_, daemonGone(s), s.message());
 }

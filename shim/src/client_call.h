@@ -86,6 +86,10 @@ class ClientCall {
   CUresult post();
 
   static uint64_t handleId(const void* handle) { return reinterpret_cast<uintptr_t>(handle); }
+  // How many stream captures the session has in progress, as phosd said at
+  // the last cuStreamBeginCapture or cuStreamEndCapture: while any lasts,
+  // post() waits for the answer (capture_hooks.cpp).
+  static void setCapturesActive(uint32_t captures);
 
  private:
   CUresult ready() const;

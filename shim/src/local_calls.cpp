@@ -193,43 +193,6 @@ CUresult cuOccupancyMaxPotentialBlockSize(int* minGridSize, int* blockSize, CUfu
                                                           dynamicSMemSize, blockSizeLimit, CU_OCCUPANCY_DEFAULT);
 }
 
-// ---- stream capture ----------------------------------------------------------------
-// No stream captures under PhOS (cuStreamBeginCapture is not served), so the
-// status comes from cuStreamIsCapturing, remoted: phosd checks the stream and
-// answers NONE. As the documentation says, the other outputs hold data only
-// while a capture is active, so they are left as they were.
-namespace {
-CUresult captureStatus(bool perThread, CUstream stream, CUstreamCaptureStatus* status) {
-  trace::InternalCalls internal;  // the application called one entry point
-  return perThread ? ::cuStreamIsCapturing_ptsz(stream, status) : ::cuStreamIsCapturing(stream, status);
-}
-}  // namespace
-
-CUresult cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t*) {
-  return captureStatus(false, stream, status);
-}
-CUresult cuStreamGetCaptureInfo(PerThread, CUstream stream, CUstreamCaptureStatus* status, cuuint64_t*) {
-  return captureStatus(true, stream, status);
-}
-CUresult cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t*, CUgraph*,
-                                const CUgraphNode**, size_t*) {
-  return captureStatus(false, stream, status);
-}
-CUresult cuStreamGetCaptureInfo(PerThread, CUstream stream, CUstreamCaptureStatus* status, cuuint64_t*, CUgraph*,
-                                const CUgraphNode**, size_t*) {
-  return captureStatus(true, stream, status);
-}
-CUresult cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t*, CUgraph*,
-                                const CUgraphNode** dependencies, const CUgraphEdgeData** edgeData, size_t*) {
-  if (edgeData != nullptr && dependencies == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return captureStatus(false, stream, status);
-}
-CUresult cuStreamGetCaptureInfo(PerThread, CUstream stream, CUstreamCaptureStatus* status, cuuint64_t*, CUgraph*,
-                                const CUgraphNode** dependencies, const CUgraphEdgeData** edgeData, size_t*) {
-  if (edgeData != nullptr && dependencies == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return captureStatus(true, stream, status);
-}
-
 // ---- the error log ---------------------------------------------------------------------
 // The application's: what the shim refuses and what comes back failed from
 // phosd (client_call.cpp). The driver's own log is phosd's worker's.

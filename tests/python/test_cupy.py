@@ -82,3 +82,39 @@ def test_left_running_and_restored(criu, phos, phosd, cupy_env, reference, tmp_p
         after_checkpoint(reference, restore(phos, phosd, tmp_path / "image", cupy_env), asked, done)
     finally:
         running.stop()
+
+
+CAPTURE = """
+import cupy as cp
+import numpy as np
+x = cp.arange(4096, dtype=cp.float32)
+y = cp.zeros_like(x)
+out = cp.empty_like(x)
+cp.multiply(x, 2, out=out)  # the kernels compiled before the capture
+cp.add(out, y, out=y)
+y.fill(0)
+s = cp.cuda.Stream(non_blocking=True)
+with s:
+    s.begin_capture()
+    cp.multiply(x, 2, out=out)
+    cp.add(out, y, out=y)
+    z = x * 3  # memory from CuPy's pool, taken inside the capture
+    g = s.end_capture()
+assert float(y.sum()) == 0.0  # captured, not run
+for _ in range(3):
+    g.launch(stream=s)
+s.synchronize()
+ref = np.arange(4096, dtype=np.float32)
+print(bool((y.get() == ref * 2 * 3).all()), bool((z.get() == ref * 3).all()), float(y.sum()))
+"""
+
+
+def test_a_captured_graph_replays_under_phos_as_on_vgpu(phos, phosd, cupy_env, tmp_path):
+    """CuPy's stream capture (Stream.begin_capture in relaxed mode, end_capture, Graph.launch) under
+    phos run: captured on phosd's streams, launched three times, the same results as on vgpu."""
+    script = tmp_path / "capture.py"
+    script.write_text(CAPTURE)
+    python = str(ROOT / ".venv" / "bin" / "python")
+    direct = run([python, script], cupy_env)
+    assert direct.startswith("True True"), direct
+    assert run([phos, "run", "--runtime-dir", phosd.runtime_dir, "--", python, script], cupy_env) == direct

@@ -2,7 +2,7 @@
 """The GoogleTest clients of tests/shim/clients, run under libphos.so against a private phosd.
 
 shim_semantics_test: posted launches, synchronizing calls, deferred errors,
-per-thread default streams, pinned and managed memory, large pageable copies (transfer lanes), generated out arrays, refused JIT options. shim_threads_test: eight threads
+per-thread default streams, pinned and managed memory, large pageable copies (transfer lanes), generated out arrays, refused JIT options, what a capture refuses. shim_threads_test: eight threads
 with their own or a shared context, and per-thread context stacks.
 shim_pools_test: the stream-ordered allocator's pools, and shim_jit_test: JIT
 options, their logs and the linker (both also run on vgpu alone by meson). The
@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 PROGRAMS = {
-    "shim_semantics_test": 12,
+    "shim_semantics_test": 13,
     "shim_threads_test": 3,
     "shim_pools_test": 9,
     "shim_jit_test": 10,

@@ -4,6 +4,7 @@
 // API, each graph launched and its results checked against what the same
 // work directly on a stream computes.
 #include <atomic>
+#include <thread>
 #include <vector>
 
 #include "vgpu_test_support.h"
@@ -114,24 +115,6 @@ TEST_F(GraphTest, CapturedWorkRunsAtEachLaunchAndNotWhileCaptured) {
   // Captured, not run.
   EXPECT_EQ(device(), filled(1));
 
-  size_t count = 0;
-  ASSERT_CU(cuGraphGetNodes(graph, nullptr, &count));
-  ASSERT_EQ(count, 2u);
-  std::vector<CUgraphNode> nodes(count);
-  ASSERT_CU(cuGraphGetNodes(graph, nodes.data(), &count));
-  CUgraphNodeType type{};
-  ASSERT_CU(cuGraphNodeGetType(nodes[0], &type));
-  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_KERNEL);
-  ASSERT_CU(cuGraphNodeGetType(nodes[1], &type));
-  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_MEMCPY);
-  CUDA_KERNEL_NODE_PARAMS params{};
-  ASSERT_CU(cuGraphKernelNodeGetParams(nodes[0], &params));
-  EXPECT_EQ(params.func, scaleAdd_);
-  EXPECT_EQ(params.gridDimX, (kN + 255) / 256);
-  EXPECT_EQ(params.blockDimX, 256u);
-  EXPECT_EQ(*static_cast<unsigned*>(params.kernelParams[1]), 3u);
-  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphKernelNodeGetParams(nodes[1], &params));
-
   CUgraphExec exec = nullptr;
   ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
   // Each launch runs the work again: 1 -> 4 -> 13, and the copy sees each.
@@ -150,6 +133,55 @@ TEST_F(GraphTest, CapturedWorkRunsAtEachLaunchAndNotWhileCaptured) {
   ASSERT_CU(cuCtxSynchronize());
   EXPECT_EQ(device(), filled(40));
   EXPECT_CU(cuGraphExecDestroy(exec));
+}
+
+// What a capture made, seen through the graph's own API: one node per call,
+// in order, with the launch's parameters; one root for a fork joined back.
+TEST_F(GraphTest, ACapturedGraphHoldsANodePerCall) {
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(scaleAdd(s_, 3, 1));
+  ASSERT_CU(cuMemcpyDtoHAsync(host_, x_, kN * sizeof(unsigned), s_));
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuStreamEndCapture(s_, &graph));
+  size_t count = 0;
+  ASSERT_CU(cuGraphGetNodes(graph, nullptr, &count));
+  ASSERT_EQ(count, 2u);
+  std::vector<CUgraphNode> nodes(count);
+  ASSERT_CU(cuGraphGetNodes(graph, nodes.data(), &count));
+  CUgraphNodeType type{};
+  ASSERT_CU(cuGraphNodeGetType(nodes[0], &type));
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_KERNEL);
+  ASSERT_CU(cuGraphNodeGetType(nodes[1], &type));
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_MEMCPY);
+  CUDA_KERNEL_NODE_PARAMS params{};
+  ASSERT_CU(cuGraphKernelNodeGetParams(nodes[0], &params));
+  EXPECT_EQ(params.func, scaleAdd_);
+  EXPECT_EQ(params.gridDimX, (kN + 255) / 256);
+  EXPECT_EQ(params.blockDimX, 256u);
+  EXPECT_EQ(*static_cast<unsigned*>(params.kernelParams[1]), 3u);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphKernelNodeGetParams(nodes[1], &params));
+  EXPECT_CU(cuGraphDestroy(graph));
+
+  CUstream other = nullptr;
+  ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  CUevent forked = nullptr, joined = nullptr;
+  ASSERT_CU(cuEventCreate(&forked, CU_EVENT_DISABLE_TIMING));
+  ASSERT_CU(cuEventCreate(&joined, CU_EVENT_DISABLE_TIMING));
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(scaleAdd(s_, 2, 0));
+  ASSERT_CU(cuEventRecord(forked, s_));
+  ASSERT_CU(cuStreamWaitEvent(other, forked, 0));
+  ASSERT_CU(scaleAdd(other, 1, 5));
+  ASSERT_CU(cuEventRecord(joined, other));
+  ASSERT_CU(cuStreamWaitEvent(s_, joined, 0));
+  ASSERT_CU(cuStreamEndCapture(s_, &graph));
+  size_t roots = 0;
+  ASSERT_CU(cuGraphGetRootNodes(graph, nullptr, &roots));
+  EXPECT_EQ(roots, 1u);
+  EXPECT_CU(cuGraphDestroy(graph));
+  EXPECT_CU(cuEventDestroy(forked));
+  EXPECT_CU(cuEventDestroy(joined));
+  EXPECT_CU(cuStreamDestroy(other));
 }
 
 TEST_F(GraphTest, StreamsJoinACaptureThroughEventsAndMustJoinBack) {
@@ -184,9 +216,6 @@ TEST_F(GraphTest, StreamsJoinACaptureThroughEventsAndMustJoinBack) {
   ASSERT_CU(cuStreamEndCapture(s_, &graph));
   ASSERT_CU(cuStreamIsCapturing(other, &status));
   EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);  // the end ends it for every stream
-  size_t roots = 0;
-  ASSERT_CU(cuGraphGetRootNodes(graph, nullptr, &roots));
-  EXPECT_EQ(roots, 1u);
 
   CUgraphExec exec = nullptr;
   ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
@@ -273,6 +302,60 @@ TEST_F(GraphTest, ACallTheCaptureCannotTakeInvalidatesIt) {
   ASSERT_CU(cuMemsetD32Async(x_, 7, kN, s_));
   ASSERT_CU(cuStreamSynchronize(s_));
   EXPECT_EQ(device(), filled(7));
+}
+
+// cuThreadExchangeStreamCaptureMode's rules are per thread: a thread-local
+// capture binds only its own thread, a global one every thread in global
+// mode, and a capture not begun in relaxed mode ends in its own thread.
+TEST_F(GraphTest, CaptureModesAndTheirRefusalsArePerThread) {
+  // Runs `body` on a second thread with the test's context current.
+  auto onOtherThread = [&](auto body) {
+    std::thread([&] {
+      ASSERT_CU(cuCtxSetCurrent(context_));
+      body();
+    }).join();
+  };
+  CUgraph graph = reinterpret_cast<CUgraph>(1);
+  CUdeviceptr scratch = 0;
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  ASSERT_CU(scaleAdd(s_, 2, 1));
+  onOtherThread([&] {
+    // Another thread's thread-local capture does not bind this one.
+    ASSERT_CU(cuMemAlloc(&scratch, 256));
+    ASSERT_CU(cuMemFree(scratch));
+    EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, cuStreamEndCapture(s_, &graph));
+  });
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  ASSERT_CU(cuStreamIsCapturing(s_, &status));
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_ACTIVE);  // the refused end changed nothing
+  ASSERT_CU(cuStreamEndCapture(s_, &graph));
+  EXPECT_CU(cuGraphDestroy(graph));
+
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(scaleAdd(s_, 2, 1));
+  onOtherThread([&] {
+    // A global capture binds every thread in global mode, and the refusal
+    // does not invalidate another thread's capture.
+    EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuMemAlloc(&scratch, 256));
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    ASSERT_CU(cuThreadExchangeStreamCaptureMode(&mode));
+    EXPECT_EQ(mode, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    ASSERT_CU(cuMemAlloc(&scratch, 256));
+    ASSERT_CU(cuMemFree(scratch));
+  });
+  // The other thread's relaxed mode was its own.
+  CUstreamCaptureMode mine = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  ASSERT_CU(cuThreadExchangeStreamCaptureMode(&mine));
+  EXPECT_EQ(mine, CU_STREAM_CAPTURE_MODE_GLOBAL);
+  ASSERT_CU(cuStreamEndCapture(s_, &graph));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuMemsetD32(x_, 1, kN));
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(device(), filled(3));
+  EXPECT_CU(cuGraphExecDestroy(exec));
+  EXPECT_CU(cuGraphDestroy(graph));
 }
 
 void CUDA_CB countCall(void* counter) {

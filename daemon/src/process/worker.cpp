@@ -409,6 +409,7 @@ class Worker {
     if (!beginOperation("checkpoint", client.get())) return;
     json request = m.value("request", json::object());
     operation_ = std::thread([this, session, request, client = std::move(client)]() mutable {
+      relaxStreamCapture(*driver_);  // never refused, nor invalidating the application's captures
       const int fd = client.get();
       auto log = log::get("daemon");
       log->info("session {}: checkpoint of pid {} into {}", session->id(), session->pid(),
@@ -492,6 +493,7 @@ class Worker {
     }
     if (!beginOperation("validation report", client.get())) return;
     operation_ = std::thread([this, session, client = std::move(client)]() mutable {
+      relaxStreamCapture(*driver_);  // never refused, nor invalidating the application's captures
       const int fd = client.get();
       auto answer = session->validationReport(std::chrono::seconds(10));
       if (answer.isOk()) {
@@ -527,6 +529,7 @@ class Worker {
     const auto peerUid = m["peer_uid"].get<uid_t>();
     json request = m.value("request", json::object());
     operation_ = std::thread([this, id, peerUid, request, client = std::move(client)]() mutable {
+      relaxStreamCapture(*driver_);  // never refused, nor invalidating the application's captures
       restoreAndWaitForAdopt(id, peerUid, request, client.get());
       client.reset();
       operationRunning_ = false;

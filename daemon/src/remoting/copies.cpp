@@ -73,6 +73,8 @@ void CUDA_CB runHostSet(void* data) {
 // host except when the target is pinned host memory or a Unified Memory
 // region, in which case they are fully synchronous."
 CUresult setOnHost(ServerCall& c, HostSet set, CUstream stream, bool synchronous) {
+  // A graph would run the set again, and the set is freed by its first run.
+  if (auto refused = c.refuseInCapture(stream)) return *refused;
   auto owned = std::make_unique<HostSet>(set);
   CUresult r = PHOS_DRIVER(c.driverTable(), LaunchHostFunc)(stream, runHostSet, owned.get());
   if (r != CUDA_SUCCESS) return r;
@@ -331,6 +333,8 @@ CUresult hostToDevice(ServerCall& c, CUdeviceptr dst, uint64_t src, size_t bytes
     // Pinned memory: the same address in phosd.
     return finish(c, copyToDevice(c, dst, reinterpret_cast<void*>(src), bytes, s), async, s);
   }
+  // Pageable memory is the application's: a graph could not read it again.
+  if (auto refused = c.refuseInCapture(s)) return *refused;
   if (auto lane = c.lane(); lane && lane->carries(bytes)) return copyFromLane(c, *lane, dst, src, bytes, s);
   return copyFromApplication(c, dst, src, bytes, s);
 }
@@ -343,6 +347,7 @@ CUresult deviceToHost(ServerCall& c, uint64_t dst, CUdeviceptr src, size_t bytes
   if (c.session().ownsRange(dst, bytes)) {
     return finish(c, copyFromDevice(c, reinterpret_cast<void*>(dst), src, bytes, s), async, s);
   }
+  if (auto refused = c.refuseInCapture(s)) return *refused;
   if (auto lane = c.lane(); lane && lane->carries(bytes)) return copyToLane(c, *lane, dst, src, bytes, s);
   return copyToApplication(c, dst, src, bytes, s);
 }
@@ -364,6 +369,7 @@ CUresult unifiedCopy(ServerCall& c, CUdeviceptr dst, CUdeviceptr src, size_t byt
   }
   if (dstOurs && srcOurs) return finish(c, PHOS_DRIVER(c.driverTable(), MemcpyAsync)(dst, src, bytes, s), async, s);
   if (deviceOnly) return CUDA_ERROR_INVALID_VALUE;
+  if (auto refused = c.refuseInCapture(s)) return *refused;
   auto lane = c.lane();
   if (lane && !lane->carries(bytes)) lane.reset();
   if (dstOurs) return lane ? copyFromLane(c, *lane, dst, src, bytes, s) : copyFromApplication(c, dst, src, bytes, s);
@@ -493,6 +499,7 @@ CUresult rowCopy(ServerCall& c, RowSide src, RowSide dst, uint64_t width, uint64
   if (!dst.application) access.writes.push_back(span(dst));
   if (!access.reads.empty() || !access.writes.empty()) c.session().passGate(access);
   if (!src.application && !dst.application) return finish(c, direct(), async, s);
+  if (auto refused = c.refuseInCapture(s)) return *refused;
   CUresult r = CUDA_SUCCESS;
   for (uint64_t z = 0; z < depth && r == CUDA_SUCCESS; ++z) {
     for (uint64_t y = 0; y < rows && r == CUDA_SUCCESS; ++y) {

@@ -99,6 +99,10 @@ CUresult validatedLaunch(ServerCall& c, CUfunction f, KernelParams& params, CUst
   Session& session = c.session();
   const bool validating = validator.mode() != ValidationMode::kOff;
   if (!validating && !session.hasAccessGate()) return launch(f, params.kernelParams(), params.extraArgs());
+  // Captured, the kernel does not run now: nothing to let through a gate,
+  // and its twin must not become the graph's node. A graph's launch passes
+  // the gate (graphs.cpp).
+  if (c.capturing(stream)) return launch(f, params.kernelParams(), params.extraArgs());
   auto sets = validator.speculate(f, params.kernelParams(), params.extraBuffer(),
                                   [&](uint64_t address) { return session.bufferAt(address); }, &shape);
   const CallAccess access{sets.reads, sets.writes, true, sets.incomplete, !validating || !validator.hasTwin(f)};

@@ -49,6 +49,7 @@ CUresult hostAlloc(ServerCall& c, size_t bytes, unsigned flags, uint64_t* addres
   const unsigned known =
       CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
   if ((flags & ~known) != 0 || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (auto refused = c.refuseUnsafeInCapture()) return *refused;
   return pinnedAlloc(c, bytes, flags, false, address, mapped, path);
 }
 
@@ -62,8 +63,9 @@ const PinnedRange* hostAllocated(Session& s, uint64_t p) {
 // The managed allocation [p, p+bytes) lies in, or null.
 const PinnedRange* managedRange(Session& s, uint64_t p, size_t bytes) {
   const PinnedRange* range = s.findPinned(p);
-  if (range == nullptr || !range->managed || bytes > range->bytes - (p - range->address))
+  if (range == nullptr || !range->managed || bytes > range->bytes - (p - range->address)) {
     return nullptr;
+  }
   return range;
 }
 
@@ -193,6 +195,7 @@ void virtualizePointerAttribute(Session& s, CUpointer_attribute attribute, std::
 
 CUresult cuMemAlloc(ServerCall& c, CUdeviceptr* dptr, size_t bytesize) {
   if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (auto refused = c.refuseUnsafeInCapture()) return *refused;
   Session& s = c.session();
   if (s.currentContext() == 0) return CUDA_ERROR_INVALID_CONTEXT;
   const int device = s.currentDevice();
@@ -206,6 +209,7 @@ CUresult cuMemAlloc(ServerCall& c, CUdeviceptr* dptr, size_t bytesize) {
 CUresult cuMemAllocPitch(ServerCall& c, CUdeviceptr* dptr, size_t* pPitch, size_t width, size_t height,
                          unsigned int element) {
   if (dptr == nullptr || pPitch == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (auto refused = c.refuseUnsafeInCapture()) return *refused;
   Session& s = c.session();
   if (s.currentContext() == 0) return CUDA_ERROR_INVALID_CONTEXT;
   CUdeviceptr probe = 0;
@@ -224,6 +228,7 @@ CUresult cuMemAllocPitch(ServerCall& c, CUdeviceptr* dptr, size_t* pPitch, size_
 CUresult cuMemFree(ServerCall& c, CUdeviceptr dptr) {
   // "If dptr is 0, no operation is performed" (as cudaFree(0)).
   if (dptr == 0) return CUDA_SUCCESS;
+  if (auto refused = c.refuseUnsafeInCapture()) return *refused;
   if (const PinnedRange* range = c.session().findPinned(dptr); range != nullptr && range->managed) {
     if (range->address != dptr) return CUDA_ERROR_INVALID_VALUE;
     return c.session().freePinned(dptr).isOk() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
@@ -275,14 +280,17 @@ CUresult cuMemAllocAsync(ServerCall& c, CUdeviceptr* dptr, size_t bytesize, Hand
   if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Session& s = c.session();
   if (s.currentContext() == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  // Captured, it would be a graph's memory node; the session's heap serves it now.
+  if (auto refused = c.refuseInCapture(hStream.real)) return *refused;
   // "The allocation comes from the memory pool current to the stream's device."
   MemoryPools& pools = s.memoryPools();
   return pools.allocate(s, pools.currentPool(s, deviceOfStream(s, hStream.id)), bytesize, dptr);
 }
 
-CUresult cuMemAllocFromPoolAsync(ServerCall& c, CUdeviceptr* dptr, size_t bytesize, Handle<CUmemoryPool> pool,
-                                 Handle<CUstream>) {
+CUresult cuMemAllocFromPoolAsync(ServerCall& c, CUdeviceptr* dptr, size_t bytesize,
+                                 Handle<CUmemoryPool> pool, Handle<CUstream> hStream) {
   if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (auto refused = c.refuseInCapture(hStream.real)) return *refused;
   Session& s = c.session();
   if (s.currentContext() == 0) return CUDA_ERROR_INVALID_CONTEXT;
   if (poolOf(pool) == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -294,6 +302,7 @@ CUresult cuMemFreeAsync(ServerCall& c, CUdeviceptr dptr, Handle<CUstream> hStrea
   if (s.currentContext() == 0) return CUDA_ERROR_INVALID_CONTEXT;
   const Allocation* a = s.memory().find(dptr);
   if (a == nullptr || a->address != dptr || a->module != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (auto refused = c.refuseInCapture(hStream.real)) return *refused;
   passFreeGate(s, dptr);
   return s.memoryPools().freeAsync(s, dptr, hStream.real);
 }
@@ -505,6 +514,7 @@ CUresult cuMemHostAlloc(ServerCall& c, size_t bytesize, unsigned int flags, uint
 
 CUresult cuMemFreeHost(ServerCall& c, uint64_t p) {
   if (p == 0) return CUDA_SUCCESS;  // free(NULL) semantics, as NVIDIA's driver
+  if (auto refused = c.refuseUnsafeInCapture()) return *refused;
   const PinnedRange* range = hostAllocated(c.session(), p);
   if (range == nullptr || range->address != p) return CUDA_ERROR_INVALID_VALUE;
   (void)c.session().freePinned(p);
@@ -512,8 +522,9 @@ CUresult cuMemFreeHost(ServerCall& c, uint64_t p) {
 }
 
 CUresult cuMemHostGetDevicePointer(ServerCall& c, CUdeviceptr* pdptr, uint64_t p, unsigned int flags) {
-  if (pdptr == nullptr || flags != 0 || hostAllocated(c.session(), p) == nullptr)
+  if (pdptr == nullptr || flags != 0 || hostAllocated(c.session(), p) == nullptr) {
     return CUDA_ERROR_INVALID_VALUE;
+  }
   return PHOS_DRIVER(c.driverTable(), MemHostGetDevicePointer_v2)(pdptr, reinterpret_cast<void*>(p), 0);
 }
 
@@ -546,8 +557,9 @@ CUresult cuMemAllocManaged(ServerCall& c, size_t bytesize, unsigned int flags, u
 // records the location (its epilogue) once the range and stream are checked.
 CUresult cuMemPrefetchAsync(ServerCall& c, CUdeviceptr devPtr, size_t count, CUmemLocation,
                             unsigned int flags, Handle<CUstream>) {
-  if (flags != 0 || count == 0 || managedRange(c.session(), devPtr, count) == nullptr)
+  if (flags != 0 || count == 0 || managedRange(c.session(), devPtr, count) == nullptr) {
     return CUDA_ERROR_INVALID_VALUE;
+  }
   return CUDA_SUCCESS;
 }
 

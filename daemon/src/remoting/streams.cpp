@@ -50,6 +50,8 @@ CUresult hostCall(ServerCall& c, Handle<CUstream> stream, uint64_t function, uin
 }  // namespace
 
 CUresult cuLaunchHostFunc(ServerCall& c, Handle<CUstream> hStream, uint64_t fn, uint64_t userData, std::string* queue) {
+  // phosd's trampoline frees its call when it has run: a graph could not run it again.
+  if (auto refused = c.refuseInCapture(hStream.real)) return *refused;
   return hostCall(c, hStream, fn, userData, queue, [&](PendingHostCall* pending) {
     return PHOS_DRIVER(c.driverTable(), LaunchHostFunc)(hStream.real, runHostFunction, pending);
   });
@@ -65,7 +67,10 @@ CUresult cuStreamAddCallback(ServerCall& c, Handle<CUstream> hStream, uint64_t c
 // Destroyed, the handle leaves the session (Session::forgetHandle).
 CUresult cuStreamDestroy(ServerCall& c, Handle<CUstream> hStream) {
   CUresult r = PHOS_DRIVER(c.driverTable(), StreamDestroy_v2)(hStream.real);
-  if (r == CUDA_SUCCESS) c.session().forgetHandle(hStream.id);
+  if (r == CUDA_SUCCESS) {
+    c.session().forgetHandle(hStream.id);
+    c.session().captures().end(hStream.real);
+  }
   return r;
 }
 

@@ -50,10 +50,13 @@ bool ServerCall::resolveRaw(HandleType type, uint64_t id, void** out) {
   }
   if (real == nullptr) {
     // What the driver answers for a handle that names nothing: memory pools'
-    // entry points document INVALID_VALUE only.
-    fail(type == HandleType::kCUctx_st            ? CUDA_ERROR_INVALID_CONTEXT
-         : type == HandleType::kCUmemPoolHandle_st ? CUDA_ERROR_INVALID_VALUE
-                                                   : CUDA_ERROR_INVALID_HANDLE);
+    // and graphs' entry points document INVALID_VALUE only.
+    const bool valueOnly = type == HandleType::kCUmemPoolHandle_st ||
+                           type == HandleType::kCUgraph_st || type == HandleType::kCUgraphExec_st ||
+                           type == HandleType::kCUgraphNode_st;
+    fail(type == HandleType::kCUctx_st ? CUDA_ERROR_INVALID_CONTEXT
+         : valueOnly                   ? CUDA_ERROR_INVALID_VALUE
+                                       : CUDA_ERROR_INVALID_HANDLE);
     return false;
   }
   *out = real;
@@ -146,6 +149,34 @@ uint64_t ServerCall::exportHandle(HandleType type, CUresult result, void* real) 
 std::optional<ipc::TransferLane> ServerCall::lane() const {
   if ((header_.flags & ipc::kCallThroughLane) == 0) return std::nullopt;
   return session_.transferLane(ipc::callLane(header_.flags));
+}
+
+std::optional<CUresult> ServerCall::refuseInCapture(CUstream stream) {
+  if (session_.captures().active() == 0) return std::nullopt;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult r = PHOS_DRIVER(driver_, StreamIsCapturing)(stream, &status);
+  if (r == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_NONE) return std::nullopt;
+  // Querying a capturing stream is illegal: the driver invalidates its capture.
+  (void)PHOS_DRIVER(driver_, StreamQuery)(stream);
+  if (r != CUDA_SUCCESS) return r;  // the legacy stream beside a capture: CUDA's own answer
+  return status == CU_STREAM_CAPTURE_STATUS_INVALIDATED ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                                                        : CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+bool ServerCall::capturing(CUstream stream) {
+  if (session_.captures().active() == 0) return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return PHOS_DRIVER(driver_, StreamIsCapturing)(stream, &status) != CUDA_SUCCESS ||
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+std::optional<CUresult> ServerCall::refuseUnsafeInCapture() {
+  const StreamCaptures& captures = session_.captures();
+  if (captures.active() == 0 || !captures.prohibited(header_.thread)) return std::nullopt;
+  for (CUstream origin : captures.ownStrictCaptures(header_.thread)) {
+    (void)PHOS_DRIVER(driver_, StreamQuery)(origin);
+  }
+  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 
 void ServerCall::send() {

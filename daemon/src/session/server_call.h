@@ -89,6 +89,21 @@ class ServerCall {
   // [p, p+bytes) inside one allocation or pinned range of the session.
   bool checkDeviceRange(CUdeviceptr p, size_t bytes);
 
+  // Stream capture (docs/remoting.md): what phosd serves with more than the
+  // one driver call on the stream (a copy of pageable memory through its
+  // staging, a stream-ordered allocation from the session's heap, a host
+  // function through its queue) cannot be captured. On a capturing stream
+  // this invalidates the capture and gives the answer CUDA gives an
+  // operation a capture does not support; std::nullopt when `stream` is not
+  // capturing.
+  std::optional<CUresult> refuseInCapture(CUstream stream);
+  // Whether work enqueued on `stream` now is captured rather than run.
+  bool capturing(CUstream stream);
+  // A potentially unsafe call (an allocation or a free that phosd serves
+  // itself) while CUDA prohibits them in the calling application thread:
+  // its own strict captures invalidated, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
+  std::optional<CUresult> refuseUnsafeInCapture();
+
   template <typename Fn>
   Fn driver(cuda_api::EntryPointId id) const {
     return driver_.get<Fn>(id);

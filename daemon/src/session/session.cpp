@@ -203,6 +203,7 @@ std::span<const std::byte> Session::serveOne(std::span<const std::byte> request,
   } else if (!makeCurrent(header.context)) {
     call.fail(CUDA_ERROR_INVALID_CONTEXT);
   } else {
+    captures_.applyServingMode(driver_, header.thread);
     servers_[header.entry](call);
     if (!call.answered()) call.fail(CUDA_ERROR_UNKNOWN);  // a server function forgot to answer
   }
@@ -356,6 +357,10 @@ CUresult Session::freeDevice(CUdeviceptr address) {
   if (a == nullptr || a->address != address || a->module != nullptr) return CUDA_ERROR_INVALID_VALUE;
   // cuMemFree waits for the work that may use the memory; unmapping under a
   // running kernel would fault it.
+  if (captures_.active() != 0) {
+    synchronizeOutsideCaptures();
+    return memory_.free(address);
+  }
   for (const auto& [vid, ctx] : contexts_) {
     if (ctx.real == nullptr || ctx.device != a->device) continue;
     PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
@@ -363,6 +368,30 @@ CUresult Session::freeDevice(CUdeviceptr address) {
   }
   PHOS_DRIVER(driver_, CtxSetCurrent)(currentReal_);
   return memory_.free(address);
+}
+
+// A context's synchronization would invalidate the captures of its streams
+// (a free in relaxed capture mode must not): each stream that is not
+// capturing is waited for instead, the legacy ones where no capture
+// involves them. Captured work does not run, so it uses no memory.
+void Session::synchronizeOutsideCaptures() {
+  auto wait = [&](CUstream stream) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (PHOS_DRIVER(driver_, StreamIsCapturing)(stream, &status) == CUDA_SUCCESS &&
+        status == CU_STREAM_CAPTURE_STATUS_NONE) {
+      (void)PHOS_DRIVER(driver_, StreamSynchronize)(stream);
+    }
+  };
+  for (uint64_t id : handles_.ids(HandleType::kCUstream_st)) {
+    wait(static_cast<CUstream>(handles_.resolve(HandleType::kCUstream_st, id)));
+  }
+  for (CUstream stream : streamsAndEvents_.perThreadStreams()) wait(stream);
+  for (const auto& [vid, ctx] : contexts_) {
+    if (ctx.real == nullptr) continue;
+    PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
+    wait(CU_STREAM_LEGACY);
+  }
+  PHOS_DRIVER(driver_, CtxSetCurrent)(currentReal_);
 }
 
 CUcontext Session::contextOn(int device) const {
@@ -400,12 +429,16 @@ Status Session::freePinned(uintptr_t address) {
     return makeError(Code::kNotFound, "{:#x} is not pinned memory of this session", address);
   }
   // Work of any of the session's contexts may still use the range.
-  for (const auto& [vid, ctx] : contexts_) {
-    if (ctx.real == nullptr) continue;
-    PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
-    PHOS_DRIVER(driver_, CtxSynchronize)();
+  if (captures_.active() != 0) {
+    synchronizeOutsideCaptures();
+  } else {
+    for (const auto& [vid, ctx] : contexts_) {
+      if (ctx.real == nullptr) continue;
+      PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
+      PHOS_DRIVER(driver_, CtxSynchronize)();
+    }
+    PHOS_DRIVER(driver_, CtxSetCurrent)(currentReal_);
   }
-  PHOS_DRIVER(driver_, CtxSetCurrent)(currentReal_);
   unregisterPinned(
       pinned_.ranges().at(address));  // not registered yet: the driver says so, and nothing changes
   pinned_.remove(address);

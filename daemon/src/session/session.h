@@ -40,6 +40,7 @@
 #include "session/server_call.h"
 #include "session/session_contexts.h"
 #include "session/session_modules.h"
+#include "session/stream_captures.h"
 #include "session/streams_and_events.h"
 #include "session/transfer_tracker.h"
 
@@ -167,6 +168,8 @@ class Session {
   CUresult allocateDevice(int device, size_t bytes, CUdeviceptr* address);
   // Frees what allocateDevice gave (after the session's work is done).
   CUresult freeDevice(CUdeviceptr address);
+  // Waits for every stream of the session that is not capturing.
+  void synchronizeOutsideCaptures();
   // Loads the validator's twin modules not loaded yet, compiling them while
   // the application's calls go on (the lock is held only to list and keep
   // them): a checkpoint calls it before its window, whose first launches
@@ -190,6 +193,9 @@ class Session {
   void forgetModule(uint64_t id) { modules_.forget(id); }
   // What the session knows of its streams and events (streams_and_events.h).
   StreamsAndEvents& streamsAndEvents() { return streamsAndEvents_; }
+  // The application's stream captures and its threads' capture modes
+  // (stream_captures.h).
+  StreamCaptures& captures() { return captures_; }
   // The context a stream, event, module or function (virtual id) was created
   // in; the current one when it is not known.
   uint64_t contextOf(uint64_t handle) const;
@@ -389,6 +395,7 @@ class Session {
   MemoryRelief relief_;
   std::vector<Violation> violations_;  // collected so far (the last kMaxViolations)
   StreamsAndEvents streamsAndEvents_;
+  StreamCaptures captures_;
   // pause()/resume(): the serving thread parks between calls.
   std::mutex pauseMutex_;
   std::condition_variable pauseChanged_;

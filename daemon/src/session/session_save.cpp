@@ -90,13 +90,22 @@ class Session::Describer {
         HandleType::kCUctx_st,           HandleType::kCUevent_st,  HandleType::kCUfunc_st,
         HandleType::kCUkern_st,          HandleType::kCUlib_st,    HandleType::kCUmod_st,
         HandleType::kCUmemPoolHandle_st, HandleType::kCUstream_st, HandleType::kCUlinkState_st};
+    // Graphs are the driver's (stream capture runs on its streams): their
+    // nodes and parameters are not saved yet.
+    static const std::map<HandleType, const char*> kNamed = {
+        {HandleType::kCUgraph_st, "a CUDA graph"},
+        {HandleType::kCUgraphExec_st, "an executable CUDA graph"},
+        {HandleType::kCUgraphNode_st, "a node of a CUDA graph"}};
     for (HandleType type : s_.handles_.liveTypes()) {
       if (kSaved.count(type) != 0) continue;
+      auto named = kNamed.find(type);
       for (uint64_t id : s_.handles_.ids(type)) {
         lost_.push_back(
             {{"id", id},
-             {"what", fmt::format("an object of type {}, which the engine does not save",
-                                  handleTypeName(type))}});
+             {"what", named != kNamed.end()
+                          ? fmt::format("{}, which the engine does not save yet", named->second)
+                          : fmt::format("an object of type {}, which the engine does not save",
+                                        handleTypeName(type))}});
       }
     }
   }
@@ -116,6 +125,16 @@ Status Session::describe(image::ImageWriter& writer, json& state,
 }
 
 Status Session::drainContexts() {
+  // Synchronizing a context invalidates the captures of its streams: the
+  // application's capture would fail because of a checkpoint.
+  if (captures_.active() != 0) {
+    return makeError(
+        Code::kFailedPrecondition,
+        "{} stream capture{} in progress: phosd cannot wait for the session's work without "
+        "invalidating {} (checkpoint after cuStreamEndCapture)",
+        captures_.active(), captures_.active() == 1 ? " is" : "s are",
+        captures_.active() == 1 ? "it" : "them");
+  }
   Status drained = contexts_.drain(driver_);
   currentReal_ = nullptr;  // the next call makes its own current
   return drained;

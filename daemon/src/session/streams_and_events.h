@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "phos/common/status.h"
 #include "phos/common/stream_attributes.h"
@@ -55,6 +56,12 @@ class StreamsAndEvents {
   // The per-thread default stream of application thread `thread` in context
   // `context`, which is current (created on first use).
   Result<CUstream> perThreadStream(const DriverTable& driver, uint64_t thread, uint64_t context);
+  // Every per-thread default stream the session made.
+  std::vector<CUstream> perThreadStreams() const {
+    std::vector<CUstream> out;
+    for (const auto& [key, stream] : perThreadStreams_) out.push_back(stream);
+    return out;
+  }
   // Forgets what died with context `context`: its per-thread streams and
   // its restore mark.
   void forgetContext(uint64_t context);

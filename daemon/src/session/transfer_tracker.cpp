@@ -15,7 +15,12 @@ void TransferTracker::track(bool on) {
 }
 
 void TransferTracker::end(bool async, CUstream stream) {
-  if (async && tracking_.load()) {
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  // A captured transfer runs only when its graph is launched (and an event
+  // recorded in a capture may not be queried).
+  if (async && tracking_.load() &&
+      PHOS_DRIVER(driver_, StreamIsCapturing)(stream, &capture) == CUDA_SUCCESS &&
+      capture == CU_STREAM_CAPTURE_STATUS_NONE) {
     CUevent event = nullptr;
     if (PHOS_DRIVER(driver_, EventCreate)(&event, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
       if (PHOS_DRIVER(driver_, EventRecord)(event, stream) == CUDA_SUCCESS) {

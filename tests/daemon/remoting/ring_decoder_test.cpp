@@ -97,9 +97,10 @@ TEST_F(RingDecoder, UnknownEntryIdIsNotSupported) {
 }
 
 TEST_F(RingDecoder, EntryWithoutServerIsNotSupported) {
-  // cuGraphCreate is not remoted (apigen/remoting.json): no server function.
-  ASSERT_EQ(daemonState().servers[static_cast<size_t>(EntryPointId::kCuGraphCreate)], nullptr);
-  EXPECT_EQ(c().call(c().req(EntryPointId::kCuGraphCreate).u8(1).u32(0)).result, CUDA_ERROR_NOT_SUPPORTED);
+  // cuGraphClone is not remoted (apigen/remoting.json): no server function.
+  ASSERT_EQ(daemonState().servers[static_cast<size_t>(EntryPointId::kCuGraphClone)], nullptr);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuGraphClone).u8(1).u64(0)).result,
+            CUDA_ERROR_NOT_SUPPORTED);
 }
 
 TEST_F(RingDecoder, MissingArgumentIsInvalidValue) {

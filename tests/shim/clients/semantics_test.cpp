@@ -423,5 +423,76 @@ TEST_F(SemanticsTest, ManagedMemoryIsServedAsSharedPinnedMemory) {
   }
 }
 
+void CUDA_CB noteHostCall(void* flag) {
+  *static_cast<int*>(flag) = 1;
+}
+
+// Stream capture runs on phosd's streams (docs/remoting.md): what phosd serves
+// with more than the one driver call on the stream cannot be a graph's node
+// and is refused as CUDA refuses what a capture does not support, the
+// capture invalidated; pinned copies and sets are captured and replayed. A
+// call a capture refuses is answered at the call, posted or not.
+TEST_F(SemanticsTest, WhatPhosdCannotCaptureIsRefusedAndInvalidatesTheCapture) {
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr d = 0;
+  constexpr size_t kBytes = size_t{2} << 20;  // large enough for a transfer lane
+  ASSERT_CU(cuMemAlloc(&d, kBytes));
+  std::vector<unsigned char> pageable(kBytes, 7);
+  CUgraph graph = nullptr;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  auto expectInvalidated = [&] {
+    ASSERT_CU(cuStreamIsCapturing(s, &status));
+    EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+    EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture(s, &graph));
+    EXPECT_EQ(graph, nullptr);
+  };
+  for (size_t bytes : {size_t{256}, kBytes}) {
+    ASSERT_CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                  cuMemcpyHtoDAsync(d, pageable.data(), bytes, s));
+    expectInvalidated();
+    ASSERT_CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                  cuMemcpyDtoHAsync(pageable.data(), d, bytes, s));
+    expectInvalidated();
+  }
+  int called = 0;
+  ASSERT_CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuLaunchHostFunc(s, noteHostCall, &called));
+  expectInvalidated();
+  // An event recorded outside the capture: the wait (a posted call) is refused at once.
+  CUevent outside = nullptr;
+  ASSERT_CU(cuEventCreate(&outside, CU_EVENT_DISABLE_TIMING));
+  ASSERT_CU(cuEventRecord(outside, nullptr));
+  ASSERT_CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_ISOLATION, cuStreamWaitEvent(s, outside, 0));
+  expectInvalidated();
+  EXPECT_CU(cuEventDestroy(outside));
+
+  // Pinned memory is at the same address in phosd: its copies are captured.
+  void* pinned = nullptr;
+  ASSERT_CU(cuMemHostAlloc(&pinned, 4096, 0));
+  std::memset(pinned, 0, 4096);
+  ASSERT_CU(cuMemsetD32(d, 0, 1024));
+  ASSERT_CU(cuCtxSynchronize());
+  ASSERT_CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuMemsetD32Async(d, 0x01020304, 1024, s));
+  ASSERT_CU(cuMemcpyDtoHAsync(pinned, d, 4096, s));
+  ASSERT_CU(cuStreamEndCapture(s, &graph));
+  EXPECT_EQ(static_cast<unsigned*>(pinned)[0], 0u);  // captured, not run
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  EXPECT_EQ(static_cast<unsigned*>(pinned)[1023], 0x01020304u);
+  EXPECT_CU(cuGraphExecDestroy(exec));
+  EXPECT_CU(cuGraphDestroy(graph));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphLaunch(exec, s));  // gone from the session
+  EXPECT_CU(cuMemFreeHost(pinned));
+  EXPECT_CU(cuMemFree(d));
+  EXPECT_CU(cuStreamDestroy(s));
+}
+
 }  // namespace
 }  // namespace phos::shim::testing
