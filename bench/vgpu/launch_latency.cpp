@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// vgpu kernel launch latency: an empty kernel, launched asynchronously and as a launch+synchronize round trip, against a 1-byte memset.
+// vgpu kernel launch latency: an empty kernel, launched asynchronously and as a launch+synchronize
+// round trip, against a 1-byte memset; and a captured graph of one and of eight such launches,
+// launched as one.
 #include <cuda.h>
 
 #include "cu_check.h"
@@ -114,6 +116,24 @@ int main(int argc, char** argv) {
                          [&] { CU_CHECK(cuLaunchKernel(empty, 1, 1, 1, 256, 1, 1, 0, stream, nullptr, nullptr)); }));
   rows.push_back(measure("cuMemsetD8Async 1 byte (baseline)", stream,
                          [&] { CU_CHECK(cuMemsetD8Async(byte, 0x5a, 1, stream)); }));
+  // Graphs captured from the same launches (what torch.cuda.graphs replays).
+  auto captured = [&](int kernels) {
+    CU_CHECK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    for (int k = 0; k < kernels; ++k) {
+      CU_CHECK(cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr));
+    }
+    CUgraph graph = nullptr;
+    CU_CHECK(cuStreamEndCapture(stream, &graph));
+    CUgraphExec exec = nullptr;
+    CU_CHECK(cuGraphInstantiateWithFlags(&exec, graph, 0));
+    CU_CHECK(cuGraphDestroy(graph));
+    return exec;
+  };
+  CUgraphExec one = captured(1), eight = captured(8);
+  rows.push_back(
+      measure("cuGraphLaunch 1 kernel", stream, [&] { CU_CHECK(cuGraphLaunch(one, stream)); }));
+  rows.push_back(
+      measure("cuGraphLaunch 8 kernels", stream, [&] { CU_CHECK(cuGraphLaunch(eight, stream)); }));
 
   std::printf("%d batches of %d async operations then a sync; %d launch+sync round trips (microseconds)\n",
               kBatches, kBatch, kRoundTrips);
@@ -133,6 +153,8 @@ int main(int argc, char** argv) {
   out += "  ]\n}\n";
   if (argc == 3 && std::string(argv[1]) == "--out") std::ofstream(argv[2]) << out;
 
+  CU_CHECK(cuGraphExecDestroy(one));
+  CU_CHECK(cuGraphExecDestroy(eight));
   CU_CHECK(cuMemFree(byte));
   CU_CHECK(cuStreamDestroy(stream));
   CU_CHECK(cuModuleUnload(module));

@@ -126,13 +126,25 @@ TEST_F(GraphTest, CapturedWorkRunsAtEachLaunchAndNotWhileCaptured) {
   EXPECT_EQ(std::vector<unsigned>(host_, host_ + kN), filled(13));
   // The graph stays usable after the executable graph is gone, and the other way round.
   EXPECT_CU(cuGraphExecDestroy(exec));
-  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphLaunch(exec, s_));
   ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
   EXPECT_CU(cuGraphDestroy(graph));
   ASSERT_CU(cuGraphLaunch(exec, nullptr));
   ASSERT_CU(cuCtxSynchronize());
   EXPECT_EQ(device(), filled(40));
   EXPECT_CU(cuGraphExecDestroy(exec));
+}
+
+// A destroyed executable graph is refused at its launch.
+TEST_F(GraphTest, ADestroyedExecutableGraphIsNotLaunched) {
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(scaleAdd(s_, 3, 1));
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuStreamEndCapture(s_, &graph));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  EXPECT_CU(cuGraphExecDestroy(exec));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphLaunch(exec, s_));
+  EXPECT_CU(cuGraphDestroy(graph));
 }
 
 // What a capture made, seen through the graph's own API: one node per call,

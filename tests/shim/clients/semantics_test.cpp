@@ -488,7 +488,9 @@ TEST_F(SemanticsTest, WhatPhosdCannotCaptureIsRefusedAndInvalidatesTheCapture) {
   EXPECT_EQ(static_cast<unsigned*>(pinned)[1023], 0x01020304u);
   EXPECT_CU(cuGraphExecDestroy(exec));
   EXPECT_CU(cuGraphDestroy(graph));
-  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphLaunch(exec, s));  // gone from the session
+  // Gone from the session; the launch is posted, as kernel launches are.
+  EXPECT_CU(cuGraphLaunch(exec, s));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamSynchronize(s));
   EXPECT_CU(cuMemFreeHost(pinned));
   EXPECT_CU(cuMemFree(d));
   EXPECT_CU(cuStreamDestroy(s));
