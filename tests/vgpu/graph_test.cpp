@@ -153,11 +153,12 @@ TEST_F(GraphTest, ACapturedGraphHoldsANodePerCall) {
   ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
   ASSERT_CU(scaleAdd(s_, 3, 1));
   ASSERT_CU(cuMemcpyDtoHAsync(host_, x_, kN * sizeof(unsigned), s_));
+  ASSERT_CU(cuMemsetD2D16Async(x_, 64, 0xabcd, 8, 4, s_));
   CUgraph graph = nullptr;
   ASSERT_CU(cuStreamEndCapture(s_, &graph));
   size_t count = 0;
   ASSERT_CU(cuGraphGetNodes(graph, nullptr, &count));
-  ASSERT_EQ(count, 2u);
+  ASSERT_EQ(count, 3u);
   std::vector<CUgraphNode> nodes(count);
   ASSERT_CU(cuGraphGetNodes(graph, nodes.data(), &count));
   CUgraphNodeType type{};
@@ -172,6 +173,28 @@ TEST_F(GraphTest, ACapturedGraphHoldsANodePerCall) {
   EXPECT_EQ(params.blockDimX, 256u);
   EXPECT_EQ(*static_cast<unsigned*>(params.kernelParams[1]), 3u);
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphKernelNodeGetParams(nodes[1], &params));
+  // A copy is one row of a 3D copy; a set keeps its rows and pitch.
+  CUDA_MEMCPY3D copy{};
+  ASSERT_CU(cuGraphMemcpyNodeGetParams(nodes[1], &copy));
+  EXPECT_EQ(copy.srcMemoryType, CU_MEMORYTYPE_DEVICE);
+  EXPECT_EQ(copy.srcDevice, x_);
+  EXPECT_EQ(copy.dstMemoryType, CU_MEMORYTYPE_HOST);
+  EXPECT_EQ(copy.dstHost, host_);
+  EXPECT_EQ(copy.WidthInBytes, kN * sizeof(unsigned));
+  EXPECT_EQ(copy.Height, 1u);
+  EXPECT_EQ(copy.Depth, 1u);
+  CUDA_MEMSET_NODE_PARAMS set{};
+  ASSERT_CU(cuGraphNodeGetType(nodes[2], &type));
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_MEMSET);
+  ASSERT_CU(cuGraphMemsetNodeGetParams(nodes[2], &set));
+  EXPECT_EQ(set.dst, x_);
+  EXPECT_EQ(set.pitch, 64u);
+  EXPECT_EQ(set.value, 0xabcdu);
+  EXPECT_EQ(set.elementSize, 2u);
+  EXPECT_EQ(set.width, 8u);
+  EXPECT_EQ(set.height, 4u);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphMemsetNodeGetParams(nodes[1], &set));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphMemcpyNodeGetParams(nodes[0], &copy));
   EXPECT_CU(cuGraphDestroy(graph));
 
   CUstream other = nullptr;

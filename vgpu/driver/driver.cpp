@@ -734,12 +734,31 @@ Status Driver::copy(const StreamRef& ref, std::uint64_t dst, std::uint64_t src, 
     });
     return Status::ok();
   };
-  ASSIGN_OR_RETURN(std::uint64_t seq,
-                   ref.context->submit(ref.stream, std::move(work), {}, kMemcpyNode));
+  // A captured node reports the copy as one row of a 3D copy, as CUDA does.
+  NodeInfo info = kMemcpyNode;
+  CUDA_MEMCPY3D described{};
+  described.srcMemoryType = s.device >= 0 ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+  if (s.device >= 0) {
+    described.srcDevice = src;
+  } else {
+    described.srcHost = reinterpret_cast<const void*>(src);
+  }
+  described.dstMemoryType = d.device >= 0 ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+  if (d.device >= 0) {
+    described.dstDevice = dst;
+  } else {
+    described.dstHost = reinterpret_cast<void*>(dst);
+  }
+  described.WidthInBytes = bytes;
+  described.Height = 1;
+  described.Depth = 1;
+  info.memcpy = described;
+  ASSIGN_OR_RETURN(std::uint64_t seq, ref.context->submit(ref.stream, std::move(work), {}, info));
   return finishCopy(ref, seq, d, s, async);
 }
 
-Status Driver::copyRows(const StreamRef& ref, std::vector<std::pair<std::uint64_t, std::uint64_t>> rows,
+Status Driver::copyRows(const StreamRef& ref, const CUDA_MEMCPY3D& described,
+                        std::vector<std::pair<std::uint64_t, std::uint64_t>> rows,
                         std::size_t width, bool async) {
   if (rows.empty() || width == 0) return Status::ok();
   CopyEndpoint d, s;
@@ -758,8 +777,9 @@ Status Driver::copyRows(const StreamRef& ref, std::vector<std::pair<std::uint64_
     });
     return Status::ok();
   };
-  ASSIGN_OR_RETURN(std::uint64_t seq,
-                   ref.context->submit(ref.stream, std::move(work), {}, kMemcpyNode));
+  NodeInfo info = kMemcpyNode;
+  info.memcpy = described;
+  ASSIGN_OR_RETURN(std::uint64_t seq, ref.context->submit(ref.stream, std::move(work), {}, info));
   return finishCopy(ref, seq, d, s, async);
 }
 
@@ -807,8 +827,9 @@ Status Driver::memset(const StreamRef& ref, std::uint64_t dst, std::size_t pitch
     });
     return Status::ok();
   };
-  ASSIGN_OR_RETURN(std::uint64_t seq,
-                   ref.context->submit(ref.stream, std::move(work), {}, kMemsetNode));
+  NodeInfo info = kMemsetNode;
+  info.memset = CUDA_MEMSET_NODE_PARAMS{dst, pitch, value, elementSize, width, height};
+  ASSIGN_OR_RETURN(std::uint64_t seq, ref.context->submit(ref.stream, std::move(work), {}, info));
   if (!async) {
     ref.stream->wait(seq);
     return ref.context->usable();

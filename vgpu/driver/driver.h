@@ -324,8 +324,10 @@ class Driver {
   Status copy(const StreamRef& stream, std::uint64_t dst, std::uint64_t src, std::size_t bytes,
               bool async, bool dstMustBeDevice, bool srcMustBeDevice);
   // Row-by-row copy (2D/3D): `rows` row starts of `width` bytes each.
-  Status copyRows(const StreamRef& stream, std::vector<std::pair<std::uint64_t, std::uint64_t>> rows,
-                  std::size_t width, bool async);
+  // `described`: the copy as its call gave it (a captured node's parameters).
+  Status copyRows(const StreamRef& stream, const CUDA_MEMCPY3D& described,
+                  std::vector<std::pair<std::uint64_t, std::uint64_t>> rows, std::size_t width,
+                  bool async);
   Status memset(const StreamRef& stream, std::uint64_t dst, std::size_t pitch, std::uint32_t value,
                 unsigned elementSize, std::size_t width, std::size_t height, bool async);
 

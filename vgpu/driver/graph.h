@@ -44,6 +44,8 @@ struct NodeInfo {
   CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
   std::optional<KernelNodeInfo> kernel;
   CUevent event = nullptr;  // event record and wait nodes: recorded or waited for at each launch
+  std::optional<CUDA_MEMCPY3D> memcpy;            // what cuGraphMemcpyNodeGetParams answers
+  std::optional<CUDA_MEMSET_NODE_PARAMS> memset;  // what cuGraphMemsetNodeGetParams answers
 };
 
 // One step of an executable graph: a node's work, or an event it records or

@@ -649,6 +649,29 @@ CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode,
   });
 }
 
+CUresult CUDAAPI cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D* nodeParams) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(nodeParams, "nodeParams"));
+    ASSIGN_OR_RETURN(auto found, d.graphNode(hNode));
+    const auto& memcpy = found.second->info.memcpy;
+    if (!memcpy) return cuError(CUDA_ERROR_INVALID_VALUE, "the node is not a memcpy node");
+    *nodeParams = *memcpy;
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuGraphMemsetNodeGetParams(CUgraphNode hNode,
+                                            CUDA_MEMSET_NODE_PARAMS* nodeParams) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(nodeParams, "nodeParams"));
+    ASSIGN_OR_RETURN(auto found, d.graphNode(hNode));
+    const auto& memset = found.second->info.memset;
+    if (!memset) return cuError(CUDA_ERROR_INVALID_VALUE, "the node is not a memset node");
+    *nodeParams = *memset;
+    return Status::ok();
+  });
+}
+
 // --- executable graphs ----------------------------------------------------------------
 
 CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,

@@ -126,7 +126,33 @@ Status copy3D(Driver& d, const StreamRef& ref, const CopySide& src, const CopySi
       rows.emplace_back(t, s);
     }
   }
-  return d.copyRows(ref, std::move(rows), width, async);
+  CUDA_MEMCPY3D described{};
+  described.srcXInBytes = src.x;
+  described.srcY = src.y;
+  described.srcZ = src.z;
+  described.srcMemoryType = src.type;
+  if (src.type == CU_MEMORYTYPE_HOST) {
+    described.srcHost = reinterpret_cast<const void*>(src.base);
+  } else {
+    described.srcDevice = src.base;
+  }
+  described.srcPitch = src.pitch;
+  described.srcHeight = src.height;
+  described.dstXInBytes = dst.x;
+  described.dstY = dst.y;
+  described.dstZ = dst.z;
+  described.dstMemoryType = dst.type;
+  if (dst.type == CU_MEMORYTYPE_HOST) {
+    described.dstHost = reinterpret_cast<void*>(dst.base);
+  } else {
+    described.dstDevice = dst.base;
+  }
+  described.dstPitch = dst.pitch;
+  described.dstHeight = dst.height;
+  described.WidthInBytes = width;
+  described.Height = height;
+  described.Depth = depth;
+  return d.copyRows(ref, described, std::move(rows), width, async);
 }
 
 CUresult memcpy2D(const char* name, const CUDA_MEMCPY2D* p, CUstream stream, bool perThread, bool async) {
