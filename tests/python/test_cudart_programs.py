@@ -75,7 +75,7 @@ def reference(cudart_dir, env, name="train"):
 
 
 @pytest.mark.parametrize("name", ["train", "train_shared", "pools", "event_times", "shared_optin", "pipeline",
-                                  "managed"])
+                                  "managed", "graph_train"])
 def test_killed_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, name):
     """Stop-the-world: the job ends at the checkpoint; its restore finishes it exactly."""
     killed_and_restored(phos, phosd, train(cudart_dir, name), reference(cudart_dir, env, name), env, tmp_path, 4)
@@ -99,7 +99,8 @@ def killed_and_restored(phos, phosd, cmd, ref, env, tmp_path, line):
 @pytest.mark.parametrize("mode,name", [("cow", "train"), ("recopy", "train"), ("stop", "train"), ("cow", "pools"),
                                        ("recopy", "pools"), ("cow", "event_times"), ("recopy", "shared_optin"),
                                        ("cow", "pipeline"), ("recopy", "pipeline"), ("cow", "managed"),
-                                       ("recopy", "managed")])
+                                       ("recopy", "managed"), ("cow", "graph_train"), ("recopy", "graph_train"),
+                                       ("stop", "graph_train")])
 def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, mode, name):
     """The job goes on to the uninterrupted end; the image restores to it as well."""
     ref = reference(cudart_dir, env, name)
@@ -162,25 +163,61 @@ def test_a_graph_built_node_by_node_runs_on_vgpu_and_phos_names_what_it_does_not
            "capture, instantiation and launches are))" in r.stderr, r.stderr
 
 
-def test_a_checkpoint_of_a_job_holding_a_graph_is_refused_naming_it_and_the_job_runs_on(criu, phos, phosd, cudart_dir,
-                                                                                       env, tmp_path):
-    """graph_train replays a captured step (under phos run it prints what it prints on vgpu: the programs
-    test above). Graphs are not saved yet: a checkpoint fails naming the executable graph the job holds,
-    writes no image, and the job, left alone, runs to its uninterrupted end."""
+def test_a_checkpoint_during_a_stream_capture_is_refused_and_the_capture_goes_on(criu, phos, phosd, cudart_dir,
+                                                                                  env, tmp_path):
+    """A checkpoint waits for the session's work by synchronizing its contexts, which would invalidate
+    a capture in progress: it is refused, naming the capture, no image is written, and the job's
+    capture and replays (graph_train holds its capture open for 3 s) run to the uninterrupted end."""
     ref = reference(cudart_dir, env, "graph_train")
-    job = Job(phos, phosd, train(cudart_dir, "graph_train"), env, tmp_path)
+    job = Job(phos, phosd, train(cudart_dir, "graph_train") + ["--hold-capture-ms", "3000"], env, tmp_path)
     try:
-        job.wait_line(3)
+        job.wait_line(1)
+        assert job.lines() == ["capturing"]
         r = subprocess.run([str(phos), "checkpoint", "--pid", str(job.pid), "--image", str(tmp_path / "image"),
                             "--runtime-dir", str(phosd.runtime_dir), "--leave-running"],
                            capture_output=True, text=True, timeout=TIMEOUT)
         assert r.returncode != 0
-        assert "an executable CUDA graph, which the engine does not save yet" in r.stderr, r.stderr
+        assert "1 stream capture is in progress" in r.stderr, r.stderr
         assert not (tmp_path / "image" / "manifest.json").exists()
         assert job.proc.wait(timeout=TIMEOUT) == 0, job.err.read_text()
-        assert job.lines() == ref
+        assert job.lines() == ["capturing"] + ref
     finally:
         job.stop()
+
+
+def test_an_image_whose_graph_is_garbled_is_refused_naming_the_node(criu, phos, phosd, cudart_dir, env, tmp_path):
+    """The image is untrusted input: a graph node placed after a node not made before it, or a kernel
+    parameter of the wrong size, refuses the restore with a message naming the graph and node; the
+    untouched image still restores the job exactly."""
+    ref = reference(cudart_dir, env, "graph_train")
+    job = Job(phos, phosd, train(cudart_dir, "graph_train"), env, tmp_path)
+    try:
+        job.wait_line(3)
+        checkpoint(phos, phosd, job.pid, tmp_path / "image")
+        job.proc.wait(timeout=30)
+        before = job.lines()
+    finally:
+        job.stop()
+    path = tmp_path / "image" / "manifest.json"
+    original = path.read_text()
+    manifest = json.loads(original)
+    graphs = manifest["state"]["gpu"]["sessions"][0]["graphs"]
+    assert [g["kind"] for g in graphs] == ["exec"], graphs  # the loop keeps its executable graph only
+    kernel = next(i for i, n in enumerate(graphs[0]["nodes"]) if "params" in n)
+    for garble, message in [(lambda g: g["nodes"][0].update(after=[len(g["nodes"])]),
+                             "node 0: it comes after node"),
+                            (lambda g: g["nodes"][kernel]["params"].__setitem__(0, "00"),
+                             f"node {kernel}: parameter 0 is not 8 bytes")]:
+        bad = json.loads(original)
+        garble(bad["state"]["gpu"]["sessions"][0]["graphs"][0])
+        path.write_text(json.dumps(bad))
+        r = subprocess.run([str(phos), "restore", "--image", str(tmp_path / "image"), "--runtime-dir",
+                            str(phosd.runtime_dir)], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=TIMEOUT)
+        assert r.returncode != 0
+        assert f"graph {hex(graphs[0]['id'])}, {message}" in r.stderr, r.stderr
+    path.write_text(original)
+    assert before + restore(phos, phosd, tmp_path / "image", env) == ref
 
 
 def test_image_names_every_global_of_the_fatbin(criu, phos, phosd, cudart_dir, env, tmp_path):

@@ -84,6 +84,7 @@ CUresult cuStreamEndCapture(ServerCall& c, Handle<CUstream> hStream, uint64_t* p
     }
   }
   *phGraph = c.exportHandle(HandleType::kCUgraph_st, r, graph);
+  if (r == CUDA_SUCCESS) c.session().graphs().noteGraph(*phGraph, c.session().currentContext());
   *captures = activeCaptures(c);
   return r;
 }
@@ -146,6 +147,30 @@ CUresult cuThreadExchangeStreamCaptureMode(ServerCall& c, CUstreamCaptureMode* m
   if (mode == nullptr || !validMode(*mode)) return CUDA_ERROR_INVALID_VALUE;
   *mode = c.session().captures().exchangeMode(c.header().thread, *mode);
   return CUDA_SUCCESS;
+}
+
+CUresult cuGraphCreate(ServerCall& c, uint64_t* phGraph, unsigned int flags) {
+  CUgraph graph = nullptr;
+  CUresult r = PHOS_DRIVER(c.driverTable(), GraphCreate)(&graph, flags);
+  *phGraph = c.exportHandle(HandleType::kCUgraph_st, r, graph);
+  if (r == CUDA_SUCCESS) c.session().graphs().noteGraph(*phGraph, c.session().currentContext());
+  return r;
+}
+
+// The driver cannot describe an executable graph: its graph is described
+// now, for a checkpoint to make it again (an executable graph outlives its
+// graph, and keeps what the graph held when it was instantiated).
+CUresult cuGraphInstantiateWithFlags(ServerCall& c, uint64_t* phGraphExec, Handle<CUgraph> hGraph,
+                                     unsigned long long flags) {
+  CUgraphExec exec = nullptr;
+  CUresult r = PHOS_DRIVER(c.driverTable(), GraphInstantiateWithFlags)(&exec, hGraph.real, flags);
+  *phGraphExec = c.exportHandle(HandleType::kCUgraphExec_st, r, exec);
+  if (r == CUDA_SUCCESS) {
+    Session& s = c.session();
+    s.graphs().noteExec(*phGraphExec, s.currentContext(), flags,
+                        SessionGraphs::describe(s.scope(), hGraph.real));
+  }
+  return r;
 }
 
 CUresult cuGraphDestroy(ServerCall& c, Handle<CUgraph> hGraph) {

@@ -618,6 +618,7 @@ Result<std::shared_ptr<HostCallChannel>> Session::hostCalls() {
 
 void Session::forgetHandle(uint64_t id) {
   handles_.erase(id);
+  graphs_.forget(id);
   streamsAndEvents_.forgetEvent(id);
   contexts_.forgetObject(id);
 }

@@ -39,6 +39,7 @@
 #include "session/pinned_memory.h"
 #include "session/server_call.h"
 #include "session/session_contexts.h"
+#include "session/session_graphs.h"
 #include "session/session_modules.h"
 #include "session/stream_captures.h"
 #include "session/streams_and_events.h"
@@ -196,6 +197,10 @@ class Session {
   // The application's stream captures and its threads' capture modes
   // (stream_captures.h).
   StreamCaptures& captures() { return captures_; }
+  // What a checkpoint saves of the application's graphs (session_graphs.h).
+  SessionGraphs& graphs() { return graphs_; }
+  // The scope the domains save and rebuild in (session_image.h).
+  SessionScope scope() { return SessionScope{driver_, handles_, contexts_, currentContext_}; }
   // The context a stream, event, module or function (virtual id) was created
   // in; the current one when it is not known.
   uint64_t contextOf(uint64_t handle) const;
@@ -396,6 +401,7 @@ class Session {
   std::vector<Violation> violations_;  // collected so far (the last kMaxViolations)
   StreamsAndEvents streamsAndEvents_;
   StreamCaptures captures_;
+  SessionGraphs graphs_;
   // pause()/resume(): the serving thread parks between calls.
   std::mutex pauseMutex_;
   std::condition_variable pauseChanged_;

@@ -57,8 +57,9 @@ class Session::Rebuilder {
     RETURN_IF_ERROR(contexts());
     uint64_t total = 0;
     for (const auto& b : reader_.manifest().blobs) {
-      if ((b.kind == "gpu-memory" && deferred_ == nullptr) || b.kind == "module-global")
+      if ((b.kind == "gpu-memory" && deferred_ == nullptr) || b.kind == "module-global") {
         total += b.size;
+      }
     }
     phase_.emplace(progress_, "gpu-memory", total);
     phase_->start();
@@ -90,6 +91,9 @@ class Session::Rebuilder {
     RETURN_IF_ERROR(s_.modules_.bindFunctions(scope_, st_, s_.pool_.deviceCount()));
     RETURN_IF_ERROR(s_.streamsAndEvents_.rebuild(scope_, st_));
     RETURN_IF_ERROR(s_.links_.rebuild(scope_, reader_, st_));
+    // Graphs after the functions and events their nodes name.
+    RETURN_IF_ERROR(
+        s_.graphs_.rebuild(scope_, st_, [this](uint64_t context) { return makeCurrent(context); }));
     RETURN_IF_ERROR(pinned());
     RETURN_IF_ERROR(hostCalls());
     // The ring's contents last: the application's pending calls are in it.
@@ -110,8 +114,9 @@ class Session::Rebuilder {
  private:
   Status claimRing() {
     // The session's files first: if it still runs here, nothing is done.
-    if (!st_.contains("ring"))
+    if (!st_.contains("ring")) {
       return makeError(Code::kDataLoss, "the session's call ring is not in the image");
+    }
     ASSIGN_OR_RETURN(ringPath_, field<std::string>(st_["ring"], "path", "ring"));
     RETURN_IF_ERROR(claimSessionPath(ringPath_, ringPath_, s_.pid(), s_.uid_));
     // The ring is created and locked at once: another restore of this session

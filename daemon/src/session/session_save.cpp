@@ -50,6 +50,7 @@ class Session::Describer {
       lost_.push_back({{"id", stream}, {"what", what + ", which the engine does not save"}});
     }
     RETURN_IF_ERROR(s_.links_.save(writer_, state_));
+    s_.graphs_.save(scope_, state_, lost_);
     unsaved();
     // A checkpoint that cannot save an object the program holds fails, naming
     // it, rather than publish an image whose restore would run wrong.
@@ -87,25 +88,17 @@ class Session::Describer {
   // that name nothing.
   void unsaved() {
     static const std::set<HandleType> kSaved = {
-        HandleType::kCUctx_st,           HandleType::kCUevent_st,  HandleType::kCUfunc_st,
-        HandleType::kCUkern_st,          HandleType::kCUlib_st,    HandleType::kCUmod_st,
-        HandleType::kCUmemPoolHandle_st, HandleType::kCUstream_st, HandleType::kCUlinkState_st};
-    // Graphs are the driver's (stream capture runs on its streams): their
-    // nodes and parameters are not saved yet.
-    static const std::map<HandleType, const char*> kNamed = {
-        {HandleType::kCUgraph_st, "a CUDA graph"},
-        {HandleType::kCUgraphExec_st, "an executable CUDA graph"},
-        {HandleType::kCUgraphNode_st, "a node of a CUDA graph"}};
+        HandleType::kCUctx_st,           HandleType::kCUevent_st,     HandleType::kCUfunc_st,
+        HandleType::kCUkern_st,          HandleType::kCUlib_st,       HandleType::kCUmod_st,
+        HandleType::kCUmemPoolHandle_st, HandleType::kCUstream_st,    HandleType::kCUlinkState_st,
+        HandleType::kCUgraph_st,         HandleType::kCUgraphExec_st, HandleType::kCUgraphNode_st};
     for (HandleType type : s_.handles_.liveTypes()) {
       if (kSaved.count(type) != 0) continue;
-      auto named = kNamed.find(type);
       for (uint64_t id : s_.handles_.ids(type)) {
         lost_.push_back(
             {{"id", id},
-             {"what", named != kNamed.end()
-                          ? fmt::format("{}, which the engine does not save yet", named->second)
-                          : fmt::format("an object of type {}, which the engine does not save",
-                                        handleTypeName(type))}});
+             {"what", fmt::format("an object of type {}, which the engine does not save",
+                                  handleTypeName(type))}});
       }
     }
   }

@@ -7,7 +7,9 @@
 // are first run on the streams themselves, and each replayed step must
 // give their loss bit for bit. Deterministic, so that a restored run prints
 // the same bytes as an uninterrupted one.
-//   graph_train [--steps N] [--sleep-ms MS]
+//   graph_train [--steps N] [--sleep-ms MS] [--hold-capture-ms MS]
+// (--hold-capture-ms: says "capturing" and waits that long before the
+// capture ends, for a checkpoint to find it in progress.)
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -67,10 +69,11 @@ void reset(const State& s, cudaStream_t main) {
 }
 
 int main(int argc, char** argv) {
-  int steps = 20, sleepMs = 0;
+  int steps = 20, sleepMs = 0, holdMs = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--sleep-ms") == 0) sleepMs = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--hold-capture-ms") == 0) holdMs = std::atoi(argv[i + 1]);
   }
   std::vector<float> x(kSamples * kFeatures), y(kSamples);
   unsigned seed = 4242;
@@ -121,6 +124,11 @@ int main(int argc, char** argv) {
   if (status != cudaStreamCaptureStatusActive) {
     std::printf("MISMATCH: the side stream is not in the capture\n");
     return 1;
+  }
+  if (holdMs > 0) {
+    std::printf("capturing\n");
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(holdMs));
   }
   CHECK(cudaStreamEndCapture(main, &graph));
   cudaGraphExec_t exec;

@@ -1,0 +1,394 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "session/session_graphs.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <deque>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "phos/cuda_api/api_table.h"
+
+namespace phos::daemon {
+
+using json = nlohmann::json;
+
+namespace {
+
+// The session's id for the function a kernel node runs: a CUfunction the
+// application was given, or the library kernel whose function it is in the
+// current context.
+Result<uint64_t> functionId(const SessionScope& scope, CUfunction f) {
+  if (uint64_t id = scope.handles.idOf(f); HandleTable::typeOf(id) == HandleType::kCUfunc_st) {
+    return id;
+  }
+  for (uint64_t id : scope.handles.ids(HandleType::kCUkern_st)) {
+    auto k = static_cast<CUkernel>(scope.handles.resolve(HandleType::kCUkern_st, id));
+    CUfunction of = nullptr;
+    if (PHOS_DRIVER(scope.driver, KernelGetFunction)(&of, k) == CUDA_SUCCESS && of == f) return id;
+  }
+  return makeError(Code::kFailedPrecondition,
+                   "a kernel node runs a function the application was not given");
+}
+
+// The function of `id` (save()'s) in the current context.
+Result<CUfunction> functionOf(const SessionScope& scope, uint64_t id) {
+  if (HandleTable::typeOf(id) == HandleType::kCUkern_st) {
+    auto k = static_cast<CUkernel>(scope.handles.resolve(HandleType::kCUkern_st, id));
+    CUfunction f = nullptr;
+    if (k == nullptr || PHOS_DRIVER(scope.driver, KernelGetFunction)(&f, k) != CUDA_SUCCESS) {
+      return makeError(Code::kDataLoss, "graph: kernel {} is not a library kernel of the session",
+                       hex(id));
+    }
+    return f;
+  }
+  auto f = static_cast<CUfunction>(scope.handles.resolve(HandleType::kCUfunc_st, id));
+  if (f == nullptr) {
+    return makeError(Code::kDataLoss, "graph: function {} is not a function of the session",
+                     hex(id));
+  }
+  return f;
+}
+
+Result<json> describeNode(const SessionScope& scope, CUgraphNode node) {
+  const DriverTable& d = scope.driver;
+  CUgraphNodeType type{};
+  RETURN_IF_ERROR(
+      driverStatus(PHOS_DRIVER(d, GraphNodeGetType)(node, &type), "cuGraphNodeGetType"));
+  json n = {{"type", static_cast<int>(type)}};
+  switch (type) {
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+      return n;
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      CUDA_KERNEL_NODE_PARAMS p{};
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, GraphKernelNodeGetParams_v2)(node, &p),
+                                   "cuGraphKernelNodeGetParams"));
+      if (p.extra != nullptr) {
+        return makeError(Code::kFailedPrecondition,
+                         "a kernel node whose parameters are an `extra` buffer");
+      }
+      ASSIGN_OR_RETURN(uint64_t fid, functionId(scope, p.func));
+      json params = json::array();
+      for (size_t i = 0;; ++i) {
+        size_t offset = 0, size = 0;
+        if (PHOS_DRIVER(d, FuncGetParamInfo)(p.func, i, &offset, &size) != CUDA_SUCCESS) break;
+        params.push_back(hexBytes(p.kernelParams[i], size));
+      }
+      n["function"] = fid;
+      n["grid"] = {p.gridDimX, p.gridDimY, p.gridDimZ};
+      n["block"] = {p.blockDimX, p.blockDimY, p.blockDimZ};
+      n["shared"] = p.sharedMemBytes;
+      n["params"] = std::move(params);
+      return n;
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY: {
+      CUDA_MEMCPY3D m{};
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, GraphMemcpyNodeGetParams)(node, &m),
+                                   "cuGraphMemcpyNodeGetParams"));
+      if (m.srcMemoryType == CU_MEMORYTYPE_ARRAY || m.dstMemoryType == CU_MEMORYTYPE_ARRAY) {
+        return makeError(Code::kFailedPrecondition, "a copy node of a CUDA array");
+      }
+      n["copy"] = hexBytes(&m, sizeof(m));
+      return n;
+    }
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      CUDA_MEMSET_NODE_PARAMS m{};
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, GraphMemsetNodeGetParams)(node, &m),
+                                   "cuGraphMemsetNodeGetParams"));
+      n["set"] = hexBytes(&m, sizeof(m));
+      return n;
+    }
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: {
+      CUevent e = nullptr;
+      CUresult r = type == CU_GRAPH_NODE_TYPE_EVENT_RECORD
+                       ? PHOS_DRIVER(d, GraphEventRecordNodeGetEvent)(node, &e)
+                       : PHOS_DRIVER(d, GraphEventWaitNodeGetEvent)(node, &e);
+      RETURN_IF_ERROR(driverStatus(r, "the event of an event node"));
+      uint64_t id = scope.handles.idOf(e);
+      if (HandleTable::typeOf(id) != HandleType::kCUevent_st) {
+        return makeError(Code::kFailedPrecondition,
+                         "an event node of an event the application destroyed");
+      }
+      n["event"] = id;
+      return n;
+    }
+    default:
+      return makeError(Code::kFailedPrecondition,
+                       "a node of type {} (a host function, child graph, memory or "
+                       "conditional node)",
+                       static_cast<int>(type));
+  }
+}
+
+}  // namespace
+
+Result<json> SessionGraphs::describe(const SessionScope& scope, CUgraph graph) {
+  const DriverTable& d = scope.driver;
+  size_t count = 0;
+  RETURN_IF_ERROR(
+      driverStatus(PHOS_DRIVER(d, GraphGetNodes)(graph, nullptr, &count), "cuGraphGetNodes"));
+  std::vector<CUgraphNode> nodes(count);
+  if (count > 0) {
+    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, GraphGetNodes)(graph, nodes.data(), &count),
+                                 "cuGraphGetNodes"));
+  }
+  size_t edges = 0;
+  RETURN_IF_ERROR(
+      driverStatus(PHOS_DRIVER(d, GraphGetEdges_v2)(graph, nullptr, nullptr, nullptr, &edges),
+                   "cuGraphGetEdges"));
+  std::vector<CUgraphNode> from(edges), to(edges);
+  std::vector<CUgraphEdgeData> data(edges);
+  if (edges > 0) {
+    RETURN_IF_ERROR(driverStatus(
+        PHOS_DRIVER(d, GraphGetEdges_v2)(graph, from.data(), to.data(), data.data(), &edges),
+        "cuGraphGetEdges"));
+  }
+  std::unordered_map<CUgraphNode, size_t> indexOf;
+  for (size_t i = 0; i < count; ++i) indexOf[nodes[i]] = i;
+  auto index = [&](CUgraphNode n) {
+    auto it = indexOf.find(n);
+    return it == indexOf.end() ? count : it->second;
+  };
+  std::vector<std::vector<size_t>> deps(count), next(count);
+  std::vector<size_t> waiting(count, 0);
+  for (size_t e = 0; e < edges; ++e) {
+    const CUgraphEdgeData& ed = data[e];
+    if (ed.type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || ed.from_port != 0 || ed.to_port != 0) {
+      return makeError(Code::kFailedPrecondition,
+                       "an edge with ports or a programmatic dependency");
+    }
+    const size_t f = index(from[e]), t = index(to[e]);
+    if (f >= count || t >= count) {
+      return makeError(Code::kInternal, "an edge names a node the graph does not list");
+    }
+    deps[t].push_back(f);
+    next[f].push_back(t);
+    ++waiting[t];
+  }
+  // Kahn's order: every node after the nodes it depends on.
+  std::vector<size_t> order;
+  std::deque<size_t> ready;
+  for (size_t i = 0; i < count; ++i) {
+    if (waiting[i] == 0) ready.push_back(i);
+  }
+  std::vector<size_t> position(count);
+  while (!ready.empty()) {
+    const size_t i = ready.front();
+    ready.pop_front();
+    position[i] = order.size();
+    order.push_back(i);
+    for (size_t t : next[i]) {
+      if (--waiting[t] == 0) ready.push_back(t);
+    }
+  }
+  if (order.size() != count) return makeError(Code::kInternal, "the graph's edges make a cycle");
+  json out = json::array();
+  for (size_t i : order) {
+    auto node = describeNode(scope, nodes[i]);
+    if (!node.isOk()) return node.status();
+    json after = json::array();
+    for (size_t f : deps[i]) after.push_back(position[f]);
+    (*node)["after"] = std::move(after);
+    (*node)["id"] = scope.handles.idOf(nodes[i]);
+    out.push_back(std::move(*node));
+  }
+  return out;
+}
+
+void SessionGraphs::save(const SessionScope& scope, json& state, json& lost) const {
+  json graphs = json::array();
+  for (uint64_t id : scope.handles.ids(HandleType::kCUgraph_st)) {
+    auto context = graphContexts_.find(id);
+    const uint64_t ctx = context != graphContexts_.end() ? context->second : scope.currentContext;
+    if (ctx != 0) (void)scope.contexts.makeCurrent(scope.driver, ctx);
+    auto graph = static_cast<CUgraph>(scope.handles.resolve(HandleType::kCUgraph_st, id));
+    auto described = describe(scope, graph);
+    if (!described.isOk()) {
+      lost.push_back(
+          {{"id", id}, {"what", "a CUDA graph holding " + described.status().message()}});
+      continue;
+    }
+    graphs.push_back(
+        {{"kind", "graph"}, {"id", id}, {"context", ctx}, {"nodes", std::move(*described)}});
+  }
+  for (const auto& [id, exec] : execs_) {
+    if (scope.handles.resolve(HandleType::kCUgraphExec_st, id) == nullptr) continue;
+    if (!exec.description.isOk()) {
+      lost.push_back({{"id", id},
+                      {"what", "an executable CUDA graph made from a graph holding " +
+                                   exec.description.status().message()}});
+      continue;
+    }
+    graphs.push_back({{"kind", "exec"},
+                      {"id", id},
+                      {"context", exec.context},
+                      {"flags", exec.flags},
+                      {"nodes", *exec.description}});
+  }
+  state["graphs"] = std::move(graphs);
+}
+
+namespace {
+
+// One described node added to `graph` after `after`.
+Result<CUgraphNode> addNode(const SessionScope& scope, CUgraph graph, const json& n,
+                            const std::vector<CUgraphNode>& after, const std::string& where) {
+  const DriverTable& d = scope.driver;
+  ASSIGN_OR_RETURN(int type, field<int>(n, "type", where));
+  CUgraphNode node = nullptr;
+  CUresult r = CUDA_ERROR_INVALID_VALUE;
+  const CUgraphNode* deps = after.empty() ? nullptr : after.data();
+  CUcontext ctx = nullptr;
+  (void)PHOS_DRIVER(d, CtxGetCurrent)(&ctx);
+  switch (type) {
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+      r = PHOS_DRIVER(d, GraphAddEmptyNode)(&node, graph, deps, after.size());
+      break;
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      ASSIGN_OR_RETURN(uint64_t fid, field<uint64_t>(n, "function", where));
+      ASSIGN_OR_RETURN(CUfunction f, functionOf(scope, fid));
+      ASSIGN_OR_RETURN(auto grid, (field<std::vector<unsigned>>(n, "grid", where)));
+      ASSIGN_OR_RETURN(auto block, (field<std::vector<unsigned>>(n, "block", where)));
+      ASSIGN_OR_RETURN(unsigned shared, field<unsigned>(n, "shared", where));
+      ASSIGN_OR_RETURN(auto texts, (field<std::vector<std::string>>(n, "params", where)));
+      if (grid.size() != 3 || block.size() != 3) {
+        return makeError(Code::kDataLoss, "{}: grid or block is not 3 numbers", where);
+      }
+      // Exactly the kernel's parameters, each of its size.
+      std::vector<std::vector<unsigned char>> bytes;
+      for (size_t i = 0;; ++i) {
+        size_t offset = 0, size = 0;
+        if (PHOS_DRIVER(d, FuncGetParamInfo)(f, i, &offset, &size) != CUDA_SUCCESS) break;
+        if (i >= texts.size()) {
+          return makeError(Code::kDataLoss, "{}: fewer parameters than the kernel's", where);
+        }
+        bytes.emplace_back(size);
+        if (!parseHexBytes(texts[i], bytes.back().data(), size)) {
+          return makeError(Code::kDataLoss, "{}: parameter {} is not {} bytes", where, i, size);
+        }
+      }
+      if (bytes.size() != texts.size()) {
+        return makeError(Code::kDataLoss, "{}: more parameters than the kernel's", where);
+      }
+      std::vector<void*> pointers;
+      for (auto& b : bytes) pointers.push_back(b.data());
+      CUDA_KERNEL_NODE_PARAMS p{};
+      p.func = f;
+      p.gridDimX = grid[0];
+      p.gridDimY = grid[1];
+      p.gridDimZ = grid[2];
+      p.blockDimX = block[0];
+      p.blockDimY = block[1];
+      p.blockDimZ = block[2];
+      p.sharedMemBytes = shared;
+      p.kernelParams = pointers.empty() ? nullptr : pointers.data();
+      r = PHOS_DRIVER(d, GraphAddKernelNode_v2)(&node, graph, deps, after.size(), &p);
+      break;
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY: {
+      ASSIGN_OR_RETURN(std::string text, field<std::string>(n, "copy", where));
+      CUDA_MEMCPY3D m{};
+      if (!parseHexBytes(text, &m, sizeof(m)) || m.srcMemoryType == CU_MEMORYTYPE_ARRAY ||
+          m.dstMemoryType == CU_MEMORYTYPE_ARRAY) {
+        return makeError(Code::kDataLoss, "{}: a garbled copy", where);
+      }
+      r = PHOS_DRIVER(d, GraphAddMemcpyNode)(&node, graph, deps, after.size(), &m, ctx);
+      break;
+    }
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      ASSIGN_OR_RETURN(std::string text, field<std::string>(n, "set", where));
+      CUDA_MEMSET_NODE_PARAMS m{};
+      if (!parseHexBytes(text, &m, sizeof(m))) {
+        return makeError(Code::kDataLoss, "{}: a garbled set", where);
+      }
+      r = PHOS_DRIVER(d, GraphAddMemsetNode)(&node, graph, deps, after.size(), &m, ctx);
+      break;
+    }
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: {
+      ASSIGN_OR_RETURN(uint64_t eid, field<uint64_t>(n, "event", where));
+      auto e = static_cast<CUevent>(scope.handles.resolve(HandleType::kCUevent_st, eid));
+      if (e == nullptr) {
+        return makeError(Code::kDataLoss, "{}: event {} is not an event of the session", where,
+                         hex(eid));
+      }
+      r = type == CU_GRAPH_NODE_TYPE_EVENT_RECORD
+              ? PHOS_DRIVER(d, GraphAddEventRecordNode)(&node, graph, deps, after.size(), e)
+              : PHOS_DRIVER(d, GraphAddEventWaitNode)(&node, graph, deps, after.size(), e);
+      break;
+    }
+    default:
+      return makeError(Code::kDataLoss, "{}: node type {} is not one a checkpoint saves", where,
+                       type);
+  }
+  RETURN_IF_ERROR(driverStatus(r, where));
+  return node;
+}
+
+}  // namespace
+
+Status SessionGraphs::rebuild(const SessionScope& scope, const json& state,
+                              const std::function<Status(uint64_t)>& makeCurrent) {
+  const DriverTable& d = scope.driver;
+  for (const json& g : state.value("graphs", json::array())) {
+    ASSIGN_OR_RETURN(std::string kind, field<std::string>(g, "kind", "graph"));
+    ASSIGN_OR_RETURN(uint64_t id, field<uint64_t>(g, "id", "graph"));
+    const std::string where = fmt::format("graph {}", hex(id));
+    const HandleType type = kind == "exec" ? HandleType::kCUgraphExec_st : HandleType::kCUgraph_st;
+    if ((kind != "graph" && kind != "exec") || HandleTable::typeOf(id) != type) {
+      return makeError(Code::kDataLoss, "{}: \"{}\" is not a graph's or executable graph's kind",
+                       where, kind);
+    }
+    ASSIGN_OR_RETURN(uint64_t context, field<uint64_t>(g, "context", where));
+    ASSIGN_OR_RETURN(json nodes, field<json>(g, "nodes", where));
+    if (!nodes.is_array()) return makeError(Code::kDataLoss, "{}: \"nodes\" is not a list", where);
+    if (context != 0) RETURN_IF_ERROR(makeCurrent(context));
+    CUgraph graph = nullptr;
+    RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, GraphCreate)(&graph, 0), where));
+    std::vector<CUgraphNode> made;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const std::string at = fmt::format("{}, node {}", where, i);
+      auto after = field<std::vector<size_t>>(nodes[i], "after", at);
+      std::vector<CUgraphNode> deps;
+      Status ok = after.status();
+      if (ok.isOk()) {
+        for (size_t a : *after) {
+          if (a >= made.size()) {
+            ok =
+                makeError(Code::kDataLoss, "{}: it comes after node {}, not made before it", at, a);
+            break;
+          }
+          deps.push_back(made[a]);
+        }
+      }
+      auto node = ok.isOk() ? addNode(scope, graph, nodes[i], deps, at) : Result<CUgraphNode>(ok);
+      if (!node.isOk()) {
+        PHOS_DRIVER(d, GraphDestroy)(graph);
+        return node.status();
+      }
+      made.push_back(*node);
+      // The node ids the application holds are of its graphs' nodes.
+      if (uint64_t nid = nodes[i].value("id", uint64_t{0}); kind == "graph" && nid != 0) {
+        scope.handles.bind(HandleType::kCUgraphNode_st, nid, *node);
+      }
+    }
+    if (kind == "graph") {
+      scope.handles.bind(HandleType::kCUgraph_st, id, graph);
+      noteGraph(id, context);
+      continue;
+    }
+    ASSIGN_OR_RETURN(unsigned long long flags, field<unsigned long long>(g, "flags", where));
+    CUgraphExec exec = nullptr;
+    CUresult r = PHOS_DRIVER(d, GraphInstantiateWithFlags)(&exec, graph, flags);
+    PHOS_DRIVER(d, GraphDestroy)(graph);
+    RETURN_IF_ERROR(driverStatus(r, where));
+    scope.handles.bind(HandleType::kCUgraphExec_st, id, exec);
+    noteExec(id, context, flags, nodes);
+  }
+  return Status::ok();
+}
+
+}  // namespace phos::daemon
