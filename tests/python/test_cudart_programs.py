@@ -120,7 +120,8 @@ def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path,
         job.stop()
 
 
-@pytest.mark.parametrize("eager,name", [(False, "train"), (True, "train"), (False, "pools"), (False, "managed")])
+@pytest.mark.parametrize("eager,name", [(False, "train"), (True, "train"), (False, "pools"), (False, "managed"),
+                                        (False, "graph_train")])
 def test_restored_concurrently_or_eagerly(criu, phos, phosd, cudart_dir, env, tmp_path, eager, name):
     ref = reference(cudart_dir, env, name)
     job = Job(phos, phosd, train(cudart_dir, name), env, tmp_path)
