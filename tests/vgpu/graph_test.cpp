@@ -221,6 +221,7 @@ TEST_F(GraphTest, ACapturedGraphHoldsANodePerCall) {
 
 TEST_F(GraphTest, StreamsJoinACaptureThroughEventsAndMustJoinBack) {
   ASSERT_CU(cuMemsetD32(x_, 2, kN));
+  ASSERT_CU(cuCtxSynchronize());  // the legacy stream does not order non-blocking ones
   CUstream other = nullptr;
   ASSERT_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
   CUevent forked = nullptr, joined = nullptr;
@@ -384,7 +385,8 @@ TEST_F(GraphTest, CaptureModesAndTheirRefusalsArePerThread) {
   EXPECT_EQ(mine, CU_STREAM_CAPTURE_MODE_GLOBAL);
   ASSERT_CU(cuStreamEndCapture(s_, &graph));
   CUgraphExec exec = nullptr;
-  ASSERT_CU(cuMemsetD32(x_, 1, kN));
+  // On the launch's stream: the legacy stream does not order a non-blocking one.
+  ASSERT_CU(cuMemsetD32Async(x_, 1, kN, s_));
   ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
   ASSERT_CU(cuGraphLaunch(exec, s_));
   ASSERT_CU(cuStreamSynchronize(s_));
@@ -480,6 +482,7 @@ TEST_F(GraphTest, ExplicitNodesRunInTheirDependenciesOrder) {
 
 TEST_F(GraphTest, AnExecutableGraphsKernelTakesNewParametersAndTheGraphKeepsItsOwn) {
   ASSERT_CU(cuMemsetD32(x_, 1, kN));
+  ASSERT_CU(cuCtxSynchronize());  // the legacy stream does not order non-blocking ones
   ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
   ASSERT_CU(scaleAdd(s_, 3, 1));
   CUgraph graph = nullptr;
@@ -541,6 +544,7 @@ TEST_F(GraphTest, EventNodesRecordAndWaitAtEachLaunch) {
 
   // `e` recorded behind a closed gate: the graph's memset waits for it.
   ASSERT_CU(cuMemsetD32(x_, 1, kN));
+  ASSERT_CU(cuCtxSynchronize());  // the legacy stream does not order non-blocking ones
   Gate gate;
   ASSERT_CU(cuLaunchHostFunc(s_, &Gate::wait, &gate));
   ASSERT_CU(cuEventRecord(e, s_));
