@@ -260,29 +260,8 @@ def test_a_captured_graph_replays_cupy_kernels(build_dir, tmp_path):
     """CuPy's stream capture (Stream.begin_capture/end_capture, Graph.launch): two elementwise kernels
     captured once, launched three times, give what numpy computes for three steps; an array allocated
     inside the capture is usable after it."""
-    source = """
-    import cupy as cp
-    import numpy as np
-    x = cp.arange(4096, dtype=cp.float32)
-    y = cp.zeros_like(x)
-    out = cp.empty_like(x)
-    cp.multiply(x, 2, out=out)  # the kernels compiled before the capture
-    cp.add(out, y, out=y)
-    y.fill(0)
-    s = cp.cuda.Stream(non_blocking=True)
-    with s:
-        s.begin_capture()
-        cp.multiply(x, 2, out=out)
-        cp.add(out, y, out=y)
-        z = x * 3
-        g = s.end_capture()
-    assert float(y.sum()) == 0.0  # captured, not run
-    for _ in range(3):
-        g.launch(stream=s)
-    s.synchronize()
-    ref = np.arange(4096, dtype=np.float32)
-    print(bool((y.get() == ref * 2 * 3).all()), bool((z.get() == ref * 3).all()))
-    """
+    from test_cupy import CAPTURE  # the same client runs under phos run there
+    source = CAPTURE
     r = run_client(build_dir, tmp_path, source, CUPY_ACCELERATORS="")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.strip() == "True True", r.stdout
+    assert r.stdout.startswith("True True "), r.stdout
