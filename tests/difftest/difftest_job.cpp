@@ -44,7 +44,9 @@
 // (cuEventElapsedTime across a restore), context limits and cache
 // configuration, function attributes (cuFuncSetAttribute). managed adds
 // cuMemAllocManaged buffers, which the host also reads and rewrites through
-// their pointers.
+// their pointers. graphs (not on by default: the fixed seeds keep their plans)
+// captures kernels and sets into executable graphs, launched on any stream
+// later, until a buffer or module they name goes.
 #include <cuda.h>
 #include <unistd.h>
 
@@ -116,6 +118,7 @@ enum Feature : uint32_t {
   kCtxLimits = 1u << 13,
   kFuncAttrs = 1u << 14,
   kManaged = 1u << 15,
+  kGraphs = 1u << 16,
 };
 
 struct FeatureName {
@@ -132,6 +135,7 @@ constexpr FeatureName kFeatures[] = {
     {"launches", kLaunches, true},    {"streams", kStreams, true},
     {"elapsed", kElapsed, true},      {"ctx-limits", kCtxLimits, true},
     {"func-attrs", kFuncAttrs, true}, {"managed", kManaged, true},
+    {"graphs", kGraphs, false},
 };
 
 uint32_t defaultFeatures() {
@@ -723,6 +727,7 @@ class Job {
 
   void unloadModule(ModuleInstance& m) {
     trace("unload module %d", m.id);
+    dropGraphs([&](const GraphExec& g) { return g.module == m.id; });
     CHECK(cuCtxSynchronize());
     for (auto& b : buffers_) b.lastStream = kIdle;
     if (m.library != nullptr) {
@@ -849,6 +854,9 @@ class Job {
   }
 
   void release(int id) {
+    dropGraphs([&](const GraphExec& g) {
+      return std::find(g.buffers.begin(), g.buffers.end(), id) != g.buffers.end();
+    });
     Buffer& b = buffers_[id];
     trace("free buffer %d (%s)", id, kindName(b.kind));
     // Nothing may point at it any more: table entries and g_ptr variables.
@@ -993,6 +1001,7 @@ class Job {
         {"ctx-limits", has(kCtxLimits) ? 2u : 0u, &Job::opCtxLimits},
         {"func-attrs", has(kFuncAttrs) ? 2u : 0u, &Job::opFuncAttrs},
         {"managed-host", has(kManaged) ? 3u : 0u, &Job::opManagedHost},
+        {"graphs", has(kGraphs) ? 10u : 0u, &Job::opGraphs},
     };
     unsigned total = 0;
     for (const auto& c : choices) total += c.weight;
@@ -1576,6 +1585,71 @@ class Job {
     }
   }
 
+  // An executable graph of 1-3 captured kernels and sets over device
+  // buffers, or a launch of one on any stream (ordered after the buffers'
+  // last streams, as any launch is).
+  struct GraphExec {
+    CUgraphExec exec = nullptr;
+    std::vector<int> buffers;
+    int module = 0;
+  };
+  void opGraphs() {
+    if (!graphs_.empty() && (graphs_.size() >= 3 || rng_.chance(70))) {
+      GraphExec& g = graphs_[rng_.below(graphs_.size())];
+      const int s = pickStream();
+      trace("graph launch on stream %d", s);
+      orderOn(s, g.buffers);
+      CHECK(cuGraphLaunch(g.exec, streams_[s].handle));
+      return;
+    }
+    std::vector<int> data;
+    for (int id : live(true, true, true)) {
+      if (buffers_[id].kind != Kind::kManaged) data.push_back(id);
+    }
+    if (data.empty()) return;
+    const ModuleInstance& m = pickModule();
+    if (captureStream_ == nullptr) CHECK(cuStreamCreate(&captureStream_, CU_STREAM_NON_BLOCKING));
+    GraphExec g;
+    g.module = m.id;
+    const unsigned items = static_cast<unsigned>(rng_.range(1, 3));
+    trace("graph of %u items captured with module %d", items, m.id);
+    // Thread-local: the job's other threads may allocate meanwhile.
+    CHECK(cuStreamBeginCapture(captureStream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    for (unsigned i = 0; i < items; ++i) {
+      const Buffer& b = buffers_[rng_.pick(data)];
+      auto [offset, words] = pickRange(b, kMaxKernelWords);
+      if (b.kind == Kind::kPitched) offset = rng_.below(b.words() - words + 1);
+      CUdeviceptr p = b.dptr + offset * 4;
+      unsigned n = static_cast<unsigned>(words);
+      g.buffers.push_back(b.id);
+      if (rng_.chance(70)) {
+        unsigned k = static_cast<unsigned>(rng_.next());
+        void* params[] = {&p, &n, &k};
+        CHECK(cuLaunchKernel(m.fn[kMix], blocksFor(words), 1, 1, 256, 1, 1, 0, captureStream_,
+                             params, nullptr));
+      } else {
+        CHECK(cuMemsetD32Async(p, static_cast<unsigned>(rng_.next()), words, captureStream_));
+      }
+    }
+    CUgraph graph = nullptr;
+    CHECK(cuStreamEndCapture(captureStream_, &graph));
+    CHECK(cuGraphInstantiateWithFlags(&g.exec, graph, 0));
+    CHECK(cuGraphDestroy(graph));
+    graphs_.push_back(std::move(g));
+  }
+  // Destroys the executable graphs `gone` says name what is going away.
+  template <typename Gone>
+  void dropGraphs(Gone gone) {
+    for (size_t i = 0; i < graphs_.size();) {
+      if (gone(graphs_[i])) {
+        CHECK(cuGraphExecDestroy(graphs_[i].exec));
+        graphs_.erase(graphs_.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+
   void opModules() {
     int alive = 0;
     for (const auto& m : modules_) alive += m.alive;
@@ -1986,6 +2060,8 @@ class Job {
   std::vector<Buffer> buffers_;
   std::vector<StreamSlot> streams_;
   std::vector<ModuleInstance> modules_;
+  std::vector<GraphExec> graphs_;     // executable graphs (feature graphs)
+  CUstream captureStream_ = nullptr;  // where they are captured (never launched on)
   std::vector<PoolSlot> pools_;
   std::vector<ThreadSlot> threads_;
   std::vector<CUevent> spareEvents_;

@@ -90,6 +90,14 @@ def test_a_launch_whose_bounds_ask_for_themselves_is_speculated(criu, runner):  
                         points=[Point(4, "stop", True), Point(10, "recopy"), Point(13, "recopy", eager=True)]))
 
 
+def test_captured_graphs_launched_across_restores_are_the_uninterrupted_run(criu, runner):  # noqa: F811
+    """Seed 11 with graphs (not a default feature): executable graphs captured in steps 1 and 3 are
+    launched on the legacy, per-thread and a created stream in every later step, across a recopy
+    left running and a stop-the-world checkpoint restored while its memory loads slowly."""
+    passes(runner, Case(11, steps=10, sleep_ms=60, slow=True, points=[Point(4, "recopy", True), Point(7, "stop")],
+                        features="+graphs"))
+
+
 def test_files_of_a_restored_session_outlive_a_starting_phosd(criu, runner):  # noqa: F811
     """Seed 13 (no threads) runs its first host function in step 4, after its
     first restore: the session's host-call queue was named after its worker,
