@@ -7,7 +7,6 @@
 // "Stream capture and graphs").
 #include <cuda.h>
 
-#include <cstring>
 #include <string>
 #include <vector>
 

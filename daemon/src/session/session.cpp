@@ -357,24 +357,24 @@ CUresult Session::freeDevice(CUdeviceptr address) {
   if (a == nullptr || a->address != address || a->module != nullptr) return CUDA_ERROR_INVALID_VALUE;
   // cuMemFree waits for the work that may use the memory; unmapping under a
   // running kernel would fault it.
-  if (captures_.active() != 0) {
-    synchronizeOutsideCaptures();
-    return memory_.free(address);
-  }
-  for (const auto& [vid, ctx] : contexts_) {
-    if (ctx.real == nullptr || ctx.device != a->device) continue;
-    PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
-    PHOS_DRIVER(driver_, CtxSynchronize)();
-  }
-  PHOS_DRIVER(driver_, CtxSetCurrent)(currentReal_);
+  waitForWork(a->device);
   return memory_.free(address);
 }
 
-// A context's synchronization would invalidate the captures of its streams
-// (a free in relaxed capture mode must not): each stream that is not
-// capturing is waited for instead, the legacy ones where no capture
-// involves them. Captured work does not run, so it uses no memory.
-void Session::synchronizeOutsideCaptures() {
+void Session::waitForWork(std::optional<int> device) {
+  if (captures_.active() == 0) {
+    for (const auto& [vid, ctx] : contexts_) {
+      if (ctx.real == nullptr || (device && ctx.device != *device)) continue;
+      PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
+      PHOS_DRIVER(driver_, CtxSynchronize)();
+    }
+    PHOS_DRIVER(driver_, CtxSetCurrent)(currentReal_);
+    return;
+  }
+  // A context's synchronization would invalidate the captures of its streams
+  // (a free in relaxed capture mode must not): each stream that is not
+  // capturing is waited for instead, the legacy ones where no capture
+  // involves them. Captured work does not run, so it uses no memory.
   auto wait = [&](CUstream stream) {
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     if (PHOS_DRIVER(driver_, StreamIsCapturing)(stream, &status) == CUDA_SUCCESS &&
@@ -429,16 +429,7 @@ Status Session::freePinned(uintptr_t address) {
     return makeError(Code::kNotFound, "{:#x} is not pinned memory of this session", address);
   }
   // Work of any of the session's contexts may still use the range.
-  if (captures_.active() != 0) {
-    synchronizeOutsideCaptures();
-  } else {
-    for (const auto& [vid, ctx] : contexts_) {
-      if (ctx.real == nullptr) continue;
-      PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
-      PHOS_DRIVER(driver_, CtxSynchronize)();
-    }
-    PHOS_DRIVER(driver_, CtxSetCurrent)(currentReal_);
-  }
+  waitForWork(std::nullopt);
   unregisterPinned(
       pinned_.ranges().at(address));  // not registered yet: the driver says so, and nothing changes
   pinned_.remove(address);

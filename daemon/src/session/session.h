@@ -169,8 +169,10 @@ class Session {
   CUresult allocateDevice(int device, size_t bytes, CUdeviceptr* address);
   // Frees what allocateDevice gave (after the session's work is done).
   CUresult freeDevice(CUdeviceptr address);
-  // Waits for every stream of the session that is not capturing.
-  void synchronizeOutsideCaptures();
+  // Waits for the work of the session's contexts (those of `device`, or
+  // all) that may still use memory about to be freed; while a capture is in
+  // progress, for every stream that is not capturing.
+  void waitForWork(std::optional<int> device);
   // Loads the validator's twin modules not loaded yet, compiling them while
   // the application's calls go on (the lock is held only to list and keep
   // them): a checkpoint calls it before its window, whose first launches

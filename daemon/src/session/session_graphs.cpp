@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <deque>
 #include <string>
 #include <unordered_map>
