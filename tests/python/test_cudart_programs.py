@@ -187,9 +187,10 @@ def test_a_checkpoint_during_a_stream_capture_is_refused_and_the_capture_goes_on
 
 
 def test_an_image_whose_graph_is_garbled_is_refused_naming_the_node(criu, phos, phosd, cudart_dir, env, tmp_path):
-    """The image is untrusted input: a graph node placed after a node not made before it, or a kernel
-    parameter of the wrong size, refuses the restore with a message naming the graph and node; the
-    untouched image still restores the job exactly."""
+    """The image is untrusted input: a graph node placed after a node not made before it, a kernel
+    parameter of the wrong size, or a copy reaching past the session's memory (phosd's worker may run as
+    root: the driver would copy its memory) refuses the restore with a message naming the graph and
+    node; the untouched image still restores the job exactly."""
     ref = reference(cudart_dir, env, "graph_train")
     job = Job(phos, phosd, train(cudart_dir, "graph_train"), env, tmp_path)
     try:
@@ -205,10 +206,17 @@ def test_an_image_whose_graph_is_garbled_is_refused_naming_the_node(criu, phos, 
     graphs = manifest["state"]["gpu"]["sessions"][0]["graphs"]
     assert [g["kind"] for g in graphs] == ["exec"], graphs  # the loop keeps its executable graph only
     kernel = next(i for i, n in enumerate(graphs[0]["nodes"]) if "params" in n)
+    copy = next(i for i, n in enumerate(graphs[0]["nodes"]) if "copy" in n)
+
+    def copy_from_elsewhere(g):
+        # The copy's srcXInBytes (its first field): far past the loss's allocation, into phosd's own memory.
+        g["nodes"][copy]["copy"] = (1 << 40).to_bytes(8, "little").hex() + g["nodes"][copy]["copy"][16:]
+
     for garble, message in [(lambda g: g["nodes"][0].update(after=[len(g["nodes"])]),
                              "node 0: it comes after node"),
                             (lambda g: g["nodes"][kernel]["params"].__setitem__(0, "00"),
-                             f"node {kernel}: parameter 0 is not 8 bytes")]:
+                             f"node {kernel}: parameter 0 is not 8 bytes"),
+                            (copy_from_elsewhere, f"node {copy}: a copy of memory that is not the session's")]:
         bad = json.loads(original)
         garble(bad["state"]["gpu"]["sessions"][0]["graphs"][0])
         path.write_text(json.dumps(bad))

@@ -232,9 +232,64 @@ void SessionGraphs::save(const SessionScope& scope, json& state, json& lost) con
 
 namespace {
 
+using Owns = std::function<bool(uint64_t, uint64_t)>;
+
+// a * b + c, false if it overflows 64 bits.
+bool mulAdd(uint64_t a, uint64_t b, uint64_t c, uint64_t* out) {
+  return !__builtin_mul_overflow(a, b, out) && !__builtin_add_overflow(*out, c, out);
+}
+
+// The bytes a side of a 3D copy spans: `bytes` from `first`; false if they
+// overflow. Its first row is (z, y), its last (z + Depth - 1, y + Height - 1).
+bool copySpan(uint64_t base, uint64_t x, uint64_t y, uint64_t z, uint64_t pitch, uint64_t height,
+              const CUDA_MEMCPY3D& m, uint64_t* first, uint64_t* bytes) {
+  if (m.WidthInBytes == 0 || m.Height == 0 || m.Depth == 0) return false;
+  uint64_t row = 0, lastRow = 0, start = 0, end = 0;
+  if (!mulAdd(z, height, y, &row) || !mulAdd(m.Depth - 1, height, m.Height - 1, &lastRow) ||
+      __builtin_add_overflow(lastRow, row, &lastRow)) {
+    return false;
+  }
+  if (!mulAdd(row, pitch, x, &start) || !mulAdd(lastRow, pitch, x, &end) ||
+      __builtin_add_overflow(end, m.WidthInBytes, &end)) {
+    return false;
+  }
+  if (__builtin_add_overflow(start, base, first) || __builtin_add_overflow(end, base, &end))
+    return false;
+  *bytes = end - *first;
+  return true;
+}
+
+// Both sides of a copy node are the session's memory.
+bool copyOwned(const CUDA_MEMCPY3D& m, const Owns& owns) {
+  auto side = [&](CUmemorytype type, const void* host, CUdeviceptr device, uint64_t x, uint64_t y,
+                  uint64_t z, uint64_t pitch, uint64_t height) {
+    if (type != CU_MEMORYTYPE_HOST && type != CU_MEMORYTYPE_DEVICE && type != CU_MEMORYTYPE_UNIFIED)
+      return false;
+    const uint64_t base = type == CU_MEMORYTYPE_HOST ? reinterpret_cast<uint64_t>(host) : device;
+    uint64_t first = 0, bytes = 0;
+    return copySpan(base, x, y, z, pitch, height, m, &first, &bytes) && owns(first, bytes);
+  };
+  return side(m.srcMemoryType, m.srcHost, m.srcDevice, m.srcXInBytes, m.srcY, m.srcZ, m.srcPitch,
+              m.srcHeight) &&
+         side(m.dstMemoryType, m.dstHost, m.dstDevice, m.dstXInBytes, m.dstY, m.dstZ, m.dstPitch,
+              m.dstHeight);
+}
+
+// A set node's rows lie in the session's memory.
+bool setOwned(const CUDA_MEMSET_NODE_PARAMS& m, const Owns& owns) {
+  if ((m.elementSize != 1 && m.elementSize != 2 && m.elementSize != 4) || m.width == 0 ||
+      m.height == 0) {
+    return false;
+  }
+  uint64_t rows = 0, bytes = 0, end = 0;
+  return mulAdd(m.pitch, m.height - 1, 0, &rows) && mulAdd(m.width, m.elementSize, rows, &bytes) &&
+         !__builtin_add_overflow(m.dst, bytes, &end) && owns(m.dst, bytes);
+}
+
 // One described node added to `graph` after `after`.
 Result<CUgraphNode> addNode(const SessionScope& scope, CUgraph graph, const json& n,
-                            const std::vector<CUgraphNode>& after, const std::string& where) {
+                            const std::vector<CUgraphNode>& after, const std::string& where,
+                            const Owns& owns) {
   const DriverTable& d = scope.driver;
   ASSIGN_OR_RETURN(int type, field<int>(n, "type", where));
   CUgraphNode node = nullptr;
@@ -290,9 +345,13 @@ Result<CUgraphNode> addNode(const SessionScope& scope, CUgraph graph, const json
     case CU_GRAPH_NODE_TYPE_MEMCPY: {
       ASSIGN_OR_RETURN(std::string text, field<std::string>(n, "copy", where));
       CUDA_MEMCPY3D m{};
-      if (!parseHexBytes(text, &m, sizeof(m)) || m.srcMemoryType == CU_MEMORYTYPE_ARRAY ||
-          m.dstMemoryType == CU_MEMORYTYPE_ARRAY) {
+      if (!parseHexBytes(text, &m, sizeof(m)))
         return makeError(Code::kDataLoss, "{}: a garbled copy", where);
+      if (!copyOwned(m, owns)) {
+        return makeError(Code::kDataLoss, "{}: a copy of memory that is not the session's", where);
+      }
+      if (!copyOwned(m, owns)) {
+        return makeError(Code::kDataLoss, "{}: a copy of memory that is not the session's", where);
       }
       r = PHOS_DRIVER(d, GraphAddMemcpyNode)(&node, graph, deps, after.size(), &m, ctx);
       break;
@@ -302,6 +361,9 @@ Result<CUgraphNode> addNode(const SessionScope& scope, CUgraph graph, const json
       CUDA_MEMSET_NODE_PARAMS m{};
       if (!parseHexBytes(text, &m, sizeof(m))) {
         return makeError(Code::kDataLoss, "{}: a garbled set", where);
+      }
+      if (!setOwned(m, owns)) {
+        return makeError(Code::kDataLoss, "{}: a set of memory that is not the session's", where);
       }
       r = PHOS_DRIVER(d, GraphAddMemsetNode)(&node, graph, deps, after.size(), &m, ctx);
       break;
@@ -330,7 +392,8 @@ Result<CUgraphNode> addNode(const SessionScope& scope, CUgraph graph, const json
 }  // namespace
 
 Status SessionGraphs::rebuild(const SessionScope& scope, const json& state,
-                              const std::function<Status(uint64_t)>& makeCurrent) {
+                              const std::function<Status(uint64_t)>& makeCurrent,
+                              const Owns& owns) {
   const DriverTable& d = scope.driver;
   for (const json& g : state.value("graphs", json::array())) {
     ASSIGN_OR_RETURN(std::string kind, field<std::string>(g, "kind", "graph"));
@@ -363,7 +426,8 @@ Status SessionGraphs::rebuild(const SessionScope& scope, const json& state,
           deps.push_back(made[a]);
         }
       }
-      auto node = ok.isOk() ? addNode(scope, graph, nodes[i], deps, at) : Result<CUgraphNode>(ok);
+      auto node =
+          ok.isOk() ? addNode(scope, graph, nodes[i], deps, at, owns) : Result<CUgraphNode>(ok);
       if (!node.isOk()) {
         PHOS_DRIVER(d, GraphDestroy)(graph);
         return node.status();

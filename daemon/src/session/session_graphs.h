@@ -50,9 +50,12 @@ class SessionGraphs {
   // ("graphs"); what cannot be described goes to `lost` ({id, what}).
   void save(const SessionScope& scope, nlohmann::json& state, nlohmann::json& lost) const;
   // save()'s graphs made again under their ids; `makeCurrent` makes a
-  // context (virtual id) current.
+  // context (virtual id) current; `owns(address, bytes)` says whether a range
+  // is the session's memory (device or pinned): the image is untrusted, and a
+  // copy or set node may name nothing else.
   Status rebuild(const SessionScope& scope, const nlohmann::json& state,
-                 const std::function<Status(uint64_t)>& makeCurrent);
+                 const std::function<Status(uint64_t)>& makeCurrent,
+                 const std::function<bool(uint64_t, uint64_t)>& owns);
 
  private:
   struct Exec {

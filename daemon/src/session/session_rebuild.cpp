@@ -91,10 +91,12 @@ class Session::Rebuilder {
     RETURN_IF_ERROR(s_.modules_.bindFunctions(scope_, st_, s_.pool_.deviceCount()));
     RETURN_IF_ERROR(s_.streamsAndEvents_.rebuild(scope_, st_));
     RETURN_IF_ERROR(s_.links_.rebuild(scope_, reader_, st_));
-    // Graphs after the functions and events their nodes name.
-    RETURN_IF_ERROR(
-        s_.graphs_.rebuild(scope_, st_, [this](uint64_t context) { return makeCurrent(context); }));
     RETURN_IF_ERROR(pinned());
+    // Graphs after the functions and events their nodes name and the pinned
+    // memory their copies may name.
+    RETURN_IF_ERROR(s_.graphs_.rebuild(
+        scope_, st_, [this](uint64_t context) { return makeCurrent(context); },
+        [this](uint64_t address, uint64_t bytes) { return s_.ownsRange(address, bytes); }));
     RETURN_IF_ERROR(hostCalls());
     // The ring's contents last: the application's pending calls are in it.
     const std::string& path = ringPath_;
