@@ -253,8 +253,9 @@ bool copySpan(uint64_t base, uint64_t x, uint64_t y, uint64_t z, uint64_t pitch,
       __builtin_add_overflow(end, m.WidthInBytes, &end)) {
     return false;
   }
-  if (__builtin_add_overflow(start, base, first) || __builtin_add_overflow(end, base, &end))
+  if (__builtin_add_overflow(start, base, first) || __builtin_add_overflow(end, base, &end)) {
     return false;
+  }
   *bytes = end - *first;
   return true;
 }
@@ -263,8 +264,9 @@ bool copySpan(uint64_t base, uint64_t x, uint64_t y, uint64_t z, uint64_t pitch,
 bool copyOwned(const CUDA_MEMCPY3D& m, const Owns& owns) {
   auto side = [&](CUmemorytype type, const void* host, CUdeviceptr device, uint64_t x, uint64_t y,
                   uint64_t z, uint64_t pitch, uint64_t height) {
-    if (type != CU_MEMORYTYPE_HOST && type != CU_MEMORYTYPE_DEVICE && type != CU_MEMORYTYPE_UNIFIED)
+    if (type != CU_MEMORYTYPE_HOST && type != CU_MEMORYTYPE_DEVICE && type != CU_MEMORYTYPE_UNIFIED) {
       return false;
+    }
     const uint64_t base = type == CU_MEMORYTYPE_HOST ? reinterpret_cast<uint64_t>(host) : device;
     uint64_t first = 0, bytes = 0;
     return copySpan(base, x, y, z, pitch, height, m, &first, &bytes) && owns(first, bytes);
@@ -345,8 +347,9 @@ Result<CUgraphNode> addNode(const SessionScope& scope, CUgraph graph, const json
     case CU_GRAPH_NODE_TYPE_MEMCPY: {
       ASSIGN_OR_RETURN(std::string text, field<std::string>(n, "copy", where));
       CUDA_MEMCPY3D m{};
-      if (!parseHexBytes(text, &m, sizeof(m)))
+      if (!parseHexBytes(text, &m, sizeof(m))) {
         return makeError(Code::kDataLoss, "{}: a garbled copy", where);
+      }
       if (!copyOwned(m, owns)) {
         return makeError(Code::kDataLoss, "{}: a copy of memory that is not the session's", where);
       }
