@@ -1338,17 +1338,78 @@ Result<CUgraphNode> Driver::addEventNode(CUgraph handle, std::vector<std::uint64
   return reinterpret_cast<CUgraphNode>(node->id);
 }
 
-Status Driver::setExecKernelNode(CUgraphExec handle, CUgraphNode node,
-                                 const std::function<CUresult(CUstream)>& call) {
+Result<std::shared_ptr<GraphExec>> Driver::graphExec(CUgraphExec handle) const {
   auto exec = handle == nullptr ? nullptr : graphExecs_.find(idOf(handle));
   if (!exec) {
     return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not a live executable graph",
                     idOf(handle));
   }
-  // The new work, made as a kernel node's is, in a graph of its own.
+  return exec;
+}
+
+Status Driver::setNodeWork(CUgraphNode handle, CUgraphNodeType type,
+                           const std::function<CUresult(CUstream)>& call) {
+  ASSIGN_OR_RETURN(auto found, graphNode(handle));
+  GraphNode& node = *found.second;
+  if (node.info.type != type) {
+    return cuError(CUDA_ERROR_INVALID_VALUE, "the node is of another type");
+  }
+  // The new work, made as the node's was, in a graph of its own.
   auto scratch = std::make_shared<Graph>(newHandle(HandleKind::kGraph));
   ASSIGN_OR_RETURN(auto made, captureNode(scratch, {}, call));
-  return exec->replaceWork(idOf(node), made->work);
+  if (made->info.type != type) {
+    return cuError(CUDA_ERROR_INVALID_VALUE, "the parameters are of another node type");
+  }
+  node.info = made->info;
+  node.work = made->work;
+  return Status::ok();
+}
+
+Status Driver::setExecNodeWork(CUgraphExec handle, CUgraphNode node, CUgraphNodeType type,
+                               const std::function<CUresult(CUstream)>& call) {
+  ASSIGN_OR_RETURN(auto exec, graphExec(handle));
+  auto scratch = std::make_shared<Graph>(newHandle(HandleKind::kGraph));
+  ASSIGN_OR_RETURN(auto made, captureNode(scratch, {}, call));
+  if (made->info.type != type) {
+    return cuError(CUDA_ERROR_INVALID_VALUE, "the parameters are of another node type");
+  }
+  return exec->replaceWork(idOf(node), type, made->work);
+}
+
+Status Driver::setNodeEvent(CUgraphNode handle, CUgraphNodeType type, CUevent event) {
+  ASSIGN_OR_RETURN(auto found, graphNode(handle));
+  if (found.second->info.type != type) {
+    return cuError(CUDA_ERROR_INVALID_VALUE, "the node is of another type");
+  }
+  ASSIGN_OR_RETURN(auto e, this->event(event));
+  (void)e;
+  found.second->info.event = event;
+  return Status::ok();
+}
+
+Status Driver::setExecNodeEvent(CUgraphExec handle, CUgraphNode node, CUgraphNodeType type,
+                                CUevent event) {
+  ASSIGN_OR_RETURN(auto exec, graphExec(handle));
+  ASSIGN_OR_RETURN(auto e, this->event(event));
+  (void)e;
+  return exec->replaceEvent(idOf(node), type, event);
+}
+
+Result<CUgraphExecUpdateResult> Driver::updateGraphExec(CUgraphExec handle, CUgraph graphHandle) {
+  ASSIGN_OR_RETURN(auto exec, graphExec(handle));
+  ASSIGN_OR_RETURN(auto g, graph(graphHandle));
+  ASSIGN_OR_RETURN(auto steps, g->executionOrder());
+  return exec->update(steps);
+}
+
+Result<CUgraphNode> Driver::findInClone(CUgraphNode original, CUgraph clone) const {
+  ASSIGN_OR_RETURN(auto g, graph(clone));
+  for (const auto& n : g->nodes()) {
+    if (original != nullptr && n->clonedFrom == idOf(original)) {
+      return reinterpret_cast<CUgraphNode>(n->id);
+    }
+  }
+  return cuError(CUDA_ERROR_INVALID_VALUE, "the node has no copy in the clone");
 }
 
 Result<CUgraphNode> Driver::addChildGraphNode(CUgraph handle,
@@ -1394,6 +1455,7 @@ Status Driver::launchGraph(CUgraphExec handle, const StreamRef& ref) {
     RETURN_IF_ERROR(ref.context->submit(ref.stream, nullptr, {last}).status());
   }
   for (const ExecStep& step : exec->steps()) {
+    if (!step.enabled) continue;  // "functionally equivalent to empty nodes"
     if (step.type == CU_GRAPH_NODE_TYPE_EVENT_RECORD) {
       RETURN_IF_ERROR(recordEvent(step.event, ref));
     } else if (step.type == CU_GRAPH_NODE_TYPE_WAIT_EVENT) {

@@ -381,9 +381,20 @@ class Driver {
                                        const std::function<CUresult(CUstream)>& call);
   Result<CUgraphNode> addEventNode(CUgraph graph, std::vector<std::uint64_t> dependencies,
                                    CUevent event, CUgraphNodeType type);
-  // cuGraphExecKernelNodeSetParams: the kernel node's work made again by `call`.
-  Status setExecKernelNode(CUgraphExec exec, CUgraphNode node,
-                           const std::function<CUresult(CUstream)>& call);
+  // cuGraph*NodeSetParams: a node of `type` made again by `call`, as its
+  // graph's node, or only in executable graph `exec` (cuGraphExec*NodeSetParams).
+  Status setNodeWork(CUgraphNode node, CUgraphNodeType type,
+                     const std::function<CUresult(CUstream)>& call);
+  Status setExecNodeWork(CUgraphExec exec, CUgraphNode node, CUgraphNodeType type,
+                         const std::function<CUresult(CUstream)>& call);
+  // cuGraphEvent*NodeSetEvent, in the graph's node or only in `exec`.
+  Status setNodeEvent(CUgraphNode node, CUgraphNodeType type, CUevent event);
+  Status setExecNodeEvent(CUgraphExec exec, CUgraphNode node, CUgraphNodeType type, CUevent event);
+  Result<std::shared_ptr<GraphExec>> graphExec(CUgraphExec handle) const;
+  // cuGraphExecUpdate: `exec` made of `graph`'s nodes if it has its shape.
+  Result<CUgraphExecUpdateResult> updateGraphExec(CUgraphExec exec, CUgraph graph);
+  // cuGraphNodeFindInClone.
+  Result<CUgraphNode> findInClone(CUgraphNode original, CUgraph clone) const;
   Result<CUgraphNode> addChildGraphNode(CUgraph graph, std::vector<std::uint64_t> dependencies,
                                         CUgraph child);
   Result<CUgraphExec> instantiate(CUgraph graph);

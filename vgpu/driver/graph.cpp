@@ -147,6 +147,7 @@ std::shared_ptr<Graph> Graph::clone(std::uint64_t id) const {
   for (const auto& n : nodes()) {
     auto c = std::make_shared<GraphNode>(*n);
     c->id = newHandle(HandleKind::kGraphNode);
+    c->clonedFrom = n->id;
     renamed[n->id] = c->id;
     if (n->child) c->child = n->child->clone(newHandle(HandleKind::kGraph));
     copy->nodes_.push_back(std::move(c));
@@ -164,16 +165,68 @@ std::vector<ExecStep> GraphExec::steps() const {
   return steps_;
 }
 
-Status GraphExec::replaceWork(std::uint64_t node, Stream::Work work) {
-  std::lock_guard lock(mutex_);
-  auto it =
-      std::find_if(steps_.begin(), steps_.end(), [&](const ExecStep& s) { return s.node == node; });
-  if (it == steps_.end() || it->type != CU_GRAPH_NODE_TYPE_KERNEL) {
-    return cuError(CUDA_ERROR_INVALID_VALUE,
-                   "the node is not a kernel node of the graph this was instantiated from");
+namespace {
+
+// The step of `node` in `steps`, if it is one of `type` (of any type without one).
+Result<ExecStep*> stepOf(std::vector<ExecStep>& steps, std::uint64_t node,
+                         std::optional<CUgraphNodeType> type) {
+  auto it = std::find_if(steps.begin(), steps.end(),
+                         [&](const ExecStep& s) { return node != 0 && s.node == node; });
+  if (it == steps.end() || (type && it->type != *type)) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE,
+                    "0x{:x} is not a node{} of the graph this was instantiated from", node,
+                    type ? fmt::format(" of type {}", static_cast<int>(*type)) : "");
   }
-  it->work = std::move(work);
+  return &*it;
+}
+
+}  // namespace
+
+Status GraphExec::replaceWork(std::uint64_t node, CUgraphNodeType type, Stream::Work work) {
+  std::lock_guard lock(mutex_);
+  ASSIGN_OR_RETURN(ExecStep * step, stepOf(steps_, node, type));
+  step->work = std::move(work);
   return Status::ok();
+}
+
+Status GraphExec::replaceEvent(std::uint64_t node, CUgraphNodeType type, CUevent event) {
+  std::lock_guard lock(mutex_);
+  ASSIGN_OR_RETURN(ExecStep * step, stepOf(steps_, node, type));
+  step->event = event;
+  return Status::ok();
+}
+
+Status GraphExec::setEnabled(std::uint64_t node, bool enabled) {
+  std::lock_guard lock(mutex_);
+  ASSIGN_OR_RETURN(ExecStep * step, stepOf(steps_, node, std::nullopt));
+  // "Currently only kernel, memset and memcpy nodes are supported."
+  if (step->type != CU_GRAPH_NODE_TYPE_KERNEL && step->type != CU_GRAPH_NODE_TYPE_MEMSET &&
+      step->type != CU_GRAPH_NODE_TYPE_MEMCPY) {
+    return cuError(CUDA_ERROR_INVALID_VALUE,
+                   "only kernel, memset and memcpy nodes are enabled or disabled");
+  }
+  step->enabled = enabled;
+  return Status::ok();
+}
+
+Result<bool> GraphExec::enabled(std::uint64_t node) const {
+  std::lock_guard lock(mutex_);
+  auto steps = steps_;
+  ASSIGN_OR_RETURN(ExecStep * step, stepOf(steps, node, std::nullopt));
+  return step->enabled;
+}
+
+Result<CUgraphExecUpdateResult> GraphExec::update(const std::vector<ExecStep>& steps) {
+  std::lock_guard lock(mutex_);
+  if (steps.size() != steps_.size()) return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].type != steps_[i].type) return CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+  }
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    steps_[i].work = steps[i].work;
+    steps_[i].event = steps[i].event;
+  }
+  return CU_GRAPH_EXEC_UPDATE_SUCCESS;
 }
 
 StreamDependency GraphExec::lastLaunch() const {

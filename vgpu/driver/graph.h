@@ -31,7 +31,9 @@ namespace phos::vgpu {
 
 // What cuGraphKernelNodeGetParams answers for a kernel node.
 struct KernelNodeInfo {
-  CUfunction function = nullptr;
+  CUfunction function = nullptr;  // what was launched: a function, or a library kernel
+  CUkernel kern = nullptr;        // the parameters' kern and ctx, as the application gave them
+  CUcontext ctx = nullptr;
   std::array<unsigned, 3> grid = {1, 1, 1};
   std::array<unsigned, 3> block = {1, 1, 1};
   unsigned sharedMemBytes = 0;
@@ -46,6 +48,7 @@ struct NodeInfo {
   CUevent event = nullptr;  // event record and wait nodes: recorded or waited for at each launch
   std::optional<CUDA_MEMCPY3D> memcpy;            // what cuGraphMemcpyNodeGetParams answers
   std::optional<CUDA_MEMSET_NODE_PARAMS> memset;  // what cuGraphMemsetNodeGetParams answers
+  std::optional<CUDA_HOST_NODE_PARAMS> host;      // what cuGraphHostNodeGetParams answers
 };
 
 // One step of an executable graph: a node's work, or an event it records or
@@ -55,6 +58,7 @@ struct ExecStep {
   CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
   Stream::Work work;
   CUevent event = nullptr;
+  bool enabled = true;  // cuGraphNodeSetEnabled: a disabled step runs as an empty node
 };
 
 class Graph;
@@ -65,6 +69,7 @@ struct GraphNode {
   Stream::Work work;                        // null: nothing to run
   std::vector<std::uint64_t> dependencies;  // nodes of the same graph
   std::shared_ptr<Graph> child;             // CU_GRAPH_NODE_TYPE_GRAPH: a copy of the child graph
+  std::uint64_t clonedFrom = 0;  // the node of the graph this one's graph was cloned from
 };
 
 class Graph {
@@ -102,9 +107,18 @@ class GraphExec {
   GraphExec(std::uint64_t id, std::vector<ExecStep> steps) : id_(id), steps_(std::move(steps)) {}
   std::uint64_t id() const { return id_; }
   std::vector<ExecStep> steps() const;
-  // cuGraphExecKernelNodeSetParams: the kernel node's new work, for the
-  // launches to come.
-  Status replaceWork(std::uint64_t node, Stream::Work work);
+  // cuGraphExec*NodeSetParams: the node's new work (a node of `type`), for
+  // the launches to come.
+  Status replaceWork(std::uint64_t node, CUgraphNodeType type, Stream::Work work);
+  // cuGraphExecEvent*NodeSetEvent.
+  Status replaceEvent(std::uint64_t node, CUgraphNodeType type, CUevent event);
+  // cuGraphNodeSetEnabled and cuGraphNodeGetEnabled: kernel, memset and copy nodes.
+  Status setEnabled(std::uint64_t node, bool enabled);
+  Result<bool> enabled(std::uint64_t node) const;
+  // cuGraphExecUpdate: the steps of a graph of the same shape (as many steps,
+  // of the same types, in the same order) take the place of these, which
+  // keep their nodes and whether they are enabled; otherwise what differs.
+  Result<CUgraphExecUpdateResult> update(const std::vector<ExecStep>& steps);
   // "Each launch is ordered behind ... any previous launches of hGraphExec":
   // where the last launch ended.
   StreamDependency lastLaunch() const;

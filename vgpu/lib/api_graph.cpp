@@ -403,42 +403,104 @@ CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode* phGraphNode, CUgraph hGraph,
   });
 }
 
+namespace {
+
+// What a kernel node runs: its launch on the stream it is captured from.
+// "kern: Kernel to launch, will only be referenced if func is NULL"; its
+// context then is ctx (the current one if NULL).
+std::function<CUresult(CUstream)> kernelLaunch(const CUDA_KERNEL_NODE_PARAMS* p) {
+  const CUfunction f = p->func != nullptr ? p->func : reinterpret_cast<CUfunction>(p->kern);
+  return [p, f](CUstream s) {
+    return cuLaunchKernel(f, p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX, p->blockDimY,
+                          p->blockDimZ, p->sharedMemBytes, s, p->kernelParams, p->extra);
+  };
+}
+CUcontext kernelContext(const CUDA_KERNEL_NODE_PARAMS* p) {
+  return p->func != nullptr ? nullptr : p->ctx;
+}
+
+std::function<CUresult(CUstream)> memsetLaunch(const CUDA_MEMSET_NODE_PARAMS* p) {
+  return [p](CUstream s) -> CUresult {
+    // "elementSize: Size of each element in bytes. Must be 1, 2, or 4."
+    switch (p->elementSize) {
+      case 1:
+        return cuMemsetD2D8Async(p->dst, p->pitch, static_cast<unsigned char>(p->value), p->width,
+                                 p->height, s);
+      case 2:
+        return cuMemsetD2D16Async(p->dst, p->pitch, static_cast<unsigned short>(p->value), p->width,
+                                  p->height, s);
+      case 4:
+        return cuMemsetD2D32Async(p->dst, p->pitch, p->value, p->width, p->height, s);
+      default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+  };
+}
+
+std::function<CUresult(CUstream)> memcpyLaunch(const CUDA_MEMCPY3D* p) {
+  return [p](CUstream s) { return cuMemcpy3DAsync_v2(p, s); };
+}
+
+std::function<CUresult(CUstream)> hostLaunch(const CUDA_HOST_NODE_PARAMS* p) {
+  return [p](CUstream s) { return cuLaunchHostFunc(s, p->fn, p->userData); };
+}
+
+// `fn` with `ctx` current (the current context if null).
+Status inContext(CUcontext ctx, const std::function<Status()>& fn) {
+  if (ctx != nullptr && cuCtxPushCurrent_v2(ctx) != CUDA_SUCCESS) {
+    return cuError(CUDA_ERROR_INVALID_CONTEXT, "ctx is not a live context");
+  }
+  Status status = fn();
+  if (ctx != nullptr) {
+    CUcontext popped = nullptr;
+    (void)cuCtxPopCurrent_v2(&popped);
+  }
+  return status;
+}
+
+// The kern and ctx fields a kernel node's parameters were given, which
+// cuGraphKernelNodeGetParams answers (the runtime names its kernels by them).
+void keepKernelFields(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* p) {
+  (void)call("kernel node parameters", [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto found, d.graphNode(node));
+    if (auto& kernel = found.second->info.kernel) {
+      kernel->kern = p->kern;
+      kernel->ctx = p->ctx;
+    }
+    return Status::ok();
+  });
+}
+
+// A node's parameters set in its graph, or in executable graph `exec` only.
+CUresult setNodeParams(const char* name, CUgraphExec exec, CUgraphNode node, CUgraphNodeType type,
+                       CUcontext ctx, bool given, const std::function<CUresult(CUstream)>& launch) {
+  if (!given) return CUDA_ERROR_INVALID_VALUE;
+  return call(name, [&](Driver& d) {
+    return inContext(ctx, [&] {
+      return exec != nullptr ? d.setExecNodeWork(exec, node, type, launch)
+                             : d.setNodeWork(node, type, launch);
+    });
+  });
+}
+
+}  // namespace
+
 CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph,
                                          const CUgraphNode* dependencies, size_t numDependencies,
                                          const CUDA_KERNEL_NODE_PARAMS* p) {
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  // "kern: Kernel to launch, will only be referenced if func is NULL"; its
-  // context then is ctx (the current one if NULL).
-  const CUfunction f = p->func != nullptr ? p->func : reinterpret_cast<CUfunction>(p->kern);
-  const CUcontext ctx = p->func != nullptr ? nullptr : p->ctx;
-  return addNode(
-      __func__, phGraphNode, hGraph, dependencies, numDependencies, ctx, [&](CUstream s) {
-        return cuLaunchKernel(f, p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX, p->blockDimY,
-                              p->blockDimZ, p->sharedMemBytes, s, p->kernelParams, p->extra);
-      });
+  CUresult r = addNode(__func__, phGraphNode, hGraph, dependencies, numDependencies,
+                       kernelContext(p), kernelLaunch(p));
+  if (r == CUDA_SUCCESS) keepKernelFields(*phGraphNode, p);
+  return r;
 }
 
 CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode* phGraphNode, CUgraph hGraph,
                                       const CUgraphNode* dependencies, size_t numDependencies,
                                       const CUDA_MEMSET_NODE_PARAMS* p, CUcontext ctx) {
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return addNode(
-      __func__, phGraphNode, hGraph, dependencies, numDependencies, ctx,
-      [&](CUstream s) -> CUresult {
-        // "elementSize: Size of each element in bytes. Must be 1, 2, or 4."
-        switch (p->elementSize) {
-          case 1:
-            return cuMemsetD2D8Async(p->dst, p->pitch, static_cast<unsigned char>(p->value),
-                                     p->width, p->height, s);
-          case 2:
-            return cuMemsetD2D16Async(p->dst, p->pitch, static_cast<unsigned short>(p->value),
-                                      p->width, p->height, s);
-          case 4:
-            return cuMemsetD2D32Async(p->dst, p->pitch, p->value, p->width, p->height, s);
-          default:
-            return CUDA_ERROR_INVALID_VALUE;
-        }
-      });
+  return addNode(__func__, phGraphNode, hGraph, dependencies, numDependencies, ctx,
+                 memsetLaunch(p));
 }
 
 CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* phGraphNode, CUgraph hGraph,
@@ -446,7 +508,7 @@ CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* phGraphNode, CUgraph hGraph,
                                       const CUDA_MEMCPY3D* copyParams, CUcontext ctx) {
   if (copyParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return addNode(__func__, phGraphNode, hGraph, dependencies, numDependencies, ctx,
-                 [&](CUstream s) { return cuMemcpy3DAsync_v2(copyParams, s); });
+                 memcpyLaunch(copyParams));
 }
 
 CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode* phGraphNode, CUgraph hGraph,
@@ -454,7 +516,7 @@ CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode* phGraphNode, CUgraph hGraph,
                                     const CUDA_HOST_NODE_PARAMS* p) {
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return addNode(__func__, phGraphNode, hGraph, dependencies, numDependencies, nullptr,
-                 [&](CUstream s) { return cuLaunchHostFunc(s, p->fn, p->userData); });
+                 hostLaunch(p));
 }
 
 CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* phGraphNode, CUgraph hGraph,
@@ -636,7 +698,11 @@ CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode,
     pointers.clear();
     for (std::size_t offset : kernel->offsets) pointers.push_back(kernel->params.data() + offset);
     *nodeParams = CUDA_KERNEL_NODE_PARAMS{};
-    nodeParams->func = kernel->function;
+    // A node made from a library kernel ("kern ... referenced if func is
+    // NULL") has no function; kern and ctx are as the application gave them.
+    if (kindOf(idOf(kernel->function)) != HandleKind::kKernel) nodeParams->func = kernel->function;
+    nodeParams->kern = kernel->kern;
+    nodeParams->ctx = kernel->ctx;
     nodeParams->gridDimX = kernel->grid[0];
     nodeParams->gridDimY = kernel->grid[1];
     nodeParams->gridDimZ = kernel->grid[2];
@@ -708,19 +774,136 @@ CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec* phGraphExec, CUg
                                                    CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
   return instantiateWithParams(__func__, phGraphExec, hGraph, params);
 }
-// "All nodeParams fields may change", on the executable graph only: its
-// later launches run the new launch.
+// --- node parameters, in a graph or an executable graph ---------------------------------
+// "All nodeParams fields may change"; set in an executable graph, only its
+// later launches run the new work, and its graph keeps its own.
+
+CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hNode,
+                                               const CUDA_KERNEL_NODE_PARAMS* p) {
+  CUresult r = setNodeParams(__func__, nullptr, hNode, CU_GRAPH_NODE_TYPE_KERNEL,
+                             p != nullptr ? kernelContext(p) : nullptr, p != nullptr,
+                             p != nullptr ? kernelLaunch(p) : nullptr);
+  if (r == CUDA_SUCCESS) keepKernelFields(hNode, p);
+  return r;
+}
 CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
                                                    const CUDA_KERNEL_NODE_PARAMS* p) {
-  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  const CUfunction f = p->func != nullptr ? p->func : reinterpret_cast<CUfunction>(p->kern);
-  return call(__func__, [&](Driver& d) {
-    return d.setExecKernelNode(hGraphExec, hNode, [&](CUstream s) {
-      return cuLaunchKernel(f, p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX, p->blockDimY,
-                            p->blockDimZ, p->sharedMemBytes, s, p->kernelParams, p->extra);
-    });
+  if (hGraphExec == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return setNodeParams(__func__, hGraphExec, hNode, CU_GRAPH_NODE_TYPE_KERNEL,
+                       p != nullptr ? kernelContext(p) : nullptr, p != nullptr,
+                       p != nullptr ? kernelLaunch(p) : nullptr);
+}
+CUresult CUDAAPI cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D* p) {
+  return setNodeParams(__func__, nullptr, hNode, CU_GRAPH_NODE_TYPE_MEMCPY, nullptr, p != nullptr,
+                       memcpyLaunch(p));
+}
+CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_MEMCPY3D* p, CUcontext ctx) {
+  if (hGraphExec == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return setNodeParams(__func__, hGraphExec, hNode, CU_GRAPH_NODE_TYPE_MEMCPY, ctx, p != nullptr,
+                       memcpyLaunch(p));
+}
+CUresult CUDAAPI cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS* p) {
+  return setNodeParams(__func__, nullptr, hNode, CU_GRAPH_NODE_TYPE_MEMSET, nullptr, p != nullptr,
+                       memsetLaunch(p));
+}
+CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_MEMSET_NODE_PARAMS* p, CUcontext ctx) {
+  if (hGraphExec == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return setNodeParams(__func__, hGraphExec, hNode, CU_GRAPH_NODE_TYPE_MEMSET, ctx, p != nullptr,
+                       memsetLaunch(p));
+}
+CUresult CUDAAPI cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS* p) {
+  return setNodeParams(__func__, nullptr, hNode, CU_GRAPH_NODE_TYPE_HOST, nullptr, p != nullptr,
+                       hostLaunch(p));
+}
+CUresult CUDAAPI cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                              const CUDA_HOST_NODE_PARAMS* p) {
+  if (hGraphExec == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return setNodeParams(__func__, hGraphExec, hNode, CU_GRAPH_NODE_TYPE_HOST, nullptr, p != nullptr,
+                       hostLaunch(p));
+}
+CUresult CUDAAPI cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS* nodeParams) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(nodeParams, "nodeParams"));
+    ASSIGN_OR_RETURN(auto found, d.graphNode(hNode));
+    const auto& host = found.second->info.host;
+    if (!host) return cuError(CUDA_ERROR_INVALID_VALUE, "the node is not a host node");
+    *nodeParams = *host;
+    return Status::ok();
   });
 }
+
+CUresult CUDAAPI cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event) {
+  return call(__func__, [&](Driver& d) {
+    return d.setNodeEvent(hNode, CU_GRAPH_NODE_TYPE_EVENT_RECORD, event);
+  });
+}
+CUresult CUDAAPI cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event) {
+  return call(__func__, [&](Driver& d) {
+    return d.setNodeEvent(hNode, CU_GRAPH_NODE_TYPE_WAIT_EVENT, event);
+  });
+}
+CUresult CUDAAPI cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                    CUevent event) {
+  return call(__func__, [&](Driver& d) {
+    return d.setExecNodeEvent(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_EVENT_RECORD, event);
+  });
+}
+CUresult CUDAAPI cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                  CUevent event) {
+  return call(__func__, [&](Driver& d) {
+    return d.setExecNodeEvent(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_WAIT_EVENT, event);
+  });
+}
+
+CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                       unsigned int isEnabled) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto exec, d.graphExec(hGraphExec));
+    return exec->setEnabled(idOf(hNode), isEnabled != 0);
+  });
+}
+CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                       unsigned int* isEnabled) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(isEnabled, "isEnabled"));
+    ASSIGN_OR_RETURN(auto exec, d.graphExec(hGraphExec));
+    ASSIGN_OR_RETURN(bool enabled, exec->enabled(idOf(hNode)));
+    *isEnabled = enabled ? 1 : 0;
+    return Status::ok();
+  });
+}
+
+// The executable graph takes `hGraph`'s parameters, node for node in the
+// order both graphs run in, if `hGraph` has its shape; otherwise
+// CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, and resultInfo says why. Nodes keep
+// whether they are enabled.
+CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
+                                      CUgraphExecUpdateResultInfo* resultInfo) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(resultInfo, "resultInfo"));
+    *resultInfo = CUgraphExecUpdateResultInfo{};
+    ASSIGN_OR_RETURN(CUgraphExecUpdateResult result, d.updateGraphExec(hGraphExec, hGraph));
+    resultInfo->result = result;
+    if (result != CU_GRAPH_EXEC_UPDATE_SUCCESS) {
+      return cuErrorf(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE,
+                      "the graph's shape is not the executable graph's (result {})",
+                      static_cast<int>(result));
+    }
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuGraphNodeFindInClone(CUgraphNode* phNode, CUgraphNode hOriginalNode,
+                                        CUgraph hClonedGraph) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(phNode, "phNode"));
+    ASSIGN_OR_RETURN(*phNode, d.findInClone(hOriginalNode, hClonedGraph));
+    return Status::ok();
+  });
+}
+
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
   return call(__func__, [&](Driver& d) { return d.destroyGraphExec(hGraphExec); });
 }

@@ -76,7 +76,12 @@ CUresult launchHostFunc(const char* name, CUstream hStream, CUhostFn fn, void* u
               fn(userData);
               return Status::ok();
             },
-            {}, NodeInfo{CU_GRAPH_NODE_TYPE_HOST, std::nullopt})
+            {},
+            [&] {
+              NodeInfo info{CU_GRAPH_NODE_TYPE_HOST, std::nullopt};
+              info.host = CUDA_HOST_NODE_PARAMS{fn, userData};
+              return info;
+            }())
         .status();
   });
 }
