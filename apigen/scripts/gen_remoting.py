@@ -40,14 +40,18 @@ SCALARS = {
 }
 # Structs with no pointer inside, safe to copy by value across processes.
 PLAIN_STRUCTS = {
-    'struct CUuuid_st', 'struct CUdevprop_st', 'struct CUmemLocation_st',
+    'struct CUuuid_st', 'struct CUdevprop_st', 'struct CUmemLocation_st', 'struct CUgraphEdgeData_st',
 }
 # Encodings whose meaning only a handwritten server hook can give.
 HOOK_ONLY = {'address', 'image', 'file_image', 'out_handle_array', 'out_bytes',
-             'out_bytes_array', 'kernel_params', 'launch_config', 'descriptor', 'skip', 'in_value', 'jit_options'}
+             'out_bytes_array', 'kernel_params', 'launch_config', 'descriptor', 'skip', 'in_value', 'jit_options',
+             'kernel_node'}
+# Encodings of arrays whose count parameter is a size_t* the driver updates
+# (cuGraphGetNodes): only generated server functions fill them.
+LISTS = {'out_handles', 'out_list'}
 # Encodings that take an argument: the parameter holding a count, or a type.
 WITH_ARGUMENT = {'array', 'out_array', 'out_handle_array', 'out_string', 'out_bytes_array', 'in_as', 'in_value',
-                 'jit_options'}
+                 'jit_options', 'handles'} | LISTS
 ENCODINGS = {'value', 'deviceptr', 'handle', 'stream', 'function', 'string', 'in', 'in_as', 'out', 'inout',
              'out_handle', 'out_cstring'} | HOOK_ONLY | WITH_ARGUMENT
 # Reply extras: 'jit' is a link state's JIT outputs (its logs, phos/common/ipc/jit_options.h).
@@ -162,7 +166,7 @@ class Entry:
 
 
 OUTPUT_ENCODINGS = {'out', 'inout', 'out_handle', 'out_array', 'out_handle_array', 'out_string', 'out_cstring',
-                    'out_bytes', 'out_bytes_array', 'jit_options'}
+                    'out_bytes', 'out_bytes_array', 'jit_options'} | LISTS
 
 
 def parse_encoding(text):
@@ -240,7 +244,8 @@ def classify(model, policy, where):
     return entries
 
 
-ANNOTATION_KEYS = {'why', 'server', 'client', 'posted', 'params', 'reply', 'request', 'revisions', 'lane'}
+ANNOTATION_KEYS = {'why', 'server', 'client', 'posted', 'params', 'reply', 'request', 'revisions', 'lane',
+                   'failure_outputs'}
 LANE_DIRECTIONS = {'to_device': 'toDevice', 'from_device': 'fromDevice', 'either': 'either'}
 
 
@@ -266,6 +271,8 @@ def check_annotation(name, a, variants, where):
         if (enc in WITH_ARGUMENT) != (arg is not None):
             raise Error(f'{where}: remoted.{name}.params.{pname}: "{enc}" '
                         + ('needs an argument ("enc:count")' if arg is None else 'takes no argument'))
+        if enc in LISTS and a.get('server') == 'hook':
+            raise Error(f'{where}: remoted.{name}.params.{pname}: "{enc}" is filled by generated server functions only')
         if enc in HOOK_ONLY and a.get('server') != 'hook':
             raise Error(f'{where}: remoted.{name}.params.{pname}: "{enc}" needs "server": "hook"')
         if enc == 'out_array' and a.get('server') != 'hook':
@@ -276,6 +283,9 @@ def check_annotation(name, a, variants, where):
                 if element is not None and not (element in SCALARS or element.startswith('enum ')):
                     raise Error(f'{where}: remoted.{name}.params.{pname}: "out_array" of {element} needs '
                                 '"server": "hook" (only arrays of scalars and enums are generated)')
+    for pname in a.get('failure_outputs', []):
+        if not any(v.param(pname) for v in variants):
+            raise Error(f'{where}: remoted.{name}.failure_outputs: {pname} is not a parameter of {name}')
     for symbol in a.get('revisions', []):
         if not any(v.symbol == symbol and v.origin == 'legacy' for v in variants):
             raise Error(f'{where}: remoted.{name}.revisions: {symbol} is not an older revision of {name}')
@@ -323,8 +333,10 @@ def apply_annotation(v, a, current, where):
             p.enc, why = p.default_encoding()
             if p.enc is None:
                 missing.append(why)
-        if p.enc in ('handle', 'out_handle', 'out_handle_array'):
+        if p.enc in ('handle', 'out_handle', 'out_handle_array', 'handles', 'out_handles'):
             target = p.canonical if p.enc == 'handle' else pointee(p.canonical)
+            if target.endswith('const'):  # const CUgraphNode*: an array of constant handles
+                target = target[:-len('const')].strip()
             p.handle = handle_struct(target)
             if p.handle is None:
                 raise Error(f'{where}: {v.symbol}.{p.name}: "{p.enc}" on a parameter that is not a handle')
@@ -334,6 +346,8 @@ def apply_annotation(v, a, current, where):
                     raise Error(f'{where}: {v.symbol}.{p.name}: "jit_options:count,values": {q} is not a parameter')
         elif p.arg is not None and p.enc != 'in_as' and v.param(p.arg) is None:
             raise Error(f'{where}: {v.symbol}.{p.name}: count parameter {p.arg} does not exist')
+        elif p.enc in LISTS and not v.param(p.arg).type.endswith('*'):
+            raise Error(f'{where}: {v.symbol}.{p.name}: "{p.enc}" needs a count the driver updates (a pointer)')
     if missing and v.origin == 'legacy' and v.signature not in current:
         v.status, v.why = 'excluded', 'an older ABI revision (' + '; '.join(missing) + ')'
         return
@@ -365,6 +379,8 @@ def request_fields(p):
         'out_bytes_array': [('ipc::Blob', p.name)], 'kernel_params': [('ipc::KernelArgs', p.name)],
         'launch_config': [('ipc::LaunchConfig', p.name)], 'descriptor': [(f'ipc::Optional<{t}>', p.name)],
         'in_value': [('ipc::Blob', p.name)], 'jit_options': [('ipc::JitOptions', p.name)], 'skip': [],
+        'handles': [('ipc::Blob', p.name)], 'out_handles': [('bool', p.name)], 'out_list': [('bool', p.name)],
+        'kernel_node': [('ipc::KernelNode', p.name)],
     }[p.enc]
 
 
@@ -376,6 +392,7 @@ def reply_fields(p):
         'out_handle_array': [('ipc::Blob', p.name)], 'out_string': [('ipc::Text', p.name)],
         'out_cstring': [('ipc::Text', p.name)], 'out_bytes': [('ipc::Blob', p.name)],
         'out_bytes_array': [('ipc::BlobList', p.name)], 'jit_options': [('ipc::JitOutputs', p.name)],
+        'out_handles': [('ipc::Blob', p.name)], 'out_list': [('ipc::Blob', p.name)],
     }.get(p.enc, [])
 
 
@@ -397,6 +414,16 @@ def client_fill(p, e):
         return [f'req.{n} = ipc::Blob::of({n}, ipc::valueBytes({p.arg}));']
     if enc in ('out', 'out_handle', 'out_array', 'out_handle_array', 'out_string', 'out_cstring', 'out_bytes'):
         return [f'req.{n} = {n} != nullptr;']
+    if enc in LISTS:
+        # The driver updates the count: what the application's array holds is its value before the call.
+        return [f'req.{n} = {n} != nullptr;',
+                f'const size_t capacity_{n} = {n} != nullptr && {p.arg} != nullptr ? *{p.arg} : 0;']
+    if enc == 'handles':
+        return [f'std::vector<uint64_t> ids_{n};',
+                f'req.{n} = handleIds({n}, {p.arg}, &ids_{n});']
+    if enc == 'kernel_node':
+        return [f'KernelArgBuffer args_{n};',
+                f'if (CUresult r = kernelNode({n}, &args_{n}, &req.{n}); r != CUDA_SUCCESS) return r;']
     if enc == 'address':
         return [f'req.{n} = reinterpret_cast<uintptr_t>({n});']
     if enc == 'image':
@@ -445,6 +472,10 @@ def client_apply(p):
         return [f'if ({n} != nullptr) std::memcpy({n}, rep.{n}.bytes.data(), rep.{n}.size());']
     if enc == 'out_bytes_array':
         return [f'copyValues(rep.{n}, {n}, {p.arg});']
+    if enc == 'out_handles':
+        return [f'copyHandleList(rep.{n}, {n}, capacity_{n});']
+    if enc == 'out_list':
+        return [f'copyArray(rep.{n}, {n}, capacity_{n});']
     return []
 
 
@@ -469,7 +500,7 @@ def hook_type(p):
         'out_bytes': 'AttributeValue*', 'out_bytes_array': 'std::span<AttributeValue>',
         'kernel_params': 'const ipc::KernelArgs&', 'launch_config': 'const ipc::LaunchConfig&',
         'descriptor': f'const {t}*', 'in_value': 'std::span<const std::byte>', 'jit_options': 'DriverJitOptions&',
-        'skip': None,
+        'skip': None, 'handles': f'std::span<const {t}>', 'kernel_node': 'const ipc::KernelNode&',
     }[p.enc]
 
 
@@ -498,8 +529,16 @@ def server_prepare(p, e):
         return [f'{t} {n} = req.{n}.value;'], f'req.{n}.present ? &{n} : nullptr'
     if enc == 'out_handle':
         return ([f'uint64_t {n} = 0;'] if hook else [f'{t} {n}{{}};']), f'req.{n} ? &{n} : nullptr'
-    if enc in ('address', 'image', 'file_image', 'launch_config', 'kernel_params'):
+    if enc in ('address', 'image', 'file_image', 'launch_config', 'kernel_params', 'kernel_node'):
         return [], f'req.{n}'
+    if enc == 'handles':
+        return [f'std::vector<{t}> {n};',
+                f'if (!call.resolveAll(HandleType::k{p.handle}, req.{n}, req.{p.arg}, &{n})) return;'], \
+            (f'std::span<const {t}>({n})' if hook else f'{n}.empty() ? nullptr : {n}.data()')
+    if enc in LISTS:
+        # Filled up to the count the application passed (bounded by what a reply carries).
+        return [f'std::vector<{t}> {n};', f'if (req.{n} && !call.sizeOutList(&{n}, &req.{p.arg})) return;'], \
+            f'req.{n} ? {n}.data() : nullptr'
     if enc == 'descriptor':
         return [], f'req.{n}.get()'
     if enc == 'in_value':
@@ -510,8 +549,9 @@ def server_prepare(p, e):
         return [], None
     if enc == 'array':
         count = f'(req.{p.arg} > 0 ? static_cast<size_t>(req.{p.arg}) : 0)'
+        # NULL stays NULL (an optional array): the driver or the hook (an empty span) judges it.
         return [f'std::vector<{t}> {n};',
-                f'if (!req.{n}.copyTo(&{n}, {count})) return call.fail(CUDA_ERROR_INVALID_VALUE);'], \
+                f'if (req.{n}.size() != 0 && !req.{n}.copyTo(&{n}, {count})) return call.fail(CUDA_ERROR_INVALID_VALUE);'], \
             (f'std::span<const {t}>({n})' if hook else f'{n}.empty() ? nullptr : {n}.data()')
     if enc == 'out_array' and not hook:
         return [f'std::vector<{t}> {n};', f'if (req.{n} && !call.sizeOutArray(&{n}, req.{p.arg})) return;'], \
@@ -552,6 +592,10 @@ def server_reply(p, e):
         return [f'rep.{n} = {n}.blob(result);']
     if enc == 'out_bytes_array':
         return [f'rep.{n} = valueList({n}, result);']
+    if enc == 'out_handles':
+        return [f'rep.{n} = call.exportList(HandleType::k{p.handle}, {n}, result);']
+    if enc == 'out_list':
+        return [f'rep.{n} = outArray({n}, {n}.size(), result);']
     if enc == 'jit_options':
         return [f'rep.{n} = {n}.outputs();']
     return []
@@ -688,7 +732,10 @@ def emit_client(entries):
             body.append(f'wire::{s}_Reply rep;')
             body.append('wire::get(reply.decoder(), rep);')
             body.append('CUresult result = reply.finish();')
-            applies = [line for p in e.params for line in client_apply(p)]
+            # Outputs the driver writes whatever the result (why an update failed).
+            on_failure = e.annotation.get('failure_outputs', [])
+            applies = [line for p in e.params if p.name not in on_failure for line in client_apply(p)]
+            body.extend(line for p in e.params if p.name in on_failure for line in client_apply(p))
             if applies:
                 body.append('if (result == CUDA_SUCCESS) {')
                 body.extend('  ' + line for line in applies)

@@ -187,6 +187,45 @@ CUresult kernelArgs(CUfunction f, void** kernelParams, void** extra, KernelArgBu
   return CUDA_SUCCESS;
 }
 
+namespace {
+
+template <typename Params>
+void kernelNodeGeometry(const Params& p, ipc::KernelNode* out) {
+  out->present = true;
+  out->function = ClientCall::handleId(p.func);
+  out->gridDimX = p.gridDimX;
+  out->gridDimY = p.gridDimY;
+  out->gridDimZ = p.gridDimZ;
+  out->blockDimX = p.blockDimX;
+  out->blockDimY = p.blockDimY;
+  out->blockDimZ = p.blockDimZ;
+  out->sharedMemBytes = p.sharedMemBytes;
+}
+
+}  // namespace
+
+CUresult kernelNode(const CUDA_KERNEL_NODE_PARAMS_v1* params, KernelArgBuffer* keep,
+                    ipc::KernelNode* out) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (params == nullptr) return CUDA_SUCCESS;  // phosd answers as CUDA does
+  kernelNodeGeometry(*params, out);
+  return kernelArgs(params->func, params->kernelParams, params->extra, keep, &out->args);
+}
+
+CUresult kernelNode(const CUDA_KERNEL_NODE_PARAMS* params, KernelArgBuffer* keep,
+                    ipc::KernelNode* out) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (params == nullptr) return CUDA_SUCCESS;
+  kernelNodeGeometry(*params, out);
+  // "kern: ... only referenced if func is NULL"; the driver keeps both.
+  out->kernel = ClientCall::handleId(params->kern);
+  out->context = ClientCall::handleId(params->ctx);
+  CUfunction sized =
+      params->func != nullptr ? params->func : reinterpret_cast<CUfunction>(params->kern);
+  if (sized == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return kernelArgs(sized, params->kernelParams, params->extra, keep, &out->args);
+}
+
 CUresult launchConfig(const CUlaunchConfig* config, ipc::LaunchConfig* out) {
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;

@@ -39,6 +39,22 @@ CUresult kernelArgs(CUfunction f, void** kernelParams, void** extra, KernelArgBu
 
 CUresult launchConfig(const CUlaunchConfig* config, ipc::LaunchConfig* out);
 
+// A kernel node's parameters: the function (or the library kernel and its
+// context) as handle ids, its arguments as a launch's (kernelArgs).
+CUresult kernelNode(const CUDA_KERNEL_NODE_PARAMS_v1* params, KernelArgBuffer* keep,
+                    ipc::KernelNode* out);
+CUresult kernelNode(const CUDA_KERNEL_NODE_PARAMS* params, KernelArgBuffer* keep,
+                    ipc::KernelNode* out);
+
+// An array of `count` handles as their ids (kept in `ids`); empty for NULL.
+template <typename H>
+ipc::Blob handleIds(const H* handles, size_t count, std::vector<uint64_t>* ids) {
+  if (handles == nullptr) return {};
+  ids->resize(count);
+  for (size_t i = 0; i < count; ++i) ids->at(i) = reinterpret_cast<uintptr_t>(handles[i]);
+  return ipc::Blob::of(ids->data(), ids->size() * sizeof(uint64_t));
+}
+
 // JIT options (phos/common/ipc/jit_options.h): the scalars as they are, the
 // logs as their capacities. CUDA_ERROR_INVALID_VALUE for missing arrays or
 // an option cuda.h lacks; CUDA_ERROR_NOT_SUPPORTED, with a line naming it,
@@ -76,6 +92,15 @@ void copyHandles(const ipc::Blob& ids, H* out, N capacity) {
     std::memcpy(&id, ids.bytes.data() + i * sizeof(id), sizeof(id));
     out[i] = reinterpret_cast<H>(id);
   }
+}
+// A list whose count the driver updated (cuGraphGetNodes): the handles
+// phosd sent, and NULL in the rest of the application's `capacity` entries.
+template <typename H>
+void copyHandleList(const ipc::Blob& ids, H* out, size_t capacity) {
+  if (out == nullptr) return;
+  copyHandles(ids, out, capacity);
+  for (size_t i = std::min(ids.size() / sizeof(uint64_t), capacity); i < capacity; ++i)
+    out[i] = nullptr;
 }
 // A string into a buffer of `capacity` bytes, always terminated.
 void copyString(const ipc::Text& text, char* out, int capacity);

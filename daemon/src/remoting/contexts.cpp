@@ -54,7 +54,9 @@ CUresult cuCtxCreate(ServerCall& c, uint64_t* pctx, unsigned int flags, CUdevice
 
 CUresult cuCtxCreate(ServerCall& c, uint64_t* pctx, std::span<const CUexecAffinityParam> paramsArray, int numParams,
                      unsigned int flags, CUdevice dev) {
-  if (numParams < 0) return CUDA_ERROR_INVALID_VALUE;
+  if (numParams < 0 || paramsArray.size() != static_cast<size_t>(numParams)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   if (!paramsArray.empty()) return CUDA_ERROR_NOT_SUPPORTED;  // execution affinity is not remoted yet
   return cuCtxCreate(c, pctx, flags, dev);
 }

@@ -450,9 +450,9 @@ CUresult cuMemPoolGetAttribute(ServerCall& c, Handle<CUmemoryPool> pool, CUmemPo
 
 // Pools' memory is reachable from their own device; access from peers is not
 // served yet (the session's heap maps for its device only).
-CUresult cuMemPoolSetAccess(ServerCall& c, Handle<CUmemoryPool> pool, std::span<const CUmemAccessDesc> map,
-                            size_t /*count: the span's size*/) {
-  if (poolOf(pool) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+CUresult cuMemPoolSetAccess(ServerCall& c, Handle<CUmemoryPool> pool,
+                            std::span<const CUmemAccessDesc> map, size_t count) {
+  if (poolOf(pool) == nullptr || map.size() != count) return CUDA_ERROR_INVALID_VALUE;
   MemoryPool& p = *poolOf(pool);
   for (const CUmemAccessDesc& d : map) {
     int device = 0;
@@ -646,7 +646,9 @@ CUresult cuPointerGetAttributes(ServerCall& c, unsigned int numAttributes,
                                 std::span<const CUpointer_attribute> attributes, std::span<AttributeValue> data,
                                 CUdeviceptr ptr) {
   constexpr unsigned kMaxAttributes = 64;
-  if (numAttributes == 0 || numAttributes > kMaxAttributes) return CUDA_ERROR_INVALID_VALUE;
+  if (numAttributes == 0 || numAttributes > kMaxAttributes || attributes.size() != numAttributes) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   std::vector<void*> slots(numAttributes);
   for (unsigned i = 0; i < numAttributes; ++i) {
     if (pointerAttributeBytes(attributes[i]) == 0) return CUDA_ERROR_INVALID_VALUE;

@@ -8,17 +8,18 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <deque>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "session/driver_table.h"
 #include "phos/common/ipc/transfer_lane.h"
 #include "phos/common/ipc/wire.h"
 #include "phos/common/ipc/wire_codec.h"
 #include "phos/cuda_api/dispatch.h"
 #include "phos/cuda_api/handle_types.h"
+#include "session/driver_table.h"
 
 namespace phos::daemon {
 
@@ -125,6 +126,41 @@ class ServerCall {
     return true;
   }
 
+  // An array of `count` handle ids (the blob holds exactly that many), each
+  // translated as resolve() does; on failure the call is answered.
+  template <typename T, typename N>
+  bool resolveAll(HandleType type, const ipc::Blob& ids, N count, std::vector<T>* out) {
+    std::vector<uint64_t> id;
+    if (!ids.copyTo(&id, count > 0 ? static_cast<size_t>(count) : 0)) {
+      fail(CUDA_ERROR_INVALID_VALUE);
+      return false;
+    }
+    out->resize(id.size());
+    for (size_t i = 0; i < id.size(); ++i) {
+      if (!resolve(type, id[i], &(*out)[i])) return false;
+    }
+    return true;
+  }
+  // An out array whose count the driver updates (cuGraphGetNodes): sized to
+  // the count the application passed, which is lowered to what half a reply
+  // carries (the driver then fills that many and says how many there are).
+  template <typename T>
+  bool sizeOutList(std::vector<T>* items, ipc::Optional<size_t>* count) {
+    const size_t most = replyBuffer_.size() / 2 / sizeof(uint64_t);
+    if (count->present) count->value = std::min(count->value, most);
+    items->resize(std::max<size_t>(count->present ? count->value : 0, 1));
+    return true;
+  }
+  // A filled out list of driver objects as handle ids (NULL entries as 0).
+  template <typename T>
+  ipc::Blob exportList(HandleType type, const std::vector<T>& items, CUresult result) {
+    std::vector<uint64_t>& ids = exported_.emplace_back();
+    if (result == CUDA_SUCCESS) {
+      for (T item : items) ids.push_back(item == nullptr ? 0 : exportHandle(type, result, item));
+    }
+    return ipc::Blob::of(ids.data(), ids.size() * sizeof(uint64_t));
+  }
+
   // Starts the reply with `result`; the returned encoder takes the outputs.
   ipc::Encoder& reply(CUresult result);
   uint64_t exportHandle(HandleType type, CUresult result, void* real);
@@ -150,6 +186,7 @@ class ServerCall {
   ipc::Encoder replyEncoder_;
   CUresult result_ = CUDA_SUCCESS;
   bool sent_ = false;
+  std::deque<std::vector<uint64_t>> exported_;  // exportList()'s ids, alive until the reply is sent
 };
 
 // ---- reply helpers of the generated server functions -------------------------

@@ -103,6 +103,59 @@ struct LaunchConfig {
   Blob attributes;  // numAttrs x CUlaunchAttribute
 };
 
+// A kernel node's parameters (CUDA_KERNEL_NODE_PARAMS, either revision): the
+// function, library kernel and context as handle ids (the driver runs the
+// kernel only without a function), the geometry, and the arguments as a launch's.
+struct KernelNode {
+  bool present = false;  // the application passed the structure
+  uint64_t function = 0;
+  uint64_t kernel = 0;
+  uint64_t context = 0;
+  uint32_t gridDimX = 0, gridDimY = 0, gridDimZ = 0;
+  uint32_t blockDimX = 0, blockDimY = 0, blockDimZ = 0;
+  uint32_t sharedMemBytes = 0;
+  KernelArgs args;
+};
+
+// A kernel node's parameters as phosd answers cuGraphKernelNodeGetParams
+// (a string reply): the handle ids of its function, library kernel and
+// context (0 where it has none), the geometry, then each argument as a
+// 4-byte size and its bytes.
+struct KernelNodeParams {
+  uint64_t handles[3] = {};   // function, kernel, context
+  uint32_t geometry[7] = {};  // grid x, y, z, block x, y, z, shared memory bytes
+  std::vector<std::string> args;
+
+  std::string pack() const {
+    std::string out(reinterpret_cast<const char*>(handles), sizeof(handles));
+    out.append(reinterpret_cast<const char*>(geometry), sizeof(geometry));
+    for (const std::string& a : args) {
+      const auto size = static_cast<uint32_t>(a.size());
+      out.append(reinterpret_cast<const char*>(&size), sizeof(size));
+      out.append(a);
+    }
+    return out;
+  }
+  // pack()'s bytes back; false if they are not that.
+  bool unpack(std::string_view in) {
+    if (in.size() < sizeof(handles) + sizeof(geometry)) return false;
+    std::memcpy(handles, in.data(), sizeof(handles));
+    std::memcpy(geometry, in.data() + sizeof(handles), sizeof(geometry));
+    in.remove_prefix(sizeof(handles) + sizeof(geometry));
+    args.clear();
+    while (!in.empty()) {
+      uint32_t size = 0;
+      if (in.size() < sizeof(size)) return false;
+      std::memcpy(&size, in.data(), sizeof(size));
+      in.remove_prefix(sizeof(size));
+      if (size > in.size()) return false;
+      args.emplace_back(in.substr(0, size));
+      in.remove_prefix(size);
+    }
+    return true;
+  }
+};
+
 // ---- put: one field into a message ------------------------------------------
 template <typename T>
   requires std::is_trivially_copyable_v<T>
@@ -147,6 +200,18 @@ inline void put(Encoder& e, const LaunchConfig& c) {
   }
   e.u64(c.stream);
   put(e, c.attributes);
+}
+inline void put(Encoder& e, const KernelNode& k) {
+  e.u8(k.present ? 1 : 0);
+  if (!k.present) return;
+  e.u64(k.function);
+  e.u64(k.kernel);
+  e.u64(k.context);
+  for (uint32_t v : {k.gridDimX, k.gridDimY, k.gridDimZ, k.blockDimX, k.blockDimY, k.blockDimZ,
+                     k.sharedMemBytes}) {
+    e.u32(v);
+  }
+  put(e, k.args);
 }
 
 // ---- get: one field out of a message (a failed read fails the decoder) -------
@@ -207,6 +272,18 @@ inline void get(Decoder& d, LaunchConfig& c) {
   }
   c.stream = d.u64();
   get(d, c.attributes);
+}
+inline void get(Decoder& d, KernelNode& k) {
+  k.present = d.present();
+  if (!k.present) return;
+  k.function = d.u64();
+  k.kernel = d.u64();
+  k.context = d.u64();
+  for (uint32_t* v : {&k.gridDimX, &k.gridDimY, &k.gridDimZ, &k.blockDimX, &k.blockDimY,
+                      &k.blockDimZ, &k.sharedMemBytes}) {
+    *v = d.u32();
+  }
+  get(d, k.args);
 }
 
 }  // namespace phos::ipc
