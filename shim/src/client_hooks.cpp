@@ -350,6 +350,12 @@ CUresult cuStreamAddCallback(CUresult result, std::string_view queue, CUstream, 
   return hostCallQueue(result, queue);
 }
 
+// A graph's host node runs the application's function through the same queue.
+CUresult cuGraphAddHostNode(CUresult result, std::string_view queue, CUgraphNode*, CUgraph,
+                            const CUgraphNode*, size_t, const CUDA_HOST_NODE_PARAMS*) {
+  return hostCallQueue(result, queue);
+}
+
 }  // namespace epilogue
 
 // ---- posted -------------------------------------------------------------------------------

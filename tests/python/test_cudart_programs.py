@@ -22,10 +22,10 @@ from test_concurrent_restore import restore as restore_with
 TIMEOUT = 120
 PROGRAMS = ["vector_add", "matmul_tiled", "streams_events", "symbols", "atomics_warp", "reduction",
             "printf_hostfunc", "train", "pools", "device_assert", "event_times", "shared_optin", "vector_add_shared",
-            "train_shared", "pipeline", "thrust_sort", "cg_partitions", "managed", "graph_train"]
+            "train_shared", "pipeline", "thrust_sort", "cg_partitions", "managed", "graphs", "graph_train", "graph_built"]
 # Lines a program prints after its steps.
 TAIL_LINES = {"train": 1, "train_shared": 1, "pools": 3, "event_times": 1, "shared_optin": 1, "pipeline": 1,
-              "managed": 1, "graph_train": 1}
+              "managed": 1, "graph_train": 1, "graph_built": 1}
 STEPS = 14
 SLEEP_MS = 200
 
@@ -75,7 +75,7 @@ def reference(cudart_dir, env, name="train"):
 
 
 @pytest.mark.parametrize("name", ["train", "train_shared", "pools", "event_times", "shared_optin", "pipeline",
-                                  "managed", "graph_train"])
+                                  "managed", "graph_train", "graph_built"])
 def test_killed_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, name):
     """Stop-the-world: the job ends at the checkpoint; its restore finishes it exactly."""
     killed_and_restored(phos, phosd, train(cudart_dir, name), reference(cudart_dir, env, name), env, tmp_path, 4)
@@ -100,7 +100,7 @@ def killed_and_restored(phos, phosd, cmd, ref, env, tmp_path, line):
                                        ("recopy", "pools"), ("cow", "event_times"), ("recopy", "shared_optin"),
                                        ("cow", "pipeline"), ("recopy", "pipeline"), ("cow", "managed"),
                                        ("recopy", "managed"), ("cow", "graph_train"), ("recopy", "graph_train"),
-                                       ("stop", "graph_train")])
+                                       ("stop", "graph_train"), ("cow", "graph_built"), ("recopy", "graph_built")])
 def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, mode, name):
     """The job goes on to the uninterrupted end; the image restores to it as well."""
     ref = reference(cudart_dir, env, name)
@@ -121,7 +121,7 @@ def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path,
 
 
 @pytest.mark.parametrize("eager,name", [(False, "train"), (True, "train"), (False, "pools"), (False, "managed"),
-                                        (False, "graph_train")])
+                                        (False, "graph_train"), (False, "graph_built")])
 def test_restored_concurrently_or_eagerly(criu, phos, phosd, cudart_dir, env, tmp_path, eager, name):
     ref = reference(cudart_dir, env, name)
     job = Job(phos, phosd, train(cudart_dir, name), env, tmp_path)
@@ -150,18 +150,38 @@ def test_a_managed_variable_runs_on_vgpu_and_phos_names_what_it_does_not_serve(p
            "module memory in phosd" in r.stderr, r.stderr
 
 
-def test_a_graph_built_node_by_node_runs_on_vgpu_and_phos_names_what_it_does_not_serve(phos, phosd, cudart_dir, env):
-    """CUDA graphs: the program checks itself (a captured step replayed six times gives the sums of the
-    step run on its streams, and a graph built node by node gives its CPU sum); vgpu runs it. PhOS
-    remotes capture, instantiation and launches, not yet the explicit graph API: the job is told which
-    entry point is not served."""
-    out = run([cudart_dir / "graphs"], env)
-    assert out.startswith("graphs OK 4 nodes, 6 steps replayed"), out
-    r = subprocess.run([str(phos), "run", "--runtime-dir", str(phosd.runtime_dir), "--", str(cudart_dir / "graphs")],
-                       env=env, capture_output=True, text=True, timeout=TIMEOUT)
+def test_a_copy_node_of_pageable_memory_is_refused_under_phos_naming_why(phos, phosd, cudart_dir, env):
+    """CUDA lets a graph's copy node name pageable memory; phosd runs the copy at each launch, long after
+    the call, and sees only pinned and device memory: the call is refused (the program's check names
+    it) and phosd's log says why. vgpu alone runs the same program to its end."""
+    out = run([cudart_dir / "graph_built", "--steps", "3", "--pageable-copy"], env)
+    assert "graph_built OK" in out, out
+    r = subprocess.run([str(phos), "run", "--runtime-dir", str(phosd.runtime_dir), "--", str(cudart_dir / "graph_built"),
+                        "--steps", "3", "--pageable-copy"], env=env, capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode != 0
-    assert "cuGraphGetNodes is not supported by PhOS (explicit graph construction is not remoted yet (stream " \
-           "capture, instantiation and launches are))" in r.stderr, r.stderr
+    assert "cudaGraphAddMemcpyNode1D" in r.stderr, r.stderr
+    assert "cuGraphAddMemcpyNode: a side of the copy is not device or pinned memory of the session" in phosd.log()
+
+
+def test_a_checkpoint_of_a_child_graph_node_is_refused_naming_it(criu, phos, phosd, cudart_dir, env, tmp_path):
+    """A child graph node runs under PhOS, but a checkpoint cannot describe it yet: the checkpoint fails
+    naming the graph's node, writes no image, and the job runs on to its uninterrupted end."""
+    cmd = train(cudart_dir, "graph_built") + ["--child-graph"]
+    ref = run([cudart_dir / "graph_built", "--steps", str(STEPS), "--child-graph"], env).splitlines()
+    job = Job(phos, phosd, cmd, env, tmp_path)
+    try:
+        job.wait_line(2)
+        r = subprocess.run([str(phos), "checkpoint", "--pid", str(job.pid), "--image", str(tmp_path / "image"),
+                            "--runtime-dir", str(phosd.runtime_dir), "--leave-running"],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        assert r.returncode != 0
+        assert "a CUDA graph holding a child graph node" in r.stderr, r.stderr
+        assert "an executable CUDA graph holding a child graph node" in r.stderr, r.stderr
+        assert not (tmp_path / "image" / "manifest.json").exists()
+        assert job.proc.wait(timeout=TIMEOUT) == 0, job.err.read_text()
+        assert job.lines() == ref
+    finally:
+        job.stop()
 
 
 def test_a_checkpoint_during_a_stream_capture_is_refused_and_the_capture_goes_on(criu, phos, phosd, cudart_dir,

@@ -652,5 +652,140 @@ TEST_F(GraphTest, EdgesAreListedRemovedAndFollowAStreamsUpdatedDependencies) {
   EXPECT_CU(cuGraphDestroy(graph));
 }
 
+TEST_F(GraphTest, NodeParametersAreSetInTheGraphOrInOneExecutableGraph) {
+  // memset x to 2, then x = x * 3 + 1, then x copied into host_, then a host function.
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  CUDA_MEMSET_NODE_PARAMS m{};
+  m.dst = x_;
+  m.value = 2;
+  m.elementSize = 4;
+  m.width = kN;
+  m.height = 1;
+  CUgraphNode set = nullptr, kernel = nullptr, copy = nullptr, host = nullptr;
+  ASSERT_CU(cuGraphAddMemsetNode(&set, graph, nullptr, 0, &m, context_));
+  unsigned a = 3, b = 1, n = kN;
+  void* args[] = {&x_, &a, &b, &n};
+  CUDA_KERNEL_NODE_PARAMS k = scaleAddNode(args);
+  ASSERT_CU(cuGraphAddKernelNode(&kernel, graph, &set, 1, &k));
+  CUDA_MEMCPY3D c{};
+  c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = x_;
+  c.dstMemoryType = CU_MEMORYTYPE_HOST;
+  c.dstHost = host_;
+  c.WidthInBytes = kN * sizeof(unsigned);
+  c.Height = c.Depth = 1;
+  ASSERT_CU(cuGraphAddMemcpyNode(&copy, graph, &kernel, 1, &c, context_));
+  int calls = 0, otherCalls = 0;
+  CUDA_HOST_NODE_PARAMS h{[](void* p) { ++*static_cast<int*>(p); }, &calls};
+  ASSERT_CU(cuGraphAddHostNode(&host, graph, &copy, 1, &h));
+  CUDA_HOST_NODE_PARAMS asked{};
+  ASSERT_CU(cuGraphHostNodeGetParams(host, &asked));
+  EXPECT_EQ(asked.fn, h.fn);
+  EXPECT_EQ(asked.userData, &calls);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphHostNodeGetParams(kernel, &asked));
+
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(std::vector<unsigned>(host_, host_ + kN), filled(7));
+  EXPECT_EQ(calls, 1);
+
+  // In the executable graph only: set to 4, x * 5, the other counter.
+  m.value = 4;
+  ASSERT_CU(cuGraphExecMemsetNodeSetParams(exec, set, &m, context_));
+  a = 5;
+  ASSERT_CU(cuGraphExecKernelNodeSetParams(exec, kernel, &k));
+  CUDA_HOST_NODE_PARAMS other{h.fn, &otherCalls};
+  ASSERT_CU(cuGraphExecHostNodeSetParams(exec, host, &other));
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(std::vector<unsigned>(host_, host_ + kN), filled(21));
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(otherCalls, 1);
+  // A disabled kernel runs as an empty node; enabled again, it runs.
+  ASSERT_CU(cuGraphNodeSetEnabled(exec, kernel, 0));
+  unsigned enabled = 1;
+  ASSERT_CU(cuGraphNodeGetEnabled(exec, kernel, &enabled));
+  EXPECT_EQ(enabled, 0u);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphNodeSetEnabled(exec, host, 0));
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(std::vector<unsigned>(host_, host_ + kN), filled(4));
+  ASSERT_CU(cuGraphNodeSetEnabled(exec, kernel, 1));
+
+  // In the graph: a new instantiation runs set to 6, x * 2 + 1; the first
+  // executable graph takes it with cuGraphExecUpdate, and keeps its node disabled.
+  m.value = 6;
+  ASSERT_CU(cuGraphMemsetNodeSetParams(set, &m));
+  a = 2;
+  ASSERT_CU(cuGraphKernelNodeSetParams(kernel, &k));
+  ASSERT_CU(cuGraphHostNodeSetParams(host, &other));
+  ASSERT_CU(cuGraphMemcpyNodeSetParams(copy, &c));
+  CUgraphExec again = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&again, graph, 0));
+  ASSERT_CU(cuGraphLaunch(again, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(std::vector<unsigned>(host_, host_ + kN), filled(13));
+  EXPECT_EQ(otherCalls, 3);
+  CUgraphExecUpdateResultInfo info{};
+  ASSERT_CU(cuGraphNodeSetEnabled(exec, kernel, 0));
+  ASSERT_CU(cuGraphExecUpdate(exec, graph, &info));
+  EXPECT_EQ(info.result, CU_GRAPH_EXEC_UPDATE_SUCCESS);
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(std::vector<unsigned>(host_, host_ + kN), filled(6));
+  // A graph of another shape is refused, saying why.
+  CUgraphNode extra = nullptr;
+  ASSERT_CU(cuGraphAddKernelNode(&extra, graph, &host, 1, &k));
+  EXPECT_CU_ERR(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, cuGraphExecUpdate(exec, graph, &info));
+  EXPECT_EQ(info.result, CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+  // Parameters of another node type are refused.
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphMemsetNodeSetParams(kernel, &m));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuGraphExecMemsetNodeSetParams(exec, kernel, &m, context_));
+
+  // A clone's nodes are found from the original's.
+  CUgraph clone = nullptr;
+  ASSERT_CU(cuGraphClone(&clone, graph));
+  CUgraphNode found = nullptr;
+  ASSERT_CU(cuGraphNodeFindInClone(&found, kernel, clone));
+  CUgraphNodeType type{};
+  ASSERT_CU(cuGraphNodeGetType(found, &type));
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_KERNEL);
+  EXPECT_NE(found, kernel);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphNodeFindInClone(&found, kernel, graph));
+  EXPECT_CU(cuGraphDestroy(clone));
+  EXPECT_CU(cuGraphExecDestroy(exec));
+  EXPECT_CU(cuGraphExecDestroy(again));
+  EXPECT_CU(cuGraphDestroy(graph));
+}
+
+TEST_F(GraphTest, AnEventNodesEventIsSetInTheGraphOrInOneExecutableGraph) {
+  CUevent first = nullptr, second = nullptr;
+  ASSERT_CU(cuEventCreate(&first, 0));
+  ASSERT_CU(cuEventCreate(&second, 0));
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  CUgraphNode record = nullptr;
+  ASSERT_CU(cuGraphAddEventRecordNode(&record, graph, nullptr, 0, first));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  ASSERT_CU(cuGraphExecEventRecordNodeSetEvent(exec, record, second));
+  CUevent asked = nullptr;
+  ASSERT_CU(cuGraphEventRecordNodeGetEvent(record, &asked));
+  EXPECT_EQ(asked, first);  // the graph keeps its own
+  ASSERT_CU(cuGraphEventRecordNodeSetEvent(record, second));
+  ASSERT_CU(cuGraphEventRecordNodeGetEvent(record, &asked));
+  EXPECT_EQ(asked, second);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphEventWaitNodeSetEvent(record, first));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphExecEventWaitNodeSetEvent(exec, record, first));
+  EXPECT_CU(cuGraphExecDestroy(exec));
+  EXPECT_CU(cuGraphDestroy(graph));
+  EXPECT_CU(cuEventDestroy(first));
+  EXPECT_CU(cuEventDestroy(second));
+}
+
 }  // namespace
 }  // namespace phos::vgpu::testing

@@ -87,4 +87,9 @@ void HostCallChannel::run(ipc::HostCallKind kind, uint64_t function, uint64_t us
   slot->state.store(ipc::kHostCallFree, std::memory_order_release);
 }
 
+void CUDA_CB runHostNode(void* call) {
+  const auto* c = static_cast<const PendingHostCall*>(call);
+  c->channel->run(ipc::kHostFunction, c->function, c->userData, c->stream, CUDA_SUCCESS);
+}
+
 }  // namespace phos::daemon

@@ -3,6 +3,7 @@
 // functions (cuLaunchHostFunc, cuStreamAddCallback) in the application.
 #pragma once
 
+#include <cuda.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -60,5 +61,9 @@ struct PendingHostCall {
   uint64_t userData = 0;
   uint64_t stream = 0;
 };
+
+// A graph's host node's function (SessionGraphs::hostNode): runs the
+// application's function each time the node runs, and frees nothing.
+void CUDA_CB runHostNode(void* call);
 
 }  // namespace phos::daemon

@@ -609,7 +609,7 @@ Result<std::shared_ptr<HostCallChannel>> Session::hostCalls() {
 
 void Session::forgetHandle(uint64_t id) {
   handles_.erase(id);
-  graphs_.forget(id);
+  graphs_.forget(id, driver_);
   streamsAndEvents_.forgetEvent(id);
   contexts_.forgetObject(id);
 }

@@ -50,6 +50,13 @@ class SessionContexts {
   size_t size() const { return byId_.size(); }
   bool contains(uint64_t id) const { return byId_.count(id) != 0; }
   const SessionContext* find(uint64_t id) const;
+  // The virtual id of driver context `real`, 0 if it is none of the session's.
+  uint64_t idOf(CUcontext real) const {
+    for (const auto& [id, context] : byId_) {
+      if (real != nullptr && context.real == real) return id;
+    }
+    return 0;
+  }
   // Adds context `id`, or binds a released primary context's id again.
   void adopt(uint64_t id, const SessionContext& context) { byId_[id] = context; }
   // Forgets context `id` (the session has destroyed it) and the objects made

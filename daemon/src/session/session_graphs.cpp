@@ -51,36 +51,96 @@ Result<CUfunction> functionOf(const SessionScope& scope, uint64_t id) {
   return f;
 }
 
-Result<json> describeNode(const SessionScope& scope, CUgraphNode node) {
+}  // namespace
+
+Result<uint64_t> SessionGraphs::functionIdOf(const SessionScope& scope, CUfunction f) {
+  return functionId(scope, f);
+}
+
+Result<json> SessionGraphs::describeKernel(const SessionScope& scope,
+                                           const CUDA_KERNEL_NODE_PARAMS& p) const {
+  if (p.extra != nullptr) {
+    return makeError(Code::kFailedPrecondition,
+                     "a kernel node whose parameters are an `extra` buffer");
+  }
+  CUfunction f = p.func;
+  if (f == nullptr && (p.kern == nullptr ||
+                       PHOS_DRIVER(scope.driver, KernelGetFunction)(&f, p.kern) != CUDA_SUCCESS)) {
+    return makeError(Code::kFailedPrecondition, "a kernel node of a kernel with no function");
+  }
+  json n = {{"type", static_cast<int>(CU_GRAPH_NODE_TYPE_KERNEL)}};
+  // The driver keeps the kern and ctx it was given beside the function.
+  if (p.func != nullptr) {
+    ASSIGN_OR_RETURN(n["function"], functionId(scope, p.func));
+  }
+  if (p.kern != nullptr) {
+    const uint64_t id = scope.handles.idOf(p.kern);
+    if (HandleTable::typeOf(id) != HandleType::kCUkern_st) {
+      return makeError(Code::kFailedPrecondition,
+                       "a kernel node of a kernel the application was not given");
+    }
+    n["kernel"] = id;
+  }
+  if (p.ctx != nullptr) {
+    const uint64_t id = scope.contexts.idOf(p.ctx);
+    if (id == 0) {
+      return makeError(Code::kFailedPrecondition,
+                       "a kernel node of a context the session does not hold");
+    }
+    n["context"] = id;
+  }
+  json params = json::array();
+  for (size_t i = 0;; ++i) {
+    size_t offset = 0, size = 0;
+    if (PHOS_DRIVER(scope.driver, FuncGetParamInfo)(f, i, &offset, &size) != CUDA_SUCCESS) break;
+    params.push_back(hexBytes(p.kernelParams[i], size));
+  }
+  n["grid"] = {p.gridDimX, p.gridDimY, p.gridDimZ};
+  n["block"] = {p.blockDimX, p.blockDimY, p.blockDimZ};
+  n["shared"] = p.sharedMemBytes;
+  n["params"] = std::move(params);
+  return n;
+}
+
+json SessionGraphs::describeCopy(const CUDA_MEMCPY3D& m) {
+  return {{"type", static_cast<int>(CU_GRAPH_NODE_TYPE_MEMCPY)}, {"copy", hexBytes(&m, sizeof(m))}};
+}
+
+json SessionGraphs::describeSet(const CUDA_MEMSET_NODE_PARAMS& m) {
+  return {{"type", static_cast<int>(CU_GRAPH_NODE_TYPE_MEMSET)}, {"set", hexBytes(&m, sizeof(m))}};
+}
+
+Result<json> SessionGraphs::describeHost(const CUDA_HOST_NODE_PARAMS& p) const {
+  const PendingHostCall* call = applicationHostCall(p);
+  if (call == nullptr) return makeError(Code::kInternal, "a host node of phosd's own");
+  return json{{"type", static_cast<int>(CU_GRAPH_NODE_TYPE_HOST)},
+              {"function", call->function},
+              {"user_data", call->userData}};
+}
+
+Result<json> SessionGraphs::describeEvent(const SessionScope& scope, CUgraphNodeType type,
+                                          CUevent e) {
+  uint64_t id = scope.handles.idOf(e);
+  if (HandleTable::typeOf(id) != HandleType::kCUevent_st) {
+    return makeError(Code::kFailedPrecondition,
+                     "an event node of an event the application destroyed");
+  }
+  return json{{"type", static_cast<int>(type)}, {"event", id}};
+}
+
+Result<json> SessionGraphs::describeNode(const SessionScope& scope, CUgraphNode node) const {
   const DriverTable& d = scope.driver;
   CUgraphNodeType type{};
   RETURN_IF_ERROR(
       driverStatus(PHOS_DRIVER(d, GraphNodeGetType)(node, &type), "cuGraphNodeGetType"));
-  json n = {{"type", static_cast<int>(type)}};
   switch (type) {
     case CU_GRAPH_NODE_TYPE_EMPTY:
-      return n;
+      return json{{"type", static_cast<int>(type)}};
     case CU_GRAPH_NODE_TYPE_KERNEL: {
       CUDA_KERNEL_NODE_PARAMS p{};
       RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, GraphKernelNodeGetParams_v2)(node, &p),
                                    "cuGraphKernelNodeGetParams"));
-      if (p.extra != nullptr) {
-        return makeError(Code::kFailedPrecondition,
-                         "a kernel node whose parameters are an `extra` buffer");
-      }
-      ASSIGN_OR_RETURN(uint64_t fid, functionId(scope, p.func));
-      json params = json::array();
-      for (size_t i = 0;; ++i) {
-        size_t offset = 0, size = 0;
-        if (PHOS_DRIVER(d, FuncGetParamInfo)(p.func, i, &offset, &size) != CUDA_SUCCESS) break;
-        params.push_back(hexBytes(p.kernelParams[i], size));
-      }
-      n["function"] = fid;
-      n["grid"] = {p.gridDimX, p.gridDimY, p.gridDimZ};
-      n["block"] = {p.blockDimX, p.blockDimY, p.blockDimZ};
-      n["shared"] = p.sharedMemBytes;
-      n["params"] = std::move(params);
-      return n;
+      return describeKernel(scope, p);
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY: {
       CUDA_MEMCPY3D m{};
@@ -89,15 +149,19 @@ Result<json> describeNode(const SessionScope& scope, CUgraphNode node) {
       if (m.srcMemoryType == CU_MEMORYTYPE_ARRAY || m.dstMemoryType == CU_MEMORYTYPE_ARRAY) {
         return makeError(Code::kFailedPrecondition, "a copy node of a CUDA array");
       }
-      n["copy"] = hexBytes(&m, sizeof(m));
-      return n;
+      return describeCopy(m);
     }
     case CU_GRAPH_NODE_TYPE_MEMSET: {
       CUDA_MEMSET_NODE_PARAMS m{};
       RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, GraphMemsetNodeGetParams)(node, &m),
                                    "cuGraphMemsetNodeGetParams"));
-      n["set"] = hexBytes(&m, sizeof(m));
-      return n;
+      return describeSet(m);
+    }
+    case CU_GRAPH_NODE_TYPE_HOST: {
+      CUDA_HOST_NODE_PARAMS h{};
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, GraphHostNodeGetParams)(node, &h),
+                                   "cuGraphHostNodeGetParams"));
+      return describeHost(h);
     }
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT: {
@@ -106,25 +170,19 @@ Result<json> describeNode(const SessionScope& scope, CUgraphNode node) {
                        ? PHOS_DRIVER(d, GraphEventRecordNodeGetEvent)(node, &e)
                        : PHOS_DRIVER(d, GraphEventWaitNodeGetEvent)(node, &e);
       RETURN_IF_ERROR(driverStatus(r, "the event of an event node"));
-      uint64_t id = scope.handles.idOf(e);
-      if (HandleTable::typeOf(id) != HandleType::kCUevent_st) {
-        return makeError(Code::kFailedPrecondition,
-                         "an event node of an event the application destroyed");
-      }
-      n["event"] = id;
-      return n;
+      return describeEvent(scope, type, e);
     }
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+      return makeError(Code::kFailedPrecondition, "a child graph node");
     default:
       return makeError(Code::kFailedPrecondition,
-                       "a node of type {} (a host function, child graph, memory or "
-                       "conditional node)",
+                       "a node of type {} (a memory, conditional or external node)",
                        static_cast<int>(type));
   }
 }
 
-}  // namespace
-
-Result<json> SessionGraphs::describe(const SessionScope& scope, CUgraph graph) {
+Result<json> SessionGraphs::describe(const SessionScope& scope, CUgraph graph,
+                                     std::vector<CUgraphNode>* ordered) const {
   const DriverTable& d = scope.driver;
   size_t count = 0;
   RETURN_IF_ERROR(
@@ -193,8 +251,115 @@ Result<json> SessionGraphs::describe(const SessionScope& scope, CUgraph graph) {
     (*node)["after"] = std::move(after);
     (*node)["id"] = scope.handles.idOf(nodes[i]);
     out.push_back(std::move(*node));
+    if (ordered != nullptr) ordered->push_back(nodes[i]);
   }
   return out;
+}
+
+void SessionGraphs::noteExec(uint64_t id, uint64_t context, unsigned long long flags,
+                             Result<json> description, std::vector<CUgraphNode> nodes) {
+  Exec exec{context, flags, std::move(description), std::move(nodes), {}, nullptr};
+  if (exec.description.isOk()) {
+    for (const json& n : *exec.description) exec.ids.push_back(n.value("id", uint64_t{0}));
+  }
+  exec.ids.resize(exec.nodes.size());
+  execs_[id] = std::move(exec);
+}
+
+void SessionGraphs::updateExec(uint64_t id, Result<json> description) {
+  auto it = execs_.find(id);
+  if (it == execs_.end()) return;
+  Exec& exec = it->second;
+  if (description.isOk()) {
+    if (description->size() != exec.nodes.size()) {
+      description = makeError(Code::kInternal, "an update that changed the graph's shape");
+    } else {
+      // The update paired the graphs' nodes in order, and the application
+      // goes on naming them by the nodes it instantiated from.
+      for (size_t i = 0; i < description->size(); ++i) (*description)[i]["id"] = exec.ids[i];
+    }
+  }
+  exec.description = std::move(description);
+}
+
+std::optional<size_t> SessionGraphs::execIndex(uint64_t id, uint64_t node, CUgraphNode real) const {
+  auto it = execs_.find(id);
+  if (it == execs_.end()) return std::nullopt;
+  const Exec& exec = it->second;
+  for (size_t i = 0; i < exec.ids.size(); ++i) {
+    if (node != 0 && exec.ids[i] == node) return i;
+  }
+  for (size_t i = 0; i < exec.nodes.size(); ++i) {
+    if (exec.restoredFrom == nullptr && exec.nodes[i] == real) return i;
+  }
+  return std::nullopt;
+}
+
+CUgraphNode SessionGraphs::execNode(uint64_t id, uint64_t node, CUgraphNode real) const {
+  auto it = execs_.find(id);
+  if (it == execs_.end() || it->second.restoredFrom == nullptr) return real;
+  auto index = execIndex(id, node, real);
+  return index ? it->second.nodes[*index] : real;
+}
+
+void SessionGraphs::setExecNode(uint64_t id, uint64_t node, CUgraphNode real, Result<json> params) {
+  auto it = execs_.find(id);
+  if (it == execs_.end() || !it->second.description.isOk()) return;
+  Exec& exec = it->second;
+  auto index = execIndex(id, node, real);
+  if (!params.isOk() || !index) {
+    exec.description = !params.isOk() ? params.status()
+                                      : makeError(Code::kFailedPrecondition,
+                                                  "a node set by a handle PhOS cannot place");
+    return;
+  }
+  json& n = (*exec.description)[*index];
+  json kept = {{"after", n["after"]}, {"id", n["id"]}};
+  if (n.contains("enabled")) kept["enabled"] = n["enabled"];
+  n = std::move(*params);
+  n.update(kept);
+}
+
+void SessionGraphs::setExecNodeEnabled(uint64_t id, uint64_t node, CUgraphNode real, bool enabled) {
+  auto it = execs_.find(id);
+  if (it == execs_.end() || !it->second.description.isOk()) return;
+  auto index = execIndex(id, node, real);
+  if (!index) {
+    it->second.description =
+        makeError(Code::kFailedPrecondition, "a node enabled by a handle PhOS cannot place");
+    return;
+  }
+  json& n = (*it->second.description)[*index];
+  if (enabled) {
+    n.erase("enabled");
+  } else {
+    n["enabled"] = false;
+  }
+}
+
+void SessionGraphs::forget(uint64_t id, const DriverTable& driver) {
+  graphContexts_.erase(id);
+  auto it = execs_.find(id);
+  if (it == execs_.end()) return;
+  if (it->second.restoredFrom != nullptr) {
+    PHOS_DRIVER(driver, GraphDestroy)(it->second.restoredFrom);
+  }
+  execs_.erase(it);
+}
+
+CUDA_HOST_NODE_PARAMS SessionGraphs::hostNode(std::shared_ptr<HostCallChannel> channel,
+                                              uint64_t function, uint64_t userData) {
+  auto call =
+      std::make_unique<PendingHostCall>(PendingHostCall{std::move(channel), function, userData, 0});
+  CUDA_HOST_NODE_PARAMS p{runHostNode, call.get()};
+  hostCalls_[call.get()] = std::move(call);
+  return p;
+}
+
+const PendingHostCall* SessionGraphs::applicationHostCall(const CUDA_HOST_NODE_PARAMS& p) const {
+  if (p.fn != runHostNode) return nullptr;
+  auto it = hostCalls_.find(p.userData);
+  return it == hostCalls_.end() ? nullptr : it->second.get();
 }
 
 void SessionGraphs::save(const SessionScope& scope, json& state, json& lost) const {
@@ -216,9 +381,9 @@ void SessionGraphs::save(const SessionScope& scope, json& state, json& lost) con
   for (const auto& [id, exec] : execs_) {
     if (scope.handles.resolve(HandleType::kCUgraphExec_st, id) == nullptr) continue;
     if (!exec.description.isOk()) {
-      lost.push_back({{"id", id},
-                      {"what", "an executable CUDA graph made from a graph holding " +
-                                   exec.description.status().message()}});
+      lost.push_back(
+          {{"id", id},
+           {"what", "an executable CUDA graph holding " + exec.description.status().message()}});
       continue;
     }
     graphs.push_back({{"kind", "exec"},
@@ -233,6 +398,7 @@ void SessionGraphs::save(const SessionScope& scope, json& state, json& lost) con
 namespace {
 
 using Owns = std::function<bool(uint64_t, uint64_t)>;
+using Channel = std::function<Result<std::shared_ptr<HostCallChannel>>()>;
 
 // a * b + c, false if it overflows 64 bits.
 bool mulAdd(uint64_t a, uint64_t b, uint64_t c, uint64_t* out) {
@@ -261,7 +427,9 @@ bool copySpan(uint64_t base, uint64_t x, uint64_t y, uint64_t z, uint64_t pitch,
 }
 
 // Both sides of a copy node are the session's memory.
-bool copyOwned(const CUDA_MEMCPY3D& m, const Owns& owns) {
+}  // namespace
+
+bool SessionGraphs::copyOwned(const CUDA_MEMCPY3D& m, const Owns& owns) {
   auto side = [&](CUmemorytype type, const void* host, CUdeviceptr device, uint64_t x, uint64_t y,
                   uint64_t z, uint64_t pitch, uint64_t height) {
     if (type != CU_MEMORYTYPE_HOST && type != CU_MEMORYTYPE_DEVICE && type != CU_MEMORYTYPE_UNIFIED) {
@@ -278,7 +446,7 @@ bool copyOwned(const CUDA_MEMCPY3D& m, const Owns& owns) {
 }
 
 // A set node's rows lie in the session's memory.
-bool setOwned(const CUDA_MEMSET_NODE_PARAMS& m, const Owns& owns) {
+bool SessionGraphs::setOwned(const CUDA_MEMSET_NODE_PARAMS& m, const Owns& owns) {
   if ((m.elementSize != 1 && m.elementSize != 2 && m.elementSize != 4) || m.width == 0 ||
       m.height == 0) {
     return false;
@@ -289,9 +457,10 @@ bool setOwned(const CUDA_MEMSET_NODE_PARAMS& m, const Owns& owns) {
 }
 
 // One described node added to `graph` after `after`.
-Result<CUgraphNode> addNode(const SessionScope& scope, CUgraph graph, const json& n,
-                            const std::vector<CUgraphNode>& after, const std::string& where,
-                            const Owns& owns) {
+Result<CUgraphNode> SessionGraphs::addNode(const SessionScope& scope, CUgraph graph, const json& n,
+                                           const std::vector<CUgraphNode>& after,
+                                           const std::string& where, const Owns& owns,
+                                           const Channel& channel) {
   const DriverTable& d = scope.driver;
   ASSIGN_OR_RETURN(int type, field<int>(n, "type", where));
   CUgraphNode node = nullptr;
@@ -304,8 +473,28 @@ Result<CUgraphNode> addNode(const SessionScope& scope, CUgraph graph, const json
       r = PHOS_DRIVER(d, GraphAddEmptyNode)(&node, graph, deps, after.size());
       break;
     case CU_GRAPH_NODE_TYPE_KERNEL: {
-      ASSIGN_OR_RETURN(uint64_t fid, field<uint64_t>(n, "function", where));
-      ASSIGN_OR_RETURN(CUfunction f, functionOf(scope, fid));
+      CUDA_KERNEL_NODE_PARAMS p{};
+      if (n.contains("function")) {
+        ASSIGN_OR_RETURN(uint64_t fid, field<uint64_t>(n, "function", where));
+        ASSIGN_OR_RETURN(p.func, functionOf(scope, fid));
+      }
+      if (n.contains("kernel")) {
+        ASSIGN_OR_RETURN(uint64_t kid, field<uint64_t>(n, "kernel", where));
+        p.kern = static_cast<CUkernel>(scope.handles.resolve(HandleType::kCUkern_st, kid));
+        if (p.kern == nullptr) {
+          return makeError(Code::kDataLoss, "{}: kernel {} is not a library kernel of the session",
+                           where, hex(kid));
+        }
+      }
+      if (n.contains("context")) {
+        ASSIGN_OR_RETURN(uint64_t cid, field<uint64_t>(n, "context", where));
+        ASSIGN_OR_RETURN(p.ctx, scope.contexts.real(cid));
+      }
+      CUfunction f = p.func;
+      if (f == nullptr &&
+          (p.kern == nullptr || PHOS_DRIVER(d, KernelGetFunction)(&f, p.kern) != CUDA_SUCCESS)) {
+        return makeError(Code::kDataLoss, "{}: a kernel node with no function or kernel", where);
+      }
       ASSIGN_OR_RETURN(auto grid, (field<std::vector<unsigned>>(n, "grid", where)));
       ASSIGN_OR_RETURN(auto block, (field<std::vector<unsigned>>(n, "block", where)));
       ASSIGN_OR_RETURN(unsigned shared, field<unsigned>(n, "shared", where));
@@ -331,8 +520,6 @@ Result<CUgraphNode> addNode(const SessionScope& scope, CUgraph graph, const json
       }
       std::vector<void*> pointers;
       for (auto& b : bytes) pointers.push_back(b.data());
-      CUDA_KERNEL_NODE_PARAMS p{};
-      p.func = f;
       p.gridDimX = grid[0];
       p.gridDimY = grid[1];
       p.gridDimZ = grid[2];
@@ -349,9 +536,6 @@ Result<CUgraphNode> addNode(const SessionScope& scope, CUgraph graph, const json
       CUDA_MEMCPY3D m{};
       if (!parseHexBytes(text, &m, sizeof(m))) {
         return makeError(Code::kDataLoss, "{}: a garbled copy", where);
-      }
-      if (!copyOwned(m, owns)) {
-        return makeError(Code::kDataLoss, "{}: a copy of memory that is not the session's", where);
       }
       if (!copyOwned(m, owns)) {
         return makeError(Code::kDataLoss, "{}: a copy of memory that is not the session's", where);
@@ -384,6 +568,16 @@ Result<CUgraphNode> addNode(const SessionScope& scope, CUgraph graph, const json
               : PHOS_DRIVER(d, GraphAddEventWaitNode)(&node, graph, deps, after.size(), e);
       break;
     }
+    case CU_GRAPH_NODE_TYPE_HOST: {
+      ASSIGN_OR_RETURN(uint64_t function, field<uint64_t>(n, "function", where));
+      ASSIGN_OR_RETURN(uint64_t userData, field<uint64_t>(n, "user_data", where));
+      if (function == 0) return makeError(Code::kDataLoss, "{}: a host node of no function", where);
+      // The function is the application's, run in the application.
+      ASSIGN_OR_RETURN(auto calls, channel());
+      const CUDA_HOST_NODE_PARAMS p = hostNode(std::move(calls), function, userData);
+      r = PHOS_DRIVER(d, GraphAddHostNode)(&node, graph, deps, after.size(), &p);
+      break;
+    }
     default:
       return makeError(Code::kDataLoss, "{}: node type {} is not one a checkpoint saves", where,
                        type);
@@ -392,11 +586,9 @@ Result<CUgraphNode> addNode(const SessionScope& scope, CUgraph graph, const json
   return node;
 }
 
-}  // namespace
-
 Status SessionGraphs::rebuild(const SessionScope& scope, const json& state,
-                              const std::function<Status(uint64_t)>& makeCurrent,
-                              const Owns& owns) {
+                              const std::function<Status(uint64_t)>& makeCurrent, const Owns& owns,
+                              const Channel& channel) {
   const DriverTable& d = scope.driver;
   for (const json& g : state.value("graphs", json::array())) {
     ASSIGN_OR_RETURN(std::string kind, field<std::string>(g, "kind", "graph"));
@@ -429,8 +621,8 @@ Status SessionGraphs::rebuild(const SessionScope& scope, const json& state,
           deps.push_back(made[a]);
         }
       }
-      auto node =
-          ok.isOk() ? addNode(scope, graph, nodes[i], deps, at, owns) : Result<CUgraphNode>(ok);
+      auto node = ok.isOk() ? addNode(scope, graph, nodes[i], deps, at, owns, channel)
+                            : Result<CUgraphNode>(ok);
       if (!node.isOk()) {
         PHOS_DRIVER(d, GraphDestroy)(graph);
         return node.status();
@@ -449,10 +641,21 @@ Status SessionGraphs::rebuild(const SessionScope& scope, const json& state,
     ASSIGN_OR_RETURN(unsigned long long flags, field<unsigned long long>(g, "flags", where));
     CUgraphExec exec = nullptr;
     CUresult r = PHOS_DRIVER(d, GraphInstantiateWithFlags)(&exec, graph, flags);
-    PHOS_DRIVER(d, GraphDestroy)(graph);
-    RETURN_IF_ERROR(driverStatus(r, where));
+    for (size_t i = 0; r == CUDA_SUCCESS && i < nodes.size(); ++i) {
+      if (!nodes[i].value("enabled", true)) {
+        r = PHOS_DRIVER(d, GraphNodeSetEnabled)(exec, made[i], 0);
+      }
+    }
+    if (r != CUDA_SUCCESS) {
+      if (exec != nullptr) PHOS_DRIVER(d, GraphExecDestroy)(exec);
+      PHOS_DRIVER(d, GraphDestroy)(graph);
+      return driverStatus(r, where);
+    }
     scope.handles.bind(HandleType::kCUgraphExec_st, id, exec);
-    noteExec(id, context, flags, nodes);
+    noteExec(id, context, flags, nodes, made);
+    // The graph stays: the executable graph's nodes, which the application
+    // names when it sets their parameters, are its nodes.
+    execs_[id].restoredFrom = graph;
   }
   return Status::ok();
 }

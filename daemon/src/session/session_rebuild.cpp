@@ -92,12 +92,13 @@ class Session::Rebuilder {
     RETURN_IF_ERROR(s_.streamsAndEvents_.rebuild(scope_, st_));
     RETURN_IF_ERROR(s_.links_.rebuild(scope_, reader_, st_));
     RETURN_IF_ERROR(pinned());
-    // Graphs after the functions and events their nodes name and the pinned
-    // memory their copies may name.
+    RETURN_IF_ERROR(hostCalls());
+    // Graphs after the functions and events their nodes name, the pinned
+    // memory their copies may name and the queue their host nodes run through.
     RETURN_IF_ERROR(s_.graphs_.rebuild(
         scope_, st_, [this](uint64_t context) { return makeCurrent(context); },
-        [this](uint64_t address, uint64_t bytes) { return s_.ownsRange(address, bytes); }));
-    RETURN_IF_ERROR(hostCalls());
+        [this](uint64_t address, uint64_t bytes) { return s_.ownsRange(address, bytes); },
+        [this] { return s_.hostCalls(); }));
     // The ring's contents last: the application's pending calls are in it.
     const std::string& path = ringPath_;
     ipc::CallRing::Snapshot snap;

@@ -31,11 +31,13 @@ class StreamCaptures {
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
     CUgraph graph = nullptr;      // the graph being built, once cuStreamGetCaptureInfo named it
     std::set<CUgraphNode> nodes;  // its nodes cuStreamGetCaptureInfo handed out
+    bool intoApplicationGraph = false;  // cuStreamBeginCaptureToGraph: a failed end keeps it
   };
 
-  // A capture began on `stream` (its origin) for application thread `thread`.
-  void begin(CUstream stream, uint64_t thread, CUstreamCaptureMode mode) {
-    captures_[stream] = Capture{thread, mode, nullptr, {}};
+  // A capture began on `stream` (its origin) for application thread `thread`,
+  // into a graph of its own or into the application's `into`.
+  void begin(CUstream stream, uint64_t thread, CUstreamCaptureMode mode, CUgraph into = nullptr) {
+    captures_[stream] = Capture{thread, mode, into, {}, into != nullptr};
   }
   // It ended (or its stream is gone).
   void end(CUstream stream) { captures_.erase(stream); }

@@ -97,9 +97,9 @@ TEST_F(RingDecoder, UnknownEntryIdIsNotSupported) {
 }
 
 TEST_F(RingDecoder, EntryWithoutServerIsNotSupported) {
-  // cuGraphClone is not remoted (apigen/remoting.json): no server function.
-  ASSERT_EQ(daemonState().servers[static_cast<size_t>(EntryPointId::kCuGraphClone)], nullptr);
-  EXPECT_EQ(c().call(c().req(EntryPointId::kCuGraphClone).u8(1).u64(0)).result,
+  // cuGraphAddMemAllocNode is not remoted (apigen/remoting.json): no server function.
+  ASSERT_EQ(daemonState().servers[static_cast<size_t>(EntryPointId::kCuGraphAddMemAllocNode)], nullptr);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuGraphAddMemAllocNode).u8(1).u64(0)).result,
             CUDA_ERROR_NOT_SUPPORTED);
 }
 
