@@ -1259,8 +1259,15 @@ Result<CUgraph> Driver::createGraph() {
 }
 
 Result<std::shared_ptr<Graph>> Driver::graph(CUgraph handle) const {
-  auto g = handle == nullptr ? nullptr : graphs_.find(idOf(handle));
-  if (!g) return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not a live graph", idOf(handle));
+  const std::uint64_t id = idOf(handle);
+  auto g = handle == nullptr ? nullptr : graphs_.find(id);
+  // A child graph node's graph: "changes to the graph will be reflected in the node".
+  std::shared_ptr<Graph> child;
+  if (!g && handle != nullptr) {
+    (void)graphs_.findIf([&](const Graph& top) { return (child = top.embedded(id)) != nullptr; });
+  }
+  if (child) return child;
+  if (!g) return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not a live graph", id);
   return g;
 }
 
@@ -1284,6 +1291,12 @@ Result<std::pair<std::shared_ptr<Graph>, std::shared_ptr<GraphNode>>> Driver::gr
   auto g = handle == nullptr
                ? nullptr
                : graphs_.findIf([&](const Graph& graph) { return graph.node(id) != nullptr; });
+  // Or a node of a child graph node's graph.
+  std::shared_ptr<Graph> child;
+  if (!g && handle != nullptr) {
+    (void)graphs_.findIf([&](const Graph& top) { return (child = top.holderOf(id)) != nullptr; });
+  }
+  if (child) g = child;
   if (!g) return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not a node of a live graph", id);
   return std::pair{g, g->node(id)};
 }

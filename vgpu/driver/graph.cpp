@@ -141,6 +141,24 @@ Result<std::vector<ExecStep>> Graph::executionOrder() const {
   return steps;
 }
 
+std::shared_ptr<Graph> Graph::embedded(std::uint64_t id) const {
+  for (const auto& n : nodes()) {
+    if (!n->child) continue;
+    if (n->child->id() == id) return n->child;
+    if (auto inner = n->child->embedded(id)) return inner;
+  }
+  return nullptr;
+}
+
+std::shared_ptr<Graph> Graph::holderOf(std::uint64_t node) const {
+  for (const auto& n : nodes()) {
+    if (!n->child) continue;
+    if (n->child->node(node)) return n->child;
+    if (auto inner = n->child->holderOf(node)) return inner;
+  }
+  return nullptr;
+}
+
 std::shared_ptr<Graph> Graph::clone(std::uint64_t id) const {
   auto copy = std::make_shared<Graph>(id);
   std::map<std::uint64_t, std::uint64_t> renamed;

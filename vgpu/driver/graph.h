@@ -95,6 +95,11 @@ class Graph {
   std::vector<std::uint64_t> dependents(std::uint64_t id) const;
   // A copy with new node handles: cuGraphClone, child graphs.
   std::shared_ptr<Graph> clone(std::uint64_t id) const;
+  // The child graph `id` embedded in a node of this graph or of its child
+  // graphs (cuGraphChildGraphNodeGetGraph hands it out), and the graph
+  // among those that holds node `id`.
+  std::shared_ptr<Graph> embedded(std::uint64_t id) const;
+  std::shared_ptr<Graph> holderOf(std::uint64_t node) const;
 
  private:
   const std::uint64_t id_;

@@ -895,6 +895,20 @@ CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
   });
 }
 
+// "This call does not clone the graph. Changes to the graph will be
+// reflected in the node, and the node retains ownership of the graph."
+CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph* phGraph) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(phGraph, "phGraph"));
+    ASSIGN_OR_RETURN(auto found, d.graphNode(hNode));
+    if (!found.second->child) {
+      return cuError(CUDA_ERROR_INVALID_VALUE, "the node is not a child graph node");
+    }
+    *phGraph = handleOf<CUgraph>(found.second->child->id());
+    return Status::ok();
+  });
+}
+
 CUresult CUDAAPI cuGraphNodeFindInClone(CUgraphNode* phNode, CUgraphNode hOriginalNode,
                                         CUgraph hClonedGraph) {
   return call(__func__, [&](Driver& d) -> Status {
