@@ -50,8 +50,20 @@ CUresult hostCall(ServerCall& c, Handle<CUstream> stream, uint64_t function, uin
 }  // namespace
 
 CUresult cuLaunchHostFunc(ServerCall& c, Handle<CUstream> hStream, uint64_t fn, uint64_t userData, std::string* queue) {
-  // phosd's trampoline frees its call when it has run: a graph could not run it again.
-  if (auto refused = c.refuseInCapture(hStream.real)) return *refused;
+  // Captured, it becomes a graph's host node, which runs at every launch: the
+  // trampoline of a graph's host node, which the session keeps, not one that
+  // frees its call when it has run.
+  if (c.capturing(hStream.real)) {
+    if (fn == 0) return CUDA_ERROR_INVALID_VALUE;
+    auto channel = c.session().hostCalls();
+    if (!channel.isOk()) {
+      log::get("daemon")->warn("session {}: {}", c.session().id(), channel.status().message());
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *queue = (*channel)->path();
+    const CUDA_HOST_NODE_PARAMS node = c.session().graphs().hostNode(*channel, fn, userData);
+    return PHOS_DRIVER(c.driverTable(), LaunchHostFunc)(hStream.real, node.fn, node.userData);
+  }
   return hostCall(c, hStream, fn, userData, queue, [&](PendingHostCall* pending) {
     return PHOS_DRIVER(c.driverTable(), LaunchHostFunc)(hStream.real, runHostFunction, pending);
   });
