@@ -163,11 +163,21 @@ def test_a_copy_node_of_pageable_memory_is_refused_under_phos_naming_why(phos, p
     assert "cuGraphAddMemcpyNode: a side of the copy is not device or pinned memory of the session" in phosd.log()
 
 
-def test_a_checkpoint_of_a_child_graph_node_is_refused_naming_it(criu, phos, phosd, cudart_dir, env, tmp_path):
-    """A child graph node runs under PhOS, but a checkpoint cannot describe it yet: the checkpoint fails
-    naming the graph's node, writes no image, and the job runs on to its uninterrupted end."""
+def test_a_child_graph_node_is_restored_inside_its_node(criu, phos, phosd, cudart_dir, env, tmp_path):
+    """graph_built's copy of the loss in a child graph node: the restore makes the child graph again
+    inside its node, in the graph and in the executable graph, and the job ends as the uninterrupted run."""
     cmd = train(cudart_dir, "graph_built") + ["--child-graph"]
     ref = run([cudart_dir / "graph_built", "--steps", str(STEPS), "--child-graph"], env).splitlines()
+    killed_and_restored(phos, phosd, cmd, ref, env, tmp_path, 4)
+
+
+def test_a_checkpoint_of_a_child_graph_the_program_holds_is_refused_naming_it(criu, phos, phosd, cudart_dir,
+                                                                               env, tmp_path):
+    """A restore makes a child graph again inside its node, under no handle: a program holding the
+    child graph's handle (cudaGraphChildGraphNodeGetGraph) would hold nothing. The checkpoint fails
+    naming it, writes no image, and the job runs on to its uninterrupted end."""
+    cmd = train(cudart_dir, "graph_built") + ["--child-handle"]
+    ref = run([cudart_dir / "graph_built", "--steps", str(STEPS), "--child-handle"], env).splitlines()
     job = Job(phos, phosd, cmd, env, tmp_path)
     try:
         job.wait_line(2)
@@ -175,8 +185,8 @@ def test_a_checkpoint_of_a_child_graph_node_is_refused_naming_it(criu, phos, pho
                             "--runtime-dir", str(phosd.runtime_dir), "--leave-running"],
                            capture_output=True, text=True, timeout=TIMEOUT)
         assert r.returncode != 0
-        assert "a CUDA graph holding a child graph node" in r.stderr, r.stderr
-        assert "an executable CUDA graph holding a child graph node" in r.stderr, r.stderr
+        assert "a CUDA graph holding a child graph node whose graph the program holds a handle of" in r.stderr, \
+            r.stderr
         assert not (tmp_path / "image" / "manifest.json").exists()
         assert job.proc.wait(timeout=TIMEOUT) == 0, job.err.read_text()
         assert job.lines() == ref

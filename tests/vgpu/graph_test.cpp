@@ -787,5 +787,35 @@ TEST_F(GraphTest, AnEventNodesEventIsSetInTheGraphOrInOneExecutableGraph) {
   EXPECT_CU(cuEventDestroy(second));
 }
 
+TEST_F(GraphTest, ACapturedHostFunctionRunsAtEachLaunch) {
+  int calls = 0;
+  CUhostFn count = [](void* p) { ++*static_cast<int*>(p); };
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(scaleAdd(s_, 1, 1));
+  ASSERT_CU(cuLaunchHostFunc(s_, count, &calls));
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuStreamEndCapture(s_, &graph));
+  EXPECT_EQ(calls, 0);  // captured, not run
+  size_t count_ = 0;
+  ASSERT_CU(cuGraphGetNodes(graph, nullptr, &count_));
+  ASSERT_EQ(count_, 2u);
+  std::vector<CUgraphNode> nodes(count_);
+  ASSERT_CU(cuGraphGetNodes(graph, nodes.data(), &count_));
+  CUgraphNodeType type{};
+  ASSERT_CU(cuGraphNodeGetType(nodes[1], &type));
+  ASSERT_EQ(type, CU_GRAPH_NODE_TYPE_HOST);
+  CUDA_HOST_NODE_PARAMS asked{};
+  ASSERT_CU(cuGraphHostNodeGetParams(nodes[1], &asked));
+  EXPECT_EQ(asked.fn, count);  // the application's function, whoever runs it
+  EXPECT_EQ(asked.userData, &calls);
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 3; ++i) ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(calls, 3);
+  EXPECT_CU(cuGraphExecDestroy(exec));
+  EXPECT_CU(cuGraphDestroy(graph));
+}
+
 }  // namespace
 }  // namespace phos::vgpu::testing

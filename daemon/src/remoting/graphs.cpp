@@ -611,7 +611,7 @@ CUresult cuGraphExecChildGraphNodeSetParams(ServerCall& c, Handle<CUgraphExec> h
       hGraphExec.real, graphs.execNode(hGraphExec.id, hNode.id, hNode.real), childGraph.real);
   if (r == CUDA_SUCCESS) {
     graphs.setExecNode(hGraphExec.id, hNode.id, hNode.real,
-                       makeError(Code::kFailedPrecondition, "a child graph node"));
+                       graphs.describeChild(c.session().scope(), childGraph.real));
   }
   return r;
 }

@@ -128,6 +128,11 @@ Result<json> SessionGraphs::describeEvent(const SessionScope& scope, CUgraphNode
   return json{{"type", static_cast<int>(type)}, {"event", id}};
 }
 
+Result<json> SessionGraphs::describeChild(const SessionScope& scope, CUgraph child) const {
+  ASSIGN_OR_RETURN(json nodes, describe(scope, child));
+  return json{{"type", static_cast<int>(CU_GRAPH_NODE_TYPE_GRAPH)}, {"graph", std::move(nodes)}};
+}
+
 Result<json> SessionGraphs::describeNode(const SessionScope& scope, CUgraphNode node) const {
   const DriverTable& d = scope.driver;
   CUgraphNodeType type{};
@@ -172,8 +177,18 @@ Result<json> SessionGraphs::describeNode(const SessionScope& scope, CUgraphNode 
       RETURN_IF_ERROR(driverStatus(r, "the event of an event node"));
       return describeEvent(scope, type, e);
     }
-    case CU_GRAPH_NODE_TYPE_GRAPH:
-      return makeError(Code::kFailedPrecondition, "a child graph node");
+    case CU_GRAPH_NODE_TYPE_GRAPH: {
+      CUgraph child = nullptr;
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, GraphChildGraphNodeGetGraph)(node, &child),
+                                   "cuGraphChildGraphNodeGetGraph"));
+      // A restore makes the child graph again inside its node, under no id:
+      // a handle the program holds of it would name nothing.
+      if (scope.handles.idOf(child) != 0) {
+        return makeError(Code::kFailedPrecondition,
+                         "a child graph node whose graph the program holds a handle of");
+      }
+      return describeChild(scope, child);
+    }
     default:
       return makeError(Code::kFailedPrecondition,
                        "a node of type {} (a memory, conditional or external node)",
@@ -568,6 +583,19 @@ Result<CUgraphNode> SessionGraphs::addNode(const SessionScope& scope, CUgraph gr
               : PHOS_DRIVER(d, GraphAddEventWaitNode)(&node, graph, deps, after.size(), e);
       break;
     }
+    case CU_GRAPH_NODE_TYPE_GRAPH: {
+      // Made in a graph of its own, which the node clones.
+      ASSIGN_OR_RETURN(json inner, field<json>(n, "graph", where));
+      CUgraph child = nullptr;
+      RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, GraphCreate)(&child, 0), where));
+      auto made = addNodes(scope, child, inner, where + ", child graph", owns, channel);
+      if (made.isOk()) {
+        r = PHOS_DRIVER(d, GraphAddChildGraphNode)(&node, graph, deps, after.size(), child);
+      }
+      PHOS_DRIVER(d, GraphDestroy)(child);
+      if (!made.isOk()) return made.status();
+      break;
+    }
     case CU_GRAPH_NODE_TYPE_HOST: {
       ASSIGN_OR_RETURN(uint64_t function, field<uint64_t>(n, "function", where));
       ASSIGN_OR_RETURN(uint64_t userData, field<uint64_t>(n, "user_data", where));
@@ -586,6 +614,28 @@ Result<CUgraphNode> SessionGraphs::addNode(const SessionScope& scope, CUgraph gr
   return node;
 }
 
+Result<std::vector<CUgraphNode>> SessionGraphs::addNodes(const SessionScope& scope, CUgraph graph,
+                                                         const json& nodes,
+                                                         const std::string& where, const Owns& owns,
+                                                         const Channel& channel) {
+  if (!nodes.is_array()) return makeError(Code::kDataLoss, "{}: \"nodes\" is not a list", where);
+  std::vector<CUgraphNode> made;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::string at = fmt::format("{}, node {}", where, i);
+    ASSIGN_OR_RETURN(auto after, field<std::vector<size_t>>(nodes[i], "after", at));
+    std::vector<CUgraphNode> deps;
+    for (size_t a : after) {
+      if (a >= made.size()) {
+        return makeError(Code::kDataLoss, "{}: it comes after node {}, not made before it", at, a);
+      }
+      deps.push_back(made[a]);
+    }
+    ASSIGN_OR_RETURN(CUgraphNode node, addNode(scope, graph, nodes[i], deps, at, owns, channel));
+    made.push_back(node);
+  }
+  return made;
+}
+
 Status SessionGraphs::rebuild(const SessionScope& scope, const json& state,
                               const std::function<Status(uint64_t)>& makeCurrent, const Owns& owns,
                               const Channel& channel) {
@@ -601,36 +651,19 @@ Status SessionGraphs::rebuild(const SessionScope& scope, const json& state,
     }
     ASSIGN_OR_RETURN(uint64_t context, field<uint64_t>(g, "context", where));
     ASSIGN_OR_RETURN(json nodes, field<json>(g, "nodes", where));
-    if (!nodes.is_array()) return makeError(Code::kDataLoss, "{}: \"nodes\" is not a list", where);
     if (context != 0) RETURN_IF_ERROR(makeCurrent(context));
     CUgraph graph = nullptr;
     RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, GraphCreate)(&graph, 0), where));
-    std::vector<CUgraphNode> made;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      const std::string at = fmt::format("{}, node {}", where, i);
-      auto after = field<std::vector<size_t>>(nodes[i], "after", at);
-      std::vector<CUgraphNode> deps;
-      Status ok = after.status();
-      if (ok.isOk()) {
-        for (size_t a : *after) {
-          if (a >= made.size()) {
-            ok =
-                makeError(Code::kDataLoss, "{}: it comes after node {}, not made before it", at, a);
-            break;
-          }
-          deps.push_back(made[a]);
-        }
-      }
-      auto node = ok.isOk() ? addNode(scope, graph, nodes[i], deps, at, owns, channel)
-                            : Result<CUgraphNode>(ok);
-      if (!node.isOk()) {
-        PHOS_DRIVER(d, GraphDestroy)(graph);
-        return node.status();
-      }
-      made.push_back(*node);
-      // The node ids the application holds are of its graphs' nodes.
-      if (uint64_t nid = nodes[i].value("id", uint64_t{0}); kind == "graph" && nid != 0) {
-        scope.handles.bind(HandleType::kCUgraphNode_st, nid, *node);
+    auto built = addNodes(scope, graph, nodes, where, owns, channel);
+    if (!built.isOk()) {
+      PHOS_DRIVER(d, GraphDestroy)(graph);
+      return built.status();
+    }
+    const std::vector<CUgraphNode>& made = *built;
+    // The node ids the application holds are of its graphs' nodes.
+    for (size_t i = 0; kind == "graph" && i < nodes.size(); ++i) {
+      if (uint64_t nid = nodes[i].value("id", uint64_t{0}); nid != 0) {
+        scope.handles.bind(HandleType::kCUgraphNode_st, nid, made[i]);
       }
     }
     if (kind == "graph") {

@@ -11,10 +11,11 @@
 // nodes with the session's id of their function or library kernel and their
 // parameters' bytes; copies, sets, empty nodes, event records and waits, the
 // application's host functions), with the ids the application holds for
-// them. A restore adds the nodes to a new graph in that order and
-// instantiates the executable graphs again, under the same ids. A node of
-// another kind (a child graph, a memory or conditional node) cannot be
-// described: a checkpoint of a session holding its graph fails, naming it.
+// them; a child graph node holds its graph's description. A restore adds
+// the nodes to a new graph in that order and instantiates the executable
+// graphs again, under the same ids. A node of another kind (a memory or
+// conditional node), or a child graph the program holds a handle of, cannot
+// be described: a checkpoint of a session holding its graph fails, naming it.
 #pragma once
 
 #include <cuda.h>
@@ -43,6 +44,8 @@ class SessionGraphs {
   // One node's parameters as describe() writes them.
   Result<nlohmann::json> describeKernel(const SessionScope& scope,
                                         const CUDA_KERNEL_NODE_PARAMS& params) const;
+  // A child graph node of graph `child`'s nodes.
+  Result<nlohmann::json> describeChild(const SessionScope& scope, CUgraph child) const;
   static nlohmann::json describeCopy(const CUDA_MEMCPY3D& params);
   static nlohmann::json describeSet(const CUDA_MEMSET_NODE_PARAMS& params);
   Result<nlohmann::json> describeHost(const CUDA_HOST_NODE_PARAMS& params) const;
@@ -115,6 +118,11 @@ class SessionGraphs {
   // The place of the application's node in executable graph `exec`'s description.
   std::optional<size_t> execIndex(uint64_t exec, uint64_t node, CUgraphNode real) const;
   Result<nlohmann::json> describeNode(const SessionScope& scope, CUgraphNode node) const;
+  // A description's nodes added to `graph`, in order; the nodes made.
+  Result<std::vector<CUgraphNode>> addNodes(
+      const SessionScope& scope, CUgraph graph, const nlohmann::json& nodes,
+      const std::string& where, const std::function<bool(uint64_t, uint64_t)>& owns,
+      const std::function<Result<std::shared_ptr<HostCallChannel>>()>& channel);
   Result<CUgraphNode> addNode(
       const SessionScope& scope, CUgraph graph, const nlohmann::json& n,
       const std::vector<CUgraphNode>& after, const std::string& where,
