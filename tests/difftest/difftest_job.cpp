@@ -46,7 +46,10 @@
 // cuMemAllocManaged buffers, which the host also reads and rewrites through
 // their pointers. graphs (not on by default: the fixed seeds keep their plans)
 // captures kernels and sets into executable graphs, launched on any stream
-// later, until a buffer or module they name goes.
+// later, until a buffer or module they name goes; between launches a kernel
+// node takes a new argument in the executable graph only, or in the graph
+// then the executable graph (cuGraphExecUpdate), or a node is disabled or
+// enabled again.
 #include <cuda.h>
 #include <unistd.h>
 
@@ -1590,12 +1593,55 @@ class Job {
   // last streams, as any launch is).
   struct GraphExec {
     CUgraphExec exec = nullptr;
+    CUgraph graph = nullptr;  // kept: its nodes name the executable graph's
     std::vector<int> buffers;
     int module = 0;
+    struct Item {
+      CUgraphNode node = nullptr;
+      bool kernel = false;
+      CUdeviceptr p = 0;
+      unsigned n = 0;
+    };
+    std::vector<Item> items;
   };
+  // A change of `g` between launches: a kernel node's new seed in the
+  // executable graph alone, or in its graph and then the executable graph
+  // by an update; or a node disabled or enabled.
+  void changeGraph(GraphExec& g) {
+    const GraphExec::Item& item = g.items[rng_.below(g.items.size())];
+    const int how = static_cast<int>(rng_.below(3));
+    if (how == 2 || !item.kernel) {
+      const unsigned enabled = rng_.chance(50) ? 1u : 0u;
+      trace("graph node %s", enabled != 0 ? "enabled" : "disabled");
+      CHECK(cuGraphNodeSetEnabled(g.exec, item.node, enabled));
+      return;
+    }
+    const ModuleInstance& m = modules_[static_cast<size_t>(g.module)];
+    CUdeviceptr p = item.p;
+    unsigned n = item.n;
+    unsigned k = static_cast<unsigned>(rng_.next());
+    void* params[] = {&p, &n, &k};
+    CUDA_KERNEL_NODE_PARAMS kp{};
+    kp.func = m.fn[kMix];
+    kp.gridDimX = blocksFor(n);
+    kp.gridDimY = kp.gridDimZ = 1;
+    kp.blockDimX = 256;
+    kp.blockDimY = kp.blockDimZ = 1;
+    kp.kernelParams = params;
+    if (how == 0) {
+      trace("graph kernel node set in the executable graph");
+      CHECK(cuGraphExecKernelNodeSetParams(g.exec, item.node, &kp));
+      return;
+    }
+    trace("graph kernel node set in the graph, executable graph updated");
+    CHECK(cuGraphKernelNodeSetParams(item.node, &kp));
+    CUgraphExecUpdateResultInfo info{};
+    CHECK(cuGraphExecUpdate(g.exec, g.graph, &info));
+  }
   void opGraphs() {
     if (!graphs_.empty() && (graphs_.size() >= 3 || rng_.chance(70))) {
       GraphExec& g = graphs_[rng_.below(graphs_.size())];
+      if (rng_.chance(40)) changeGraph(g);
       const int s = pickStream();
       trace("graph launch on stream %d", s);
       orderOn(s, g.buffers);
@@ -1622,7 +1668,9 @@ class Job {
       CUdeviceptr p = b.dptr + offset * 4;
       unsigned n = static_cast<unsigned>(words);
       g.buffers.push_back(b.id);
+      g.items.push_back({nullptr, false, p, n});
       if (rng_.chance(70)) {
+        g.items.back().kernel = true;
         unsigned k = static_cast<unsigned>(rng_.next());
         void* params[] = {&p, &n, &k};
         CHECK(cuLaunchKernel(m.fn[kMix], blocksFor(words), 1, 1, 256, 1, 1, 0, captureStream_,
@@ -1631,10 +1679,18 @@ class Job {
         CHECK(cuMemsetD32Async(p, static_cast<unsigned>(rng_.next()), words, captureStream_));
       }
     }
-    CUgraph graph = nullptr;
-    CHECK(cuStreamEndCapture(captureStream_, &graph));
-    CHECK(cuGraphInstantiateWithFlags(&g.exec, graph, 0));
-    CHECK(cuGraphDestroy(graph));
+    CHECK(cuStreamEndCapture(captureStream_, &g.graph));
+    // One node per captured call, in the order they were made.
+    size_t count = g.items.size();
+    std::vector<CUgraphNode> nodes(count);
+    CHECK(cuGraphGetNodes(g.graph, nodes.data(), &count));
+    if (count != g.items.size()) {
+      std::fprintf(stderr, "difftest_job: a capture of %zu calls made %zu nodes\n", g.items.size(),
+                   count);
+      std::exit(1);
+    }
+    for (size_t i = 0; i < count; ++i) g.items[i].node = nodes[i];
+    CHECK(cuGraphInstantiateWithFlags(&g.exec, g.graph, 0));
     graphs_.push_back(std::move(g));
   }
   // Destroys the executable graphs `gone` says name what is going away.
@@ -1643,6 +1699,7 @@ class Job {
     for (size_t i = 0; i < graphs_.size();) {
       if (gone(graphs_[i])) {
         CHECK(cuGraphExecDestroy(graphs_[i].exec));
+        CHECK(cuGraphDestroy(graphs_[i].graph));
         graphs_.erase(graphs_.begin() + static_cast<std::ptrdiff_t>(i));
       } else {
         ++i;

@@ -98,6 +98,17 @@ def test_captured_graphs_launched_across_restores_are_the_uninterrupted_run(criu
                         features="+graphs"))
 
 
+def test_executable_graphs_changed_between_launches_are_restored_as_changed(criu, runner):  # noqa: F811
+    """Seeds 19 and 36 with graphs: a kernel node takes a new argument in the executable graph only
+    (seed 19, steps 1 and 4), or in its graph and then the executable graph by cuGraphExecUpdate, and
+    a node is disabled (seed 36, step 5); the checkpoints after those steps must restore each executable
+    graph as the job changed it, not as it was instantiated, and later changes apply to it."""
+    passes(runner, Case(19, steps=10, sleep_ms=60, slow=False, points=[Point(5, "stop"), Point(8, "recopy", True)],
+                        features="+graphs"))
+    passes(runner, Case(36, steps=10, sleep_ms=60, slow=False, points=[Point(6, "cow", True), Point(8, "stop")],
+                        features="+graphs"))
+
+
 def test_files_of_a_restored_session_outlive_a_starting_phosd(criu, runner):  # noqa: F811
     """Seed 13 (no threads) runs its first host function in step 4, after its
     first restore: the session's host-call queue was named after its worker,
