@@ -762,9 +762,20 @@ Status Driver::copyRows(const StreamRef& ref, const CUDA_MEMCPY3D& described,
                         std::size_t width, bool async) {
   if (rows.empty() || width == 0) return Status::ok();
   CopyEndpoint d, s;
+  // A side of type CU_MEMORYTYPE_DEVICE names device memory, or pinned host
+  // memory by its device pointer (the same address): never pageable memory.
+  auto deviceSide = [](CUmemorytype type, const CopyEndpoint& e) {
+    return type != CU_MEMORYTYPE_DEVICE || e.device >= 0 || e.pinned;
+  };
   for (const auto& [dst, src] : rows) {
     ASSIGN_OR_RETURN(d, classify(dst, width, false));
     ASSIGN_OR_RETURN(s, classify(src, width, false));
+    if (!deviceSide(described.dstMemoryType, d) || !deviceSide(described.srcMemoryType, s)) {
+      return cuErrorf(
+          CUDA_ERROR_INVALID_VALUE,
+          "a side of memory type CU_MEMORYTYPE_DEVICE is not device memory (0x{:x}, 0x{:x})", dst,
+          src);
+    }
   }
   if (!async) RETURN_IF_ERROR(refuseInCapture(ref, "a synchronous copy"));
   CopyModel* model = copyModel_.get();
