@@ -741,8 +741,20 @@ TEST_F(GraphTest, NodeParametersAreSetInTheGraphOrInOneExecutableGraph) {
   ASSERT_CU(cuGraphAddKernelNode(&extra, graph, &host, 1, &k));
   EXPECT_CU_ERR(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, cuGraphExecUpdate(exec, graph, &info));
   EXPECT_EQ(info.result, CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
-  // Parameters of another node type are refused.
+  // Parameters of another node type are refused, and memory that is not allocated.
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphMemsetNodeSetParams(kernel, &m));
+  CUDA_MEMSET_NODE_PARAMS stray = m;
+  stray.dst = 0x1000;
+  CUgraphNode refused = nullptr;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuGraphAddMemsetNode(&refused, graph, nullptr, 0, &stray, context_));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphMemsetNodeSetParams(set, &stray));
+  CUDA_MEMCPY3D strayCopy = c;
+  strayCopy.srcDevice = 0x1000;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuGraphAddMemcpyNode(&refused, graph, nullptr, 0, &strayCopy, context_));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuGraphExecMemcpyNodeSetParams(exec, copy, &strayCopy, context_));
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
                 cuGraphExecMemsetNodeSetParams(exec, kernel, &m, context_));
 

@@ -94,11 +94,16 @@ CUresult checkCopy(ServerCall& c, const char* entry, const CUDA_MEMCPY3D* m) {
   return CUDA_SUCCESS;
 }
 
-CUresult checkSet(ServerCall& c, const CUDA_MEMSET_NODE_PARAMS* m) {
+CUresult checkSet(ServerCall& c, const char* entry, const CUDA_MEMSET_NODE_PARAMS* m) {
   if (m == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return SessionGraphs::setOwned(*m, [&](uint64_t a, uint64_t n) { return owns(c, a, n); })
-             ? CUDA_SUCCESS
-             : CUDA_ERROR_INVALID_VALUE;
+  if (!SessionGraphs::setOwned(*m, [&](uint64_t a, uint64_t n) { return owns(c, a, n); })) {
+    log::get("daemon")->info(
+        "session {}: {}: the rows set are not device or pinned memory of the session, or their "
+        "element size is not 1, 2 or 4",
+        c.session().id(), entry);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
 }
 
 // A kernel node's parameters for the driver, from their wire form: the
@@ -503,7 +508,7 @@ CUresult cuGraphAddMemsetNode(ServerCall& c, uint64_t* phGraphNode, Handle<CUgra
                               std::span<const CUgraphNode> dependencies, size_t numDependencies,
                               const CUDA_MEMSET_NODE_PARAMS* memsetParams, Handle<CUcontext> ctx) {
   *phGraphNode = 0;
-  if (CUresult r = checkSet(c, memsetParams); r != CUDA_SUCCESS) return r;
+  if (CUresult r = checkSet(c, "cuGraphAddMemsetNode", memsetParams); r != CUDA_SUCCESS) return r;
   CUgraphNode node = nullptr;
   CUresult r = PHOS_DRIVER(c.driverTable(), GraphAddMemsetNode)(
       &node, hGraph.real, orNull(dependencies), numDependencies, memsetParams, ctx.real);
@@ -513,7 +518,9 @@ CUresult cuGraphAddMemsetNode(ServerCall& c, uint64_t* phGraphNode, Handle<CUgra
 
 CUresult cuGraphMemsetNodeSetParams(ServerCall& c, Handle<CUgraphNode> hNode,
                                     const CUDA_MEMSET_NODE_PARAMS* nodeParams) {
-  if (CUresult r = checkSet(c, nodeParams); r != CUDA_SUCCESS) return r;
+  if (CUresult r = checkSet(c, "cuGraphMemsetNodeSetParams", nodeParams); r != CUDA_SUCCESS) {
+    return r;
+  }
   return PHOS_DRIVER(c.driverTable(), GraphMemsetNodeSetParams)(hNode.real, nodeParams);
 }
 
@@ -521,7 +528,9 @@ CUresult cuGraphExecMemsetNodeSetParams(ServerCall& c, Handle<CUgraphExec> hGrap
                                         Handle<CUgraphNode> hNode,
                                         const CUDA_MEMSET_NODE_PARAMS* memsetParams,
                                         Handle<CUcontext> ctx) {
-  if (CUresult r = checkSet(c, memsetParams); r != CUDA_SUCCESS) return r;
+  if (CUresult r = checkSet(c, "cuGraphExecMemsetNodeSetParams", memsetParams); r != CUDA_SUCCESS) {
+    return r;
+  }
   SessionGraphs& graphs = c.session().graphs();
   CUresult r = PHOS_DRIVER(c.driverTable(), GraphExecMemsetNodeSetParams)(
       hGraphExec.real, graphs.execNode(hGraphExec.id, hNode.id, hNode.real), memsetParams,
