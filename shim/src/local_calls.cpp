@@ -10,9 +10,10 @@
 #include "api_trace.h"
 #include "client_call.h"
 #include "connection.h"
+#include "phos/common/graph_node_params.h"
+#include "phos/common/log.h"
 #include "phos/cuda_api/api_table.h"
 #include "phos/cuda_api/client_hooks.h"
-#include "phos/common/log.h"
 #include "phos/cuda_api/proc_address.h"
 #include "phos/export_tables/driver_logs.h"
 #include "phos/export_tables/export_tables.h"
@@ -206,6 +207,35 @@ CUresult cuLogsDumpToFile(CUlogIterator* iterator, const char* path, unsigned in
 }
 CUresult cuLogsDumpToMemory(CUlogIterator* iterator, char* buffer, size_t* size, unsigned int flags) {
   return driver_logs::dumpToMemory(iterator, buffer, size, flags);
+}
+
+// The generic graph node entry points, made of the per-kind ones, which
+// are remoted (the shim's own exported entry points, not the application's calls).
+CUresult cuGraphAddNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                        const CUgraphEdgeData* dependencyData, size_t numDependencies,
+                        CUgraphNodeParams* nodeParams) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return graph_node_params::addNode<graph_node_params::ExportedApi>(
+      phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams);
+}
+// The CUDA 12.2 revision, without edge data.
+CUresult cuGraphAddNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* dependencies,
+                        size_t numDependencies, CUgraphNodeParams* nodeParams) {
+  return cuGraphAddNode(phGraphNode, hGraph, dependencies, nullptr, numDependencies, nodeParams);
+}
+CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams* nodeParams) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return graph_node_params::setParams<graph_node_params::ExportedApi>(nullptr, hNode, nodeParams);
+}
+CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                  CUgraphNodeParams* nodeParams) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (hGraphExec == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  trace::InternalCalls internal;
+  return graph_node_params::setParams<graph_node_params::ExportedApi>(hGraphExec, hNode,
+                                                                      nodeParams);
 }
 
 }  // namespace phos::shim::local

@@ -829,5 +829,95 @@ TEST_F(GraphTest, ACapturedHostFunctionRunsAtEachLaunch) {
   EXPECT_CU(cuGraphDestroy(graph));
 }
 
+TEST_F(GraphTest, TheGenericNodeEntryPointsAreThePerKindOnes) {
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  // A memset of x to 2, x = x * 3 + 1, a copy into host_, a host function,
+  // an event record: each made by cuGraphAddNode.
+  CUgraphNodeParams p{};
+  p.type = CU_GRAPH_NODE_TYPE_MEMSET;
+  p.memset.dst = x_;
+  p.memset.value = 2;
+  p.memset.elementSize = 4;
+  p.memset.width = kN;
+  p.memset.height = 1;
+  p.memset.ctx = context_;
+  CUgraphNode set = nullptr, kernel = nullptr, copy = nullptr, host = nullptr, record = nullptr;
+  ASSERT_CU(cuGraphAddNode(&set, graph, nullptr, nullptr, 0, &p));
+  unsigned a = 3, b = 1, n = kN;
+  void* args[] = {&x_, &a, &b, &n};
+  const CUDA_KERNEL_NODE_PARAMS k = scaleAddNode(args);
+  p = CUgraphNodeParams{};
+  p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+  p.kernel.func = k.func;
+  p.kernel.gridDimX = k.gridDimX;
+  p.kernel.gridDimY = p.kernel.gridDimZ = 1;
+  p.kernel.blockDimX = k.blockDimX;
+  p.kernel.blockDimY = p.kernel.blockDimZ = 1;
+  p.kernel.kernelParams = args;
+  const CUgraphNodeParams kernelParams = p;
+  // Edge data given: the edges are the default ones.
+  CUgraphEdgeData edge{};
+  ASSERT_CU(cuGraphAddNode(&kernel, graph, &set, &edge, 1, &p));
+  p = CUgraphNodeParams{};
+  p.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  p.memcpy.copyCtx = context_;
+  p.memcpy.copyParams.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  p.memcpy.copyParams.srcDevice = x_;
+  p.memcpy.copyParams.dstMemoryType = CU_MEMORYTYPE_HOST;
+  p.memcpy.copyParams.dstHost = host_;
+  p.memcpy.copyParams.WidthInBytes = kN * sizeof(unsigned);
+  p.memcpy.copyParams.Height = p.memcpy.copyParams.Depth = 1;
+  ASSERT_CU(cuGraphAddNode(&copy, graph, &kernel, nullptr, 1, &p));
+  int calls = 0;
+  p = CUgraphNodeParams{};
+  p.type = CU_GRAPH_NODE_TYPE_HOST;
+  p.host.fn = [](void* c) { ++*static_cast<int*>(c); };
+  p.host.userData = &calls;
+  ASSERT_CU(cuGraphAddNode(&host, graph, &copy, nullptr, 1, &p));
+  CUevent e = nullptr;
+  ASSERT_CU(cuEventCreate(&e, 0));
+  p = CUgraphNodeParams{};
+  p.type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
+  p.eventRecord.event = e;
+  ASSERT_CU(cuGraphAddNode(&record, graph, &host, nullptr, 1, &p));
+  size_t edges = 0;
+  ASSERT_CU(cuGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges));
+  EXPECT_EQ(edges, 4u);
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(std::vector<unsigned>(host_, host_ + kN), filled(7));
+  EXPECT_EQ(calls, 1);
+  EXPECT_CU(cuEventQuery(e));
+
+  // x * 5 + 1 in the executable graph only, then x * 2 + 1 in the graph.
+  p = kernelParams;
+  a = 5;
+  ASSERT_CU(cuGraphExecNodeSetParams(exec, kernel, &p));
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(std::vector<unsigned>(host_, host_ + kN), filled(11));
+  a = 2;
+  ASSERT_CU(cuGraphNodeSetParams(kernel, &p));
+  CUDA_KERNEL_NODE_PARAMS asked{};
+  ASSERT_CU(cuGraphKernelNodeGetParams(kernel, &asked));
+  EXPECT_EQ(*static_cast<unsigned*>(asked.kernelParams[1]), 2u);
+
+  // What the union says wrong is refused.
+  p.reserved0[1] = 1;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphNodeSetParams(kernel, &p));
+  p = CUgraphNodeParams{};
+  p.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+  CUgraphNode refused = nullptr;
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddNode(&refused, graph, nullptr, nullptr, 0, &p));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuGraphAddNode(&refused, graph, nullptr, nullptr, 0, nullptr));
+  EXPECT_CU(cuGraphExecDestroy(exec));
+  EXPECT_CU(cuGraphDestroy(graph));
+  EXPECT_CU(cuEventDestroy(e));
+}
+
 }  // namespace
 }  // namespace phos::vgpu::testing

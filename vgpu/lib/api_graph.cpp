@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "entry.h"
+#include "phos/common/graph_node_params.h"
 
 using namespace phos;
 using namespace phos::vgpu;
@@ -893,6 +894,25 @@ CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
     }
     return Status::ok();
   });
+}
+
+// The generic node entry points, through the per-kind ones
+// (phos/common/graph_node_params.h).
+CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                   const CUgraphNode* dependencies,
+                                   const CUgraphEdgeData* dependencyData, size_t numDependencies,
+                                   CUgraphNodeParams* nodeParams) {
+  return graph_node_params::addNode<graph_node_params::ExportedApi>(
+      phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams);
+}
+CUresult CUDAAPI cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams* nodeParams) {
+  return graph_node_params::setParams<graph_node_params::ExportedApi>(nullptr, hNode, nodeParams);
+}
+CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                          CUgraphNodeParams* nodeParams) {
+  if (hGraphExec == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return graph_node_params::setParams<graph_node_params::ExportedApi>(hGraphExec, hNode,
+                                                                      nodeParams);
 }
 
 // "This call does not clone the graph. Changes to the graph will be
