@@ -430,8 +430,9 @@ void CUDA_CB noteHostCall(void* flag) {
 // Stream capture runs on phosd's streams (docs/remoting.md): what phosd serves
 // with more than the one driver call on the stream cannot be a graph's node
 // and is refused as CUDA refuses what a capture does not support, the
-// capture invalidated; pinned copies and sets are captured and replayed. A
-// call a capture refuses is answered at the call, posted or not.
+// capture invalidated; pinned copies, sets and the application's host
+// functions are captured and replayed. A call a capture refuses is answered
+// at the call, posted or not.
 TEST_F(SemanticsTest, WhatPhosdCannotCaptureIsRefusedAndInvalidatesTheCapture) {
   CUstream s = nullptr;
   ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
@@ -457,9 +458,12 @@ TEST_F(SemanticsTest, WhatPhosdCannotCaptureIsRefusedAndInvalidatesTheCapture) {
                   cuMemcpyDtoHAsync(pageable.data(), d, bytes, s));
     expectInvalidated();
   }
-  int called = 0;
+  // A set of pinned memory: phosd sets it with a host function of its own.
+  void* pinned = nullptr;
+  ASSERT_CU(cuMemHostAlloc(&pinned, 4096, 0));
   ASSERT_CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuLaunchHostFunc(s, noteHostCall, &called));
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(pinned), 0, 1024, s));
   expectInvalidated();
   // An event recorded outside the capture: the wait (a posted call) is refused at once.
   CUevent outside = nullptr;
@@ -470,22 +474,25 @@ TEST_F(SemanticsTest, WhatPhosdCannotCaptureIsRefusedAndInvalidatesTheCapture) {
   expectInvalidated();
   EXPECT_CU(cuEventDestroy(outside));
 
-  // Pinned memory is at the same address in phosd: its copies are captured.
-  void* pinned = nullptr;
-  ASSERT_CU(cuMemHostAlloc(&pinned, 4096, 0));
+  // Pinned memory is at the same address in phosd: its copies are captured;
+  // so are the application's host functions.
   std::memset(pinned, 0, 4096);
   ASSERT_CU(cuMemsetD32(d, 0, 1024));
   ASSERT_CU(cuCtxSynchronize());
   ASSERT_CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
   ASSERT_CU(cuMemsetD32Async(d, 0x01020304, 1024, s));
   ASSERT_CU(cuMemcpyDtoHAsync(pinned, d, 4096, s));
+  int called = 0;
+  ASSERT_CU(cuLaunchHostFunc(s, noteHostCall, &called));
   ASSERT_CU(cuStreamEndCapture(s, &graph));
   EXPECT_EQ(static_cast<unsigned*>(pinned)[0], 0u);  // captured, not run
+  EXPECT_EQ(called, 0);
   CUgraphExec exec = nullptr;
   ASSERT_CU(cuGraphInstantiateWithFlags(&exec, graph, 0));
   ASSERT_CU(cuGraphLaunch(exec, s));
   ASSERT_CU(cuStreamSynchronize(s));
   EXPECT_EQ(static_cast<unsigned*>(pinned)[1023], 0x01020304u);
+  EXPECT_EQ(called, 1);
   EXPECT_CU(cuGraphExecDestroy(exec));
   EXPECT_CU(cuGraphDestroy(graph));
   // Gone from the session; the launch is posted, as kernel launches are.
