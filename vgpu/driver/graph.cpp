@@ -186,8 +186,9 @@ std::vector<ExecStep> GraphExec::steps() const {
 namespace {
 
 // The step of `node` in `steps`, if it is one of `type` (of any type without one).
-Result<ExecStep*> stepOf(std::vector<ExecStep>& steps, std::uint64_t node,
-                         std::optional<CUgraphNodeType> type) {
+template <typename Steps>  // std::vector<ExecStep>, const or not
+Result<decltype(&std::declval<Steps&>()[0])> stepOf(Steps& steps, std::uint64_t node,
+                                                    std::optional<CUgraphNodeType> type) {
   auto it = std::find_if(steps.begin(), steps.end(),
                          [&](const ExecStep& s) { return node != 0 && s.node == node; });
   if (it == steps.end() || (type && it->type != *type)) {
@@ -229,8 +230,7 @@ Status GraphExec::setEnabled(std::uint64_t node, bool enabled) {
 
 Result<bool> GraphExec::enabled(std::uint64_t node) const {
   std::lock_guard lock(mutex_);
-  auto steps = steps_;
-  ASSIGN_OR_RETURN(ExecStep * step, stepOf(steps, node, std::nullopt));
+  ASSIGN_OR_RETURN(const ExecStep* step, stepOf(steps_, node, std::nullopt));
   return step->enabled;
 }
 

@@ -151,14 +151,13 @@ struct DriverKernelNode {
 CUresult hostNode(ServerCall& c, const CUDA_HOST_NODE_PARAMS* p, CUDA_HOST_NODE_PARAMS* out,
                   std::string* queue = nullptr) {
   if (p == nullptr || p->fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  auto channel = c.session().hostCalls();
-  if (!channel.isOk()) {
-    log::get("daemon")->warn("session {}: {}", c.session().id(), channel.status().message());
+  auto node = c.session().graphHostNode(reinterpret_cast<uintptr_t>(p->fn),
+                                        reinterpret_cast<uintptr_t>(p->userData), queue);
+  if (!node.isOk()) {
+    log::get("daemon")->warn("session {}: {}", c.session().id(), node.status().message());
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  if (queue != nullptr) *queue = (*channel)->path();
-  *out = c.session().graphs().hostNode(*channel, reinterpret_cast<uintptr_t>(p->fn),
-                                       reinterpret_cast<uintptr_t>(p->userData));
+  *out = *node;
   return CUDA_SUCCESS;
 }
 

@@ -55,14 +55,12 @@ CUresult cuLaunchHostFunc(ServerCall& c, Handle<CUstream> hStream, uint64_t fn, 
   // frees its call when it has run.
   if (c.capturing(hStream.real)) {
     if (fn == 0) return CUDA_ERROR_INVALID_VALUE;
-    auto channel = c.session().hostCalls();
-    if (!channel.isOk()) {
-      log::get("daemon")->warn("session {}: {}", c.session().id(), channel.status().message());
+    auto node = c.session().graphHostNode(fn, userData, queue);
+    if (!node.isOk()) {
+      log::get("daemon")->warn("session {}: {}", c.session().id(), node.status().message());
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *queue = (*channel)->path();
-    const CUDA_HOST_NODE_PARAMS node = c.session().graphs().hostNode(*channel, fn, userData);
-    return PHOS_DRIVER(c.driverTable(), LaunchHostFunc)(hStream.real, node.fn, node.userData);
+    return PHOS_DRIVER(c.driverTable(), LaunchHostFunc)(hStream.real, node->fn, node->userData);
   }
   return hostCall(c, hStream, fn, userData, queue, [&](PendingHostCall* pending) {
     return PHOS_DRIVER(c.driverTable(), LaunchHostFunc)(hStream.real, runHostFunction, pending);

@@ -607,6 +607,13 @@ Result<std::shared_ptr<HostCallChannel>> Session::hostCalls() {
   return hostCalls_;
 }
 
+Result<CUDA_HOST_NODE_PARAMS> Session::graphHostNode(uint64_t function, uint64_t userData,
+                                                     std::string* queue) {
+  ASSIGN_OR_RETURN(auto channel, hostCalls());
+  if (queue != nullptr) *queue = channel->path();
+  return graphs_.hostNode(std::move(channel), function, userData);
+}
+
 void Session::forgetHandle(uint64_t id) {
   handles_.erase(id);
   graphs_.forget(id, driver_);

@@ -258,6 +258,11 @@ class Session {
   // The queue through which the session's streams run the application's host
   // functions (created on first use; its file is removed with the session).
   Result<std::shared_ptr<HostCallChannel>> hostCalls();
+  // A graph's host node running the application's `function(userData)`
+  // through hostCalls() at each launch (SessionGraphs::hostNode); `queue`,
+  // if given, gets the queue's path for the shim.
+  Result<CUDA_HOST_NODE_PARAMS> graphHostNode(uint64_t function, uint64_t userData,
+                                              std::string* queue);
   // Speculation and validation of the session's launches (launch_validator.h).
   LaunchValidator& validator() { return validator_; }
   void setValidation(ValidationMode mode);

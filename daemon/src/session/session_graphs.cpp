@@ -301,11 +301,12 @@ std::optional<size_t> SessionGraphs::execIndex(uint64_t id, uint64_t node, CUgra
   auto it = execs_.find(id);
   if (it == execs_.end()) return std::nullopt;
   const Exec& exec = it->second;
-  for (size_t i = 0; i < exec.ids.size(); ++i) {
-    if (node != 0 && exec.ids[i] == node) return i;
+  for (size_t i = 0; node != 0 && i < exec.ids.size(); ++i) {
+    if (exec.ids[i] == node) return i;
   }
-  for (size_t i = 0; i < exec.nodes.size(); ++i) {
-    if (exec.restoredFrom == nullptr && exec.nodes[i] == real) return i;
+  // A restored executable graph's nodes are its own graph's, never the program's.
+  for (size_t i = 0; exec.restoredFrom == nullptr && i < exec.nodes.size(); ++i) {
+    if (exec.nodes[i] == real) return i;
   }
   return std::nullopt;
 }
