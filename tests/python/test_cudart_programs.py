@@ -259,6 +259,61 @@ def test_an_image_whose_graph_is_garbled_is_refused_naming_the_node(criu, phos, 
     assert before + restore(phos, phosd, tmp_path / "image", env) == ref
 
 
+def test_an_image_whose_child_graph_or_host_node_is_garbled_is_refused_naming_it(criu, phos, phosd, cudart_dir,
+                                                                                   env, tmp_path):
+    """graph_built --child-graph's image, made untrusted input: child graphs nested without end (phosd
+    makes them recursively: a bounded depth, not a crashed worker), a host node of no function, a kernel
+    node naming a library kernel the session never had, refuse the restore naming graph and node; the
+    untouched image still restores the job exactly."""
+    cmd = train(cudart_dir, "graph_built") + ["--child-graph"]
+    ref = run([cudart_dir / "graph_built", "--steps", str(STEPS), "--child-graph"], env).splitlines()
+    job = Job(phos, phosd, cmd, env, tmp_path)
+    try:
+        job.wait_line(3)
+        checkpoint(phos, phosd, job.pid, tmp_path / "image")
+        job.proc.wait(timeout=30)
+        before = job.lines()
+    finally:
+        job.stop()
+    path = tmp_path / "image" / "manifest.json"
+    original = path.read_text()
+    graphs = json.loads(original)["state"]["gpu"]["sessions"][0]["graphs"]
+    g = next(i for i, g in enumerate(graphs) if g["kind"] == "graph")
+    nodes = graphs[g]["nodes"]
+    child = next(i for i, n in enumerate(nodes) if "graph" in n)
+    host = next(i for i, n in enumerate(nodes) if "user_data" in n)
+    kernel = next(i for i, n in enumerate(nodes) if "params" in n and "kernel" in n)
+
+    def nest(graph):
+        inner = graph["nodes"][child]
+        for _ in range(100):
+            inner = {"type": 4, "after": [], "id": 0, "graph": [inner | {"after": []}]}
+        graph["nodes"][child] = inner | {"after": graph["nodes"][child]["after"]}
+
+    for garble, message in [(nest, f"node {child}, child graph, node 0, child graph"),
+                            (lambda graph: graph["nodes"][host].update(function=0),
+                             f"node {host}: a host node of no function"),
+                            (lambda graph: graph["nodes"][kernel].update(kernel=graph["nodes"][kernel]["kernel"] + 999),
+                             f"node {kernel}: kernel")]:
+        bad = json.loads(original)
+        garble(bad["state"]["gpu"]["sessions"][0]["graphs"][g])
+        path.write_text(json.dumps(bad))
+        r = subprocess.run([str(phos), "restore", "--image", str(tmp_path / "image"), "--runtime-dir",
+                            str(phosd.runtime_dir)], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=TIMEOUT)
+        assert r.returncode != 0
+        assert f"graph {hex(graphs[g]['id'])}, {message}" in r.stderr, r.stderr
+    bad = json.loads(original)
+    nest(bad["state"]["gpu"]["sessions"][0]["graphs"][g])
+    path.write_text(json.dumps(bad))
+    r = subprocess.run([str(phos), "restore", "--image", str(tmp_path / "image"), "--runtime-dir",
+                        str(phosd.runtime_dir)], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert "child graphs nested deeper than 64" in r.stderr, r.stderr
+    path.write_text(original)
+    assert before + restore(phos, phosd, tmp_path / "image", env) == ref
+
+
 def test_image_names_every_global_of_the_fatbin(criu, phos, phosd, cudart_dir, env, tmp_path):
     """A runtime program's image: its module is nvcc's fatbin, and both of its
     globals (a __device__ and a __constant__) are saved. The runtime loads the

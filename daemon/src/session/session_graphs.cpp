@@ -476,7 +476,7 @@ bool SessionGraphs::setOwned(const CUDA_MEMSET_NODE_PARAMS& m, const Owns& owns)
 Result<CUgraphNode> SessionGraphs::addNode(const SessionScope& scope, CUgraph graph, const json& n,
                                            const std::vector<CUgraphNode>& after,
                                            const std::string& where, const Owns& owns,
-                                           const Channel& channel) {
+                                           const Channel& channel, int depth) {
   const DriverTable& d = scope.driver;
   ASSIGN_OR_RETURN(int type, field<int>(n, "type", where));
   CUgraphNode node = nullptr;
@@ -587,9 +587,14 @@ Result<CUgraphNode> SessionGraphs::addNode(const SessionScope& scope, CUgraph gr
     case CU_GRAPH_NODE_TYPE_GRAPH: {
       // Made in a graph of its own, which the node clones.
       ASSIGN_OR_RETURN(json inner, field<json>(n, "graph", where));
+      constexpr int kMaxChildDepth = 64;
+      if (depth >= kMaxChildDepth) {
+        return makeError(Code::kDataLoss, "{}: child graphs nested deeper than {}", where,
+                         kMaxChildDepth);
+      }
       CUgraph child = nullptr;
       RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, GraphCreate)(&child, 0), where));
-      auto made = addNodes(scope, child, inner, where + ", child graph", owns, channel);
+      auto made = addNodes(scope, child, inner, where + ", child graph", owns, channel, depth + 1);
       if (made.isOk()) {
         r = PHOS_DRIVER(d, GraphAddChildGraphNode)(&node, graph, deps, after.size(), child);
       }
@@ -618,7 +623,7 @@ Result<CUgraphNode> SessionGraphs::addNode(const SessionScope& scope, CUgraph gr
 Result<std::vector<CUgraphNode>> SessionGraphs::addNodes(const SessionScope& scope, CUgraph graph,
                                                          const json& nodes,
                                                          const std::string& where, const Owns& owns,
-                                                         const Channel& channel) {
+                                                         const Channel& channel, int depth) {
   if (!nodes.is_array()) return makeError(Code::kDataLoss, "{}: \"nodes\" is not a list", where);
   std::vector<CUgraphNode> made;
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -631,7 +636,8 @@ Result<std::vector<CUgraphNode>> SessionGraphs::addNodes(const SessionScope& sco
       }
       deps.push_back(made[a]);
     }
-    ASSIGN_OR_RETURN(CUgraphNode node, addNode(scope, graph, nodes[i], deps, at, owns, channel));
+    ASSIGN_OR_RETURN(CUgraphNode node,
+                     addNode(scope, graph, nodes[i], deps, at, owns, channel, depth));
     made.push_back(node);
   }
   return made;
@@ -655,7 +661,7 @@ Status SessionGraphs::rebuild(const SessionScope& scope, const json& state,
     if (context != 0) RETURN_IF_ERROR(makeCurrent(context));
     CUgraph graph = nullptr;
     RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, GraphCreate)(&graph, 0), where));
-    auto built = addNodes(scope, graph, nodes, where, owns, channel);
+    auto built = addNodes(scope, graph, nodes, where, owns, channel, 0);
     if (!built.isOk()) {
       PHOS_DRIVER(d, GraphDestroy)(graph);
       return built.status();

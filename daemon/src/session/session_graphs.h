@@ -119,15 +119,17 @@ class SessionGraphs {
   std::optional<size_t> execIndex(uint64_t exec, uint64_t node, CUgraphNode real) const;
   Result<nlohmann::json> describeNode(const SessionScope& scope, CUgraphNode node) const;
   // A description's nodes added to `graph`, in order; the nodes made.
+  // `depth`: how many child graphs hold `graph` (an image's nesting is
+  // bounded, as the untrusted input it is).
   Result<std::vector<CUgraphNode>> addNodes(
       const SessionScope& scope, CUgraph graph, const nlohmann::json& nodes,
       const std::string& where, const std::function<bool(uint64_t, uint64_t)>& owns,
-      const std::function<Result<std::shared_ptr<HostCallChannel>>()>& channel);
+      const std::function<Result<std::shared_ptr<HostCallChannel>>()>& channel, int depth);
   Result<CUgraphNode> addNode(
       const SessionScope& scope, CUgraph graph, const nlohmann::json& n,
       const std::vector<CUgraphNode>& after, const std::string& where,
       const std::function<bool(uint64_t, uint64_t)>& owns,
-      const std::function<Result<std::shared_ptr<HostCallChannel>>()>& channel);
+      const std::function<Result<std::shared_ptr<HostCallChannel>>()>& channel, int depth);
 
   std::map<uint64_t, uint64_t> graphContexts_;  // graph id -> context id
   std::map<uint64_t, Exec> execs_;              // executable graph id -> what it was made from
