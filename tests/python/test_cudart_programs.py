@@ -141,7 +141,7 @@ def test_a_managed_variable_runs_on_vgpu_and_phos_names_what_it_does_not_serve(p
     """__managed__ variables: vgpu serves them (cuLibraryGetManaged); under PhOS
     they live in phosd's driver, and the job is told which entry point is not
     served before cudart leaves the variable's pointer null."""
-    assert run([cudart_dir / "managed_variable"], env) == "counter 165 weights 8 16 24 32 OK\n"
+    assert run([cudart_dir / "managed_variable"], env) == "counter 165 weights 4 8 12 16 OK\n"
     r = subprocess.run([str(phos), "run", "--runtime-dir", str(phosd.runtime_dir), "--",
                         str(cudart_dir / "managed_variable")], env=env, capture_output=True, text=True,
                        timeout=TIMEOUT)
