@@ -880,7 +880,8 @@ Status Driver::freeVa(std::uint64_t address, std::size_t size) {
   return releaseAddressRange(address, size);
 }
 
-Result<std::uint64_t> Driver::createPhysical(std::size_t size, int device) {
+Result<std::uint64_t> Driver::createPhysical(std::size_t size, const CUmemAllocationProp& prop) {
+  const int device = prop.location.id;
   RETURN_IF_ERROR(checkDevice(device));
   if (size == 0 || size % kVmmGranularity != 0) {
     return cuErrorf(CUDA_ERROR_INVALID_VALUE, "size {} is not a multiple of the granularity {}", size,
@@ -897,8 +898,17 @@ Result<std::uint64_t> Driver::createPhysical(std::size_t size, int device) {
   }
   std::lock_guard lock(vmmMutex_);
   std::uint64_t handle = nextPhysical_++;
-  physical_[handle] = Physical{device, size, fd, 0, 1};
+  physical_[handle] = Physical{device, size, fd, 0, 1, prop};
   return handle;
+}
+
+Result<CUmemAllocationProp> Driver::physicalProperties(std::uint64_t handle) {
+  std::lock_guard lock(vmmMutex_);
+  auto it = physical_.find(handle);
+  if (it == physical_.end() || it->second.refs == 0) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "{} is not a live allocation handle", handle);
+  }
+  return it->second.prop;
 }
 
 Status Driver::releasePhysical(std::uint64_t handle) {

@@ -334,8 +334,10 @@ class Driver {
   // VMM
   Result<std::uint64_t> reserveVa(std::size_t size, std::size_t alignment, std::uint64_t fixed);
   Status freeVa(std::uint64_t address, std::size_t size);
-  Result<std::uint64_t> createPhysical(std::size_t size, int device);
+  Result<std::uint64_t> createPhysical(std::size_t size, const CUmemAllocationProp& prop);
   Status releasePhysical(std::uint64_t handle);
+  // The properties a live handle was created with.
+  Result<CUmemAllocationProp> physicalProperties(std::uint64_t handle);
   Status map(std::uint64_t address, std::size_t size, std::size_t offset, std::uint64_t handle);
   Status unmap(std::uint64_t address, std::size_t size);
   Status setAccess(std::uint64_t address, std::size_t size, std::span<const CUmemAccessDesc> descs);
@@ -519,6 +521,7 @@ class Driver {
     int fd = -1;
     int mappings = 0;
     int refs = 1;  // cuMemCreate and each cuMemRetainAllocationHandle
+    CUmemAllocationProp prop{};
   };
   std::mutex vmmMutex_;
   std::map<std::uint64_t, Physical> physical_;         // handle -> memory

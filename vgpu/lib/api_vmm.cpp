@@ -62,8 +62,17 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, 
     RETURN_IF_ERROR(requireNonNull(handle, "handle"));
     RETURN_IF_ERROR(validateProperties(d, prop));
     if (flags != 0) return cuError(CUDA_ERROR_INVALID_VALUE, "flags must be 0");
-    ASSIGN_OR_RETURN(std::uint64_t h, d.createPhysical(size, prop->location.id));
+    ASSIGN_OR_RETURN(std::uint64_t h, d.createPhysical(size, *prop));
     *handle = h;
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
+                                                        CUmemGenericAllocationHandle handle) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(prop, "prop"));
+    ASSIGN_OR_RETURN(*prop, d.physicalProperties(handle));
     return Status::ok();
   });
 }
