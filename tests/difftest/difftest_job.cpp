@@ -49,7 +49,8 @@
 // later, until a buffer or module they name goes; between launches a kernel
 // node takes a new argument in the executable graph only, or in the graph
 // then the executable graph (cuGraphExecUpdate), or a node is disabled or
-// enabled again.
+// enabled again. vmm (not on by default either) adds buffers of the program's
+// own VMM: reserved, created, mapped and granted, then unmapped and freed.
 #include <cuda.h>
 #include <unistd.h>
 
@@ -122,6 +123,7 @@ enum Feature : uint32_t {
   kFuncAttrs = 1u << 14,
   kManaged = 1u << 15,
   kGraphs = 1u << 16,
+  kVmm = 1u << 17,
 };
 
 struct FeatureName {
@@ -138,7 +140,7 @@ constexpr FeatureName kFeatures[] = {
     {"launches", kLaunches, true},    {"streams", kStreams, true},
     {"elapsed", kElapsed, true},      {"ctx-limits", kCtxLimits, true},
     {"func-attrs", kFuncAttrs, true}, {"managed", kManaged, true},
-    {"graphs", kGraphs, false},
+    {"graphs", kGraphs, false},       {"vmm", kVmm, false},
 };
 
 uint32_t defaultFeatures() {
@@ -333,7 +335,7 @@ std::vector<char> readFile(const char* path) {
 
 // ---- the objects the program holds ----------------------------------------------------------
 
-enum class Kind { kDevice, kPitched, kAsync, kPool, kPinned, kTable, kManaged };
+enum class Kind { kDevice, kPitched, kAsync, kPool, kPinned, kTable, kManaged, kVmm };
 const char* kindName(Kind k) {
   switch (k) {
     case Kind::kDevice: return "device";
@@ -344,6 +346,8 @@ const char* kindName(Kind k) {
     case Kind::kTable: return "table";
     case Kind::kManaged:
       return "managed";
+    case Kind::kVmm:
+      return "vmm";
   }
   return "?";
 }
@@ -362,6 +366,8 @@ struct Buffer {
   unsigned hostFlags = 0;
   size_t bytes = 0;
   size_t pitch = 0, widthBytes = 0, height = 0;  // pitched
+  size_t vmmBytes = 0;                           // vmm: reserved and mapped (whole granules)
+  CUmemGenericAllocationHandle vmmHandle = 0;    // vmm: the handle, when kept while mapped
   int lastStream = kIdle;
   int owner = -1;   // -1: the main thread; else a worker thread slot, during a burst
   int pool = -1;    // the pool slot of a pool allocation (-1: the device's current pool)
@@ -788,6 +794,33 @@ class Job {
         CHECK(cuMemAllocManaged(&b.dptr, b.bytes,
                                 rng_.chance(25) ? CU_MEM_ATTACH_HOST : CU_MEM_ATTACH_GLOBAL));
         break;
+      case Kind::kVmm: {
+        // The program's own VMM: a range of its own, physical memory mapped
+        // there and made accessible; the handle released at once (the
+        // mapping keeps the memory) or kept until the free.
+        b.bytes = pickSize();
+        CUmemAllocationProp prop{};
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = device_;
+        size_t granularity = 0;
+        CHECK(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+        b.vmmBytes = (b.bytes + granularity - 1) / granularity * granularity;
+        CHECK(cuMemAddressReserve(&b.dptr, b.vmmBytes, 0, 0, 0));
+        CUmemGenericAllocationHandle handle = 0;
+        CHECK(cuMemCreate(&handle, b.vmmBytes, &prop, 0));
+        CHECK(cuMemMap(b.dptr, b.vmmBytes, 0, handle, 0));
+        if (rng_.chance(50)) {
+          CHECK(cuMemRelease(handle));
+        } else {
+          b.vmmHandle = handle;
+        }
+        CUmemAccessDesc access{};
+        access.location = prop.location;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        CHECK(cuMemSetAccess(b.dptr, b.vmmBytes, &access, 1));
+        break;
+      }
       case Kind::kPinned: {
         b.bytes = rng_.range(1, 65536) * 4;
         static constexpr unsigned kFlags[] = {0, CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_DEVICEMAP,
@@ -890,6 +923,11 @@ class Job {
     } else if (b.kind == Kind::kPinned) {
       hostWait({id});
       CHECK(cuMemFreeHost(b.host));
+    } else if (b.kind == Kind::kVmm) {
+      hostWait({id});
+      CHECK(cuMemUnmap(b.dptr, b.vmmBytes));
+      if (b.vmmHandle != 0) CHECK(cuMemRelease(b.vmmHandle));
+      CHECK(cuMemAddressFree(b.dptr, b.vmmBytes));
     } else {
       hostWait({id});
       CHECK(cuMemFree(b.dptr));
@@ -908,6 +946,7 @@ class Job {
     if (has(kPinned)) kinds.push_back(Kind::kPinned);
     if (has(kPointers)) kinds.push_back(Kind::kTable);
     if (has(kManaged)) kinds.push_back(Kind::kManaged);
+    if (has(kVmm)) kinds.push_back(Kind::kVmm);
     return rng_.pick(kinds);
   }
 
@@ -2086,8 +2125,15 @@ class Job {
     // Everything is released, in a fixed order, and every release must succeed.
     for (auto& b : buffers_) {
       if (!b.alive) continue;
-      if (b.kind == Kind::kPinned) CHECK(cuMemFreeHost(b.host));
-      else CHECK(cuMemFree(b.dptr));
+      if (b.kind == Kind::kPinned) {
+        CHECK(cuMemFreeHost(b.host));
+      } else if (b.kind == Kind::kVmm) {
+        CHECK(cuMemUnmap(b.dptr, b.vmmBytes));
+        if (b.vmmHandle != 0) CHECK(cuMemRelease(b.vmmHandle));
+        CHECK(cuMemAddressFree(b.dptr, b.vmmBytes));
+      } else {
+        CHECK(cuMemFree(b.dptr));
+      }
       b.alive = false;
     }
     for (auto& m : modules_)

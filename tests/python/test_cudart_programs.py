@@ -22,10 +22,11 @@ from test_concurrent_restore import restore as restore_with
 TIMEOUT = 120
 PROGRAMS = ["vector_add", "matmul_tiled", "streams_events", "symbols", "atomics_warp", "reduction",
             "printf_hostfunc", "train", "pools", "device_assert", "event_times", "shared_optin", "vector_add_shared",
-            "train_shared", "pipeline", "thrust_sort", "cg_partitions", "managed", "graphs", "graph_train", "graph_built"]
+            "train_shared", "pipeline", "thrust_sort", "cg_partitions", "managed", "graphs", "graph_train", "graph_built",
+            "vmm_grow"]
 # Lines a program prints after its steps.
 TAIL_LINES = {"train": 1, "train_shared": 1, "pools": 3, "event_times": 1, "shared_optin": 1, "pipeline": 1,
-              "managed": 1, "graph_train": 1, "graph_built": 1}
+              "managed": 1, "graph_train": 1, "graph_built": 1, "vmm_grow": 1}
 STEPS = 14
 SLEEP_MS = 200
 
@@ -75,7 +76,7 @@ def reference(cudart_dir, env, name="train"):
 
 
 @pytest.mark.parametrize("name", ["train", "train_shared", "pools", "event_times", "shared_optin", "pipeline",
-                                  "managed", "graph_train", "graph_built"])
+                                  "managed", "graph_train", "graph_built", "vmm_grow"])
 def test_killed_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, name):
     """Stop-the-world: the job ends at the checkpoint; its restore finishes it exactly."""
     killed_and_restored(phos, phosd, train(cudart_dir, name), reference(cudart_dir, env, name), env, tmp_path, 4)
@@ -100,7 +101,8 @@ def killed_and_restored(phos, phosd, cmd, ref, env, tmp_path, line):
                                        ("recopy", "pools"), ("cow", "event_times"), ("recopy", "shared_optin"),
                                        ("cow", "pipeline"), ("recopy", "pipeline"), ("cow", "managed"),
                                        ("recopy", "managed"), ("cow", "graph_train"), ("recopy", "graph_train"),
-                                       ("stop", "graph_train"), ("cow", "graph_built"), ("recopy", "graph_built")])
+                                       ("stop", "graph_train"), ("cow", "graph_built"), ("recopy", "graph_built"),
+                                       ("cow", "vmm_grow"), ("recopy", "vmm_grow")])
 def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, mode, name):
     """The job goes on to the uninterrupted end; the image restores to it as well."""
     ref = reference(cudart_dir, env, name)
@@ -121,7 +123,7 @@ def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path,
 
 
 @pytest.mark.parametrize("eager,name", [(False, "train"), (True, "train"), (False, "pools"), (False, "managed"),
-                                        (False, "graph_train"), (False, "graph_built")])
+                                        (False, "graph_train"), (False, "graph_built"), (False, "vmm_grow")])
 def test_restored_concurrently_or_eagerly(criu, phos, phosd, cudart_dir, env, tmp_path, eager, name):
     ref = reference(cudart_dir, env, name)
     job = Job(phos, phosd, train(cudart_dir, name), env, tmp_path)
@@ -135,6 +137,37 @@ def test_restored_concurrently_or_eagerly(criu, phos, phosd, cudart_dir, env, tm
     out, report, _ = restore_with(phos, phosd, tmp_path / "image", env, *(["--eager"] if eager else []))
     assert before + out == ref
     assert report["gpu_session"] is True
+
+
+def test_a_checkpoint_of_vmm_memory_mapped_nowhere_is_refused_naming_it(criu, phos, phosd, cudart_dir, env,
+                                                                        tmp_path):
+    """vmm_grow --keep-unmapped holds the handle of a chunk it unmapped: its bytes live on in no
+    mapping, through which PhOS saves VMM memory. The checkpoint fails naming it, writes no image,
+    and the job runs on to its uninterrupted end."""
+    cmd = train(cudart_dir, "vmm_grow") + ["--keep-unmapped"]
+    ref = run([cudart_dir / "vmm_grow", "--steps", str(STEPS), "--keep-unmapped"], env).splitlines()
+    job = Job(phos, phosd, cmd, env, tmp_path)
+    try:
+        job.wait_line(6)
+        r = subprocess.run([str(phos), "checkpoint", "--pid", str(job.pid), "--image", str(tmp_path / "image"),
+                            "--runtime-dir", str(phosd.runtime_dir), "--leave-running"],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        assert r.returncode != 0
+        assert "physical memory of cuMemCreate with bytes mapped nowhere" in r.stderr, r.stderr
+        assert not (tmp_path / "image" / "manifest.json").exists()
+        assert job.proc.wait(timeout=TIMEOUT) == 0, job.err.read_text()
+        assert job.lines() == ref
+    finally:
+        job.stop()
+
+
+def test_vmm_requests_phos_does_not_serve_are_refused_naming_them(phos, phosd, cudart_dir, env, tmp_path):
+    """Shareable handles would be phosd's file descriptors, host memory is not device memory: the
+    program gets CUDA_ERROR_NOT_SUPPORTED and phosd's log names the request."""
+    out = run([phos, "run", "--runtime-dir", phosd.runtime_dir, "--", cudart_dir / "vmm_grow", "--refusals"], env)
+    assert out == "shareable CUDA_ERROR_NOT_SUPPORTED\nhost CUDA_ERROR_NOT_SUPPORTED\n", out
+    assert "cuMemCreate: a shareable handle type is not served" in phosd.log()
+    assert "cuMemCreate: memory of a host location is not served" in phosd.log()
 
 
 def test_a_managed_variable_runs_on_vgpu_and_phos_names_what_it_does_not_serve(phos, phosd, cudart_dir, env):
@@ -255,6 +288,41 @@ def test_an_image_whose_graph_is_garbled_is_refused_naming_the_node(criu, phos, 
                            text=True, timeout=TIMEOUT)
         assert r.returncode != 0
         assert f"graph {hex(graphs[0]['id'])}, {message}" in r.stderr, r.stderr
+    path.write_text(original)
+    assert before + restore(phos, phosd, tmp_path / "image", env) == ref
+
+
+def test_an_image_whose_vmm_state_is_garbled_is_refused_naming_it(criu, phos, phosd, cudart_dir, env, tmp_path):
+    """The image is untrusted input: a VMM reservation outside the sessions' windows (phosd's worker
+    would reserve and map where the image says), a mapping outside the reservations, or one of a
+    handle the image does not have refuses the restore, naming it; the untouched image still restores
+    the job exactly."""
+    ref = reference(cudart_dir, env, "vmm_grow")
+    job = Job(phos, phosd, train(cudart_dir, "vmm_grow"), env, tmp_path)
+    try:
+        job.wait_line(7)
+        checkpoint(phos, phosd, job.pid, tmp_path / "image")
+        job.proc.wait(timeout=30)
+        before = job.lines()
+    finally:
+        job.stop()
+    path = tmp_path / "image" / "manifest.json"
+    original = path.read_text()
+    vmm = json.loads(original)["state"]["gpu"]["sessions"][0]["application_vmm"]
+    assert len(vmm["reservations"]) == 1 and len(vmm["mappings"]) == 2, vmm
+    for garble, message in [(lambda v: v["reservations"][0].update(address=0x7f0000000000),
+                             "the VMM reservation 0x7f0000000000+"),
+                            (lambda v: v["mappings"][1].update(address=v["mappings"][1]["address"] + (1 << 39)),
+                             "lies outside the image's reservations or over another"),
+                            (lambda v: v["mappings"][0].update(physical=99), "is of handle 99, which the image")]:
+        bad = json.loads(original)
+        garble(bad["state"]["gpu"]["sessions"][0]["application_vmm"])
+        path.write_text(json.dumps(bad))
+        r = subprocess.run([str(phos), "restore", "--image", str(tmp_path / "image"), "--runtime-dir",
+                            str(phosd.runtime_dir)], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=TIMEOUT)
+        assert r.returncode != 0
+        assert message in r.stderr, r.stderr
     path.write_text(original)
     assert before + restore(phos, phosd, tmp_path / "image", env) == ref
 

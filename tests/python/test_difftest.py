@@ -109,6 +109,15 @@ def test_executable_graphs_changed_between_launches_are_restored_as_changed(criu
                         features="+graphs"))
 
 
+def test_buffers_of_the_programs_own_vmm_are_restored_at_their_addresses(criu, runner):  # noqa: F811
+    """Seed 8 with vmm (not a default feature): buffers of the job's own VMM (reserved, created,
+    mapped, granted; the handle released at once or kept) live in steps 3 to 9, each replaced by
+    another at a new range; a copy-on-write checkpoint left running and a stop-the-world one must
+    restore them at their addresses with their bytes, and the restored job frees them as it would."""
+    passes(runner, Case(8, steps=10, sleep_ms=60, slow=False, points=[Point(4, "cow", True), Point(7, "stop")],
+                        features="+vmm"))
+
+
 def test_files_of_a_restored_session_outlive_a_starting_phosd(criu, runner):  # noqa: F811
     """Seed 13 (no threads) runs its first host function in step 4, after its
     first restore: the session's host-call queue was named after its worker,

@@ -40,11 +40,21 @@ void DeviceMemory::removeContext(uint64_t context,
       ++a;
       continue;
     }
+    if (a->second.physical != 0) {
+      (a++)->second.context = 0;
+      continue;
+    }
     dropping(a->second);
     if (a->second.module == nullptr) {
       if (auto h = heaps_.find(a->second.device); h != heaps_.end()) h->second->free(a->first);
     }
     a = allocations_.erase(a);
+  }
+}
+
+void DeviceMemory::rehome(const std::function<uint64_t(int device)>& pick) {
+  for (auto& [address, a] : allocations_) {
+    if (a.physical != 0 && a.context == 0) a.context = pick(a.device);
   }
 }
 
@@ -63,8 +73,9 @@ CUresult DeviceMemory::allocate(int device, size_t bytes, CUdeviceptr* address) 
 
 CUresult DeviceMemory::free(CUdeviceptr address) {
   const Allocation* a = find(address);
-  if (a == nullptr || a->address != address || a->module != nullptr)
+  if (a == nullptr || a->address != address || a->module != nullptr || a->physical != 0) {
     return CUDA_ERROR_INVALID_VALUE;
+  }
   auto h = heaps_.find(a->device);
   if (h == heaps_.end()) return CUDA_ERROR_INVALID_VALUE;
   CUresult r = h->second->free(address);
@@ -126,6 +137,7 @@ Status DeviceMemory::save(image::ImageWriter& writer, json& state,
                            {"device", a.device},
                            {"context", a.context},
                            {"pool", a.pool},
+                           {"physical", a.physical},
                            {"blob", name},
                            {"order", a.order}});
   }
@@ -199,6 +211,7 @@ Status DeviceMemory::Restore::mapBefore(uint64_t limit, const Mapped& mapped) {
     ASSIGN_OR_RETURN(allocation.device, field<int>(a, "device", "allocation"));
     ASSIGN_OR_RETURN(allocation.context, field<uint64_t>(a, "context", "allocation"));
     allocation.pool = a.value("pool", uint64_t{0});
+    allocation.physical = a.value("physical", uint64_t{0});
     ASSIGN_OR_RETURN(size_t blob, blobOf(reader_, a, "allocation"));
     if (reader_.manifest().blobs[blob].size != allocation.bytes) {
       return makeError(Code::kDataLoss, "allocation {} is {} bytes, its blob {}",
@@ -206,11 +219,21 @@ Status DeviceMemory::Restore::mapBefore(uint64_t limit, const Mapped& mapped) {
                        reader_.manifest().blobs[blob].size);
     }
     RETURN_IF_ERROR(scope_.contexts.makeCurrent(scope_.driver, allocation.context));
-    ASSIGN_OR_RETURN(DeviceHeap * heap, heapOf(allocation.device, allocation.address));
-    if (CUresult r = heap->allocateAt(allocation.address, allocation.bytes); r != CUDA_SUCCESS) {
-      return makeError(
-          Code::kFailedPrecondition, "cannot map {} bytes of device {} at {} again (CUresult {})",
-          allocation.bytes, allocation.device, hex(allocation.address), static_cast<int>(r));
+    if (allocation.physical != 0) {
+      // The application's VMM mapping, made again by ApplicationVmm::rebuild.
+      if (!mappedAgain_ || !mappedAgain_(allocation)) {
+        return makeError(
+            Code::kDataLoss,
+            "allocation {} is a mapping of VMM handle {}, which the image does not map",
+            hex(allocation.address), allocation.physical);
+      }
+    } else {
+      ASSIGN_OR_RETURN(DeviceHeap * heap, heapOf(allocation.device, allocation.address));
+      if (CUresult r = heap->allocateAt(allocation.address, allocation.bytes); r != CUDA_SUCCESS) {
+        return makeError(
+            Code::kFailedPrecondition, "cannot map {} bytes of device {} at {} again (CUresult {})",
+            allocation.bytes, allocation.device, hex(allocation.address), static_cast<int>(r));
+      }
     }
     memory_.allocations_[allocation.address] = allocation;
     RETURN_IF_ERROR(mapped(allocation, blob));

@@ -43,6 +43,10 @@ struct Allocation {
   int device = 0;
   uint64_t pool = 0;   // the memory pool (handle) of a stream-ordered allocation
   uint64_t order = 0;  // DeviceMemory::takeOrder() when it was made (0: not yet numbered)
+  // Non-zero: a mapping of the application's physical memory (that handle;
+  // application_vmm.h), not of the heap. It outlives the context it was
+  // mapped in (Session::destroyContext gives it another of its device).
+  uint64_t physical = 0;
 };
 
 class DeviceMemory {
@@ -57,11 +61,14 @@ class DeviceMemory {
   // Records `a`, numbering it in the job's order if it is not yet.
   void add(const Allocation& a);
   void remove(CUdeviceptr p) { allocations_.erase(p); }
+  // The VMM mappings left without a context (removeContext) get `pick`'s
+  // context of their device (0: none yet).
+  void rehome(const std::function<uint64_t(int device)>& pick);
   // Forgets the globals of a module or library (the driver's handle) once unloaded.
   void removeGlobalsOf(void* module);
   // Forgets every allocation of context `context` (destroyed), calling
   // `dropping` for each first; the heap's ranges of those from cuMemAlloc*
-  // are given back.
+  // are given back. The application's VMM mappings stay, with context 0.
   void removeContext(uint64_t context, const std::function<void(const Allocation&)>& dropping);
   // The next number in the job's order (a module load takes one too).
   uint64_t takeOrder() { return nextOrder_++; }
@@ -105,6 +112,12 @@ class DeviceMemory {
     Restore(DeviceMemory& memory, SessionScope& scope, const image::ImageReader& reader,
             const nlohmann::json& state);
     Status reserveRanges();
+    // Whether the application's VMM mapping an allocation of the image names
+    // was made again (ApplicationVmm::rebuild): its bytes are copied through
+    // it. Without it, an image with such allocations is refused.
+    void expectMappings(std::function<bool(const Allocation&)> mappedAgain) {
+      mappedAgain_ = std::move(mappedAgain);
+    }
     // Maps every allocation of the job's order below `limit` not mapped yet.
     Status mapBefore(uint64_t limit, const Mapped& mapped);
     // Notes that a module of order `order` was loaded again.
@@ -124,6 +137,7 @@ class DeviceMemory {
     std::vector<const nlohmann::json*> byOrder_;  // allocations_, in the job's order
     size_t next_ = 0;
     uint64_t lastOrder_ = 0;
+    std::function<bool(const Allocation&)> mappedAgain_;
   };
 
  private:

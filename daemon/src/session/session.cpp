@@ -122,6 +122,7 @@ void Session::stop() {
   for (const auto& entry : pinned_.ranges()) unregisterPinned(entry.second);
   if (lanesRegistered_) PHOS_DRIVER(driver_, MemHostUnregister)(lanesBase_);
   lanesRegistered_ = false;
+  vmm_.clear();
   PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
   currentReal_ = nullptr;
   for (const auto& [vid, ctx] : contexts_) {
@@ -354,7 +355,9 @@ void Session::prepareTwinModules() {
 
 CUresult Session::freeDevice(CUdeviceptr address) {
   const Allocation* a = memory_.find(address);
-  if (a == nullptr || a->address != address || a->module != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (a == nullptr || a->address != address || a->module != nullptr || a->physical != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   // cuMemFree waits for the work that may use the memory; unmapping under a
   // running kernel would fault it.
   waitForWork(a->device);
@@ -543,6 +546,15 @@ void Session::freeStaging(uint64_t context) {
   staging_.erase(it);
 }
 
+void Session::rehomeMappings() {
+  memory_.rehome([this](int device) -> uint64_t {
+    for (const auto& [vid, ctx] : contexts_) {
+      if (ctx.real != nullptr && ctx.device == device && !contexts_.destroyed(vid)) return vid;
+    }
+    return 0;
+  });
+}
+
 void Session::destroyContext(uint64_t id) {
   const SessionContext* context = contexts_.find(id);
   if (context == nullptr) return;
@@ -594,6 +606,7 @@ void Session::destroyContext(uint64_t id) {
     streamsAndEvents_.forgetEvent(object);
   }
   handles_.erase(id);
+  rehomeMappings();
   pool_.retire(real, device);
 }
 

@@ -29,6 +29,7 @@
 #include "phos/common/unique_fd.h"
 #include "protocols/device_buffer.h"
 #include "protocols/progress.h"
+#include "session/application_vmm.h"
 #include "session/context_pool.h"
 #include "session/device_memory.h"
 #include "session/driver_table.h"
@@ -184,6 +185,8 @@ class Session {
   CUcontext currentRealContext() const { return currentReal_; }
   // The stream-ordered allocator's pools (memory_pools.h).
   MemoryPools& memoryPools() { return memoryPools_; }
+  // The application's own VMM reservations, memory and mappings (application_vmm.h).
+  ApplicationVmm& vmm() { return vmm_; }
   // The linker states the program holds, by id (remoting/linker.cpp).
   std::map<uint64_t, LinkState>& links() { return links_.all(); }
   // The device of the current context (0 without one).
@@ -245,6 +248,9 @@ class Session {
 
   // Destroys a context the session owns (and what lived in it).
   void destroyContext(uint64_t id);
+  // The application's VMM mappings, which outlive contexts, each get a live
+  // context of its device (none: 0, and a checkpoint refuses them).
+  void rehomeMappings();
   // True for the id of a context the session destroyed (and did not re-bind,
   // as a retained primary context is).
   bool contextDestroyed(uint64_t id) const { return contexts_.destroyed(id); }
@@ -398,6 +404,7 @@ class Session {
   std::shared_ptr<KernelOutput> output_ = std::make_shared<KernelOutput>();
   std::vector<std::byte> replyBuffer_;
   DeviceMemory memory_{driver_, id_};
+  ApplicationVmm vmm_{driver_, id_};  // its mappings are allocations of memory_
   MemoryPools memoryPools_{driver_};  // after memory_: its pending frees give heap ranges back
   SessionModules modules_;
   LinkStates links_;

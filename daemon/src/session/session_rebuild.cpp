@@ -69,6 +69,14 @@ class Session::Rebuilder {
     // Memory pools, under the handles the application holds, before the
     // allocations made from them.
     RETURN_IF_ERROR(s_.memoryPools_.rebuild(s_, st_));
+    // The application's VMM ranges, memory and mappings, before the
+    // allocations whose bytes are copied through the mappings.
+    RETURN_IF_ERROR(s_.vmm_.rebuild(st_));
+    memory_->expectMappings([this](const Allocation& a) {
+      const VmmMapping* m = s_.vmm_.mappingAt(a.address);
+      return m != nullptr && m->address == a.address && m->bytes == a.bytes &&
+             m->physical == a.physical;
+    });
     // Allocations and modules come back in the order the job made them
     // (DeviceMemory::takeOrder): the allocations made before a module are
     // mapped before it is loaded. Modules and libraries, loaded again in

@@ -42,6 +42,16 @@ class Session::Describer {
     RETURN_IF_ERROR(contexts());
     // The stream-ordered allocator's pools (memory_pools.h).
     s_.memoryPools_.save(s_, state_);
+    // The application's VMM (application_vmm.h): its mappings' bytes are
+    // allocations, saved below.
+    s_.vmm_.save(state_, lost_);
+    s_.rehomeMappings();
+    for (const auto& [address, a] : s_.memory_.allocations()) {
+      if (a.physical != 0 && a.context == 0) {
+        lost_.push_back(
+            {{"id", address}, {"what", "a VMM mapping of a device with no context left"}});
+      }
+    }
     // What is copied: allocations, then module globals (modules()).
     RETURN_IF_ERROR(s_.memory_.save(writer_, state_, copies_));
     RETURN_IF_ERROR(s_.modules_.save(scope_, {writer_, copies_, s_.memory_, s_.pool_.deviceCount(), lost_}, state_));
