@@ -23,10 +23,10 @@ TIMEOUT = 120
 PROGRAMS = ["vector_add", "matmul_tiled", "streams_events", "symbols", "atomics_warp", "reduction",
             "printf_hostfunc", "train", "pools", "device_assert", "event_times", "shared_optin", "vector_add_shared",
             "train_shared", "pipeline", "thrust_sort", "cg_partitions", "managed", "graphs", "graph_train", "graph_built",
-            "vmm_grow"]
+            "vmm_grow", "graph_coop"]
 # Lines a program prints after its steps.
 TAIL_LINES = {"train": 1, "train_shared": 1, "pools": 3, "event_times": 1, "shared_optin": 1, "pipeline": 1,
-              "managed": 1, "graph_train": 1, "graph_built": 1, "vmm_grow": 1}
+              "managed": 1, "graph_train": 1, "graph_built": 1, "vmm_grow": 1, "graph_coop": 1}
 STEPS = 14
 SLEEP_MS = 200
 
@@ -76,7 +76,7 @@ def reference(cudart_dir, env, name="train"):
 
 
 @pytest.mark.parametrize("name", ["train", "train_shared", "pools", "event_times", "shared_optin", "pipeline",
-                                  "managed", "graph_train", "graph_built", "vmm_grow"])
+                                  "managed", "graph_train", "graph_built", "vmm_grow", "graph_coop"])
 def test_killed_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, name):
     """Stop-the-world: the job ends at the checkpoint; its restore finishes it exactly."""
     killed_and_restored(phos, phosd, train(cudart_dir, name), reference(cudart_dir, env, name), env, tmp_path, 4)
@@ -102,7 +102,8 @@ def killed_and_restored(phos, phosd, cmd, ref, env, tmp_path, line):
                                        ("cow", "pipeline"), ("recopy", "pipeline"), ("cow", "managed"),
                                        ("recopy", "managed"), ("cow", "graph_train"), ("recopy", "graph_train"),
                                        ("stop", "graph_train"), ("cow", "graph_built"), ("recopy", "graph_built"),
-                                       ("cow", "vmm_grow"), ("recopy", "vmm_grow")])
+                                       ("cow", "vmm_grow"), ("recopy", "vmm_grow"), ("cow", "graph_coop"),
+                                       ("recopy", "graph_coop")])
 def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, mode, name):
     """The job goes on to the uninterrupted end; the image restores to it as well."""
     ref = reference(cudart_dir, env, name)
@@ -323,6 +324,37 @@ def test_an_image_whose_vmm_state_is_garbled_is_refused_naming_it(criu, phos, ph
                            text=True, timeout=TIMEOUT)
         assert r.returncode != 0
         assert message in r.stderr, r.stderr
+    path.write_text(original)
+    assert before + restore(phos, phosd, tmp_path / "image", env) == ref
+
+
+def test_an_image_whose_kernel_node_attribute_is_garbled_is_refused_naming_it(criu, phos, phosd, cudart_dir, env,
+                                                                             tmp_path):
+    """graph_coop's nodes carry attributes (a captured cooperative launch, a priority): one of an id
+    phosd does not serve (13, a device-updatable node's) or of bytes that are not a value refuses the restore,
+    naming the node; the untouched image still restores the job exactly."""
+    ref = reference(cudart_dir, env, "graph_coop")
+    job = Job(phos, phosd, train(cudart_dir, "graph_coop"), env, tmp_path)
+    try:
+        job.wait_line(3)
+        checkpoint(phos, phosd, job.pid, tmp_path / "image")
+        job.proc.wait(timeout=30)
+        before = job.lines()
+    finally:
+        job.stop()
+    path = tmp_path / "image" / "manifest.json"
+    original = path.read_text()
+    graphs = json.loads(original)["state"]["gpu"]["sessions"][0]["graphs"]
+    g, i = next((g, i) for g, graph in enumerate(graphs) for i, n in enumerate(graph["nodes"]) if "attributes" in n)
+    for garble in [lambda a: a.update({"13": a.pop(next(iter(a)))}), lambda a: a.update({next(iter(a)): "01"})]:
+        bad = json.loads(original)
+        garble(bad["state"]["gpu"]["sessions"][0]["graphs"][g]["nodes"][i]["attributes"])
+        path.write_text(json.dumps(bad))
+        r = subprocess.run([str(phos), "restore", "--image", str(tmp_path / "image"), "--runtime-dir",
+                            str(phosd.runtime_dir)], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=TIMEOUT)
+        assert r.returncode != 0
+        assert f"node {i}: a garbled kernel node attribute" in r.stderr, r.stderr
     path.write_text(original)
     assert before + restore(phos, phosd, tmp_path / "image", env) == ref
 

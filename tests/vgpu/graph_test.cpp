@@ -829,6 +829,70 @@ TEST_F(GraphTest, ACapturedHostFunctionRunsAtEachLaunch) {
   EXPECT_CU(cuGraphDestroy(graph));
 }
 
+TEST_F(GraphTest, KernelNodeAttributesAreKeptCopiedAndACapturedCooperativeLaunchHasOne) {
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  unsigned a = 3, b = 1, n = kN;
+  void* args[] = {&x_, &a, &b, &n};
+  CUDA_KERNEL_NODE_PARAMS k = scaleAddNode(args);
+  CUgraphNode first = nullptr, second = nullptr, empty = nullptr;
+  ASSERT_CU(cuGraphAddKernelNode(&first, graph, nullptr, 0, &k));
+  ASSERT_CU(cuGraphAddKernelNode(&second, graph, &first, 1, &k));
+  ASSERT_CU(cuGraphAddEmptyNode(&empty, graph, nullptr, 0));
+  // Unset: zero.
+  CUkernelNodeAttrValue value{};
+  value.priority = 7;
+  ASSERT_CU(cuGraphKernelNodeGetAttribute(first, CU_LAUNCH_ATTRIBUTE_PRIORITY, &value));
+  EXPECT_EQ(value.priority, 0);
+  value.priority = 2;
+  ASSERT_CU(cuGraphKernelNodeSetAttribute(first, CU_LAUNCH_ATTRIBUTE_PRIORITY, &value));
+  CUkernelNodeAttrValue cooperative{};
+  cooperative.cooperative = 1;
+  ASSERT_CU(cuGraphKernelNodeSetAttribute(first, CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &cooperative));
+  // New parameters keep the attributes.
+  ASSERT_CU(cuGraphKernelNodeSetParams(first, &k));
+  CUkernelNodeAttrValue got{};
+  ASSERT_CU(cuGraphKernelNodeGetAttribute(first, CU_LAUNCH_ATTRIBUTE_PRIORITY, &got));
+  EXPECT_EQ(got.priority, 2);
+  ASSERT_CU(cuGraphKernelNodeGetAttribute(first, CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &got));
+  EXPECT_EQ(got.cooperative, 1);
+  ASSERT_CU(cuGraphKernelNodeCopyAttributes(second, first));
+  ASSERT_CU(cuGraphKernelNodeGetAttribute(second, CU_LAUNCH_ATTRIBUTE_PRIORITY, &got));
+  EXPECT_EQ(got.priority, 2);
+  // Both nodes still run: x = (x * 3 + 1) * 3 + 1 from 0.
+  ASSERT_CU(cuMemsetD32(x_, 0, kN));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(device(), filled(4));
+  // What vgpu refuses, and misuse.
+  CUkernelNodeAttrValue cluster{};
+  cluster.clusterDim.x = 2;
+  cluster.clusterDim.y = cluster.clusterDim.z = 1;
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED,
+                cuGraphKernelNodeSetAttribute(first, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &cluster));
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED,
+                cuGraphKernelNodeGetAttribute(first, CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT, &got));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphKernelNodeGetAttribute(empty, CU_LAUNCH_ATTRIBUTE_PRIORITY, &got));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphKernelNodeCopyAttributes(second, empty));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphKernelNodeSetAttribute(first, CU_LAUNCH_ATTRIBUTE_PRIORITY, nullptr));
+  EXPECT_CU(cuGraphExecDestroy(exec));
+  EXPECT_CU(cuGraphDestroy(graph));
+
+  // A cooperative launch captured: its node says so.
+  ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_CU(cuLaunchCooperativeKernel(scaleAdd_, 1, 1, 1, 256, 1, 1, 0, s_, args));
+  ASSERT_CU(cuStreamEndCapture(s_, &graph));
+  size_t count = 1;
+  CUgraphNode captured = nullptr;
+  ASSERT_CU(cuGraphGetNodes(graph, &captured, &count));
+  ASSERT_EQ(count, 1u);
+  ASSERT_CU(cuGraphKernelNodeGetAttribute(captured, CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &got));
+  EXPECT_EQ(got.cooperative, 1);
+  EXPECT_CU(cuGraphDestroy(graph));
+}
+
 TEST_F(GraphTest, TheGenericNodeEntryPointsAreThePerKindOnes) {
   CUgraph graph = nullptr;
   ASSERT_CU(cuGraphCreate(&graph, 0));

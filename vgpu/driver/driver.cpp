@@ -1394,6 +1394,8 @@ Status Driver::setNodeWork(CUgraphNode handle, CUgraphNodeType type,
   if (made->info.type != type) {
     return cuError(CUDA_ERROR_INVALID_VALUE, "the parameters are of another node type");
   }
+  // New parameters keep the node's attributes (cuGraphKernelNodeSetAttribute's).
+  if (node.info.kernel && made->info.kernel) made->info.kernel->attributes = node.info.kernel->attributes;
   node.info = made->info;
   node.work = made->work;
   return Status::ok();
@@ -1730,6 +1732,11 @@ Status Driver::launch(CUfunction handle, const LaunchConfig& config, CUstream st
     kernel.sharedMemBytes = static_cast<unsigned>(config.dynamicSharedBytes);
     kernel.params = params;
     for (const ParamInfo& p : info.params) kernel.offsets.push_back(p.offset);
+    if (config.cooperative) {
+      CUlaunchAttributeValue cooperative{};
+      cooperative.cooperative = 1;
+      kernel.attributes[CU_LAUNCH_ATTRIBUTE_COOPERATIVE] = cooperative;
+    }
     node.kernel = std::move(kernel);
   }
   Stream::Work work = [=, params = std::move(params)] {

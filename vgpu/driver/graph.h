@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,6 +40,14 @@ struct KernelNodeInfo {
   unsigned sharedMemBytes = 0;
   std::vector<std::byte> params;     // the parameter buffer
   std::vector<std::size_t> offsets;  // each parameter's offset in it
+  // cuGraphKernelNodeSetAttribute's values, by CUlaunchAttributeID; a
+  // captured cooperative launch has CU_LAUNCH_ATTRIBUTE_COOPERATIVE set. The
+  // node's work launches cooperatively when that one is non-zero.
+  std::map<int, CUlaunchAttributeValue> attributes;
+  bool cooperative() const {
+    auto it = attributes.find(CU_LAUNCH_ATTRIBUTE_COOPERATIVE);
+    return it != attributes.end() && it->second.cooperative != 0;
+  }
 };
 
 // What a submitted piece of work is, for the node capture makes of it.

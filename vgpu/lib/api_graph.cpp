@@ -409,11 +409,25 @@ namespace {
 // What a kernel node runs: its launch on the stream it is captured from.
 // "kern: Kernel to launch, will only be referenced if func is NULL"; its
 // context then is ctx (the current one if NULL).
-std::function<CUresult(CUstream)> kernelLaunch(const CUDA_KERNEL_NODE_PARAMS* p) {
+// `cooperative`: the node's CU_LAUNCH_ATTRIBUTE_COOPERATIVE.
+std::function<CUresult(CUstream)> kernelLaunch(const CUDA_KERNEL_NODE_PARAMS* p, bool cooperative = false) {
   const CUfunction f = p->func != nullptr ? p->func : reinterpret_cast<CUfunction>(p->kern);
-  return [p, f](CUstream s) {
-    return cuLaunchKernel(f, p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX, p->blockDimY,
-                          p->blockDimZ, p->sharedMemBytes, s, p->kernelParams, p->extra);
+  return [p, f, cooperative](CUstream s) {
+    CUlaunchAttribute attribute{};
+    attribute.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    attribute.value.cooperative = cooperative ? 1 : 0;
+    CUlaunchConfig config{};
+    config.gridDimX = p->gridDimX;
+    config.gridDimY = p->gridDimY;
+    config.gridDimZ = p->gridDimZ;
+    config.blockDimX = p->blockDimX;
+    config.blockDimY = p->blockDimY;
+    config.blockDimZ = p->blockDimZ;
+    config.sharedMemBytes = p->sharedMemBytes;
+    config.hStream = s;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    return cuLaunchKernelEx(&config, f, p->kernelParams, p->extra);
   };
 }
 CUcontext kernelContext(const CUDA_KERNEL_NODE_PARAMS* p) {
@@ -779,11 +793,26 @@ CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec* phGraphExec, CUg
 // "All nodeParams fields may change"; set in an executable graph, only its
 // later launches run the new work, and its graph keeps its own.
 
+namespace {
+
+// Whether kernel node `node` launches cooperatively (its attribute).
+bool nodeCooperative(CUgraphNode node) {
+  bool cooperative = false;
+  (void)call("kernel node attributes", [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto found, d.graphNode(node));
+    if (const auto& kernel = found.second->info.kernel) cooperative = kernel->cooperative();
+    return Status::ok();
+  });
+  return cooperative;
+}
+
+}  // namespace
+
 CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hNode,
                                                const CUDA_KERNEL_NODE_PARAMS* p) {
   CUresult r = setNodeParams(__func__, nullptr, hNode, CU_GRAPH_NODE_TYPE_KERNEL,
                              p != nullptr ? kernelContext(p) : nullptr, p != nullptr,
-                             p != nullptr ? kernelLaunch(p) : nullptr);
+                             p != nullptr ? kernelLaunch(p, nodeCooperative(hNode)) : nullptr);
   if (r == CUDA_SUCCESS) keepKernelFields(hNode, p);
   return r;
 }
@@ -792,7 +821,108 @@ CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgra
   if (hGraphExec == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return setNodeParams(__func__, hGraphExec, hNode, CU_GRAPH_NODE_TYPE_KERNEL,
                        p != nullptr ? kernelContext(p) : nullptr, p != nullptr,
-                       p != nullptr ? kernelLaunch(p) : nullptr);
+                       p != nullptr ? kernelLaunch(p, nodeCooperative(hNode)) : nullptr);
+}
+
+// --- kernel node attributes ----------------------------------------------------------------
+// The launch attributes a kernel node may carry. Scheduling hints are kept and
+// answered (they change nothing on a CPU); the cooperative attribute changes
+// how the node launches; clusters of more than one block are not supported.
+
+namespace {
+
+Status checkNodeAttribute(CUkernelNodeAttrID attr, const CUkernelNodeAttrValue* value) {
+  switch (attr) {
+    case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+    case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+    case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+      return Status::ok();
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+      if (value != nullptr &&
+          std::uint64_t{value->clusterDim.x} * value->clusterDim.y * value->clusterDim.z > 1) {
+        return cuError(CUDA_ERROR_NOT_SUPPORTED, "thread block clusters are not supported by vgpu");
+      }
+      return Status::ok();
+    default:
+      return cuErrorf(CUDA_ERROR_NOT_SUPPORTED, "kernel node attribute {} is not supported by vgpu",
+                      static_cast<int>(attr));
+  }
+}
+
+// Makes kernel node `node`'s work again, launched cooperatively or not, with
+// its parameters as they are, and gives it `attributes`.
+Status setNodeAttributes(Driver& d, CUgraphNode node, std::map<int, CUlaunchAttributeValue> attributes) {
+  ASSIGN_OR_RETURN(auto found, d.graphNode(node));
+  if (!found.second->info.kernel) return cuError(CUDA_ERROR_INVALID_VALUE, "the node is not a kernel node");
+  KernelNodeInfo kernel = *found.second->info.kernel;
+  bool cooperative = false;
+  if (auto it = attributes.find(CU_LAUNCH_ATTRIBUTE_COOPERATIVE); it != attributes.end()) {
+    cooperative = it->second.cooperative != 0;
+  }
+  if (cooperative != kernel.cooperative()) {
+    std::vector<void*> pointers;
+    for (std::size_t offset : kernel.offsets) pointers.push_back(kernel.params.data() + offset);
+    CUDA_KERNEL_NODE_PARAMS p{};
+    p.func = kernel.function;
+    p.gridDimX = kernel.grid[0];
+    p.gridDimY = kernel.grid[1];
+    p.gridDimZ = kernel.grid[2];
+    p.blockDimX = kernel.block[0];
+    p.blockDimY = kernel.block[1];
+    p.blockDimZ = kernel.block[2];
+    p.sharedMemBytes = kernel.sharedMemBytes;
+    p.kernelParams = pointers.empty() ? nullptr : pointers.data();
+    const bool library = kindOf(idOf(kernel.function)) == HandleKind::kKernel;
+    RETURN_IF_ERROR(inContext(library ? kernel.ctx : nullptr, [&] {
+      return d.setNodeWork(node, CU_GRAPH_NODE_TYPE_KERNEL, kernelLaunch(&p, cooperative));
+    }));
+    ASSIGN_OR_RETURN(found, d.graphNode(node));
+    found.second->info.kernel->kern = kernel.kern;
+    found.second->info.kernel->ctx = kernel.ctx;
+  }
+  found.second->info.kernel->attributes = std::move(attributes);
+  return Status::ok();
+}
+
+}  // namespace
+
+CUresult CUDAAPI cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
+                                               CUkernelNodeAttrValue* value_out) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(value_out, "value_out"));
+    RETURN_IF_ERROR(checkNodeAttribute(attr, nullptr));
+    ASSIGN_OR_RETURN(auto found, d.graphNode(hNode));
+    const auto& kernel = found.second->info.kernel;
+    if (!kernel) return cuError(CUDA_ERROR_INVALID_VALUE, "the node is not a kernel node");
+    auto it = kernel->attributes.find(attr);
+    *value_out = it != kernel->attributes.end() ? it->second : CUkernelNodeAttrValue{};
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
+                                               const CUkernelNodeAttrValue* value) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(value, "value"));
+    RETURN_IF_ERROR(checkNodeAttribute(attr, value));
+    ASSIGN_OR_RETURN(auto found, d.graphNode(hNode));
+    if (!found.second->info.kernel) return cuError(CUDA_ERROR_INVALID_VALUE, "the node is not a kernel node");
+    auto attributes = found.second->info.kernel->attributes;
+    attributes[attr] = *value;
+    return setNodeAttributes(d, hNode, std::move(attributes));
+  });
+}
+
+CUresult CUDAAPI cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto from, d.graphNode(src));
+    if (!from.second->info.kernel) return cuError(CUDA_ERROR_INVALID_VALUE, "src is not a kernel node");
+    return setNodeAttributes(d, dst, from.second->info.kernel->attributes);
+  });
 }
 CUresult CUDAAPI cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D* p) {
   return setNodeParams(__func__, nullptr, hNode, CU_GRAPH_NODE_TYPE_MEMCPY, nullptr, p != nullptr,

@@ -624,6 +624,27 @@ CUresult cuGraphExecChildGraphNodeSetParams(ServerCall& c, Handle<CUgraphExec> h
   return r;
 }
 
+// Kernel node attributes: those a checkpoint saves (values without handles).
+CUresult cuGraphKernelNodeGetAttribute(ServerCall& c, Handle<CUgraphNode> hNode, CUkernelNodeAttrID attr,
+                                       CUkernelNodeAttrValue* value_out) {
+  if (!SessionGraphs::servedAttribute(attr)) {
+    log::get("daemon")->info("session {}: cuGraphKernelNodeGetAttribute: attribute {} is not served",
+                             c.session().id(), static_cast<int>(attr));
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return PHOS_DRIVER(c.driverTable(), GraphKernelNodeGetAttribute)(hNode.real, attr, value_out);
+}
+
+CUresult cuGraphKernelNodeSetAttribute(ServerCall& c, Handle<CUgraphNode> hNode, CUkernelNodeAttrID attr,
+                                       const CUkernelNodeAttrValue* value) {
+  if (!SessionGraphs::servedAttribute(attr)) {
+    log::get("daemon")->info("session {}: cuGraphKernelNodeSetAttribute: attribute {} is not served",
+                             c.session().id(), static_cast<int>(attr));
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return PHOS_DRIVER(c.driverTable(), GraphKernelNodeSetAttribute)(hNode.real, attr, value);
+}
+
 CUresult cuGraphNodeSetEnabled(ServerCall& c, Handle<CUgraphExec> hGraphExec,
                                Handle<CUgraphNode> hNode, unsigned int isEnabled) {
   SessionGraphs& graphs = c.session().graphs();

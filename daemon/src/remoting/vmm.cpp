@@ -16,8 +16,9 @@ namespace {
 // Physical memory the session can hold: pinned device memory, without
 // shareable handles (they would be file descriptors of phosd's).
 CUresult checkProperties(ServerCall& c, const CUmemAllocationProp* prop, const char* entry) {
-  if (prop == nullptr || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+  if (prop == nullptr || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) {
     return CUDA_ERROR_INVALID_VALUE;
+  }
   if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE ||
       prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
     log::get("daemon")->info(
@@ -88,8 +89,9 @@ CUresult cuMemUnmap(ServerCall& c, CUdeviceptr ptr, size_t size) {
   if (mappings.empty()) return CUDA_ERROR_INVALID_VALUE;
   // The end of their contents, for the protocols, as a free's; unmapping
   // under a running kernel would fault it.
-  for (const VmmMapping* m : mappings)
+  for (const VmmMapping* m : mappings) {
     s.passGate({.writes = {{m->address, m->bytes}}, .ends = true});
+  }
   s.waitForWork(std::nullopt);
   return s.vmm().unmap(ptr, size, s.memory());
 }

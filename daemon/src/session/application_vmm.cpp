@@ -94,16 +94,18 @@ CUresult ApplicationVmm::free(CUdeviceptr address, size_t bytes) {
   for (const auto& [at, m] : mappings_) {
     if (overlaps(at, m.bytes, address, bytes)) return CUDA_ERROR_INVALID_VALUE;  // cuMemUnmap first
   }
-  if (CUresult r = PHOS_DRIVER(driver_, MemAddressFree)(address, bytes); r != CUDA_SUCCESS)
+  if (CUresult r = PHOS_DRIVER(driver_, MemAddressFree)(address, bytes); r != CUDA_SUCCESS) {
     return r;
+  }
   reservations_.erase(it);
   return CUDA_SUCCESS;
 }
 
 CUresult ApplicationVmm::create(size_t bytes, const CUmemAllocationProp& prop, uint64_t* id) {
   CUmemGenericAllocationHandle real = 0;
-  if (CUresult r = PHOS_DRIVER(driver_, MemCreate)(&real, bytes, &prop, 0); r != CUDA_SUCCESS)
+  if (CUresult r = PHOS_DRIVER(driver_, MemCreate)(&real, bytes, &prop, 0); r != CUDA_SUCCESS) {
     return r;
+  }
   VmmPhysical& p = physical_[nextId_];
   p.id = nextId_++;
   p.device = prop.location.id;
@@ -147,8 +149,9 @@ const VmmMapping* ApplicationVmm::mappingAt(CUdeviceptr address) const {
 CUresult ApplicationVmm::map(CUdeviceptr address, size_t bytes, size_t offset, uint64_t id,
                              uint64_t context, DeviceMemory& memory) {
   auto p = physical_.find(id);
-  if (p == physical_.end() || p->second.references == 0 || bytes == 0)
+  if (p == physical_.end() || p->second.references == 0 || bytes == 0) {
     return CUDA_ERROR_INVALID_VALUE;
+  }
   if (offset > p->second.bytes || bytes > p->second.bytes - offset) return CUDA_ERROR_INVALID_VALUE;
   if (reservationOf(address, bytes) == reservations_.end()) return CUDA_ERROR_INVALID_VALUE;
   for (const auto& [at, m] : mappings_) {
@@ -227,8 +230,9 @@ CUresult ApplicationVmm::retain(CUdeviceptr address, uint64_t* id) {
 
 void ApplicationVmm::save(json& state, json& lost) const {
   json reservations = json::array(), physical = json::array(), mappings = json::array();
-  for (const auto& [at, bytes] : reservations_)
+  for (const auto& [at, bytes] : reservations_) {
     reservations.push_back({{"address", at}, {"bytes", bytes}});
+  }
   for (const auto& [id, p] : physical_) {
     physical.push_back(
         {{"id", id},
@@ -288,8 +292,9 @@ void ApplicationVmm::save(json& state, json& lost) const {
 }
 
 Status ApplicationVmm::rebuild(const json& state) {
-  if (!state.contains("application_vmm"))
+  if (!state.contains("application_vmm")) {
     return Status::ok();  // images of sessions before the VMM was remoted
+  }
   const json& vmm = state["application_vmm"];
   nextId_ = vmm.value("next_id", uint64_t{1});
   for (const json& r : vmm.value("reservations", json::array())) {

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <deque>
 #include <string>
 #include <unordered_map>
@@ -145,7 +146,16 @@ Result<json> SessionGraphs::describeNode(const SessionScope& scope, CUgraphNode 
       CUDA_KERNEL_NODE_PARAMS p{};
       RETURN_IF_ERROR(driverStatus(PHOS_DRIVER(d, GraphKernelNodeGetParams_v2)(node, &p),
                                    "cuGraphKernelNodeGetParams"));
-      return describeKernel(scope, p);
+      ASSIGN_OR_RETURN(json n, describeKernel(scope, p));
+      // The attributes set on it (unset ones read as zero).
+      for (CUkernelNodeAttrID attr : kKernelNodeAttributes) {
+        CUkernelNodeAttrValue v{};
+        if (PHOS_DRIVER(d, GraphKernelNodeGetAttribute)(node, attr, &v) != CUDA_SUCCESS) continue;
+        const auto* bytes = reinterpret_cast<const unsigned char*>(&v);
+        if (std::all_of(bytes, bytes + sizeof(v), [](unsigned char b) { return b == 0; })) continue;
+        n["attributes"][std::to_string(static_cast<int>(attr))] = hexBytes(&v, sizeof(v));
+      }
+      return n;
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY: {
       CUDA_MEMCPY3D m{};
@@ -545,6 +555,19 @@ Result<CUgraphNode> SessionGraphs::addNode(const SessionScope& scope, CUgraph gr
       p.sharedMemBytes = shared;
       p.kernelParams = pointers.empty() ? nullptr : pointers.data();
       r = PHOS_DRIVER(d, GraphAddKernelNode_v2)(&node, graph, deps, after.size(), &p);
+      const json attributes = n.contains("attributes") ? n["attributes"] : json::object();
+      if (!attributes.is_object()) return makeError(Code::kDataLoss, "{}: garbled kernel node attributes", where);
+      for (const auto& [key, text] : attributes.items()) {
+        if (r != CUDA_SUCCESS) break;
+        const int id = std::atoi(key.c_str());
+        const auto attr = static_cast<CUkernelNodeAttrID>(id);
+        CUkernelNodeAttrValue v{};
+        if (std::to_string(id) != key || !servedAttribute(attr) || !text.is_string() ||
+            !parseHexBytes(text.get<std::string>(), &v, sizeof(v))) {
+          return makeError(Code::kDataLoss, "{}: a garbled kernel node attribute {}", where, key);
+        }
+        r = PHOS_DRIVER(d, GraphKernelNodeSetAttribute)(node, attr, &v);
+      }
       break;
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY: {

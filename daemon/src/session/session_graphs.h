@@ -9,7 +9,8 @@
 // changes it (cuGraphExec*SetParams, cuGraphNodeSetEnabled, cuGraphExecUpdate).
 // A description lists the nodes in an order that keeps every edge (kernel
 // nodes with the session's id of their function or library kernel and their
-// parameters' bytes; copies, sets, empty nodes, event records and waits, the
+// parameters' bytes and the launch attributes set on them, such as a captured
+// cooperative launch's; copies, sets, empty nodes, event records and waits, the
 // application's host functions), with the ids the application holds for
 // them; a child graph node holds its graph's description. A restore adds
 // the nodes to a new graph in that order and instantiates the executable
@@ -37,6 +38,25 @@ namespace phos::daemon {
 
 class SessionGraphs {
  public:
+  // The kernel node attributes phosd serves, saves and sets again at a
+  // restore: values without handles. Those naming events (completion and
+  // programmatic events) are refused.
+  static constexpr CUkernelNodeAttrID kKernelNodeAttributes[] = {
+      CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW,
+      CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
+      CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+      CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+      CU_LAUNCH_ATTRIBUTE_PRIORITY,
+      CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP,
+      CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN,
+      CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT};
+  static bool servedAttribute(CUkernelNodeAttrID attr) {
+    for (CUkernelNodeAttrID a : kKernelNodeAttributes) {
+      if (a == attr) return true;
+    }
+    return false;
+  }
+
   // `graph`, as the driver holds it now (its context current); `order`, if
   // given, receives its nodes in the description's order.
   Result<nlohmann::json> describe(const SessionScope& scope, CUgraph graph,
