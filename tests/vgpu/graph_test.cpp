@@ -870,13 +870,17 @@ TEST_F(GraphTest, KernelNodeAttributesAreKeptCopiedAndACapturedCooperativeLaunch
   CUkernelNodeAttrValue cluster{};
   cluster.clusterDim.x = 2;
   cluster.clusterDim.y = cluster.clusterDim.z = 1;
-  EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED,
-                cuGraphKernelNodeSetAttribute(first, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &cluster));
-  EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED,
-                cuGraphKernelNodeGetAttribute(first, CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT, &got));
-  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphKernelNodeGetAttribute(empty, CU_LAUNCH_ATTRIBUTE_PRIORITY, &got));
+  EXPECT_CU_ERR(
+      CUDA_ERROR_NOT_SUPPORTED,
+      cuGraphKernelNodeSetAttribute(first, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &cluster));
+  EXPECT_CU_ERR(
+      CUDA_ERROR_NOT_SUPPORTED,
+      cuGraphKernelNodeGetAttribute(first, CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT, &got));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuGraphKernelNodeGetAttribute(empty, CU_LAUNCH_ATTRIBUTE_PRIORITY, &got));
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphKernelNodeCopyAttributes(second, empty));
-  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphKernelNodeSetAttribute(first, CU_LAUNCH_ATTRIBUTE_PRIORITY, nullptr));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuGraphKernelNodeSetAttribute(first, CU_LAUNCH_ATTRIBUTE_PRIORITY, nullptr));
   EXPECT_CU(cuGraphExecDestroy(exec));
   EXPECT_CU(cuGraphDestroy(graph));
 

@@ -1395,7 +1395,9 @@ Status Driver::setNodeWork(CUgraphNode handle, CUgraphNodeType type,
     return cuError(CUDA_ERROR_INVALID_VALUE, "the parameters are of another node type");
   }
   // New parameters keep the node's attributes (cuGraphKernelNodeSetAttribute's).
-  if (node.info.kernel && made->info.kernel) made->info.kernel->attributes = node.info.kernel->attributes;
+  if (node.info.kernel && made->info.kernel) {
+    made->info.kernel->attributes = node.info.kernel->attributes;
+  }
   node.info = made->info;
   node.work = made->work;
   return Status::ok();

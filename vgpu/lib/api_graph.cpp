@@ -410,7 +410,8 @@ namespace {
 // "kern: Kernel to launch, will only be referenced if func is NULL"; its
 // context then is ctx (the current one if NULL).
 // `cooperative`: the node's CU_LAUNCH_ATTRIBUTE_COOPERATIVE.
-std::function<CUresult(CUstream)> kernelLaunch(const CUDA_KERNEL_NODE_PARAMS* p, bool cooperative = false) {
+std::function<CUresult(CUstream)> kernelLaunch(const CUDA_KERNEL_NODE_PARAMS* p,
+                                               bool cooperative = false) {
   const CUfunction f = p->func != nullptr ? p->func : reinterpret_cast<CUfunction>(p->kern);
   return [p, f, cooperative](CUstream s) {
     CUlaunchAttribute attribute{};
@@ -855,9 +856,12 @@ Status checkNodeAttribute(CUkernelNodeAttrID attr, const CUkernelNodeAttrValue* 
 
 // Makes kernel node `node`'s work again, launched cooperatively or not, with
 // its parameters as they are, and gives it `attributes`.
-Status setNodeAttributes(Driver& d, CUgraphNode node, std::map<int, CUlaunchAttributeValue> attributes) {
+Status setNodeAttributes(Driver& d, CUgraphNode node,
+                         std::map<int, CUlaunchAttributeValue> attributes) {
   ASSIGN_OR_RETURN(auto found, d.graphNode(node));
-  if (!found.second->info.kernel) return cuError(CUDA_ERROR_INVALID_VALUE, "the node is not a kernel node");
+  if (!found.second->info.kernel) {
+    return cuError(CUDA_ERROR_INVALID_VALUE, "the node is not a kernel node");
+  }
   KernelNodeInfo kernel = *found.second->info.kernel;
   bool cooperative = false;
   if (auto it = attributes.find(CU_LAUNCH_ATTRIBUTE_COOPERATIVE); it != attributes.end()) {
@@ -910,7 +914,9 @@ CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAt
     RETURN_IF_ERROR(requireNonNull(value, "value"));
     RETURN_IF_ERROR(checkNodeAttribute(attr, value));
     ASSIGN_OR_RETURN(auto found, d.graphNode(hNode));
-    if (!found.second->info.kernel) return cuError(CUDA_ERROR_INVALID_VALUE, "the node is not a kernel node");
+    if (!found.second->info.kernel) {
+      return cuError(CUDA_ERROR_INVALID_VALUE, "the node is not a kernel node");
+    }
     auto attributes = found.second->info.kernel->attributes;
     attributes[attr] = *value;
     return setNodeAttributes(d, hNode, std::move(attributes));
@@ -920,7 +926,9 @@ CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAt
 CUresult CUDAAPI cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src) {
   return call(__func__, [&](Driver& d) -> Status {
     ASSIGN_OR_RETURN(auto from, d.graphNode(src));
-    if (!from.second->info.kernel) return cuError(CUDA_ERROR_INVALID_VALUE, "src is not a kernel node");
+    if (!from.second->info.kernel) {
+      return cuError(CUDA_ERROR_INVALID_VALUE, "src is not a kernel node");
+    }
     return setNodeAttributes(d, dst, from.second->info.kernel->attributes);
   });
 }

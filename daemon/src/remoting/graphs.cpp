@@ -625,21 +625,24 @@ CUresult cuGraphExecChildGraphNodeSetParams(ServerCall& c, Handle<CUgraphExec> h
 }
 
 // Kernel node attributes: those a checkpoint saves (values without handles).
-CUresult cuGraphKernelNodeGetAttribute(ServerCall& c, Handle<CUgraphNode> hNode, CUkernelNodeAttrID attr,
-                                       CUkernelNodeAttrValue* value_out) {
+CUresult cuGraphKernelNodeGetAttribute(ServerCall& c, Handle<CUgraphNode> hNode,
+                                       CUkernelNodeAttrID attr, CUkernelNodeAttrValue* value_out) {
   if (!SessionGraphs::servedAttribute(attr)) {
-    log::get("daemon")->info("session {}: cuGraphKernelNodeGetAttribute: attribute {} is not served",
-                             c.session().id(), static_cast<int>(attr));
+    log::get("daemon")->info(
+        "session {}: cuGraphKernelNodeGetAttribute: attribute {} is not served", c.session().id(),
+        static_cast<int>(attr));
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   return PHOS_DRIVER(c.driverTable(), GraphKernelNodeGetAttribute)(hNode.real, attr, value_out);
 }
 
-CUresult cuGraphKernelNodeSetAttribute(ServerCall& c, Handle<CUgraphNode> hNode, CUkernelNodeAttrID attr,
+CUresult cuGraphKernelNodeSetAttribute(ServerCall& c, Handle<CUgraphNode> hNode,
+                                       CUkernelNodeAttrID attr,
                                        const CUkernelNodeAttrValue* value) {
   if (!SessionGraphs::servedAttribute(attr)) {
-    log::get("daemon")->info("session {}: cuGraphKernelNodeSetAttribute: attribute {} is not served",
-                             c.session().id(), static_cast<int>(attr));
+    log::get("daemon")->info(
+        "session {}: cuGraphKernelNodeSetAttribute: attribute {} is not served", c.session().id(),
+        static_cast<int>(attr));
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   return PHOS_DRIVER(c.driverTable(), GraphKernelNodeSetAttribute)(hNode.real, attr, value);

@@ -556,7 +556,9 @@ Result<CUgraphNode> SessionGraphs::addNode(const SessionScope& scope, CUgraph gr
       p.kernelParams = pointers.empty() ? nullptr : pointers.data();
       r = PHOS_DRIVER(d, GraphAddKernelNode_v2)(&node, graph, deps, after.size(), &p);
       const json attributes = n.contains("attributes") ? n["attributes"] : json::object();
-      if (!attributes.is_object()) return makeError(Code::kDataLoss, "{}: garbled kernel node attributes", where);
+      if (!attributes.is_object()) {
+        return makeError(Code::kDataLoss, "{}: garbled kernel node attributes", where);
+      }
       for (const auto& [key, text] : attributes.items()) {
         if (r != CUDA_SUCCESS) break;
         const int id = std::atoi(key.c_str());

@@ -29,7 +29,9 @@ __global__ void twoPhase(float* x, float* partial, int n) {
   cg::grid_group grid = cg::this_grid();
   __shared__ float sums[kThreads];
   float v = 0;
-  for (int i = static_cast<int>(grid.thread_rank()); i < n; i += static_cast<int>(grid.size())) v += x[i];
+  for (int i = static_cast<int>(grid.thread_rank()); i < n; i += static_cast<int>(grid.size())) {
+    v += x[i];
+  }
   sums[threadIdx.x] = v;
   __syncthreads();
   for (int w = kThreads / 2; w > 0; w /= 2) {
@@ -46,7 +48,9 @@ __global__ void twoPhase(float* x, float* partial, int n) {
 }
 
 __global__ void bump(float* x, int n) {
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] += 1.0f;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    x[i] += 1.0f;
+  }
 }
 
 int main(int argc, char** argv) {
@@ -68,7 +72,8 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   int n = kN;
   void* args[] = {&x, &partial, &n};
-  CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(twoPhase), kBlocks, kThreads, args, 0, stream));
+  CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(twoPhase), kBlocks, kThreads, args, 0,
+                                    stream));
   bump<<<2, 64, 0, stream>>>(x, kN);
   CHECK(cudaStreamEndCapture(stream, &graph));
   // The bump node (the one not cooperative) gets a priority.
