@@ -32,6 +32,27 @@ TEST_F(ContextTest, NoCurrentContextMeansInvalidContext) {
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuCtxGetCurrent(nullptr));
 }
 
+TEST_F(ContextTest, AContextsExecutionAffinityIsItsDevicesSmCount) {
+  CUexecAffinityParam affinity{};
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT,
+                cuCtxGetExecAffinity(&affinity, CU_EXEC_AFFINITY_TYPE_SM_COUNT));
+  CUcontext ctx = nullptr;
+  ASSERT_CU(cuCtxCreate(&ctx, nullptr, 0, 0));
+  ASSERT_CU(cuCtxGetExecAffinity(&affinity, CU_EXEC_AFFINITY_TYPE_SM_COUNT));
+  int sms = 0;
+  ASSERT_CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
+  EXPECT_EQ(affinity.type, CU_EXEC_AFFINITY_TYPE_SM_COUNT);
+  EXPECT_EQ(affinity.param.smCount.val, static_cast<unsigned>(sms));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuCtxGetExecAffinity(&affinity, CU_EXEC_AFFINITY_TYPE_MAX));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuCtxGetExecAffinity(nullptr, CU_EXEC_AFFINITY_TYPE_SM_COUNT));
+  int supported = 1;
+  ASSERT_CU(cuDeviceGetExecAffinitySupport(&supported, CU_EXEC_AFFINITY_TYPE_SM_COUNT, 0));
+  EXPECT_EQ(supported, 0);  // so a context with an SM count of its own is refused
+  EXPECT_CU(cuCtxDestroy(ctx));
+}
+
 TEST_F(ContextTest, PrimaryContextIsReferenceCounted) {
   unsigned flags = 99;
   int active = -1;

@@ -574,6 +574,69 @@ void reserveMapAndRelease(CUdeviceptr want) {
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemAddressReserve(&va, 4096, 0, 0, 0));
 }
 
+TEST_F(MemoryTest, A3DPeerCopyMovesABoxBetweenContexts) {
+  // A 16 x 4 x 2 box of bytes from a pitched volume in one context to another's.
+  CUcontext first = nullptr, second = nullptr;
+  ASSERT_CU(cuCtxGetCurrent(&first));
+  ASSERT_CU(cuCtxCreate(&second, nullptr, 0, 0));
+  CUdeviceptr dst = 0;
+  ASSERT_CU(cuMemAlloc(&dst, 16 * 4 * 2));
+  ASSERT_CU(cuCtxSetCurrent(first));
+  constexpr size_t kPitch = 64, kHeight = 8, kDepth = 3;
+  CUdeviceptr src = 0;
+  ASSERT_CU(cuMemAlloc(&src, kPitch * kHeight * kDepth));
+  std::vector<std::uint8_t> volume = pattern(kPitch * kHeight * kDepth);
+  ASSERT_CU(cuMemcpyHtoD(src, volume.data(), volume.size()));
+  CUDA_MEMCPY3D_PEER p{};
+  p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  p.srcDevice = src;
+  p.srcContext = first;
+  p.srcXInBytes = 8;
+  p.srcY = 2;
+  p.srcZ = 1;
+  p.srcPitch = kPitch;
+  p.srcHeight = kHeight;
+  p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  p.dstDevice = dst;
+  p.dstContext = second;
+  p.dstPitch = 16;
+  p.dstHeight = 4;
+  p.WidthInBytes = 16;
+  p.Height = 4;
+  p.Depth = 2;
+  ASSERT_CU(cuMemcpy3DPeer(&p));
+  std::vector<std::uint8_t> out(16 * 4 * 2), want;
+  for (size_t z = 0; z < 2; ++z) {
+    for (size_t y = 0; y < 4; ++y) {
+      for (size_t x = 0; x < 16; ++x) {
+        want.push_back(volume[((z + 1) * kHeight + y + 2) * kPitch + x + 8]);
+      }
+    }
+  }
+  ASSERT_CU(cuMemcpyDtoH(out.data(), dst, out.size()));
+  EXPECT_EQ(out, want);
+  // Asynchronously, on a stream: back the other way.
+  std::swap(p.srcContext, p.dstContext);
+  std::swap(p.srcDevice, p.dstDevice);
+  std::swap(p.srcPitch, p.dstPitch);
+  std::swap(p.srcHeight, p.dstHeight);
+  std::swap(p.srcXInBytes, p.dstXInBytes);
+  std::swap(p.srcY, p.dstY);
+  std::swap(p.srcZ, p.dstZ);
+  ASSERT_CU(cuMemsetD8(src, 0, volume.size()));
+  ASSERT_CU(cuMemcpy3DPeerAsync(&p, nullptr));
+  ASSERT_CU(cuCtxSynchronize());
+  std::vector<std::uint8_t> back(volume.size());
+  ASSERT_CU(cuMemcpyDtoH(back.data(), src, back.size()));
+  EXPECT_EQ(back[(1 * kHeight + 2) * kPitch + 8], want[0]);
+  EXPECT_EQ(back[0], 0);
+  ASSERT_CU(cuMemFree(src));
+  ASSERT_CU(cuCtxDestroy(second));
+  ASSERT_CU(cuCtxSetCurrent(first));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuMemcpy3DPeer(&p));  // a destroyed context
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpy3DPeer(nullptr));
+}
+
 TEST_F(MemoryTest, VirtualMemoryManagementAtAFixedAddress) {
   reserveMapAndRelease(0x310000000000ull);
 }

@@ -163,6 +163,37 @@ CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
   });
 }
 
+// Execution affinity: vgpu creates no context with a limited SM count
+// (cuCtxCreate refuses affinity parameters), so a context has its device's.
+CUresult CUDAAPI cuCtxGetExecAffinity(CUexecAffinityParam* pExecAffinity, CUexecAffinityType type) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(pExecAffinity, "pExecAffinity"));
+    if (type != CU_EXEC_AFFINITY_TYPE_SM_COUNT) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "execution affinity type {} is invalid",
+                      static_cast<int>(type));
+    }
+    ASSIGN_OR_RETURN(auto context, d.current());
+    *pExecAffinity = CUexecAffinityParam{};
+    pExecAffinity->type = type;
+    pExecAffinity->param.smCount.val = static_cast<unsigned>(
+        d.platform().devices.at(static_cast<std::size_t>(context->device())).multiprocessors);
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuDeviceGetExecAffinitySupport(int* pi, CUexecAffinityType type, CUdevice dev) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(pi, "pi"));
+    RETURN_IF_ERROR(d.checkDevice(dev));
+    if (type != CU_EXEC_AFFINITY_TYPE_SM_COUNT) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "execution affinity type {} is invalid",
+                      static_cast<int>(type));
+    }
+    *pi = 0;  // contexts with an SM count of their own are not supported
+    return Status::ok();
+  });
+}
+
 CUresult CUDAAPI cuCtxGetFlags(unsigned int* flags) {
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(flags, "flags"));

@@ -208,6 +208,46 @@ CUresult memcpyPeer(const char* name, CUdeviceptr dst, CUcontext dstContext, CUd
   });
 }
 
+// A 3D copy between contexts: both must be live; the rest is a 3D copy's
+// (memory is one address space on vgpu, as with unified addressing).
+CUresult memcpy3DPeer(const char* name, const CUDA_MEMCPY3D_PEER* p, CUstream stream,
+                      bool perThread, bool async) {
+  if (p == nullptr) return memcpy3D(name, nullptr, stream, perThread, async);
+  CUresult contexts = call(name, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto dc, d.context(p->dstContext));
+    ASSIGN_OR_RETURN(auto sc, d.context(p->srcContext));
+    (void)dc;
+    (void)sc;
+    return Status::ok();
+  });
+  if (contexts != CUDA_SUCCESS) return contexts;
+  CUDA_MEMCPY3D copy{};
+  copy.srcXInBytes = p->srcXInBytes;
+  copy.srcY = p->srcY;
+  copy.srcZ = p->srcZ;
+  copy.srcLOD = p->srcLOD;
+  copy.srcMemoryType = p->srcMemoryType;
+  copy.srcHost = p->srcHost;
+  copy.srcDevice = p->srcDevice;
+  copy.srcArray = p->srcArray;
+  copy.srcPitch = p->srcPitch;
+  copy.srcHeight = p->srcHeight;
+  copy.dstXInBytes = p->dstXInBytes;
+  copy.dstY = p->dstY;
+  copy.dstZ = p->dstZ;
+  copy.dstLOD = p->dstLOD;
+  copy.dstMemoryType = p->dstMemoryType;
+  copy.dstHost = p->dstHost;
+  copy.dstDevice = p->dstDevice;
+  copy.dstArray = p->dstArray;
+  copy.dstPitch = p->dstPitch;
+  copy.dstHeight = p->dstHeight;
+  copy.WidthInBytes = p->WidthInBytes;
+  copy.Height = p->Height;
+  copy.Depth = p->Depth;
+  return memcpy3D(name, &copy, stream, perThread, async);
+}
+
 // --- sets ---------------------------------------------------------------------------------
 
 CUresult memset2D(const char* name, CUdeviceptr dst, size_t pitch, std::uint32_t value, unsigned elementSize,
@@ -550,6 +590,18 @@ CUresult CUDAAPI cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* pCopy, CUstream hStream
 }
 CUresult CUDAAPI cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D* pCopy, CUstream hStream) {
   return memcpy3D(__func__, pCopy, hStream, true, true);
+}
+CUresult CUDAAPI cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER* pCopy) {
+  return memcpy3DPeer(__func__, pCopy, nullptr, false, false);
+}
+CUresult CUDAAPI cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER* pCopy) {
+  return memcpy3DPeer(__func__, pCopy, nullptr, true, false);
+}
+CUresult CUDAAPI cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER* pCopy, CUstream hStream) {
+  return memcpy3DPeer(__func__, pCopy, hStream, false, true);
+}
+CUresult CUDAAPI cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER* pCopy, CUstream hStream) {
+  return memcpy3DPeer(__func__, pCopy, hStream, true, true);
 }
 
 // --- set entry points -----------------------------------------------------------------------

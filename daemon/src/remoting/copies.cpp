@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "phos/cuda_api/server_hooks.h"
 #include "session/session.h"
@@ -538,7 +539,10 @@ CUresult copy2D(ServerCall& c, const CUDA_MEMCPY2D& p, CUstream s, bool async) {
                  [&] { return PHOS_DRIVER(c.driverTable(), Memcpy2DAsync_v2)(&asked, s); });
 }
 
-CUresult copy3D(ServerCall& c, const CUDA_MEMCPY3D& p, CUstream s, bool async) {
+// `peer`: the contexts of a 3D peer copy (the driver's), which the driver
+// call takes in place of the reserved fields.
+CUresult copy3D(ServerCall& c, const CUDA_MEMCPY3D& p, CUstream s, bool async,
+                std::optional<std::pair<CUcontext, CUcontext>> peer = std::nullopt) {
   // "reserved0/reserved1: Must be NULL"; "srcLOD and dstLOD ... must be set to 0".
   if (p.reserved0 != nullptr || p.reserved1 != nullptr || p.srcLOD != 0 || p.dstLOD != 0) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -561,8 +565,72 @@ CUresult copy3D(ServerCall& c, const CUDA_MEMCPY3D& p, CUstream s, bool async) {
   CUDA_MEMCPY3D asked = p;
   asked.srcMemoryType = driverType(c.session(), p.srcMemoryType, p.srcDevice);
   asked.dstMemoryType = driverType(c.session(), p.dstMemoryType, p.dstDevice);
-  return rowCopy(c, src, dst, p.WidthInBytes, p.Height, p.Depth, s, async,
-                 [&] { return PHOS_DRIVER(c.driverTable(), Memcpy3DAsync_v2)(&asked, s); });
+  return rowCopy(c, src, dst, p.WidthInBytes, p.Height, p.Depth, s, async, [&] {
+    if (!peer) return PHOS_DRIVER(c.driverTable(), Memcpy3DAsync_v2)(&asked, s);
+    CUDA_MEMCPY3D_PEER both{};
+    both.srcXInBytes = asked.srcXInBytes;
+    both.srcY = asked.srcY;
+    both.srcZ = asked.srcZ;
+    both.srcMemoryType = asked.srcMemoryType;
+    both.srcHost = asked.srcHost;
+    both.srcDevice = asked.srcDevice;
+    both.srcContext = peer->first;
+    both.srcPitch = asked.srcPitch;
+    both.srcHeight = asked.srcHeight;
+    both.dstXInBytes = asked.dstXInBytes;
+    both.dstY = asked.dstY;
+    both.dstZ = asked.dstZ;
+    both.dstMemoryType = asked.dstMemoryType;
+    both.dstHost = asked.dstHost;
+    both.dstDevice = asked.dstDevice;
+    both.dstContext = peer->second;
+    both.dstPitch = asked.dstPitch;
+    both.dstHeight = asked.dstHeight;
+    both.WidthInBytes = asked.WidthInBytes;
+    both.Height = asked.Height;
+    both.Depth = asked.Depth;
+    return PHOS_DRIVER(c.driverTable(), Memcpy3DPeerAsync)(&both, s);
+  });
+}
+
+// A 3D peer copy: its contexts are the session's (ids), the rest a 3D copy's.
+// Arrays are not the session's objects.
+CUresult copy3DPeer(ServerCall& c, const CUDA_MEMCPY3D_PEER* p, CUstream s, bool async) {
+  if (p == nullptr || p->srcMemoryType == CU_MEMORYTYPE_ARRAY ||
+      p->dstMemoryType == CU_MEMORYTYPE_ARRAY) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto real = [&](CUcontext id) -> CUcontext {
+    const SessionContext* ctx = c.session().contexts().find(reinterpret_cast<uint64_t>(id));
+    return ctx != nullptr && !c.session().contextDestroyed(reinterpret_cast<uint64_t>(id))
+               ? ctx->real
+               : nullptr;
+  };
+  CUcontext src = real(p->srcContext), dst = real(p->dstContext);
+  if (src == nullptr || dst == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  CUDA_MEMCPY3D copy{};
+  copy.srcXInBytes = p->srcXInBytes;
+  copy.srcY = p->srcY;
+  copy.srcZ = p->srcZ;
+  copy.srcLOD = p->srcLOD;
+  copy.srcMemoryType = p->srcMemoryType;
+  copy.srcHost = p->srcHost;
+  copy.srcDevice = p->srcDevice;
+  copy.srcPitch = p->srcPitch;
+  copy.srcHeight = p->srcHeight;
+  copy.dstXInBytes = p->dstXInBytes;
+  copy.dstY = p->dstY;
+  copy.dstZ = p->dstZ;
+  copy.dstLOD = p->dstLOD;
+  copy.dstMemoryType = p->dstMemoryType;
+  copy.dstHost = p->dstHost;
+  copy.dstDevice = p->dstDevice;
+  copy.dstPitch = p->dstPitch;
+  copy.dstHeight = p->dstHeight;
+  copy.WidthInBytes = p->WidthInBytes;
+  copy.Height = p->Height;
+  copy.Depth = p->Depth;
+  return copy3D(c, copy, s, async, std::make_pair(src, dst));
 }
 
 }  // namespace
@@ -679,6 +747,16 @@ CUresult cuMemcpy3D(ServerCall& c, const CUDA_MEMCPY3D* pCopy) {
 CUresult cuMemcpy3DAsync(ServerCall& c, const CUDA_MEMCPY3D* pCopy, Handle<CUstream> s) {
   if (pCopy == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return copy3D(c, *pCopy, s.real, true);
+}
+
+CUresult cuMemcpy3DPeer(ServerCall& c, const CUDA_MEMCPY3D_PEER* pCopy) {
+  CUstream s{};
+  if (CUresult r = defaultStream(c, &s); r != CUDA_SUCCESS) return r;
+  return copy3DPeer(c, pCopy, s, false);
+}
+
+CUresult cuMemcpy3DPeerAsync(ServerCall& c, const CUDA_MEMCPY3D_PEER* pCopy, Handle<CUstream> s) {
+  return copy3DPeer(c, pCopy, s.real, true);
 }
 
 }  // namespace phos::daemon::hooks
