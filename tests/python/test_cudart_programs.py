@@ -97,6 +97,29 @@ def killed_and_restored(phos, phosd, cmd, ref, env, tmp_path, line):
         job.stop()
 
 
+def checkpointed(phos, phosd, cmd, env, tmp_path, line):
+    """Checkpoints `cmd` stop-the-world into tmp_path/image once it printed `line` lines: the lines
+    it printed, and the image's manifest (its text), which the garbled-image tests change."""
+    job = Job(phos, phosd, cmd, env, tmp_path)
+    try:
+        job.wait_line(line)
+        checkpoint(phos, phosd, job.pid, tmp_path / "image")
+        job.proc.wait(timeout=30)
+        return job.lines(), (tmp_path / "image" / "manifest.json").read_text()
+    finally:
+        job.stop()
+
+
+def refused_restore(phos, phosd, env, tmp_path, manifest):
+    """Restores tmp_path/image with `manifest` (a dict) as its manifest: the restore must fail; its stderr."""
+    (tmp_path / "image" / "manifest.json").write_text(json.dumps(manifest))
+    r = subprocess.run([str(phos), "restore", "--image", str(tmp_path / "image"), "--runtime-dir",
+                        str(phosd.runtime_dir)], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert r.returncode != 0, r.stdout
+    return r.stderr
+
+
 @pytest.mark.parametrize("mode,name", [("cow", "train"), ("recopy", "train"), ("stop", "train"), ("cow", "pools"),
                                        ("recopy", "pools"), ("cow", "event_times"), ("recopy", "shared_optin"),
                                        ("cow", "pipeline"), ("recopy", "pipeline"), ("cow", "managed"),
@@ -256,16 +279,7 @@ def test_an_image_whose_graph_is_garbled_is_refused_naming_the_node(criu, phos, 
     root: the driver would copy its memory) refuses the restore with a message naming the graph and
     node; the untouched image still restores the job exactly."""
     ref = reference(cudart_dir, env, "graph_train")
-    job = Job(phos, phosd, train(cudart_dir, "graph_train"), env, tmp_path)
-    try:
-        job.wait_line(3)
-        checkpoint(phos, phosd, job.pid, tmp_path / "image")
-        job.proc.wait(timeout=30)
-        before = job.lines()
-    finally:
-        job.stop()
-    path = tmp_path / "image" / "manifest.json"
-    original = path.read_text()
+    before, original = checkpointed(phos, phosd, train(cudart_dir, "graph_train"), env, tmp_path, 3)
     manifest = json.loads(original)
     graphs = manifest["state"]["gpu"]["sessions"][0]["graphs"]
     assert [g["kind"] for g in graphs] == ["exec"], graphs  # the loop keeps its executable graph only
@@ -283,13 +297,9 @@ def test_an_image_whose_graph_is_garbled_is_refused_naming_the_node(criu, phos, 
                             (copy_from_elsewhere, f"node {copy}: a copy of memory that is not the session's")]:
         bad = json.loads(original)
         garble(bad["state"]["gpu"]["sessions"][0]["graphs"][0])
-        path.write_text(json.dumps(bad))
-        r = subprocess.run([str(phos), "restore", "--image", str(tmp_path / "image"), "--runtime-dir",
-                            str(phosd.runtime_dir)], env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                           text=True, timeout=TIMEOUT)
-        assert r.returncode != 0
-        assert f"graph {hex(graphs[0]['id'])}, {message}" in r.stderr, r.stderr
-    path.write_text(original)
+        stderr = refused_restore(phos, phosd, env, tmp_path, bad)
+        assert f"graph {hex(graphs[0]['id'])}, {message}" in stderr, stderr
+    (tmp_path / "image" / "manifest.json").write_text(original)
     assert before + restore(phos, phosd, tmp_path / "image", env) == ref
 
 
@@ -299,16 +309,7 @@ def test_an_image_whose_vmm_state_is_garbled_is_refused_naming_it(criu, phos, ph
     handle the image does not have refuses the restore, naming it; the untouched image still restores
     the job exactly."""
     ref = reference(cudart_dir, env, "vmm_grow")
-    job = Job(phos, phosd, train(cudart_dir, "vmm_grow"), env, tmp_path)
-    try:
-        job.wait_line(7)
-        checkpoint(phos, phosd, job.pid, tmp_path / "image")
-        job.proc.wait(timeout=30)
-        before = job.lines()
-    finally:
-        job.stop()
-    path = tmp_path / "image" / "manifest.json"
-    original = path.read_text()
+    before, original = checkpointed(phos, phosd, train(cudart_dir, "vmm_grow"), env, tmp_path, 7)
     vmm = json.loads(original)["state"]["gpu"]["sessions"][0]["application_vmm"]
     assert len(vmm["reservations"]) == 1 and len(vmm["mappings"]) == 2, vmm
     for garble, message in [(lambda v: v["reservations"][0].update(address=0x7f0000000000),
@@ -318,13 +319,9 @@ def test_an_image_whose_vmm_state_is_garbled_is_refused_naming_it(criu, phos, ph
                             (lambda v: v["mappings"][0].update(physical=99), "is of handle 99, which the image")]:
         bad = json.loads(original)
         garble(bad["state"]["gpu"]["sessions"][0]["application_vmm"])
-        path.write_text(json.dumps(bad))
-        r = subprocess.run([str(phos), "restore", "--image", str(tmp_path / "image"), "--runtime-dir",
-                            str(phosd.runtime_dir)], env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                           text=True, timeout=TIMEOUT)
-        assert r.returncode != 0
-        assert message in r.stderr, r.stderr
-    path.write_text(original)
+        stderr = refused_restore(phos, phosd, env, tmp_path, bad)
+        assert message in stderr, stderr
+    (tmp_path / "image" / "manifest.json").write_text(original)
     assert before + restore(phos, phosd, tmp_path / "image", env) == ref
 
 
@@ -334,28 +331,15 @@ def test_an_image_whose_kernel_node_attribute_is_garbled_is_refused_naming_it(cr
     phosd does not serve (13, a device-updatable node's) or of bytes that are not a value refuses the restore,
     naming the node; the untouched image still restores the job exactly."""
     ref = reference(cudart_dir, env, "graph_coop")
-    job = Job(phos, phosd, train(cudart_dir, "graph_coop"), env, tmp_path)
-    try:
-        job.wait_line(3)
-        checkpoint(phos, phosd, job.pid, tmp_path / "image")
-        job.proc.wait(timeout=30)
-        before = job.lines()
-    finally:
-        job.stop()
-    path = tmp_path / "image" / "manifest.json"
-    original = path.read_text()
+    before, original = checkpointed(phos, phosd, train(cudart_dir, "graph_coop"), env, tmp_path, 3)
     graphs = json.loads(original)["state"]["gpu"]["sessions"][0]["graphs"]
     g, i = next((g, i) for g, graph in enumerate(graphs) for i, n in enumerate(graph["nodes"]) if "attributes" in n)
     for garble in [lambda a: a.update({"13": a.pop(next(iter(a)))}), lambda a: a.update({next(iter(a)): "01"})]:
         bad = json.loads(original)
         garble(bad["state"]["gpu"]["sessions"][0]["graphs"][g]["nodes"][i]["attributes"])
-        path.write_text(json.dumps(bad))
-        r = subprocess.run([str(phos), "restore", "--image", str(tmp_path / "image"), "--runtime-dir",
-                            str(phosd.runtime_dir)], env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                           text=True, timeout=TIMEOUT)
-        assert r.returncode != 0
-        assert f"node {i}: a garbled kernel node attribute" in r.stderr, r.stderr
-    path.write_text(original)
+        stderr = refused_restore(phos, phosd, env, tmp_path, bad)
+        assert f"node {i}: a garbled kernel node attribute" in stderr, stderr
+    (tmp_path / "image" / "manifest.json").write_text(original)
     assert before + restore(phos, phosd, tmp_path / "image", env) == ref
 
 
@@ -367,16 +351,7 @@ def test_an_image_whose_child_graph_or_host_node_is_garbled_is_refused_naming_it
     untouched image still restores the job exactly."""
     cmd = train(cudart_dir, "graph_built") + ["--child-graph"]
     ref = run([cudart_dir / "graph_built", "--steps", str(STEPS), "--child-graph"], env).splitlines()
-    job = Job(phos, phosd, cmd, env, tmp_path)
-    try:
-        job.wait_line(3)
-        checkpoint(phos, phosd, job.pid, tmp_path / "image")
-        job.proc.wait(timeout=30)
-        before = job.lines()
-    finally:
-        job.stop()
-    path = tmp_path / "image" / "manifest.json"
-    original = path.read_text()
+    before, original = checkpointed(phos, phosd, cmd, env, tmp_path, 3)
     graphs = json.loads(original)["state"]["gpu"]["sessions"][0]["graphs"]
     g = next(i for i, g in enumerate(graphs) if g["kind"] == "graph")
     nodes = graphs[g]["nodes"]
@@ -397,20 +372,13 @@ def test_an_image_whose_child_graph_or_host_node_is_garbled_is_refused_naming_it
                              f"node {kernel}: kernel")]:
         bad = json.loads(original)
         garble(bad["state"]["gpu"]["sessions"][0]["graphs"][g])
-        path.write_text(json.dumps(bad))
-        r = subprocess.run([str(phos), "restore", "--image", str(tmp_path / "image"), "--runtime-dir",
-                            str(phosd.runtime_dir)], env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                           text=True, timeout=TIMEOUT)
-        assert r.returncode != 0
-        assert f"graph {hex(graphs[g]['id'])}, {message}" in r.stderr, r.stderr
+        stderr = refused_restore(phos, phosd, env, tmp_path, bad)
+        assert f"graph {hex(graphs[g]['id'])}, {message}" in stderr, stderr
     bad = json.loads(original)
     nest(bad["state"]["gpu"]["sessions"][0]["graphs"][g])
-    path.write_text(json.dumps(bad))
-    r = subprocess.run([str(phos), "restore", "--image", str(tmp_path / "image"), "--runtime-dir",
-                        str(phosd.runtime_dir)], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                       timeout=TIMEOUT)
-    assert "child graphs nested deeper than 64" in r.stderr, r.stderr
-    path.write_text(original)
+    stderr = refused_restore(phos, phosd, env, tmp_path, bad)
+    assert "child graphs nested deeper than 64" in stderr, stderr
+    (tmp_path / "image" / "manifest.json").write_text(original)
     assert before + restore(phos, phosd, tmp_path / "image", env) == ref
 
 

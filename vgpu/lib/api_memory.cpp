@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Entry points: device and host allocations, copies and sets in every form, pointer attributes.
-#include "entry.h"
-
 #include <array>
 #include <cstring>
 #include <map>
 #include <mutex>
+
+#include "entry.h"
+#include "phos/common/memcpy3d_peer.h"
 
 using namespace phos;
 using namespace phos::vgpu;
@@ -221,30 +222,7 @@ CUresult memcpy3DPeer(const char* name, const CUDA_MEMCPY3D_PEER* p, CUstream st
     return Status::ok();
   });
   if (contexts != CUDA_SUCCESS) return contexts;
-  CUDA_MEMCPY3D copy{};
-  copy.srcXInBytes = p->srcXInBytes;
-  copy.srcY = p->srcY;
-  copy.srcZ = p->srcZ;
-  copy.srcLOD = p->srcLOD;
-  copy.srcMemoryType = p->srcMemoryType;
-  copy.srcHost = p->srcHost;
-  copy.srcDevice = p->srcDevice;
-  copy.srcArray = p->srcArray;
-  copy.srcPitch = p->srcPitch;
-  copy.srcHeight = p->srcHeight;
-  copy.dstXInBytes = p->dstXInBytes;
-  copy.dstY = p->dstY;
-  copy.dstZ = p->dstZ;
-  copy.dstLOD = p->dstLOD;
-  copy.dstMemoryType = p->dstMemoryType;
-  copy.dstHost = p->dstHost;
-  copy.dstDevice = p->dstDevice;
-  copy.dstArray = p->dstArray;
-  copy.dstPitch = p->dstPitch;
-  copy.dstHeight = p->dstHeight;
-  copy.WidthInBytes = p->WidthInBytes;
-  copy.Height = p->Height;
-  copy.Depth = p->Depth;
+  const CUDA_MEMCPY3D copy = memcpy3d_peer::withoutContexts(*p);
   return memcpy3D(name, &copy, stream, perThread, async);
 }
 

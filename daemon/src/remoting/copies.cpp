@@ -13,6 +13,7 @@
 #include <optional>
 #include <utility>
 
+#include "phos/common/memcpy3d_peer.h"
 #include "phos/cuda_api/server_hooks.h"
 #include "session/session.h"
 
@@ -567,28 +568,7 @@ CUresult copy3D(ServerCall& c, const CUDA_MEMCPY3D& p, CUstream s, bool async,
   asked.dstMemoryType = driverType(c.session(), p.dstMemoryType, p.dstDevice);
   return rowCopy(c, src, dst, p.WidthInBytes, p.Height, p.Depth, s, async, [&] {
     if (!peer) return PHOS_DRIVER(c.driverTable(), Memcpy3DAsync_v2)(&asked, s);
-    CUDA_MEMCPY3D_PEER both{};
-    both.srcXInBytes = asked.srcXInBytes;
-    both.srcY = asked.srcY;
-    both.srcZ = asked.srcZ;
-    both.srcMemoryType = asked.srcMemoryType;
-    both.srcHost = asked.srcHost;
-    both.srcDevice = asked.srcDevice;
-    both.srcContext = peer->first;
-    both.srcPitch = asked.srcPitch;
-    both.srcHeight = asked.srcHeight;
-    both.dstXInBytes = asked.dstXInBytes;
-    both.dstY = asked.dstY;
-    both.dstZ = asked.dstZ;
-    both.dstMemoryType = asked.dstMemoryType;
-    both.dstHost = asked.dstHost;
-    both.dstDevice = asked.dstDevice;
-    both.dstContext = peer->second;
-    both.dstPitch = asked.dstPitch;
-    both.dstHeight = asked.dstHeight;
-    both.WidthInBytes = asked.WidthInBytes;
-    both.Height = asked.Height;
-    both.Depth = asked.Depth;
+    const CUDA_MEMCPY3D_PEER both = memcpy3d_peer::withContexts(asked, peer->first, peer->second);
     return PHOS_DRIVER(c.driverTable(), Memcpy3DPeerAsync)(&both, s);
   });
 }
@@ -608,29 +588,7 @@ CUresult copy3DPeer(ServerCall& c, const CUDA_MEMCPY3D_PEER* p, CUstream s, bool
   };
   CUcontext src = real(p->srcContext), dst = real(p->dstContext);
   if (src == nullptr || dst == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  CUDA_MEMCPY3D copy{};
-  copy.srcXInBytes = p->srcXInBytes;
-  copy.srcY = p->srcY;
-  copy.srcZ = p->srcZ;
-  copy.srcLOD = p->srcLOD;
-  copy.srcMemoryType = p->srcMemoryType;
-  copy.srcHost = p->srcHost;
-  copy.srcDevice = p->srcDevice;
-  copy.srcPitch = p->srcPitch;
-  copy.srcHeight = p->srcHeight;
-  copy.dstXInBytes = p->dstXInBytes;
-  copy.dstY = p->dstY;
-  copy.dstZ = p->dstZ;
-  copy.dstLOD = p->dstLOD;
-  copy.dstMemoryType = p->dstMemoryType;
-  copy.dstHost = p->dstHost;
-  copy.dstDevice = p->dstDevice;
-  copy.dstPitch = p->dstPitch;
-  copy.dstHeight = p->dstHeight;
-  copy.WidthInBytes = p->WidthInBytes;
-  copy.Height = p->Height;
-  copy.Depth = p->Depth;
-  return copy3D(c, copy, s, async, std::make_pair(src, dst));
+  return copy3D(c, memcpy3d_peer::withoutContexts(*p), s, async, std::make_pair(src, dst));
 }
 
 }  // namespace
