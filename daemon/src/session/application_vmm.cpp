@@ -14,14 +14,6 @@ namespace phos::daemon {
 
 using json = nlohmann::json;
 
-namespace {
-
-bool overlaps(CUdeviceptr a, size_t aBytes, CUdeviceptr b, size_t bBytes) {
-  return a < b + bBytes && b < a + aBytes;
-}
-
-}  // namespace
-
 CUresult ApplicationVmm::granularity(int device, size_t* bytes) const {
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -91,9 +83,7 @@ CUresult ApplicationVmm::reserve(size_t bytes, size_t alignment, CUdeviceptr hin
 CUresult ApplicationVmm::free(CUdeviceptr address, size_t bytes) {
   auto it = reservations_.find(address);
   if (it == reservations_.end() || it->second != bytes) return CUDA_ERROR_INVALID_VALUE;
-  for (const auto& [at, m] : mappings_) {
-    if (overlaps(at, m.bytes, address, bytes)) return CUDA_ERROR_INVALID_VALUE;  // cuMemUnmap first
-  }
+  if (anyMappingIn(address, bytes)) return CUDA_ERROR_INVALID_VALUE;  // cuMemUnmap first
   if (CUresult r = PHOS_DRIVER(driver_, MemAddressFree)(address, bytes); r != CUDA_SUCCESS) {
     return r;
   }
@@ -118,12 +108,17 @@ CUresult ApplicationVmm::create(size_t bytes, const CUmemAllocationProp& prop, u
 
 void ApplicationVmm::dropIfUnused(uint64_t id) {
   auto it = physical_.find(id);
-  if (it == physical_.end() || it->second.references != 0) return;
-  for (const auto& [at, m] : mappings_) {
-    if (m.physical == id) return;
-  }
+  if (it == physical_.end() || it->second.references != 0 || it->second.mappings != 0) return;
   PHOS_DRIVER(driver_, MemRelease)(it->second.real);
   physical_.erase(it);
+}
+
+bool ApplicationVmm::anyMappingIn(CUdeviceptr address, size_t bytes) const {
+  auto next = mappings_.lower_bound(address);
+  if (next != mappings_.end() && next->first - address < bytes) return true;
+  if (next == mappings_.begin()) return false;
+  --next;
+  return address - next->first < next->second.bytes;
 }
 
 CUresult ApplicationVmm::release(uint64_t id) {
@@ -154,14 +149,13 @@ CUresult ApplicationVmm::map(CUdeviceptr address, size_t bytes, size_t offset, u
   }
   if (offset > p->second.bytes || bytes > p->second.bytes - offset) return CUDA_ERROR_INVALID_VALUE;
   if (reservationOf(address, bytes) == reservations_.end()) return CUDA_ERROR_INVALID_VALUE;
-  for (const auto& [at, m] : mappings_) {
-    if (overlaps(at, m.bytes, address, bytes)) return CUDA_ERROR_INVALID_VALUE;
-  }
+  if (anyMappingIn(address, bytes)) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = PHOS_DRIVER(driver_, MemMap)(address, bytes, offset, p->second.real, 0);
       r != CUDA_SUCCESS) {
     return r;
   }
   p->second.everMapped = true;
+  ++p->second.mappings;
   mappings_[address] =
       VmmMapping{.address = address, .bytes = bytes, .offset = offset, .physical = id};
   memory.add(Allocation{.address = address,
@@ -188,6 +182,7 @@ CUresult ApplicationVmm::unmap(CUdeviceptr address, size_t bytes, DeviceMemory& 
     const uint64_t id = mapping.physical;
     memory.remove(m);
     mappings_.erase(m);
+    --physical_.at(id).mappings;
     dropIfUnused(id);
   }
   return CUDA_SUCCESS;
@@ -230,6 +225,9 @@ CUresult ApplicationVmm::retain(CUdeviceptr address, uint64_t* id) {
 
 void ApplicationVmm::save(json& state, json& lost) const {
   json reservations = json::array(), physical = json::array(), mappings = json::array();
+  std::map<uint64_t, std::vector<std::pair<size_t, size_t>>>
+      spansOf;  // physical -> (offset, bytes)
+  for (const auto& [at, m] : mappings_) spansOf[m.physical].emplace_back(m.offset, m.bytes);
   for (const auto& [at, bytes] : reservations_) {
     reservations.push_back({{"address", at}, {"bytes", bytes}});
   }
@@ -245,10 +243,7 @@ void ApplicationVmm::save(json& state, json& lost) const {
          {"references", p.references}});
     // Its bytes are saved through its mappings: each byte mapped once, or
     // (the handle released) unreachable but through them.
-    std::vector<std::pair<size_t, size_t>> spans;  // offset, bytes
-    for (const auto& [at, m] : mappings_) {
-      if (m.physical == id) spans.emplace_back(m.offset, m.bytes);
-    }
+    std::vector<std::pair<size_t, size_t>>& spans = spansOf[id];
     std::sort(spans.begin(), spans.end());
     size_t reached = 0;
     bool twice = false, gap = false;
@@ -347,7 +342,7 @@ Status ApplicationVmm::rebuild(const json& state) {
     ASSIGN_OR_RETURN(m.offset, field<uint64_t>(j, "offset", "VMM mapping"));
     ASSIGN_OR_RETURN(m.physical, field<uint64_t>(j, "physical", "VMM mapping"));
     if (m.bytes == 0 || reservationOf(m.address, m.bytes) == reservations_.end() ||
-        mappingAt(m.address) != nullptr || mappingAt(m.address + m.bytes - 1) != nullptr) {
+        anyMappingIn(m.address, m.bytes)) {
       return makeError(Code::kDataLoss,
                        "VMM mapping {}+{} lies outside the image's reservations or over another",
                        hex(m.address), m.bytes);
@@ -365,6 +360,7 @@ Status ApplicationVmm::rebuild(const json& state) {
                        hex(m.address), static_cast<int>(r));
     }
     mappings_[m.address] = m;
+    ++p->second.mappings;
     for (const json& g : j.value("grants", json::array())) {
       VmmMapping::Grant grant;
       grant.offset = g.value("offset", size_t{0});

@@ -44,6 +44,7 @@ struct VmmPhysical {
   CUmemAllocationProp prop{};
   CUmemGenericAllocationHandle real = 0;  // the driver's
   uint32_t references = 1;  // cuMemCreate's and cuMemRetainAllocationHandle's, less cuMemRelease's
+  uint32_t mappings = 0;    // how many mappings of it there are
   bool everMapped = false;  // its bytes may have been written
 };
 
@@ -124,6 +125,8 @@ class ApplicationVmm {
   std::map<CUdeviceptr, size_t>::const_iterator reservationOf(CUdeviceptr address,
                                                               size_t bytes) const;
   void dropIfUnused(uint64_t id);
+  // Whether a mapping holds a byte of [address, address + bytes).
+  bool anyMappingIn(CUdeviceptr address, size_t bytes) const;
 
   const DriverTable& driver_;
   const uint64_t session_;
