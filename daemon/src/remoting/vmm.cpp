@@ -80,13 +80,15 @@ CUresult cuMemUnmap(ServerCall& c, CUdeviceptr ptr, size_t size) {
   Session& s = c.session();
   // Whole mappings of the session (ApplicationVmm::unmap checks it again).
   std::vector<const VmmMapping*> mappings;
-  for (CUdeviceptr at = ptr; at - ptr < size;) {
+  CUdeviceptr at = ptr;
+  while (at - ptr < size) {
     const VmmMapping* m = s.vmm().mappingAt(at);
     if (m == nullptr || m->address != at) return CUDA_ERROR_INVALID_VALUE;
     mappings.push_back(m);
     at += m->bytes;
   }
-  if (mappings.empty()) return CUDA_ERROR_INVALID_VALUE;
+  // Exactly: a refused unmap must not end any contents for the protocols.
+  if (mappings.empty() || at - ptr != size) return CUDA_ERROR_INVALID_VALUE;
   // The end of their contents, for the protocols, as a free's; unmapping
   // under a running kernel would fault it.
   for (const VmmMapping* m : mappings) {
