@@ -27,6 +27,7 @@
 #include "phos/common/log.h"
 #include "phos/common/unique_fd.h"
 #include "phos/export_tables/export_tables.h"
+#include "registered_memory.h"
 
 namespace phos::shim {
 namespace {
@@ -96,6 +97,17 @@ std::optional<CUresult> pinnedChecks(void** pp, size_t bytes) {
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   if (pp == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   return std::nullopt;
+}
+
+// ---- the application's memory, registered ------------------------------------------------
+// phosd maps a file at the pages' address, and the shim moves it over them
+// with their bytes (registered_memory.h).
+
+size_t pageSize() {
+  return static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+uintptr_t pageOf(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) / pageSize() * pageSize();
 }
 
 // ---- host functions ---------------------------------------------------------------------
@@ -222,6 +234,28 @@ std::optional<CUresult> cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsig
   return pinnedChecks(reinterpret_cast<void**>(dptr), bytes);
 }
 
+std::optional<CUresult> cuMemHostRegister(void* p, size_t bytes, unsigned int flags) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  constexpr unsigned kKnown = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                              CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
+  const auto end = reinterpret_cast<uintptr_t>(p) + bytes;
+  if (p == nullptr || bytes == 0 || end < bytes || (flags & ~kKnown) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if ((flags & CU_MEMHOSTREGISTER_IOMEMORY) != 0) return std::nullopt;  // phosd names it
+  const uintptr_t first = pageOf(p);
+  const size_t mapped = (end - first + pageSize() - 1) / pageSize() * pageSize();
+  if (conn().overlapsPinned(first, mapped)) {
+    log::get("shim")->info(
+        "cuMemHostRegister: {}+{}: its pages hold pinned or registered memory already (PhOS "
+        "registers whole pages)",
+        p, bytes);
+    return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  }
+  if (CUresult r = registered::check(first, mapped); r != CUDA_SUCCESS) return r;
+  return std::nullopt;
+}
+
 std::optional<CUresult> cuMemcpyHtoD(CUdeviceptr, const void* src, size_t bytes) { return hostBuffer(src, bytes); }
 std::optional<CUresult> cuMemcpyHtoDAsync(CUdeviceptr, const void* src, size_t bytes, CUstream) {
   return hostBuffer(src, bytes);
@@ -319,6 +353,28 @@ CUresult cuMemHostAlloc(CUresult result, uint64_t address, uint64_t mapped, std:
 CUresult cuMemFreeHost(CUresult result, void* p) {
   if (result != CUDA_SUCCESS) return result;
   if (auto range = conn().removePinned(reinterpret_cast<uintptr_t>(p))) munmap(p, range->mapped);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostRegister(CUresult result, uint64_t address, uint64_t mapped,
+                           std::string_view path, void* p, size_t, unsigned int) {
+  if (result != CUDA_SUCCESS) return result;
+  if (!registered::adopt(std::string(path), address, mapped)) {
+    trace::InternalCalls internal;
+    (void)::cuMemHostUnregister(p);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  conn().addPinned({address, mapped, mapped});  // whole pages, as phosd's
+  return CUDA_SUCCESS;
+}
+
+// phosd has unregistered the pages and removed its file: they become the
+// application's private memory again, with their bytes.
+CUresult cuMemHostUnregister(CUresult result, void* p) {
+  if (result != CUDA_SUCCESS) return result;
+  if (auto range = conn().removePinned(pageOf(p))) {
+    (void)registered::release(range->address, range->mapped);
+  }
   return CUDA_SUCCESS;
 }
 

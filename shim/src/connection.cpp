@@ -102,6 +102,14 @@ std::vector<Connection::Pinned> Connection::removePinnedWithin(uintptr_t address
   return gone;
 }
 
+bool Connection::overlapsPinned(uintptr_t address, size_t bytes) const {
+  std::shared_lock lock(mutex_);
+  auto it = pinned_.lower_bound(address);
+  if (it != pinned_.end() && it->first < address + bytes) return true;
+  return it != pinned_.begin() &&
+         std::prev(it)->second.address + std::prev(it)->second.mapped > address;
+}
+
 bool Connection::isPinned(uintptr_t p, size_t bytes) const {
   std::shared_lock lock(mutex_);
   auto it = pinned_.upper_bound(p);

@@ -53,6 +53,8 @@ class Connection {
   std::vector<Pinned> removePinnedWithin(uintptr_t address, size_t bytes);
   // True when [p, p+bytes) lies inside one pinned range.
   bool isPinned(uintptr_t p, size_t bytes) const;
+  // Whether any byte of [address, address+bytes) is in a range.
+  bool overlapsPinned(uintptr_t address, size_t bytes) const;
 
   // A primary context as the application holds it: retained `refs` times.
   // Returns the context whose last reference went (0 if none).

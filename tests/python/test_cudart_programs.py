@@ -23,10 +23,10 @@ TIMEOUT = 120
 PROGRAMS = ["vector_add", "matmul_tiled", "streams_events", "symbols", "atomics_warp", "reduction",
             "printf_hostfunc", "train", "pools", "device_assert", "event_times", "shared_optin", "vector_add_shared",
             "train_shared", "pipeline", "thrust_sort", "cg_partitions", "managed", "graphs", "graph_train", "graph_built",
-            "vmm_grow", "graph_coop"]
+            "vmm_grow", "graph_coop", "host_register"]
 # Lines a program prints after its steps.
 TAIL_LINES = {"train": 1, "train_shared": 1, "pools": 3, "event_times": 1, "shared_optin": 1, "pipeline": 1,
-              "managed": 1, "graph_train": 1, "graph_built": 1, "vmm_grow": 1, "graph_coop": 1}
+              "managed": 1, "graph_train": 1, "graph_built": 1, "vmm_grow": 1, "graph_coop": 1, "host_register": 1}
 STEPS = 14
 SLEEP_MS = 200
 
@@ -76,7 +76,8 @@ def reference(cudart_dir, env, name="train"):
 
 
 @pytest.mark.parametrize("name", ["train", "train_shared", "pools", "event_times", "shared_optin", "pipeline",
-                                  "managed", "graph_train", "graph_built", "vmm_grow", "graph_coop"])
+                                  "managed", "graph_train", "graph_built", "vmm_grow", "graph_coop",
+                                  "host_register"])
 def test_killed_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, name):
     """Stop-the-world: the job ends at the checkpoint; its restore finishes it exactly."""
     killed_and_restored(phos, phosd, train(cudart_dir, name), reference(cudart_dir, env, name), env, tmp_path, 4)
@@ -126,7 +127,7 @@ def refused_restore(phos, phosd, env, tmp_path, manifest):
                                        ("recopy", "managed"), ("cow", "graph_train"), ("recopy", "graph_train"),
                                        ("stop", "graph_train"), ("cow", "graph_built"), ("recopy", "graph_built"),
                                        ("cow", "vmm_grow"), ("recopy", "vmm_grow"), ("cow", "graph_coop"),
-                                       ("recopy", "graph_coop")])
+                                       ("recopy", "graph_coop"), ("cow", "host_register")])
 def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, mode, name):
     """The job goes on to the uninterrupted end; the image restores to it as well."""
     ref = reference(cudart_dir, env, name)
@@ -147,7 +148,8 @@ def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path,
 
 
 @pytest.mark.parametrize("eager,name", [(False, "train"), (True, "train"), (False, "pools"), (False, "managed"),
-                                        (False, "graph_train"), (False, "graph_built"), (False, "vmm_grow")])
+                                        (False, "graph_train"), (False, "graph_built"), (False, "vmm_grow"),
+                                        (False, "host_register")])
 def test_restored_concurrently_or_eagerly(criu, phos, phosd, cudart_dir, env, tmp_path, eager, name):
     ref = reference(cudart_dir, env, name)
     job = Job(phos, phosd, train(cudart_dir, name), env, tmp_path)
@@ -192,6 +194,43 @@ def test_vmm_requests_phos_does_not_serve_are_refused_naming_them(phos, phosd, c
     assert out == "shareable CUDA_ERROR_NOT_SUPPORTED\nhost CUDA_ERROR_NOT_SUPPORTED\n", out
     assert "cuMemCreate: a shareable handle type is not served" in phosd.log()
     assert "cuMemCreate: memory of a host location is not served" in phosd.log()
+
+
+def test_what_host_registration_refuses_under_phos_is_named(phos, phosd, cudart_dir, env):
+    """A range registered twice and memory never registered get CUDA's errors, as on vgpu; a
+    file's pages (a memory-mapped array) are not served: they would stop being the file's when
+    they became the file phosd shares. The program is told CUDA_ERROR_NOT_SUPPORTED and the shim's
+    log names the mapping."""
+    direct = run([cudart_dir / "host_register", "--refusals"], env)
+    assert direct == ("twice cudaErrorHostMemoryAlreadyRegistered\nnever cudaErrorHostMemoryNotRegistered\n"
+                      "file cudaSuccess\n"), direct
+    r = subprocess.run([str(phos), "run", "--runtime-dir", str(phosd.runtime_dir), "--",
+                        str(cudart_dir / "host_register"), "--refusals"], env={**env, "PHOS_LOG_STDERR": "1"},
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == direct.replace("file cudaSuccess", "file cudaErrorNotSupported"), r.stdout
+    assert "are not private anonymous read-write memory" in r.stderr, r.stderr
+
+
+def test_an_image_whose_registered_memory_is_garbled_is_refused_naming_it(criu, phos, phosd, cudart_dir, env,
+                                                                         tmp_path):
+    """The image is untrusted input: a registered range in the addresses phosd hands out (it would
+    take another session's) or that is not the pages of its registration refuses the restore, naming
+    it; the untouched image still restores the job exactly."""
+    ref = reference(cudart_dir, env, "host_register")
+    before, original = checkpointed(phos, phosd, train(cudart_dir, "host_register"), env, tmp_path, 4)
+    pinned = json.loads(original)["state"]["gpu"]["sessions"][0]["pinned"]
+    assert [p["registered"] != 0 for p in pinned] == [True, True], pinned
+    for garble, message in [(lambda p: p.update(address=0x500000000000,
+                                                registered=0x500000000000 + p["registered"] - p["address"]),
+                             "lies in the addresses phosd hands out"),
+                            (lambda p: p.update(registered=p["registered"] + 8192), "is not the pages of")]:
+        bad = json.loads(original)
+        garble(bad["state"]["gpu"]["sessions"][0]["pinned"][0])
+        stderr = refused_restore(phos, phosd, env, tmp_path, bad)
+        assert message in stderr, stderr
+    (tmp_path / "image" / "manifest.json").write_text(original)
+    assert before + restore(phos, phosd, tmp_path / "image", env) == ref
 
 
 def test_a_managed_variable_runs_on_vgpu_and_phos_names_what_it_does_not_serve(phos, phosd, cudart_dir, env):

@@ -220,3 +220,45 @@ def test_lto_ir_is_refused_with_the_reason_without_nvidias_nvjitlink(build_dir):
     assert r.returncode == 0, r.stderr
     assert "LTO-IR" in r.stdout and "/nonexistent/libnvJitLink.so.13" in r.stdout and \
         "PHOS_VGPU_NVJITLINK" in r.stdout, r.stdout
+
+
+PINNED_AND_MAPPED = """
+import numpy as np
+from numba import cuda
+
+@cuda.jit
+def scale(a, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a[i] * 2 + 1
+
+x = np.arange(100000, dtype=np.float32)
+with cuda.pinned(x):
+    stream = cuda.stream()
+    d = cuda.to_device(x, stream=stream)
+    stream.synchronize()
+y = np.zeros_like(x)
+with cuda.mapped(y) as on_device:
+    scale[(x.size + 255) // 256, 256](d, on_device)
+    cuda.synchronize()
+y[0] += 1
+assert np.array_equal(y[1:], x[1:] * 2 + 1) and y[0] == 2, y[:4]
+print("ok", float(y.sum()))
+"""
+
+
+def test_numba_pinned_and_mapped_arrays_run_on_vgpu_and_under_phos_alike(build_dir, phos, phosd):
+    """cuda.pinned and cuda.mapped register numpy arrays the program already has
+    (cuMemHostRegister): a copy from a pinned array, then a kernel that writes a
+    mapped array in place. Under PhOS the arrays' pages become a file phosd
+    shares (docs/remoting.md); after the block they are the program's again."""
+    direct = run_client(build_dir, PINNED_AND_MAPPED)
+    assert direct.returncode == 0 and direct.stdout.startswith("ok"), direct.stdout + direct.stderr
+    under = subprocess.run([str(phos), "run", "--runtime-dir", str(phosd.runtime_dir), "--", sys.executable, "-c",
+                            PINNED_AND_MAPPED],
+                           env=dict(os.environ, PHOS_VGPU_BANDWIDTH_SCALE="0",
+                                    LD_LIBRARY_PATH=":".join([str(build_dir / "vgpu"),
+                                                              os.environ.get("LD_LIBRARY_PATH", "")])),
+                           capture_output=True, text=True, timeout=300)
+    assert under.returncode == 0 and under.stdout == direct.stdout, under.stdout + under.stderr
+    assert "session" in phosd.log(), "the program never had a PhOS session"

@@ -98,7 +98,7 @@ void removeStaleSessionFiles() {
 }
 
 // Removes the session directory's <ring> and the files named after it (<ring>-pinned-N,
-// <ring>-hostcalls).
+// <ring>-registered-N, <ring>-hostcalls).
 void removeFilesOfRing(const std::string& ring) {
   const std::string sessions = ipc::sessionDir();
   DIR* dir = opendir(sessions.c_str());

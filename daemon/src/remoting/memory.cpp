@@ -54,10 +54,11 @@ CUresult hostAlloc(ServerCall& c, size_t bytes, unsigned flags, uint64_t* addres
 }
 
 // Pinned memory of the session that cuMemAllocHost or cuMemHostAlloc made
-// (not managed memory, which answers as device memory).
+// (not managed memory, which answers as device memory, nor the application's
+// memory it registered).
 const PinnedRange* hostAllocated(Session& s, uint64_t p) {
   const PinnedRange* range = s.findPinned(p);
-  return range != nullptr && !range->managed ? range : nullptr;
+  return range != nullptr && !range->managed && range->registered == 0 ? range : nullptr;
 }
 
 // The managed allocation [p, p+bytes) lies in, or null.
@@ -521,8 +522,61 @@ CUresult cuMemFreeHost(ServerCall& c, uint64_t p) {
   return CUDA_SUCCESS;
 }
 
+// The application's memory, registered: its pages become a file phosd maps at
+// their address and the shim maps over them with their bytes (its epilogue),
+// so that the pointer means the same memory in phosd, in the driver and in the
+// application (docs/remoting.md).
+CUresult cuMemHostRegister(ServerCall& c, uint64_t p, size_t bytesize, unsigned int Flags,
+                           uint64_t* address, uint64_t* mapped, std::string* path) {
+  constexpr unsigned kKnown = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                              CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
+  if (p == 0 || bytesize == 0 || (Flags & ~kKnown) != 0) return CUDA_ERROR_INVALID_VALUE;
+  Session& s = c.session();
+  if ((Flags & CU_MEMHOSTREGISTER_IOMEMORY) != 0) {
+    // Device memory of another PCIe device: it is no file phosd could share.
+    log::get("daemon")->info("session {}: cuMemHostRegister of I/O memory is not served", s.id());
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (s.currentContext() == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (auto refused = c.refuseUnsafeInCapture()) return *refused;
+  auto range = s.createRegistered(p, bytesize, Flags);
+  if (!range.isOk()) {
+    log::get("daemon")->info("session {}: {}", s.id(), range.status().message());
+    switch (range.status().code()) {
+      case Code::kAlreadyExists:
+        return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+      case Code::kNotSupported:
+        return CUDA_ERROR_NOT_SUPPORTED;
+      case Code::kResourceExhausted:
+        return CUDA_ERROR_OUT_OF_MEMORY;
+      default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  CUresult r = PHOS_DRIVER(c.driverTable(), MemHostRegister_v2)(reinterpret_cast<void*>(p),
+                                                                bytesize, registrationFlags(Flags));
+  if (r != CUDA_SUCCESS) {
+    (void)s.freePinned(range->address);
+    return r;
+  }
+  *address = range->address;
+  *mapped = range->mapped;
+  *path = range->path;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostUnregister(ServerCall& c, uint64_t p) {
+  if (p == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (auto refused = c.refuseUnsafeInCapture()) return *refused;
+  const PinnedRange* range = c.session().findRegistered(p);
+  if (range == nullptr) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  (void)c.session().freePinned(range->address);
+  return CUDA_SUCCESS;
+}
+
 CUresult cuMemHostGetDevicePointer(ServerCall& c, CUdeviceptr* pdptr, uint64_t p, unsigned int flags) {
-  if (pdptr == nullptr || flags != 0 || hostAllocated(c.session(), p) == nullptr) {
+  const PinnedRange* range = c.session().findPinned(p);
+  if (pdptr == nullptr || flags != 0 || range == nullptr || range->managed) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   return PHOS_DRIVER(c.driverTable(), MemHostGetDevicePointer_v2)(pdptr, reinterpret_cast<void*>(p), 0);

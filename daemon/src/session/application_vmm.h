@@ -68,7 +68,7 @@ class ApplicationVmm {
   // The session's window: 1 TiB per session, four sets picked by session id
   // (as the heap's windows), below vgpu's own windows (from 0x200000000000),
   // the heaps' (0x400000000000..0x500000000000) and the pinned memory's
-  // (0x500000000000..0x600000000000). A restored session keeps the ranges
+  // (0x500000000000..0x540000000000). A restored session keeps the ranges
   // its image holds and reserves new ones in its own window.
   static constexpr CUdeviceptr kBase = 0x100000000000ull;
   static constexpr uint64_t kWindowBytes = 1ull << 40;

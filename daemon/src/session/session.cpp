@@ -409,8 +409,12 @@ Result<PinnedRange> Session::createPinned(size_t bytes, unsigned flags, bool man
   return pinned_.create(ringPath_, bytes, flags, managed, currentContext_);
 }
 
+Result<PinnedRange> Session::createRegistered(uintptr_t p, size_t bytes, unsigned flags) {
+  return pinned_.createRegistered(ringPath_, p, bytes, flags, currentContext_);
+}
+
 void Session::unregisterPinned(const PinnedRange& range) {
-  void* p = reinterpret_cast<void*>(range.address);
+  void* p = reinterpret_cast<void*>(range.registered != 0 ? range.registered : range.address);
   CUresult r = PHOS_DRIVER(driver_, MemHostUnregister)(p);
   if (r == CUDA_SUCCESS || r == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED) return;
   // The driver unregisters only in a usable context, and one that faulted

@@ -210,6 +210,10 @@ class Session {
   // in; the current one when it is not known.
   uint64_t contextOf(uint64_t handle) const;
   Result<PinnedRange> createPinned(size_t bytes, unsigned flags, bool managed = false);
+  // The pages of the application's [p, p+bytes) as a pinned range at their
+  // address (PinnedMemory::createRegistered), not registered with the driver yet.
+  Result<PinnedRange> createRegistered(uintptr_t p, size_t bytes, unsigned flags);
+  const PinnedRange* findRegistered(uintptr_t p) const { return pinned_.findRegistered(p); }
   // Waits for the work of every context of the session (it may still use
   // the range), unregisters the range with the driver and removes it.
   Status freePinned(uintptr_t address);

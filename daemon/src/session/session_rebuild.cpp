@@ -195,6 +195,12 @@ class Session::Rebuilder {
     // registered with the driver again in its context.
     auto registerAgain = [&](const PinnedRange& r) -> Status {
       RETURN_IF_ERROR(makeCurrent(r.context));
+      if (r.registered != 0) {
+        return driverStatus(
+            PHOS_DRIVER(d_, MemHostRegister_v2)(reinterpret_cast<void*>(r.registered),
+                                                r.registeredBytes, registrationFlags(r.flags)),
+            fmt::format("registering the application's memory at {} again", hex(r.registered)));
+      }
       return driverStatus(PHOS_DRIVER(d_, MemHostRegister_v2)(reinterpret_cast<void*>(r.address), r.mapped,
                                                               CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP),
                           fmt::format("registering pinned memory at {} again", hex(r.address)));

@@ -385,6 +385,49 @@ TEST_F(RingDecoder, PinnedMemoryOfHostileSizeOrFlagsIsRefused) {
   EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemFreeHost).u64(0x500000000000ull)).result, CUDA_ERROR_INVALID_VALUE);
 }
 
+// Registration of the application's memory, asked for by a client that
+// skips the shim's checks: nothing of phosd's own is mapped over, no window
+// phosd hands out is taken, and no more than the host's memory is registered.
+TEST_F(RingDecoder, HostileRegistrationsAreRefused) {
+  auto reg = [&](uint64_t p, uint64_t bytes, unsigned flags) {
+    return c()
+        .call(c().req(EntryPointId::kCuMemHostRegister_v2)
+                  .message(wire::cuMemHostRegister_v2_Request{p, bytes, flags}))
+        .result;
+  };
+  auto unreg = [&](uint64_t p) {
+    return c()
+        .call(c().req(EntryPointId::kCuMemHostUnregister)
+                  .message(wire::cuMemHostUnregister_Request{p}))
+        .result;
+  };
+  constexpr uint64_t kFree = 0x7e0000000100ull;  // unmapped in this process
+  EXPECT_EQ(reg(0, 4096, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(reg(kFree, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(reg(kFree, 4096, 0x80), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(reg(~uint64_t{0} - 100, 4096, 0), CUDA_ERROR_INVALID_VALUE);  // wraps around
+  EXPECT_EQ(reg(kFree, 4096, CU_MEMHOSTREGISTER_IOMEMORY), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(reg(0x500000000010ull, 4096, 0), CUDA_ERROR_NOT_SUPPORTED);  // the pinned window
+  EXPECT_EQ(reg(0x100000000000ull, 4096, 0), CUDA_ERROR_NOT_SUPPORTED);  // the VMM windows
+  static int ofPhosd = 0;  // phosd's own memory: never mapped over
+  EXPECT_EQ(reg(reinterpret_cast<uint64_t>(&ofPhosd), sizeof(ofPhosd), 0),
+            CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(ofPhosd, 0);
+  EXPECT_EQ(reg(kFree, 1ull << 60, 0), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(unreg(kFree), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+  EXPECT_EQ(unreg(0), CUDA_ERROR_INVALID_VALUE);
+  // A good one: its pages are taken once, and freed by their pointer only.
+  ASSERT_EQ(reg(kFree, 8192, CU_MEMHOSTREGISTER_DEVICEMAP), CUDA_SUCCESS);
+  EXPECT_EQ(reg(kFree + 8000, 16, 0), CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+  EXPECT_EQ(reg(kFree - 0x100, 16, 0),
+            CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);  // the same first page
+  EXPECT_EQ(unreg(kFree - 0x100), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+  EXPECT_EQ(c().call(c().req(EntryPointId::kCuMemFreeHost).u64(kFree)).result,
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(unreg(kFree), CUDA_SUCCESS);
+  EXPECT_EQ(unreg(kFree), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+}
+
 // A posted (no-reply) call that fails reports at the next synchronizing call.
 TEST_F(RingDecoder, PostedFailureIsReportedAtTheNextSynchronize) {
   ASSERT_NO_FATAL_FAILURE(c().post(RequestBuilder(EntryPointId::kCuMemsetD8Async, c().context, false)
