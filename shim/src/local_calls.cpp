@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // What libphos.so answers without phosd (apigen/remoting.json "local"): error
 // strings, cuGetProcAddress with the shim's own entry points, NVIDIA's private
-// export tables, the per-thread context stacks, and the occupancy queries
-// whose callback runs in the application.
+// export tables, the per-thread context stacks, the occupancy queries
+// whose callback runs in the application, and the launch API before CUDA 4.0.
 #include <cuda.h>
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include "client_call.h"
 #include "connection.h"
 #include "phos/common/graph_node_params.h"
+#include "phos/common/legacy_launch.h"
 #include "phos/common/log.h"
 #include "phos/cuda_api/api_table.h"
 #include "phos/cuda_api/client_hooks.h"
@@ -207,6 +208,55 @@ CUresult cuLogsDumpToFile(CUlogIterator* iterator, const char* path, unsigned in
 }
 CUresult cuLogsDumpToMemory(CUlogIterator* iterator, char* buffer, size_t* size, unsigned int flags) {
   return driver_logs::dumpToMemory(iterator, buffer, size, flags);
+}
+
+// ---- the launch API before CUDA 4.0 ----------------------------------------------------------
+// What it sets is the application's (phos/common/legacy_launch.h); each launch
+// is one remoted cuLaunchKernel.
+CUresult cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return legacy_launch::setBlockShape(hfunc, x, y, z);
+}
+CUresult cuFuncSetSharedSize(CUfunction hfunc, unsigned int bytes) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return legacy_launch::setSharedSize(hfunc, bytes);
+}
+CUresult cuParamSetSize(CUfunction hfunc, unsigned int numbytes) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return legacy_launch::setParamSize(hfunc, numbytes);
+}
+CUresult cuParamSeti(CUfunction hfunc, int offset, unsigned int value) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return legacy_launch::setParam(hfunc, offset, &value, sizeof(value));
+}
+CUresult cuParamSetf(CUfunction hfunc, int offset, float value) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return legacy_launch::setParam(hfunc, offset, &value, sizeof(value));
+}
+CUresult cuParamSetv(CUfunction hfunc, int offset, void* ptr, unsigned int numbytes) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return legacy_launch::setParam(hfunc, offset, ptr, numbytes);
+}
+CUresult cuLaunch(CUfunction f) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return legacy_launch::launch(f, 1, 1, nullptr);
+}
+CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return legacy_launch::launch(f, grid_width, grid_height, nullptr);
+}
+CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream hStream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return legacy_launch::launch(f, grid_width, grid_height, hStream);
 }
 
 // The generic graph node entry points, made of the per-kind ones, which

@@ -177,6 +177,65 @@ TEST_F(RealModuleTest, PtxTextLoadsAndRuns) {
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuModuleUnload(m));
 }
 
+// The launch API before CUDA 4.0, as programs of the time used it: the block
+// shape, then each parameter at its (aligned) offset, the total size last,
+// then a grid. Deprecated, and still in cuda.h.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+TEST_F(RealModuleTest, TheLaunchApiBeforeCuda4SetsAndLaunchesPieceByPiece) {
+  CUmodule m = load();
+  ASSERT_NE(m, nullptr);
+  CUfunction f = function(m, "saxpy");
+  int n = 1000;
+  std::vector<float> x(n), y(n);
+  for (int i = 0; i < n; ++i) {
+    x[i] = static_cast<float>(i);
+    y[i] = static_cast<float>(i % 7);
+  }
+  CUdeviceptr dx = upload(x), dy = upload(y);
+  // Before a block shape, the launch is of an empty block.
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuLaunchGrid(f, 8, 1));
+  ASSERT_CU(cuFuncSetBlockShape(f, 128, 1, 1));
+  ASSERT_CU(cuFuncSetSharedSize(f, 0));
+  ASSERT_CU(cuParamSetf(f, 0, 0.5F));
+  ASSERT_CU(cuParamSetv(f, 8, &dx, sizeof(dx)));
+  ASSERT_CU(cuParamSetv(f, 16, &dy, sizeof(dy)));
+  ASSERT_CU(cuParamSeti(f, 24, static_cast<unsigned>(n)));
+  ASSERT_CU(cuParamSetSize(f, 28));
+  ASSERT_CU(cuLaunchGrid(f, (n + 127) / 128, 1));
+  ASSERT_CU(cuCtxSynchronize());
+  std::vector<float> out = download<float>(dy, n);
+  for (int i = 0; i < n; ++i) ASSERT_EQ(out[i], 0.5F * x[i] * 2.0f + y[i]) << "element " << i;
+  // Asynchronously on a stream, the same parameters: y grows again.
+  CUstream stream = nullptr;
+  ASSERT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuLaunchGridAsync(f, (n + 127) / 128, 1, stream));
+  ASSERT_CU(cuStreamSynchronize(stream));
+  EXPECT_CU(cuStreamDestroy(stream));
+  std::vector<float> again = download<float>(dy, n);
+  for (int i = 0; i < n; ++i) ASSERT_EQ(again[i], 0.5F * x[i] * 2.0f + out[i]) << "element " << i;
+  // cuLaunch is one block: only the first 128 elements change.
+  ASSERT_CU(cuLaunch(f));
+  ASSERT_CU(cuCtxSynchronize());
+  std::vector<float> once = download<float>(dy, n);
+  EXPECT_EQ(once[127], 0.5F * x[127] * 2.0f + again[127]);
+  EXPECT_EQ(once[128], again[128]);
+  // A size the kernel's parameters do not have is the launch's error (posted
+  // under PhOS: reported by the next synchronizing call).
+  ASSERT_CU(cuParamSetSize(f, 12));
+  EXPECT_LAUNCH_REFUSED(CUDA_ERROR_INVALID_VALUE, cuLaunchGrid(f, 1, 1));
+  // What the calls check themselves.
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuFuncSetBlockShape(nullptr, 1, 1, 1));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuFuncSetBlockShape(f, 0, 1, 1));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuParamSeti(f, -4, 1));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuParamSetv(f, 0, nullptr, 8));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuParamSetSize(f, 1 << 20));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuLaunchGrid(f, 0, 1));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuLaunch(nullptr));
+  EXPECT_CU(cuModuleUnload(m));
+}
+#pragma GCC diagnostic pop
+
 // A kernel compiled for thread block clusters (__cluster_dims__) runs in
 // clusters on a GPU at every launch; vgpu runs no clusters, so the launch is
 // refused, naming the shape, rather than run as clusters of one CTA.

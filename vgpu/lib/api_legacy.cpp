@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Entry points exported under older names that keep the current signature (cuCtxDestroy, ...).
+// Entry points exported under older names that keep the current signature (cuCtxDestroy, ...),
+// and the launch API before CUDA 4.0.
 #include "entry.h"
+#include "phos/common/legacy_launch.h"
 
 // cuda.h maps these names to their newest versions; the symbols themselves still
 // exist in NVIDIA's libcuda with an unchanged ABI, so vgpu exports them too.
@@ -96,4 +98,36 @@ PHOS_CU_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, s
 PHOS_CU_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count,
                                                         CUdevice dstDevice, CUstream hStream) {
   return cuMemPrefetchAsync_v2_ptsz(devPtr, count, locationOf(dstDevice), 0, hStream);
+}
+
+// The launch API before CUDA 4.0 (phos/common/legacy_launch.h): each launch is
+// a cuLaunchKernel with the parameters set piece by piece as one buffer.
+PHOS_CU_EXPORT CUresult CUDAAPI cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z) {
+  return phos::legacy_launch::setBlockShape(hfunc, x, y, z);
+}
+PHOS_CU_EXPORT CUresult CUDAAPI cuFuncSetSharedSize(CUfunction hfunc, unsigned int bytes) {
+  return phos::legacy_launch::setSharedSize(hfunc, bytes);
+}
+PHOS_CU_EXPORT CUresult CUDAAPI cuParamSetSize(CUfunction hfunc, unsigned int numbytes) {
+  return phos::legacy_launch::setParamSize(hfunc, numbytes);
+}
+PHOS_CU_EXPORT CUresult CUDAAPI cuParamSeti(CUfunction hfunc, int offset, unsigned int value) {
+  return phos::legacy_launch::setParam(hfunc, offset, &value, sizeof(value));
+}
+PHOS_CU_EXPORT CUresult CUDAAPI cuParamSetf(CUfunction hfunc, int offset, float value) {
+  return phos::legacy_launch::setParam(hfunc, offset, &value, sizeof(value));
+}
+PHOS_CU_EXPORT CUresult CUDAAPI cuParamSetv(CUfunction hfunc, int offset, void* ptr,
+                                            unsigned int numbytes) {
+  return phos::legacy_launch::setParam(hfunc, offset, ptr, numbytes);
+}
+PHOS_CU_EXPORT CUresult CUDAAPI cuLaunch(CUfunction f) {
+  return phos::legacy_launch::launch(f, 1, 1, nullptr);
+}
+PHOS_CU_EXPORT CUresult CUDAAPI cuLaunchGrid(CUfunction f, int grid_width, int grid_height) {
+  return phos::legacy_launch::launch(f, grid_width, grid_height, nullptr);
+}
+PHOS_CU_EXPORT CUresult CUDAAPI cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height,
+                                                  CUstream hStream) {
+  return phos::legacy_launch::launch(f, grid_width, grid_height, hStream);
 }
