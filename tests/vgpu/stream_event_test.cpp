@@ -3,6 +3,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -352,6 +354,124 @@ TEST_F(StreamTest, StreamsOfADestroyedContextAreInvalid) {
   ASSERT_CU(cuCtxDestroy(other));
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuStreamSynchronize(s));
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuEventQuery(e));
+}
+
+// Stream memory operations (the _v2 API): a stream waits on a word until
+// another stream or the host writes it, with each condition; writes, flushes
+// and barriers in a batch; and what the calls refuse. phosd does not serve
+// them yet (apigen/remoting.json): through PhOS the devices say so and the
+// calls are refused.
+TEST_F(StreamTest, StreamMemoryOperationsWaitAndWrite) {
+  int wide = -1;
+  ASSERT_CU(cuDeviceGetAttribute(&wide, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 0));
+  CUdeviceptr words = 0;
+  ASSERT_CU(cuMemAlloc(&words, 64));
+  ASSERT_CU(cuMemsetD8(words, 0, 64));
+  CUstream waiter = nullptr, writer = nullptr;
+  ASSERT_CU(cuStreamCreate(&waiter, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreate(&writer, CU_STREAM_NON_BLOCKING));
+  if (std::getenv("PHOS_RUNTIME_DIR") != nullptr) {
+    EXPECT_EQ(wide, 0);
+    EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED,
+                  cuStreamWaitValue32(waiter, words, 1, CU_STREAM_WAIT_VALUE_EQ));
+    EXPECT_CU(cuMemFree(words));
+    return;
+  }
+  EXPECT_EQ(wide, 1);
+  auto read32 = [&](size_t offset) {
+    uint32_t v = 0;
+    EXPECT_CU(cuMemcpyDtoHAsync(&v, words + offset, 4, writer));
+    EXPECT_CU(cuStreamSynchronize(writer));
+    return v;
+  };
+  // The waiter blocks until the writer stream writes the word; what follows
+  // the wait (a write of a marker) runs after it.
+  ASSERT_CU(cuStreamWaitValue32(waiter, words, 1, CU_STREAM_WAIT_VALUE_EQ));
+  ASSERT_CU(cuStreamWriteValue32(waiter, words + 4, 7, CU_STREAM_WRITE_VALUE_DEFAULT));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_READY, cuStreamQuery(waiter));
+  EXPECT_EQ(read32(4), 0u);
+  ASSERT_CU(cuStreamWriteValue32(writer, words, 1, CU_STREAM_WRITE_VALUE_DEFAULT));
+  ASSERT_CU(cuStreamSynchronize(waiter));
+  EXPECT_EQ(read32(4), 7u);
+  // GEQ is cyclic: 0x00000002 is "after" 0xfffffffe.
+  ASSERT_CU(cuStreamWriteValue32(writer, words, 2, 0));
+  ASSERT_CU(cuStreamSynchronize(writer));
+  ASSERT_CU(cuStreamWaitValue32(waiter, words, 0xfffffffeu, CU_STREAM_WAIT_VALUE_GEQ));
+  ASSERT_CU(cuStreamSynchronize(waiter));
+  // A batch: 64-bit write, barrier, AND and NOR waits that hold, a flush.
+  CUstreamBatchMemOpParams ops[5] = {};
+  ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+  ops[0].writeValue.address = words + 8;
+  ops[0].writeValue.value64 = 0x600000000ull;
+  ops[1].memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
+  ops[1].memoryBarrier.flags = CU_STREAM_MEMORY_BARRIER_TYPE_GPU;
+  ops[2].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+  ops[2].waitValue.address = words + 8;
+  ops[2].waitValue.value64 = 0x200000000ull;
+  ops[2].waitValue.flags = CU_STREAM_WAIT_VALUE_AND;
+  ops[3].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+  ops[3].waitValue.address = words + 4;  // 7: ~(7 | 8) != 0
+  ops[3].waitValue.value = 8;
+  ops[3].waitValue.flags = CU_STREAM_WAIT_VALUE_NOR | CU_STREAM_WAIT_VALUE_FLUSH;
+  ops[4].flushRemoteWrites.operation = CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES;
+  ASSERT_CU(cuStreamBatchMemOp(waiter, 5, ops, 0));
+  ASSERT_CU(cuStreamSynchronize(waiter));
+  uint64_t wideWord = 0;
+  ASSERT_CU(cuMemcpyDtoH(&wideWord, words + 8, 8));
+  EXPECT_EQ(wideWord, 0x600000000ull);
+  // Pinned memory the host thread writes directly.
+  void* pinned = nullptr;
+  ASSERT_CU(cuMemAllocHost(&pinned, 64));
+  auto* flag = static_cast<std::atomic<uint32_t>*>(pinned);
+  flag->store(0);
+  ASSERT_CU(cuStreamWaitValue32(waiter, reinterpret_cast<CUdeviceptr>(pinned), 3,
+                                CU_STREAM_WAIT_VALUE_GEQ));
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_READY, cuStreamQuery(waiter));
+  flag->store(3);
+  EXPECT_CU(cuStreamSynchronize(waiter));
+  // Refused: unaligned, unknown host memory, managed memory, bad flags or
+  // operations, batches of none or 256 operations, batch flags.
+  uint32_t onStack = 0;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamWaitValue32(waiter, words + 2, 1, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamWriteValue64(waiter, words + 4, 1, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuStreamWriteValue32(waiter, reinterpret_cast<CUdeviceptr>(&onStack), 1, 0));
+  CUdeviceptr managed = 0;
+  ASSERT_CU(cuMemAllocManaged(&managed, 64, CU_MEM_ATTACH_GLOBAL));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamWaitValue32(waiter, managed, 0, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamWaitValue32(waiter, words, 1, 4));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamWriteValue32(waiter, words, 1, 2));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamBatchMemOp(waiter, 0, ops, 0));
+  std::vector<CUstreamBatchMemOpParams> many(256, ops[4]);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamBatchMemOp(waiter, 256, many.data(), 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamBatchMemOp(waiter, 1, ops, 1));
+  ops[0].operation = static_cast<CUstreamBatchMemOpType>(99);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuStreamBatchMemOp(waiter, 1, ops, 0));
+  EXPECT_CU(cuStreamQuery(waiter));  // nothing refused was enqueued
+  EXPECT_CU(cuMemFree(managed));
+  EXPECT_CU(cuMemFreeHost(pinned));
+  EXPECT_CU(cuStreamDestroy(waiter));
+  EXPECT_CU(cuStreamDestroy(writer));
+  EXPECT_CU(cuMemFree(words));
+}
+
+// A wait nothing will satisfy ends with its context (a GPU's work ends with
+// the context), instead of holding cuCtxDestroy forever.
+TEST_F(StreamTest, DestroyingAContextEndsAWaitNothingSatisfies) {
+  if (std::getenv("PHOS_RUNTIME_DIR") != nullptr) {
+    GTEST_SKIP() << "phosd does not serve stream memory operations";
+  }
+  CUcontext other = nullptr;
+  ASSERT_CU(cuCtxCreate(&other, nullptr, 0, 0));
+  CUdeviceptr word = 0;
+  ASSERT_CU(cuMemAlloc(&word, 4));
+  ASSERT_CU(cuMemsetD32(word, 0, 1));
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamWaitValue32(s, word, 1, CU_STREAM_WAIT_VALUE_EQ));
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_READY, cuStreamQuery(s));
+  EXPECT_CU(cuCtxDestroy(other));
 }
 
 }  // namespace

@@ -6,11 +6,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <thread>
+#include <type_traits>
 
 #include "cu_status.h"
 #include "fatbin.h"
@@ -371,6 +375,7 @@ void Driver::unloadModulesOf(std::uint64_t context) {
 }
 
 void Driver::releaseContextResources(Context& context) {
+  context.abandonWaits();
   context.drain();
   unloadModulesOf(context.id());
   for (const Allocation& a : allocations_.ownedBy(context.id())) {
@@ -846,6 +851,161 @@ Status Driver::memset(const StreamRef& ref, std::uint64_t dst, std::size_t pitch
     return ref.context->usable();
   }
   return Status::ok();
+}
+
+// --- Driver: stream memory operations ---------------------------------------------------
+
+namespace {
+
+// Whether the word at `address` meets a wait's condition ("Wait until
+// (int32_t)(*addr - value) >= 0", "*addr == value", "(*addr & value) != 0",
+// "~(*addr | value) != 0"; the 64-bit forms alike).
+template <typename Word>
+bool waitMet(Word current, Word value, unsigned condition) {
+  using Signed = std::make_signed_t<Word>;
+  switch (condition) {
+    case CU_STREAM_WAIT_VALUE_GEQ:
+      return static_cast<Signed>(current - value) >= 0;
+    case CU_STREAM_WAIT_VALUE_EQ:
+      return current == value;
+    case CU_STREAM_WAIT_VALUE_AND:
+      return (current & value) != 0;
+    default:
+      return static_cast<Word>(~(current | value)) != 0;  // NOR
+  }
+}
+
+// Polls the word until the condition holds: a few spins, then sleeps that
+// grow to a millisecond. false if the context is destroyed meanwhile.
+template <typename Word>
+bool waitFor(std::uint64_t address, Word value, unsigned condition,
+             const std::weak_ptr<Context>& context) {
+  std::atomic_ref<Word> word(*reinterpret_cast<Word*>(address));
+  auto pause = std::chrono::microseconds(0);
+  for (;;) {
+    if (waitMet<Word>(word.load(std::memory_order_acquire), value, condition)) return true;
+    auto owner = context.lock();
+    if (owner == nullptr || owner->waitsAbandoned()) return false;
+    owner.reset();
+    if (pause.count() == 0) {
+      std::this_thread::yield();
+      pause = std::chrono::microseconds(10);
+    } else {
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
+  }
+}
+
+template <typename Word>
+void writeWord(std::uint64_t address, Word value, unsigned flags) {
+  std::atomic_ref<Word> word(*reinterpret_cast<Word*>(address));
+  word.store(value, (flags & CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER) != 0
+                        ? std::memory_order_relaxed
+                        : std::memory_order_release);
+}
+
+}  // namespace
+
+Status Driver::streamMemOps(const StreamRef& ref, std::vector<CUstreamBatchMemOpParams> ops,
+                            const char* what) {
+  // "count: The number of operations in the array. Must be less than 256."
+  if (ops.empty() || ops.size() >= 256) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "{} operations: a batch holds 1 to 255", ops.size());
+  }
+  for (const CUstreamBatchMemOpParams& op : ops) {
+    std::size_t bytes = 0;
+    std::uint64_t address = 0;
+    switch (op.operation) {
+      case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+      case CU_STREAM_MEM_OP_WAIT_VALUE_64: {
+        const unsigned condition =
+            op.waitValue.flags & ~static_cast<unsigned>(CU_STREAM_WAIT_VALUE_FLUSH);
+        if (condition > CU_STREAM_WAIT_VALUE_NOR) {
+          return cuErrorf(CUDA_ERROR_INVALID_VALUE, "wait flags 0x{:x} are invalid",
+                          op.waitValue.flags);
+        }
+        bytes = op.operation == CU_STREAM_MEM_OP_WAIT_VALUE_32 ? 4 : 8;
+        address = op.waitValue.address;
+        break;
+      }
+      case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+      case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+        if ((op.writeValue.flags &
+             ~static_cast<unsigned>(CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)) != 0) {
+          return cuErrorf(CUDA_ERROR_INVALID_VALUE, "write flags 0x{:x} are invalid",
+                          op.writeValue.flags);
+        }
+        bytes = op.operation == CU_STREAM_MEM_OP_WRITE_VALUE_32 ? 4 : 8;
+        address = op.writeValue.address;
+        break;
+      case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+        if (op.flushRemoteWrites.flags != 0) {
+          return cuError(CUDA_ERROR_INVALID_VALUE, "a flush's flags must be 0");
+        }
+        continue;
+      case CU_STREAM_MEM_OP_BARRIER:
+        if (op.memoryBarrier.flags != CU_STREAM_MEMORY_BARRIER_TYPE_SYS &&
+            op.memoryBarrier.flags != CU_STREAM_MEMORY_BARRIER_TYPE_GPU) {
+          return cuErrorf(CUDA_ERROR_INVALID_VALUE, "memory barrier type {} is invalid",
+                          op.memoryBarrier.flags);
+        }
+        continue;
+      default:
+        return cuErrorf(CUDA_ERROR_INVALID_VALUE, "stream memory operation {} is invalid",
+                        static_cast<int>(op.operation));
+    }
+    if (address % bytes != 0) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not aligned to {} bytes", address,
+                      bytes);
+    }
+    // Device memory, or host memory registered with the device; "cannot be
+    // used with managed memory".
+    auto a = allocations_.findRange(address, bytes);
+    if (!a || (a->kind == MemoryKind::kDevice && a->managed)) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE,
+                      "0x{:x} is not device memory or host memory registered with the device{}",
+                      address, a ? " (managed memory cannot be used)" : "");
+    }
+  }
+  RETURN_IF_ERROR(refuseInCapture(ref, what));
+  std::weak_ptr<Context> context = ref.context;
+  Stream::Work work = [ops = std::move(ops), context] {
+    for (const CUstreamBatchMemOpParams& op : ops) {
+      bool waited = true;
+      switch (op.operation) {
+        case CU_STREAM_MEM_OP_WAIT_VALUE_32: {
+          const unsigned condition =
+              op.waitValue.flags & ~static_cast<unsigned>(CU_STREAM_WAIT_VALUE_FLUSH);
+          waited =
+              waitFor<std::uint32_t>(op.waitValue.address, op.waitValue.value, condition, context);
+          break;
+        }
+        case CU_STREAM_MEM_OP_WAIT_VALUE_64: {
+          const unsigned condition =
+              op.waitValue.flags & ~static_cast<unsigned>(CU_STREAM_WAIT_VALUE_FLUSH);
+          waited = waitFor<std::uint64_t>(op.waitValue.address, op.waitValue.value64, condition,
+                                          context);
+          break;
+        }
+        case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+          writeWord<std::uint32_t>(op.writeValue.address, op.writeValue.value, op.writeValue.flags);
+          break;
+        case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+          writeWord<std::uint64_t>(op.writeValue.address, op.writeValue.value64,
+                                   op.writeValue.flags);
+          break;
+        default:  // flushes and barriers: every write before is visible to what follows
+          std::atomic_thread_fence(std::memory_order_seq_cst);
+          break;
+      }
+      if (!waited) {
+        return cuError(CUDA_ERROR_CONTEXT_IS_DESTROYED, "the context was destroyed during a wait");
+      }
+    }
+    return Status::ok();
+  };
+  return ref.context->submit(ref.stream, std::move(work), {}).status();
 }
 
 // --- Driver: VMM ---------------------------------------------------------------------

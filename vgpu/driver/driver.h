@@ -116,6 +116,11 @@ class Context {
   bool primary() const { return primary_; }
   bool destroyed() const { return destroyed_.load(); }
   void markDestroyed() { destroyed_ = true; }
+  // Set as the context is destroyed, before its work drains: stream memory
+  // waits (cuStreamWaitValue32) still blocked give up, as a GPU's end with
+  // the context instead of holding its destruction forever.
+  bool waitsAbandoned() const { return waitsAbandoned_.load(); }
+  void abandonWaits() { waitsAbandoned_ = true; }
 
   // The sticky error (CUDA_SUCCESS if none): "the context cannot be used anymore".
   CUresult stickyError() const { return static_cast<CUresult>(sticky_.load()); }
@@ -171,6 +176,7 @@ class Context {
   std::atomic<unsigned> flags_;
   const bool primary_;
   std::atomic<bool> destroyed_{false};
+  std::atomic<bool> waitsAbandoned_{false};
   std::atomic<int> sticky_{CUDA_SUCCESS};
   mutable std::mutex mutex_;
   std::set<std::uint64_t> peers_;  // guarded by mutex_
@@ -330,6 +336,10 @@ class Driver {
                   bool async);
   Status memset(const StreamRef& stream, std::uint64_t dst, std::size_t pitch, std::uint32_t value,
                 unsigned elementSize, std::size_t width, std::size_t height, bool async);
+  // Stream memory operations (cuStreamWaitValue32 & co., cuStreamBatchMemOp):
+  // each op checked, then all of them, in order, as one item of the stream.
+  Status streamMemOps(const StreamRef& stream, std::vector<CUstreamBatchMemOpParams> ops,
+                      const char* what);
 
   // VMM
   Result<std::uint64_t> reserveVa(std::size_t size, std::size_t alignment, std::uint64_t fixed);

@@ -30,6 +30,17 @@ PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext*
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetDevice_ptsz(CUstream hStream, CUdevice* device);
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext* pCtx,
                                                        CUgreenCtx* pGreenCtx);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr,
+                                                            cuuint32_t value, unsigned int flags);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr,
+                                                            cuuint64_t value, unsigned int flags);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr,
+                                                             cuuint32_t value, unsigned int flags);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr,
+                                                             cuuint64_t value, unsigned int flags);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamBatchMemOp_v2_ptsz(CUstream stream, unsigned int count,
+                                                           CUstreamBatchMemOpParams* paramArray,
+                                                           unsigned int flags);
 
 namespace {
 
@@ -448,4 +459,108 @@ CUresult CUDAAPI cuEventElapsedTime_v2(float* pMilliseconds, CUevent hStart, CUe
     *pMilliseconds = std::chrono::duration<float, std::milli>(b->time - a->time).count();
     return Status::ok();
   });
+}
+
+// --- stream memory operations -----------------------------------------------------------------
+// The CUDA 11.7 revision (_v2); the first one (without a suffix) needed
+// CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1, which vgpu's devices report 0.
+
+namespace {
+
+CUresult memOps(const char* name, CUstream hStream, std::vector<CUstreamBatchMemOpParams> ops,
+                bool perThread) {
+  return call(name, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, perThread));
+    return d.streamMemOps(ref, std::move(ops), name);
+  });
+}
+
+template <typename Word>
+CUresult waitValue(const char* name, CUstream stream, CUdeviceptr addr, Word value, unsigned flags,
+                   bool perThread) {
+  CUstreamBatchMemOpParams op{};
+  op.waitValue.operation =
+      sizeof(Word) == 4 ? CU_STREAM_MEM_OP_WAIT_VALUE_32 : CU_STREAM_MEM_OP_WAIT_VALUE_64;
+  op.waitValue.address = addr;
+  if constexpr (sizeof(Word) == 4) {
+    op.waitValue.value = value;
+  } else {
+    op.waitValue.value64 = value;
+  }
+  op.waitValue.flags = flags;
+  return memOps(name, stream, {op}, perThread);
+}
+
+template <typename Word>
+CUresult writeValue(const char* name, CUstream stream, CUdeviceptr addr, Word value, unsigned flags,
+                    bool perThread) {
+  CUstreamBatchMemOpParams op{};
+  op.writeValue.operation =
+      sizeof(Word) == 4 ? CU_STREAM_MEM_OP_WRITE_VALUE_32 : CU_STREAM_MEM_OP_WRITE_VALUE_64;
+  op.writeValue.address = addr;
+  if constexpr (sizeof(Word) == 4) {
+    op.writeValue.value = value;
+  } else {
+    op.writeValue.value64 = value;
+  }
+  op.writeValue.flags = flags;
+  return memOps(name, stream, {op}, perThread);
+}
+
+CUresult batchMemOp(const char* name, CUstream stream, unsigned count,
+                    const CUstreamBatchMemOpParams* paramArray, unsigned flags, bool perThread) {
+  // "flags: Reserved for future expansion; must be 0." "count: ... Must be
+  // less than 256."
+  if (flags != 0 || paramArray == nullptr || count == 0 || count >= 256) {
+    return call(name, [&](Driver&) -> Status {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE,
+                      "flags 0x{:x}, {} operations at {}: flags must be 0, 1 to 255 operations",
+                      flags, count, static_cast<const void*>(paramArray));
+    });
+  }
+  return memOps(name, stream, {paramArray, paramArray + count}, perThread);
+}
+
+}  // namespace
+
+CUresult CUDAAPI cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                        unsigned int flags) {
+  return waitValue(__func__, stream, addr, value, flags, false);
+}
+CUresult CUDAAPI cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                             unsigned int flags) {
+  return waitValue(__func__, stream, addr, value, flags, true);
+}
+CUresult CUDAAPI cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                        unsigned int flags) {
+  return waitValue(__func__, stream, addr, value, flags, false);
+}
+CUresult CUDAAPI cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                             unsigned int flags) {
+  return waitValue(__func__, stream, addr, value, flags, true);
+}
+CUresult CUDAAPI cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                         unsigned int flags) {
+  return writeValue(__func__, stream, addr, value, flags, false);
+}
+CUresult CUDAAPI cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                              unsigned int flags) {
+  return writeValue(__func__, stream, addr, value, flags, true);
+}
+CUresult CUDAAPI cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                         unsigned int flags) {
+  return writeValue(__func__, stream, addr, value, flags, false);
+}
+CUresult CUDAAPI cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                              unsigned int flags) {
+  return writeValue(__func__, stream, addr, value, flags, true);
+}
+CUresult CUDAAPI cuStreamBatchMemOp_v2(CUstream stream, unsigned int count,
+                                       CUstreamBatchMemOpParams* paramArray, unsigned int flags) {
+  return batchMemOp(__func__, stream, count, paramArray, flags, false);
+}
+CUresult CUDAAPI cuStreamBatchMemOp_v2_ptsz(CUstream stream, unsigned int count,
+                                            CUstreamBatchMemOpParams* paramArray,
+                                            unsigned int flags) {
+  return batchMemOp(__func__, stream, count, paramArray, flags, true);
 }
