@@ -256,6 +256,12 @@ std::optional<CUresult> cuMemHostRegister(void* p, size_t bytes, unsigned int fl
   return std::nullopt;
 }
 
+std::optional<CUresult> cuGraphDebugDotPrint(CUgraph, const char* path, unsigned int) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (path == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return std::nullopt;
+}
+
 std::optional<CUresult> cuMemcpyHtoD(CUdeviceptr, const void* src, size_t bytes) { return hostBuffer(src, bytes); }
 std::optional<CUresult> cuMemcpyHtoDAsync(CUdeviceptr, const void* src, size_t bytes, CUstream) {
   return hostBuffer(src, bytes);
@@ -376,6 +382,34 @@ CUresult cuMemHostUnregister(CUresult result, void* p) {
     (void)registered::release(range->address, range->mapped);
   }
   return CUDA_SUCCESS;
+}
+
+// phosd's driver wrote the DOT file into a file of the session's own: copied
+// where the application asked, as the application (it may write there), and
+// removed.
+CUresult cuGraphDebugDotPrint(CUresult result, std::string_view dot, CUgraph, const char* path,
+                              unsigned int) {
+  if (result != CUDA_SUCCESS) return result;
+  const std::string from(dot);
+  UniqueFd in(open(from.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  (void)unlink(from.c_str());
+  UniqueFd out(open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
+  if (!in || !out) {
+    log::get("shim")->warn("cuGraphDebugDotPrint: cannot copy {} to {}: {}", from, path,
+                           std::strerror(errno));
+    return CUDA_ERROR_OPERATING_SYSTEM;
+  }
+  char buffer[65536];
+  for (;;) {
+    const ssize_t n = read(in.get(), buffer, sizeof(buffer));
+    if (n == 0) return CUDA_SUCCESS;
+    if (n < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+    for (ssize_t done = 0; done < n;) {
+      const ssize_t w = write(out.get(), buffer + done, static_cast<size_t>(n - done));
+      if (w <= 0) return CUDA_ERROR_OPERATING_SYSTEM;
+      done += w;
+    }
+  }
 }
 
 CUresult cuMemAllocManaged(CUresult result, uint64_t address, uint64_t mapped,

@@ -3,7 +3,14 @@
 // events, the calls a capture refuses and its modes) and the explicit graph
 // API, each graph launched and its results checked against what the same
 // work directly on a stream computes.
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -985,6 +992,59 @@ TEST_F(GraphTest, TheGenericNodeEntryPointsAreThePerKindOnes) {
   EXPECT_CU(cuGraphExecDestroy(exec));
   EXPECT_CU(cuGraphDestroy(graph));
   EXPECT_CU(cuEventDestroy(e));
+}
+
+// cuGraphDebugDotPrint writes the graph in DOT: a cluster per graph, the
+// child graph's inside its node's, a node per graph node with its type (and
+// its parameters when asked), an edge per dependency. Through PhOS the file
+// is written by the shim, where the application named it.
+TEST_F(GraphTest, DebugDotPrintWritesTheGraphWhereAsked) {
+  CUgraph inner = nullptr, outer = nullptr;
+  ASSERT_CU(cuGraphCreate(&inner, 0));
+  CUDA_MEMSET_NODE_PARAMS m{};
+  m.dst = x_;
+  m.value = 5;
+  m.elementSize = 4;
+  m.width = kN;
+  m.height = 1;
+  CUgraphNode memset = nullptr, kernel = nullptr, child = nullptr, empty = nullptr;
+  ASSERT_CU(cuGraphAddMemsetNode(&memset, inner, nullptr, 0, &m, context_));
+  unsigned a = 3, b = 2, n = kN;
+  void* args[] = {&x_, &a, &b, &n};
+  CUDA_KERNEL_NODE_PARAMS k = scaleAddNode(args);
+  ASSERT_CU(cuGraphAddKernelNode(&kernel, inner, &memset, 1, &k));
+  ASSERT_CU(cuGraphCreate(&outer, 0));
+  ASSERT_CU(cuGraphAddChildGraphNode(&child, outer, nullptr, 0, inner));
+  ASSERT_CU(cuGraphAddEmptyNode(&empty, outer, &child, 1));
+
+  char dir[] = "/tmp/graph_dot.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/graph.dot";
+  auto read = [&] {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  ASSERT_CU(cuGraphDebugDotPrint(outer, path.c_str(), CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE));
+  const std::string verbose = read();
+  EXPECT_EQ(verbose.rfind("digraph", 0), 0u) << verbose;
+  for (const char* part :
+       {"GRAPH", "EMPTY", "MEMSET", "KERNEL", "scale_add", "grid (", "value 0x5", "->"}) {
+    EXPECT_NE(verbose.find(part), std::string::npos) << part << " missing from\n" << verbose;
+  }
+  // Without flags: types and names, no parameters.
+  ASSERT_CU(cuGraphDebugDotPrint(outer, path.c_str(), 0));
+  const std::string plain = read();
+  EXPECT_NE(plain.find("scale_add"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("grid ("), std::string::npos) << plain;
+  EXPECT_LT(plain.size(), verbose.size());
+  // Where it cannot be written, and no path.
+  EXPECT_CU_ERR(CUDA_ERROR_OPERATING_SYSTEM,
+                cuGraphDebugDotPrint(outer, (std::string(dir) + "/missing/graph.dot").c_str(), 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphDebugDotPrint(outer, nullptr, 0));
+  std::remove(path.c_str());
+  rmdir(dir);
+  EXPECT_CU(cuGraphDestroy(outer));
+  EXPECT_CU(cuGraphDestroy(inner));
 }
 
 }  // namespace

@@ -4,6 +4,10 @@
 // calls they stand for (Driver::addNodeByCapture), so a node is checked and
 // runs exactly as that call on a stream would.
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
 
 #include "entry.h"
 #include "phos/common/graph_node_params.h"
@@ -1100,6 +1104,128 @@ CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
     ASSIGN_OR_RETURN(StreamRef ref, d.stream(hStream, true));
     (void)ref;
     if (hGraphExec == nullptr) return cuError(CUDA_ERROR_INVALID_VALUE, "hGraphExec is null");
+    return Status::ok();
+  });
+}
+
+// --- cuGraphDebugDotPrint ------------------------------------------------------------------------
+// The graph in Graphviz's DOT language: a cluster per graph (child graphs
+// nested in their node's), a node per graph node labelled with its type and,
+// as the flags ask, its parameters and handle, and an edge per dependency.
+
+namespace {
+
+const char* nodeTypeName(CUgraphNodeType type) {
+  switch (type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+      return "KERNEL";
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      return "MEMCPY";
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+      return "MEMSET";
+    case CU_GRAPH_NODE_TYPE_HOST:
+      return "HOST";
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+      return "GRAPH";
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+      return "EMPTY";
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+      return "WAIT_EVENT";
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      return "EVENT_RECORD";
+    default:
+      return "OTHER";
+  }
+}
+
+bool wants(unsigned flags, unsigned flag) {
+  return (flags & (flag | CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE)) != 0;
+}
+
+std::string nodeLabel(const GraphNode& n, unsigned flags) {
+  std::string label = nodeTypeName(n.info.type);
+  if (wants(flags, CU_GRAPH_DEBUG_DOT_FLAGS_HANDLES)) {
+    label += fmt::format("\\nhandle 0x{:x}", n.id);
+  }
+  if (n.info.kernel) {
+    const KernelNodeInfo& k = *n.info.kernel;
+    const char* name = nullptr;
+    if (::cuFuncGetName(&name, k.function) != CUDA_SUCCESS || name == nullptr) name = "?";
+    label += fmt::format("\\n{}", name);
+    if (wants(flags, CU_GRAPH_DEBUG_DOT_FLAGS_KERNEL_NODE_PARAMS)) {
+      label +=
+          fmt::format("\\ngrid ({}, {}, {}) block ({}, {}, {}) shared {} B\\n{} parameter bytes",
+                      k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2],
+                      k.sharedMemBytes, k.params.size());
+    }
+    if (wants(flags, CU_GRAPH_DEBUG_DOT_FLAGS_KERNEL_NODE_ATTRIBUTES) && k.cooperative()) {
+      label += "\\ncooperative";
+    }
+  }
+  if (n.info.memcpy && wants(flags, CU_GRAPH_DEBUG_DOT_FLAGS_MEMCPY_NODE_PARAMS)) {
+    const CUDA_MEMCPY3D& m = *n.info.memcpy;
+    label += fmt::format("\\n{} x {} x {} bytes", m.WidthInBytes, m.Height, m.Depth);
+  }
+  if (n.info.memset && wants(flags, CU_GRAPH_DEBUG_DOT_FLAGS_MEMSET_NODE_PARAMS)) {
+    const CUDA_MEMSET_NODE_PARAMS& m = *n.info.memset;
+    label += fmt::format("\\n0x{:x}: value 0x{:x}, {} x {} elements of {} bytes, pitch {}", m.dst,
+                         m.value, m.width, m.height, m.elementSize, m.pitch);
+  }
+  if (n.info.host && wants(flags, CU_GRAPH_DEBUG_DOT_FLAGS_HOST_NODE_PARAMS)) {
+    label += fmt::format("\\nfn {} userData {}", reinterpret_cast<const void*>(n.info.host->fn),
+                         n.info.host->userData);
+  }
+  if (n.info.event != nullptr && wants(flags, CU_GRAPH_DEBUG_DOT_FLAGS_EVENT_NODE_PARAMS)) {
+    label += fmt::format("\\nevent {}", static_cast<const void*>(n.info.event));
+  }
+  return label;
+}
+
+void writeGraph(std::string& out, const Graph& g, unsigned flags, int depth) {
+  const std::string indent(static_cast<std::size_t>(depth) * 2, ' ');
+  out += fmt::format("{}subgraph cluster_graph_{:x} {{\n{}  label=\"graph 0x{:x}\";\n", indent,
+                     g.id(), indent, g.id());
+  for (const auto& n : g.nodes()) {
+    out += fmt::format("{}  \"node_{:x}\" [shape=box, label=\"{}\"];\n", indent, n->id,
+                       nodeLabel(*n, flags));
+    if (n->child) writeGraph(out, *n->child, flags, depth + 1);
+  }
+  for (const auto& n : g.nodes()) {
+    for (std::uint64_t from : n->dependencies) {
+      out += fmt::format("{}  \"node_{:x}\" -> \"node_{:x}\";\n", indent, from, n->id);
+    }
+    // A child graph node runs its graph: an edge to each of its roots.
+    if (n->child) {
+      for (const auto& c : n->child->nodes()) {
+        if (c->dependencies.empty()) {
+          out += fmt::format("{}  \"node_{:x}\" -> \"node_{:x}\" [style=dashed];\n", indent, n->id,
+                             c->id);
+        }
+      }
+    }
+  }
+  out += indent + "}\n";
+}
+
+}  // namespace
+
+CUresult CUDAAPI cuGraphDebugDotPrint(CUgraph hGraph, const char* path, unsigned int flags) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(path, "path"));
+    ASSIGN_OR_RETURN(auto graph, d.graph(hGraph));
+    std::string dot = "digraph dot {\n  compound=true;\n";
+    writeGraph(dot, *graph, flags, 1);
+    dot += "}\n";
+    std::FILE* file = std::fopen(path, "w");
+    if (file == nullptr) {
+      return cuErrorf(CUDA_ERROR_OPERATING_SYSTEM, "cannot write {}: {}", path,
+                      std::strerror(errno));
+    }
+    const bool written = std::fwrite(dot.data(), 1, dot.size(), file) == dot.size();
+    if (std::fclose(file) != 0 || !written) {
+      return cuErrorf(CUDA_ERROR_OPERATING_SYSTEM, "cannot write {}: {}", path,
+                      std::strerror(errno));
+    }
     return Status::ok();
   });
 }

@@ -6,13 +6,18 @@
 // out graphs, executable graphs and nodes as handles (docs/remoting.md:
 // "Stream capture and graphs").
 #include <cuda.h>
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "phos/common/log.h"
+#include "phos/common/unique_fd.h"
 #include "phos/cuda_api/server_hooks.h"
 #include "remoting/kernel_params.h"
 #include "session/session.h"
@@ -702,6 +707,35 @@ CUresult cuGraphClone(ServerCall& c, uint64_t* phGraphClone, Handle<CUgraph> ori
     c.session().graphs().noteGraph(*phGraphClone, c.session().currentContext());
   }
   return r;
+}
+
+// The driver writes the DOT file as phosd's process, so not where the
+// application names it: into a file of the session's own (named after its
+// ring, removed with it), created here first so that nothing else stands at
+// that name, then given to the session's user. The shim copies it where the
+// application asked and removes it (its epilogue).
+CUresult cuGraphDebugDotPrint(ServerCall& c, Handle<CUgraph> hGraph, unsigned int flags,
+                              std::string* dot) {
+  Session& s = c.session();
+  const std::string path = s.ringPath() + "-dot";
+  (void)unlink(path.c_str());
+  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd) {
+    log::get("daemon")->warn("session {}: cannot create {}: {}", s.id(), path,
+                             std::strerror(errno));
+    return CUDA_ERROR_OPERATING_SYSTEM;
+  }
+  CUresult r = PHOS_DRIVER(c.driverTable(), GraphDebugDotPrint)(hGraph.real, path.c_str(), flags);
+  if (r == CUDA_SUCCESS && fchown(fd.get(), s.uid(), static_cast<gid_t>(-1)) != 0 &&
+      geteuid() == 0) {
+    r = CUDA_ERROR_OPERATING_SYSTEM;
+  }
+  if (r != CUDA_SUCCESS) {
+    (void)unlink(path.c_str());
+    return r;
+  }
+  *dot = path;
+  return CUDA_SUCCESS;
 }
 
 }  // namespace phos::daemon::hooks
