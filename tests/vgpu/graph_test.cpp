@@ -994,6 +994,27 @@ TEST_F(GraphTest, TheGenericNodeEntryPointsAreThePerKindOnes) {
   EXPECT_CU(cuEventDestroy(e));
 }
 
+// "Returns the flags that were passed to instantiation."
+TEST_F(GraphTest, AnExecutableGraphKeepsItsInstantiateFlags) {
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  CUgraphNode empty = nullptr;
+  ASSERT_CU(cuGraphAddEmptyNode(&empty, graph, nullptr, 0));
+  CUgraphExec plain = nullptr, prioritized = nullptr;
+  ASSERT_CU(cuGraphInstantiateWithFlags(&plain, graph, 0));
+  ASSERT_CU(cuGraphInstantiateWithFlags(&prioritized, graph,
+                                        CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY));
+  cuuint64_t flags = 99;
+  ASSERT_CU(cuGraphExecGetFlags(plain, &flags));
+  EXPECT_EQ(flags, 0u);
+  ASSERT_CU(cuGraphExecGetFlags(prioritized, &flags));
+  EXPECT_EQ(flags, static_cast<cuuint64_t>(CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphExecGetFlags(plain, nullptr));
+  EXPECT_CU(cuGraphExecDestroy(prioritized));
+  EXPECT_CU(cuGraphExecDestroy(plain));
+  EXPECT_CU(cuGraphDestroy(graph));
+}
+
 // cuGraphDebugDotPrint writes the graph in DOT: a cluster per graph, the
 // child graph's inside its node's, a node per graph node with its type (and
 // its parameters when asked), an edge per dependency. Through PhOS the file

@@ -1623,11 +1623,11 @@ Result<CUgraphNode> Driver::addChildGraphNode(CUgraph handle,
   return reinterpret_cast<CUgraphNode>(node->id);
 }
 
-Result<CUgraphExec> Driver::instantiate(CUgraph handle) {
+Result<CUgraphExec> Driver::instantiate(CUgraph handle, unsigned long long flags) {
   ASSIGN_OR_RETURN(auto g, graph(handle));
   ASSIGN_OR_RETURN(auto steps, g->executionOrder());
   const std::uint64_t id = newHandle(HandleKind::kGraphExec);
-  graphExecs_.add(id, std::make_shared<GraphExec>(id, std::move(steps)));
+  graphExecs_.add(id, std::make_shared<GraphExec>(id, std::move(steps), flags));
   return reinterpret_cast<CUgraphExec>(id);
 }
 

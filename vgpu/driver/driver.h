@@ -409,7 +409,7 @@ class Driver {
   Result<CUgraphNode> findInClone(CUgraphNode original, CUgraph clone) const;
   Result<CUgraphNode> addChildGraphNode(CUgraph graph, std::vector<std::uint64_t> dependencies,
                                         CUgraph child);
-  Result<CUgraphExec> instantiate(CUgraph graph);
+  Result<CUgraphExec> instantiate(CUgraph graph, unsigned long long flags);
   Status destroyGraphExec(CUgraphExec handle);
   Status launchGraph(CUgraphExec handle, const StreamRef& stream);
 

@@ -118,8 +118,11 @@ class Graph {
 
 class GraphExec {
  public:
-  GraphExec(std::uint64_t id, std::vector<ExecStep> steps) : id_(id), steps_(std::move(steps)) {}
+  GraphExec(std::uint64_t id, std::vector<ExecStep> steps, unsigned long long flags = 0)
+      : id_(id), flags_(flags), steps_(std::move(steps)) {}
   std::uint64_t id() const { return id_; }
+  // The flags it was instantiated with (cuGraphExecGetFlags).
+  unsigned long long flags() const { return flags_; }
   std::vector<ExecStep> steps() const;
   // cuGraphExec*NodeSetParams: the node's new work (a node of `type`), for
   // the launches to come.
@@ -140,6 +143,7 @@ class GraphExec {
 
  private:
   const std::uint64_t id_;
+  const unsigned long long flags_;
   mutable std::mutex mutex_;
   std::vector<ExecStep> steps_;
   StreamDependency last_;

@@ -765,7 +765,7 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph h
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(phGraphExec, "phGraphExec"));
     RETURN_IF_ERROR(checkInstantiateFlags(flags));
-    ASSIGN_OR_RETURN(*phGraphExec, d.instantiate(hGraph));
+    ASSIGN_OR_RETURN(*phGraphExec, d.instantiate(hGraph, flags));
     return Status::ok();
   });
 }
@@ -779,7 +779,7 @@ CUresult instantiateWithParams(const char* name, CUgraphExec* phGraphExec, CUgra
     params->hErrNode_out = nullptr;
     params->result_out = CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE;
     RETURN_IF_ERROR(checkInstantiateFlags(params->flags));
-    ASSIGN_OR_RETURN(*phGraphExec, d.instantiate(hGraph));
+    ASSIGN_OR_RETURN(*phGraphExec, d.instantiate(hGraph, params->flags));
     params->result_out = CUDA_GRAPH_INSTANTIATE_SUCCESS;
     return Status::ok();
   });
@@ -794,6 +794,16 @@ CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec* phGraphExec, CUg
                                                    CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
   return instantiateWithParams(__func__, phGraphExec, hGraph, params);
 }
+// "Returns the flags that were passed to instantiation for the given executable graph."
+CUresult CUDAAPI cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t* flags) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(flags, "flags"));
+    ASSIGN_OR_RETURN(auto exec, d.graphExec(hGraphExec));
+    *flags = exec->flags();
+    return Status::ok();
+  });
+}
+
 // --- node parameters, in a graph or an executable graph ---------------------------------
 // "All nodeParams fields may change"; set in an executable graph, only its
 // later launches run the new work, and its graph keeps its own.
