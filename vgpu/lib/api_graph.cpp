@@ -11,6 +11,7 @@
 
 #include "entry.h"
 #include "phos/common/graph_node_params.h"
+#include "phos/common/launch_attributes.h"
 
 using namespace phos;
 using namespace phos::vgpu;
@@ -847,25 +848,15 @@ CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgra
 namespace {
 
 Status checkNodeAttribute(CUkernelNodeAttrID attr, const CUkernelNodeAttrValue* value) {
-  switch (attr) {
-    case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
-    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
-    case CU_LAUNCH_ATTRIBUTE_PRIORITY:
-    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
-    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
-    case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
-    case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
-      return Status::ok();
-    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
-      if (value != nullptr &&
-          std::uint64_t{value->clusterDim.x} * value->clusterDim.y * value->clusterDim.z > 1) {
-        return cuError(CUDA_ERROR_NOT_SUPPORTED, "thread block clusters are not supported by vgpu");
-      }
-      return Status::ok();
-    default:
-      return cuErrorf(CUDA_ERROR_NOT_SUPPORTED, "kernel node attribute {} is not supported by vgpu",
-                      static_cast<int>(attr));
+  if (!isKernelNodeAttribute(attr)) {
+    return cuErrorf(CUDA_ERROR_NOT_SUPPORTED, "kernel node attribute {} is not supported by vgpu",
+                    static_cast<int>(attr));
   }
+  if (attr == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION && value != nullptr &&
+      std::uint64_t{value->clusterDim.x} * value->clusterDim.y * value->clusterDim.z > 1) {
+    return cuError(CUDA_ERROR_NOT_SUPPORTED, "thread block clusters are not supported by vgpu");
+  }
+  return Status::ok();
 }
 
 // Makes kernel node `node`'s work again, launched cooperatively or not, with

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "entry.h"
-#include "phos/common/stream_attributes.h"
+#include "phos/common/launch_attributes.h"
 
 using namespace phos;
 using namespace phos::vgpu;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "phos/common/launch_attributes.h"
 #include "phos/common/log.h"
 #include "phos/common/unique_fd.h"
 #include "phos/cuda_api/server_hooks.h"
@@ -632,7 +633,7 @@ CUresult cuGraphExecChildGraphNodeSetParams(ServerCall& c, Handle<CUgraphExec> h
 // Kernel node attributes: those a checkpoint saves (values without handles).
 CUresult cuGraphKernelNodeGetAttribute(ServerCall& c, Handle<CUgraphNode> hNode,
                                        CUkernelNodeAttrID attr, CUkernelNodeAttrValue* value_out) {
-  if (!SessionGraphs::servedAttribute(attr)) {
+  if (!isKernelNodeAttribute(attr)) {
     log::get("daemon")->info(
         "session {}: cuGraphKernelNodeGetAttribute: attribute {} is not served", c.session().id(),
         static_cast<int>(attr));
@@ -644,7 +645,7 @@ CUresult cuGraphKernelNodeGetAttribute(ServerCall& c, Handle<CUgraphNode> hNode,
 CUresult cuGraphKernelNodeSetAttribute(ServerCall& c, Handle<CUgraphNode> hNode,
                                        CUkernelNodeAttrID attr,
                                        const CUkernelNodeAttrValue* value) {
-  if (!SessionGraphs::servedAttribute(attr)) {
+  if (!isKernelNodeAttribute(attr)) {
     log::get("daemon")->info(
         "session {}: cuGraphKernelNodeSetAttribute: attribute {} is not served", c.session().id(),
         static_cast<int>(attr));

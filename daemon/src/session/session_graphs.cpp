@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "phos/common/launch_attributes.h"
 #include "phos/cuda_api/api_table.h"
 
 namespace phos::daemon {
@@ -564,7 +565,7 @@ Result<CUgraphNode> SessionGraphs::addNode(const SessionScope& scope, CUgraph gr
         const int id = std::atoi(key.c_str());
         const auto attr = static_cast<CUkernelNodeAttrID>(id);
         CUkernelNodeAttrValue v{};
-        if (std::to_string(id) != key || !servedAttribute(attr) || !text.is_string() ||
+        if (std::to_string(id) != key || !isKernelNodeAttribute(attr) || !text.is_string() ||
             !parseHexBytes(text.get<std::string>(), &v, sizeof(v))) {
           return makeError(Code::kDataLoss, "{}: a garbled kernel node attribute {}", where, key);
         }

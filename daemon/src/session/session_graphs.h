@@ -38,25 +38,6 @@ namespace phos::daemon {
 
 class SessionGraphs {
  public:
-  // The kernel node attributes phosd serves, saves and sets again at a
-  // restore: values without handles. Those naming events (completion and
-  // programmatic events) are refused.
-  static constexpr CUkernelNodeAttrID kKernelNodeAttributes[] = {
-      CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW,
-      CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
-      CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
-      CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
-      CU_LAUNCH_ATTRIBUTE_PRIORITY,
-      CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP,
-      CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN,
-      CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT};
-  static bool servedAttribute(CUkernelNodeAttrID attr) {
-    for (CUkernelNodeAttrID a : kKernelNodeAttributes) {
-      if (a == attr) return true;
-    }
-    return false;
-  }
-
   // `graph`, as the driver holds it now (its context current); `order`, if
   // given, receives its nodes in the description's order.
   Result<nlohmann::json> describe(const SessionScope& scope, CUgraph graph,

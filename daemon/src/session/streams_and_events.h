@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "phos/common/launch_attributes.h"
 #include "phos/common/status.h"
-#include "phos/common/stream_attributes.h"
 #include "session/driver_table.h"
 
 namespace phos::daemon {
