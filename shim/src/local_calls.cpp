@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // What libphos.so answers without phosd (apigen/remoting.json "local"): error
 // strings, cuGetProcAddress with the shim's own entry points, NVIDIA's private
-// export tables, the per-thread context stacks, the occupancy queries
-// whose callback runs in the application, and the launch API before CUDA 4.0.
+// export tables, the per-thread context stacks and contexts' usage counts,
+// the occupancy queries whose callback runs in the application, and the
+// launch API before CUDA 4.0.
 #include <cuda.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "api_trace.h"
 #include "client_call.h"
 #include "connection.h"
+#include "phos/common/context_usage.h"
 #include "phos/common/graph_node_params.h"
 #include "phos/common/legacy_launch.h"
 #include "phos/common/log.h"
@@ -208,6 +210,19 @@ CUresult cuLogsDumpToFile(CUlogIterator* iterator, const char* path, unsigned in
 }
 CUresult cuLogsDumpToMemory(CUlogIterator* iterator, char* buffer, size_t* size, unsigned int flags) {
   return driver_logs::dumpToMemory(iterator, buffer, size, flags);
+}
+
+// Contexts' usage counts, kept beside the context stack
+// (phos/common/context_usage.h): at none left, one remoted cuCtxDestroy.
+CUresult cuCtxAttach(CUcontext* pctx, unsigned int flags) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return context_usage::attach(pctx, flags);
+}
+CUresult cuCtxDetach(CUcontext ctx) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return context_usage::detach(ctx);
 }
 
 // ---- the launch API before CUDA 4.0 ----------------------------------------------------------

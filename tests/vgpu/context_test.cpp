@@ -137,6 +137,41 @@ TEST_F(ContextTest, CreatePushPopDestroy) {
   EXPECT_EQ(current, nullptr);
 }
 
+// The deprecated usage counts: cuCtxAttach counts one more user of the
+// current context, cuCtxDetach one fewer, destroying it at none.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+TEST_F(ContextTest, AttachAndDetachCountAContextsUsers) {
+  CUcontext none = nullptr;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuCtxAttach(&none, 0));
+  CUcontext a = nullptr, b = nullptr, attached = nullptr;
+  ASSERT_CU(cuCtxCreate(&a, nullptr, 0, 0));
+  ASSERT_CU(cuCtxCreate(&b, nullptr, 0, 0));  // b is current
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuCtxAttach(&attached, 1));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuCtxAttach(nullptr, 0));
+  ASSERT_CU(cuCtxAttach(&attached, 0));
+  EXPECT_EQ(attached, b);
+  // Only the current context is detached.
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuCtxDetach(a));
+  // Two users: the first detach leaves b working, the second destroys it.
+  EXPECT_CU(cuCtxDetach(b));
+  EXPECT_CU(cuCtxSynchronize());
+  CUcontext current = nullptr;
+  EXPECT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, b);
+  EXPECT_CU(cuCtxDetach(b));
+  EXPECT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, a);
+  unsigned long long id = 0;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuCtxGetId(b, &id));
+  // The creator's own use: one detach destroys it.
+  EXPECT_CU(cuCtxDetach(a));
+  EXPECT_CU(cuCtxGetCurrent(&current));
+  EXPECT_EQ(current, nullptr);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuCtxGetId(a, &id));
+}
+#pragma GCC diagnostic pop
+
 TEST_F(ContextTest, CreateRejectsBadArguments) {
   CUcontext c = nullptr;
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuCtxCreate(nullptr, nullptr, 0, 0));

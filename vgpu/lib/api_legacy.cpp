@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Entry points exported under older names that keep the current signature (cuCtxDestroy, ...),
-// and the launch API before CUDA 4.0.
+// contexts' usage counts and the launch API before CUDA 4.0.
 #include "entry.h"
+#include "phos/common/context_usage.h"
 #include "phos/common/legacy_launch.h"
 
 // cuda.h maps these names to their newest versions; the symbols themselves still
@@ -130,4 +131,12 @@ PHOS_CU_EXPORT CUresult CUDAAPI cuLaunchGrid(CUfunction f, int grid_width, int g
 PHOS_CU_EXPORT CUresult CUDAAPI cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height,
                                                   CUstream hStream) {
   return phos::legacy_launch::launch(f, grid_width, grid_height, hStream);
+}
+
+// Contexts' usage counts (phos/common/context_usage.h).
+PHOS_CU_EXPORT CUresult CUDAAPI cuCtxAttach(CUcontext* pctx, unsigned int flags) {
+  return phos::context_usage::attach(pctx, flags);
+}
+PHOS_CU_EXPORT CUresult CUDAAPI cuCtxDetach(CUcontext ctx) {
+  return phos::context_usage::detach(ctx);
 }
