@@ -488,8 +488,9 @@ EXCLUDED_CALLER = """
 import ctypes
 cuda = ctypes.CDLL("libcuda.so.1")
 assert cuda.cuInit(0) == 0
-ctx = ctypes.c_void_p()
-print(cuda.cuCtxAttach(ctypes.byref(ctx), 0), cuda.cuCtxAttach(ctypes.byref(ctx), 0))
+luid = ctypes.create_string_buffer(8)
+mask = ctypes.c_uint()
+print(cuda.cuDeviceGetLuid(luid, ctypes.byref(mask), 0), cuda.cuDeviceGetLuid(luid, ctypes.byref(mask), 0))
 """
 
 
@@ -501,11 +502,11 @@ def test_an_entry_point_phos_does_not_serve_says_why(phos, phosd, env, tmp_path)
                        capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["801", "801"]  # CUDA_ERROR_NOT_SUPPORTED
-    warnings = [line for line in r.stderr.splitlines() if "cuCtxAttach" in line]
-    assert warnings == ["phos: cuCtxAttach is not supported by PhOS (deprecated context reference counting, tied "
-                        "to the context stack: not remoted): the call returns CUDA_ERROR_NOT_SUPPORTED"]
-    calls, how = trace_table(out)["cuCtxAttach"]
-    assert calls == 2 and how.startswith("NOT SUPPORTED: deprecated context reference counting")
+    warnings = [line for line in r.stderr.splitlines() if "cuDeviceGetLuid" in line]
+    assert warnings == ["phos: cuDeviceGetLuid is not supported by PhOS (LUIDs are a Windows notion): the call "
+                        "returns CUDA_ERROR_NOT_SUPPORTED"]
+    calls, how = trace_table(out)["cuDeviceGetLuid"]
+    assert calls == 2 and how.startswith("NOT SUPPORTED: LUIDs are a Windows notion")
 
 
 def test_trace_api_to_a_file_that_cannot_be_written(phos, phosd, cudart_dir, env, tmp_path):
