@@ -897,6 +897,11 @@ bool waitFor(std::uint64_t address, Word value, unsigned condition,
   }
 }
 
+// A wait's condition: its flags without CU_STREAM_WAIT_VALUE_FLUSH.
+unsigned waitCondition(const CUstreamBatchMemOpParams& op) {
+  return op.waitValue.flags & ~static_cast<unsigned>(CU_STREAM_WAIT_VALUE_FLUSH);
+}
+
 template <typename Word>
 void writeWord(std::uint64_t address, Word value, unsigned flags) {
   std::atomic_ref<Word> word(*reinterpret_cast<Word*>(address));
@@ -919,9 +924,7 @@ Status Driver::streamMemOps(const StreamRef& ref, std::vector<CUstreamBatchMemOp
     switch (op.operation) {
       case CU_STREAM_MEM_OP_WAIT_VALUE_32:
       case CU_STREAM_MEM_OP_WAIT_VALUE_64: {
-        const unsigned condition =
-            op.waitValue.flags & ~static_cast<unsigned>(CU_STREAM_WAIT_VALUE_FLUSH);
-        if (condition > CU_STREAM_WAIT_VALUE_NOR) {
+        if (waitCondition(op) > CU_STREAM_WAIT_VALUE_NOR) {
           return cuErrorf(CUDA_ERROR_INVALID_VALUE, "wait flags 0x{:x} are invalid",
                           op.waitValue.flags);
         }
@@ -974,20 +977,14 @@ Status Driver::streamMemOps(const StreamRef& ref, std::vector<CUstreamBatchMemOp
     for (const CUstreamBatchMemOpParams& op : ops) {
       bool waited = true;
       switch (op.operation) {
-        case CU_STREAM_MEM_OP_WAIT_VALUE_32: {
-          const unsigned condition =
-              op.waitValue.flags & ~static_cast<unsigned>(CU_STREAM_WAIT_VALUE_FLUSH);
-          waited =
-              waitFor<std::uint32_t>(op.waitValue.address, op.waitValue.value, condition, context);
+        case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+          waited = waitFor<std::uint32_t>(op.waitValue.address, op.waitValue.value,
+                                          waitCondition(op), context);
           break;
-        }
-        case CU_STREAM_MEM_OP_WAIT_VALUE_64: {
-          const unsigned condition =
-              op.waitValue.flags & ~static_cast<unsigned>(CU_STREAM_WAIT_VALUE_FLUSH);
-          waited = waitFor<std::uint64_t>(op.waitValue.address, op.waitValue.value64, condition,
-                                          context);
+        case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+          waited = waitFor<std::uint64_t>(op.waitValue.address, op.waitValue.value64,
+                                          waitCondition(op), context);
           break;
-        }
         case CU_STREAM_MEM_OP_WRITE_VALUE_32:
           writeWord<std::uint32_t>(op.writeValue.address, op.writeValue.value, op.writeValue.flags);
           break;

@@ -475,35 +475,27 @@ CUresult memOps(const char* name, CUstream hStream, std::vector<CUstreamBatchMem
   });
 }
 
+// One wait or write of a 32- or 64-bit word, as a batch of one.
 template <typename Word>
-CUresult waitValue(const char* name, CUstream stream, CUdeviceptr addr, Word value, unsigned flags,
-                   bool perThread) {
+CUresult oneOp(const char* name, CUstream stream, bool wait, CUdeviceptr addr, Word value,
+               unsigned flags, bool perThread) {
+  constexpr bool kWide = sizeof(Word) == 8;
   CUstreamBatchMemOpParams op{};
-  op.waitValue.operation =
-      sizeof(Word) == 4 ? CU_STREAM_MEM_OP_WAIT_VALUE_32 : CU_STREAM_MEM_OP_WAIT_VALUE_64;
-  op.waitValue.address = addr;
-  if constexpr (sizeof(Word) == 4) {
-    op.waitValue.value = value;
+  auto fill = [&](auto& params, CUstreamBatchMemOpType type) {
+    params.operation = type;
+    params.address = addr;
+    params.flags = flags;
+    if constexpr (kWide) {
+      params.value64 = value;
+    } else {
+      params.value = value;
+    }
+  };
+  if (wait) {
+    fill(op.waitValue, kWide ? CU_STREAM_MEM_OP_WAIT_VALUE_64 : CU_STREAM_MEM_OP_WAIT_VALUE_32);
   } else {
-    op.waitValue.value64 = value;
+    fill(op.writeValue, kWide ? CU_STREAM_MEM_OP_WRITE_VALUE_64 : CU_STREAM_MEM_OP_WRITE_VALUE_32);
   }
-  op.waitValue.flags = flags;
-  return memOps(name, stream, {op}, perThread);
-}
-
-template <typename Word>
-CUresult writeValue(const char* name, CUstream stream, CUdeviceptr addr, Word value, unsigned flags,
-                    bool perThread) {
-  CUstreamBatchMemOpParams op{};
-  op.writeValue.operation =
-      sizeof(Word) == 4 ? CU_STREAM_MEM_OP_WRITE_VALUE_32 : CU_STREAM_MEM_OP_WRITE_VALUE_64;
-  op.writeValue.address = addr;
-  if constexpr (sizeof(Word) == 4) {
-    op.writeValue.value = value;
-  } else {
-    op.writeValue.value64 = value;
-  }
-  op.writeValue.flags = flags;
   return memOps(name, stream, {op}, perThread);
 }
 
@@ -525,35 +517,35 @@ CUresult batchMemOp(const char* name, CUstream stream, unsigned count,
 
 CUresult CUDAAPI cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value,
                                         unsigned int flags) {
-  return waitValue(__func__, stream, addr, value, flags, false);
+  return oneOp(__func__, stream, true, addr, value, flags, false);
 }
 CUresult CUDAAPI cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value,
                                              unsigned int flags) {
-  return waitValue(__func__, stream, addr, value, flags, true);
+  return oneOp(__func__, stream, true, addr, value, flags, true);
 }
 CUresult CUDAAPI cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value,
                                         unsigned int flags) {
-  return waitValue(__func__, stream, addr, value, flags, false);
+  return oneOp(__func__, stream, true, addr, value, flags, false);
 }
 CUresult CUDAAPI cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value,
                                              unsigned int flags) {
-  return waitValue(__func__, stream, addr, value, flags, true);
+  return oneOp(__func__, stream, true, addr, value, flags, true);
 }
 CUresult CUDAAPI cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value,
                                          unsigned int flags) {
-  return writeValue(__func__, stream, addr, value, flags, false);
+  return oneOp(__func__, stream, false, addr, value, flags, false);
 }
 CUresult CUDAAPI cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value,
                                               unsigned int flags) {
-  return writeValue(__func__, stream, addr, value, flags, true);
+  return oneOp(__func__, stream, false, addr, value, flags, true);
 }
 CUresult CUDAAPI cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value,
                                          unsigned int flags) {
-  return writeValue(__func__, stream, addr, value, flags, false);
+  return oneOp(__func__, stream, false, addr, value, flags, false);
 }
 CUresult CUDAAPI cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value,
                                               unsigned int flags) {
-  return writeValue(__func__, stream, addr, value, flags, true);
+  return oneOp(__func__, stream, false, addr, value, flags, true);
 }
 CUresult CUDAAPI cuStreamBatchMemOp_v2(CUstream stream, unsigned int count,
                                        CUstreamBatchMemOpParams* paramArray, unsigned int flags) {
