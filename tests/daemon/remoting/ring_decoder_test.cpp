@@ -3,9 +3,12 @@
 // by a session that keeps serving; and two sessions that cannot reach each
 // other's memory or handles. phosd's sessions run on vgpu in this process; the
 // applications are child processes holding the memory phosd copies from/to.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,22 +17,22 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <mutex>
-#include <utility>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
-#include "session/context_pool.h"
-#include "session/driver_table.h"
 #include "phos/common/ipc/call_ring.h"
 #include "phos/common/ipc/transfer_lane.h"
 #include "ring_requests.h"
+#include "session/context_pool.h"
+#include "session/driver_table.h"
 #include "session/server_call.h"
 #include "session/session.h"
 #include "session_harness.h"
@@ -426,6 +429,48 @@ TEST_F(RingDecoder, HostileRegistrationsAreRefused) {
             CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(unreg(kFree), CUDA_SUCCESS);
   EXPECT_EQ(unreg(kFree), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+}
+
+// cuGraphDebugDotPrint: the driver writes as phosd, into a file named after
+// the session's ring. A symlink the session's user planted at that name,
+// pointing at a file of someone else's, must not be followed: phosd replaces
+// it with a file of its own, and the victim keeps its bytes.
+TEST_F(RingDecoder, APlantedSymlinkDoesNotRedirectTheGraphsDotFile) {
+  Reply created =
+      c().call(c().req(EntryPointId::kCuGraphCreate).message(wire::cuGraphCreate_Request{true, 0}));
+  ASSERT_EQ(created.result, CUDA_SUCCESS);
+  const uint64_t graph = created.value(true);
+  char victim[] = "/tmp/phos-dot-victim.XXXXXX";
+  const int fd = mkstemp(victim);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "precious", 8), 8);
+  close(fd);
+  const std::string planted = c().session().ringPath() + "-dot";
+  (void)unlink(planted.c_str());
+  ASSERT_EQ(symlink(victim, planted.c_str()), 0) << std::strerror(errno);
+
+  Reply r = c().call(c().req(EntryPointId::kCuGraphDebugDotPrint)
+                         .message(wire::cuGraphDebugDotPrint_Request{graph, 0}));
+  ASSERT_EQ(r.result, CUDA_SUCCESS);
+  ipc::Decoder d(r.bytes);
+  (void)d.value<ipc::ReplyHeader>();
+  wire::cuGraphDebugDotPrint_Reply dot;
+  wire::get(d, dot);
+  ASSERT_TRUE(d.ok() && d.atEnd());
+  EXPECT_EQ(dot.dot.view(), planted);
+  struct stat st {};
+  ASSERT_EQ(lstat(planted.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode)) << "phosd wrote through the planted symlink";
+  std::ifstream written(planted);
+  const std::string text((std::istreambuf_iterator<char>(written)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.rfind("digraph", 0), 0u) << text;
+  std::ifstream kept(victim);
+  const std::string victimText((std::istreambuf_iterator<char>(kept)),
+                               std::istreambuf_iterator<char>());
+  EXPECT_EQ(victimText, "precious");
+  (void)unlink(planted.c_str());
+  (void)unlink(victim);
 }
 
 // A posted (no-reply) call that fails reports at the next synchronizing call.
