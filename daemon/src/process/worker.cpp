@@ -378,6 +378,15 @@ class Worker {
   // Starts an operation on a thread of its own; false (and the client told
   // why) if one runs already.
   bool beginOperation(const char* name, int fd) {
+    // One that has begun its last answer only finishes writing it: a client
+    // that read that answer and asks again at once is served, not told "busy".
+    if (operationRunning_.load() && answering_.load() && operation_.joinable()) operation_.join();
+    if (ending_.load()) {
+      writeLine(fd, {{"ok", false},
+                     {"code", ipc::kNoSession},
+                     {"error", fmt::format("{} has ended", who())}});
+      return false;
+    }
     if (operationRunning_.load()) {
       writeLine(fd, {{"ok", false},
                      {"code", ipc::kBusy},
@@ -387,6 +396,7 @@ class Worker {
     }
     if (operation_.joinable()) operation_.join();
     operationName_ = name;
+    answering_ = false;
     operationRunning_ = true;
     // The control socket's 2 s send limit was for requests; progress lines
     // may wait for a slow reader a little longer.
@@ -472,6 +482,7 @@ class Worker {
         stopSession(*session);
         ending_ = true;
       }
+      answering_ = true;
       writeLine(fd, answer);
       client.reset();  // the client sees the end of the answer before the next operation may start
       operationRunning_ = false;
@@ -496,6 +507,7 @@ class Worker {
       relaxStreamCapture(*driver_);  // never refused, nor invalidating the application's captures
       const int fd = client.get();
       auto answer = session->validationReport(std::chrono::seconds(10));
+      answering_ = true;
       if (answer.isOk()) {
         (*answer)["ok"] = true;
         writeLine(fd, *answer);
@@ -724,6 +736,8 @@ class Worker {
   std::mutex sendMutex_;
   std::thread operation_;  // a checkpoint or restore
   std::atomic<bool> operationRunning_{false};
+  // Set by an operation's thread just before it writes its last answer.
+  std::atomic<bool> answering_{false};
   std::string operationName_;
   std::atomic<bool> ending_{false};
   std::atomic<bool> filesLeft_{false};  // a session that could not be stopped
