@@ -39,9 +39,10 @@ class Lexer {
       }
       size_t start = pos_;
       char c = text_[pos_];
-      if (c == '.' && pos_ + 1 < text_.size() && isDigit(text_[pos_ + 1]) &&
-          !out.empty() && out.back().kind != TokenKind::kIdent) {
-        // ".5": a float literal, never a modifier (modifiers follow identifiers).
+      if (c == '.' && pos_ + 1 < text_.size() && isDigit(text_[pos_ + 1]) && !out.empty() &&
+          out.back().kind != TokenKind::kIdent && out.back().kind != TokenKind::kDot) {
+        // ".5": a float literal, never a modifier (modifiers follow an opcode
+        // or a modifier: suld.b.2d).
         RETURN_IF_ERROR(lexNumber(t));
       } else if (c == '.') {
         ++pos_;

@@ -712,6 +712,12 @@ class Parser {
     } else {
       return expected("a register, symbol or immediate address");
     }
+    // Texture and surface instructions: [tex, {coordinates}], [tex, sampler,
+    // {coordinates}], [surf, {coordinates}].
+    while (accept(',')) {
+      ASSIGN_OR_RETURN(Operand e, operand(1));
+      a.elements.push_back(std::move(e));
+    }
     RETURN_IF_ERROR(expect(']', "to close the address"));
     return a;
   }

@@ -67,6 +67,10 @@ class Printer {
           out_ += o.name;
           appendOffset(out_, o.value);
         }
+        for (const Operand& e : o.elements) {
+          out_ += ", ";
+          operand(e);
+        }
         out_.push_back(']');
         break;
       case OperandKind::kVector:

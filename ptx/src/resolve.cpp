@@ -232,6 +232,9 @@ Result<ResolvedFunction> ResolvedFunction::build(const Function& function, const
           if (!registerKnown(o->name, fi.scope)) return fail("register", o->name);
           break;
         case OperandKind::kAddress:
+          for (auto it = o->elements.rbegin(); it != o->elements.rend(); ++it) {
+            stack.push_back(&*it);
+          }
           if (o->name.empty()) break;
           if (o->addressIsSymbol ? !symbolKnown(o->name, fi.scope)
                                  : !registerKnown(o->name, fi.scope)) {

@@ -411,4 +411,32 @@ TEST(PtxParser, CommentsAndLineNumbers) {
 }
 
 }  // namespace
+// Texture and surface instructions: geometry modifiers that start with a
+// digit after another modifier (suld.b.2d), and addresses that list the
+// coordinates after the object ([tex, {x, y}]); printed back as written.
+TEST(PtxParser, TextureAndSurfaceOperands) {
+  Instruction tex = parseInstruction("tex.2d.v4.f32.f32 {%f1, %f2, %f3, %f4}, [%rd2, {%f5, %f6}];");
+  EXPECT_EQ(tex.opcode, Opcode::kTex);
+  EXPECT_TRUE(tex.m.has(Flag::kGeom2d));
+  ASSERT_EQ(tex.operands.size(), 2u);
+  const Operand& a = tex.operands[1];
+  EXPECT_EQ(a.kind, OperandKind::kAddress);
+  EXPECT_EQ(a.name, "%rd2");
+  ASSERT_EQ(a.elements.size(), 1u);
+  EXPECT_EQ(a.elements[0].kind, OperandKind::kVector);
+  EXPECT_EQ(a.elements[0].elements.size(), 2u);
+  EXPECT_EQ(print(tex), "tex.2d.v4.f32.f32 \t{%f1, %f2, %f3, %f4}, [%rd2, {%f5, %f6}];");
+  Instruction suld =
+      parseInstruction("suld.b.3d.v2.b16.zero {%rs1, %rs2}, [%rd3, {%r1, %r2, %r3, %r3}];");
+  EXPECT_TRUE(suld.m.has(Flag::kB) && suld.m.has(Flag::kGeom3d) && suld.m.has(Flag::kZero));
+  Instruction tld4 =
+      parseInstruction("tld4.g.2d.v4.s32.f32 {%r1, %r2, %r3, %r4}, [%rd2, {%f1, %f2}];");
+  EXPECT_TRUE(tld4.m.has(Flag::kG));
+  Instruction txq = parseInstruction("txq.addr_mode_1.b32 %r1, [%rd2];");
+  EXPECT_TRUE(txq.m.has(Flag::kAddrMode1));
+  // A float literal after an operand separator is still a number.
+  Instruction mov = parseInstruction("mov.f32 %f1, 0f3F000000;");
+  EXPECT_EQ(mov.operands[1].kind, OperandKind::kImmFloat);
+}
+
 }  // namespace phos::ptx

@@ -156,7 +156,8 @@ enum class OperandKind : uint8_t {
   kImmInt,    // 42, -1, 0xFF; the value as a 64-bit pattern
   kImmFloat,  // 0f3F800000 (32-bit) or 0d3FF0000000000000 / 1.5 (64-bit)
   kSymbol,    // label, variable, function, param name; optional +offset; generic(sym)
-  kAddress,   // [base], [base+imm], [imm]: base is a register or a symbol
+  kAddress,   // [base], [base+imm], [imm]: base is a register or a symbol; texture and
+              // surface forms ([tex, {x, y}], [tex, sampler, {x}]) list the rest in elements
   kVector,    // {a, b, c, d}: elements may be registers, immediates or sinks
   kList,      // (a, b): the argument/return lists of call
   kPredPair,  // %p|%q: setp's second destination, shfl's lane-valid predicate

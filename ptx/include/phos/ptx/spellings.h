@@ -129,4 +129,15 @@
   X(kTrunc, "trunc") X(kExtract, "extract") X(kInsert, "insert")                     \
   X(kNoreturn, "noreturn") X(kMulti, "multi") X(kMma, "mma")                        \
   X(kFinite, "finite") X(kInfinite, "infinite") X(kNumber, "number")                 \
-  X(kNotanumber, "notanumber") X(kNormal, "normal") X(kSubnormal, "subnormal")
+  X(kNotanumber, "notanumber") X(kNormal, "normal") X(kSubnormal, "subnormal")       \
+  X(kGeom1d, "1d") X(kGeom2d, "2d") X(kGeom3d, "3d") X(kGeomA1d, "a1d")              \
+  X(kGeomA2d, "a2d") X(kGeomCube, "cube") X(kGeomAcube, "acube")                     \
+  X(kGeom2dms, "2dms") X(kGeomA2dms, "a2dms") X(kTrap, "trap") X(kZero, "zero")      \
+  X(kP, "p") X(kG, "g") X(kLevel, "level") X(kGrad, "grad") X(kWidth, "width")       \
+  X(kHeight, "height") X(kDepth, "depth") X(kChannelDataType, "channel_data_type")   \
+  X(kChannelOrder, "channel_order") X(kNormalizedCoords, "normalized_coords")        \
+  X(kForceUnnormalizedCoords, "force_unnormalized_coords")                           \
+  X(kFilterMode, "filter_mode") X(kAddrMode0, "addr_mode_0")                         \
+  X(kAddrMode1, "addr_mode_1") X(kAddrMode2, "addr_mode_2")                          \
+  X(kArraySize, "array_size") X(kNumMipmapLevels, "num_mipmap_levels")               \
+  X(kNumSamples, "num_samples")
