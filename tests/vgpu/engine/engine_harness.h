@@ -172,11 +172,14 @@ class Module {
     LaunchContext context;
     context.memory = memory_;
     context.printf = &printf_;
+    context.textures = textures_;
     return program_->launch(k, config, buf, context);
   }
 
   HostDeviceMemory& memory() { return *memory_; }
   Program& program() { return *program_; }
+  // The texture and surface objects launches see (none by default).
+  void setTextures(const TextureTable* textures) { textures_ = textures; }
   std::string printed() const { return printf_.text(); }
 
   // Where the loader placed the module-scope variable `name` (cuModuleGetGlobal);
@@ -193,6 +196,26 @@ class Module {
   HostDeviceMemory* memory_ = &ownMemory_;
   CapturingPrintf printf_;
   std::unique_ptr<Program> program_;
+  const TextureTable* textures_ = nullptr;
+};
+
+// Texture and surface objects by handle, for tests.
+class TestTextures final : public TextureTable {
+ public:
+  std::map<std::uint64_t, TextureView> textures, surfaces;
+  std::optional<TextureView> texture(std::uint64_t handle) const override {
+    return find(textures, handle);
+  }
+  std::optional<TextureView> surface(std::uint64_t handle) const override {
+    return find(surfaces, handle);
+  }
+
+ private:
+  static std::optional<TextureView> find(const std::map<std::uint64_t, TextureView>& m,
+                                         std::uint64_t handle) {
+    auto it = m.find(handle);
+    return it == m.end() ? std::nullopt : std::optional<TextureView>(it->second);
+  }
 };
 
 #ifdef PHOS_ENGINE_PTX_DIR

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -30,7 +31,8 @@ class PtxSemantics : public ::testing::Test {
     if (!st.isOk()) return {};
     if (in.empty()) in.push_back(0);
     uint32_t* din = module_.memory().alloc(in);
-    uint32_t* dout = module_.memory().alloc<uint32_t>(outWords);
+    uint32_t* dout =
+        module_.memory().alloc<uint32_t>(std::max<size_t>(outWords, 4));  // room for a .v4 store
     last_ = module_.launch("k", {1}, {threads}, Params().add(dout).add(din));
     EXPECT_THAT(last_, IsOk());
     return std::vector<uint32_t>(dout, dout + outWords);
@@ -1342,4 +1344,206 @@ TEST_F(PtxSemantics, HintsAndBreakpointsChangeNothing) {
 }
 
 }  // namespace
+// --- textures and surfaces ---------------------------------------------------------
+// Texture objects are TextureViews over test memory; each kernel loads the
+// object's handle from its input (word pair 0) and its coordinates after it.
+
+class TexturesTest : public PtxSemantics {
+ protected:
+  void SetUp() override { module_.setTextures(&objects_); }
+  // A view of `texels` (copied to test memory) of the given shape and format.
+  template <typename T>
+  TextureView view(const std::vector<T>& texels, std::uint64_t width, std::uint64_t height,
+                   unsigned channels, TextureView::Channel channel) {
+    T* p = module_.memory().alloc(texels);
+    TextureView v;
+    v.address = reinterpret_cast<std::uint64_t>(p);
+    v.dimensions = height > 1 ? 2 : 1;
+    v.width = width;
+    v.height = height;
+    v.channel = channel;
+    v.channelBytes = sizeof(T);
+    v.channels = channels;
+    v.pitch = width * sizeof(T) * channels;
+    v.slicePitch = v.pitch * height;
+    return v;
+  }
+  // Input words: the handle, then `rest`.
+  static std::vector<uint32_t> with(std::uint64_t handle, std::vector<uint32_t> rest) {
+    std::vector<uint32_t> in{static_cast<uint32_t>(handle), static_cast<uint32_t>(handle >> 32)};
+    in.insert(in.end(), rest.begin(), rest.end());
+    return in;
+  }
+  TestTextures objects_;
+};
+
+// tex.2d at (x, y) from words 2 and 3; the four results stored.
+const char* kTex2d = R"(
+  ld.global.u64 %rd3, [%rd2];
+  ld.global.f32 %f1, [%rd2+8];
+  ld.global.f32 %f2, [%rd2+12];
+  tex.2d.v4.f32.f32 {%f3, %f4, %f5, %f6}, [%rd3, {%f1, %f2}];
+  st.global.v4.f32 [%rd1], {%f3, %f4, %f5, %f6};)";
+
+TEST_F(TexturesTest, PointAndLinearFilteringIn2D) {
+  std::vector<float> texels{0, 1, 2, 3, 4, 5, 6, 7};  // 4 x 2
+  TextureView point = view(texels, 4, 2, 1, TextureView::Channel::kFloat);
+  point.addressMode = {TextureView::Address::kClamp, TextureView::Address::kClamp,
+                       TextureView::Address::kClamp};
+  TextureView linear = point;
+  linear.linearFilter = true;
+  objects_.textures[0x100] = point;
+  objects_.textures[0x101] = linear;
+  // A missing channel reads 0, a missing alpha 1.
+  auto r = run(kTex2d, with(0x100, {f2u(1.5f), f2u(1.5f)}), 4);
+  EXPECT_EQ(r, (std::vector<uint32_t>{f2u(5), 0, 0, f2u(1)}));
+  // Between texel centres: the average; x = 0.8 weighs texel 1 by 0.3, as
+  // 77/256 (weights have 8 fractional bits).
+  EXPECT_EQ(run(kTex2d, with(0x101, {f2u(1.0f), f2u(0.5f)}), 1)[0], f2u(0.5f));
+  EXPECT_EQ(run(kTex2d, with(0x101, {f2u(1.25f), f2u(1.0f)}), 1)[0], f2u(2.75f));
+  EXPECT_EQ(run(kTex2d, with(0x101, {f2u(0.8f), f2u(0.5f)}), 1)[0], f2u(77.0f / 256.0f));
+  // Clamped at the edge: beyond the last centre only the last texel counts.
+  EXPECT_EQ(run(kTex2d, with(0x101, {f2u(9.0f), f2u(5.0f)}), 1)[0], f2u(7.0f));
+}
+
+TEST_F(TexturesTest, AddressModesWithNormalizedCoordinates) {
+  using A = TextureView::Address;
+  TextureView v = view(std::vector<float>{10, 20, 30, 40}, 4, 1, 1, TextureView::Channel::kFloat);
+  v.normalizedCoordinates = true;
+  v.borderColor = {7, 0, 0, 0};
+  const char* tex1d = R"(
+  ld.global.u64 %rd3, [%rd2];
+  ld.global.f32 %f1, [%rd2+8];
+  tex.1d.v4.f32.f32 {%f3, %f4, %f5, %f6}, [%rd3, {%f1}];
+  st.global.f32 [%rd1], %f3;)";
+  const std::pair<A, std::pair<float, float>> cases[] = {
+      {A::kWrap, {1.25f, 20}},   {A::kWrap, {-0.25f, 40}}, {A::kMirror, {1.25f, 30}},
+      {A::kMirror, {-0.1f, 10}}, {A::kClamp, {-0.5f, 10}}, {A::kClamp, {3.0f, 40}},
+      {A::kBorder, {1.1f, 7}},   {A::kBorder, {0.6f, 30}}};
+  for (const auto& [mode, c] : cases) {
+    v.addressMode[0] = mode;
+    objects_.textures[0x200] = v;
+    EXPECT_EQ(run(tex1d, with(0x200, {f2u(c.first)}), 1)[0], f2u(c.second))
+        << "mode " << static_cast<int>(mode) << " at " << c.first;
+  }
+  // Without normalized coordinates wrap clamps.
+  v.normalizedCoordinates = false;
+  v.addressMode[0] = A::kWrap;
+  objects_.textures[0x200] = v;
+  EXPECT_EQ(run(tex1d, with(0x200, {f2u(9.0f)}), 1)[0], f2u(40));
+}
+
+TEST_F(TexturesTest, IntegerTexelsReadAsNormalizedFloatsOrIntegers) {
+  // Two channels of u8: (255, 128), and of s8: (-128, 64).
+  TextureView u8 = view(std::vector<uint8_t>{255, 128}, 1, 1, 2, TextureView::Channel::kUnsigned);
+  TextureView s8 = view(std::vector<uint8_t>{0x80, 64}, 1, 1, 2, TextureView::Channel::kSigned);
+  TextureView half =
+      view(std::vector<uint16_t>{0x3E00}, 1, 1, 1, TextureView::Channel::kHalf);  // 1.5
+  objects_.textures[1] = u8;
+  objects_.textures[2] = s8;
+  objects_.textures[3] = half;
+  u8.readAsInteger = true;
+  objects_.textures[4] = u8;
+  EXPECT_EQ(run(kTex2d, with(1, {f2u(0.5f), f2u(0.5f)}), 2),
+            (std::vector<uint32_t>{f2u(1.0f), f2u(static_cast<float>(128 / 255.0))}));
+  EXPECT_EQ(run(kTex2d, with(2, {f2u(0.5f), f2u(0.5f)}), 2),
+            (std::vector<uint32_t>{f2u(-1.0f), f2u(static_cast<float>(64 / 127.0))}));
+  EXPECT_EQ(run(kTex2d, with(3, {f2u(0.5f), f2u(0.5f)}), 1)[0], f2u(1.5f));
+  EXPECT_EQ(run(kTex2d, with(4, {f2u(0.5f), f2u(0.5f)}), 4),
+            (std::vector<uint32_t>{255, 128, 0, 1}));
+}
+
+TEST_F(TexturesTest, IntegerCoordinatesGatherAndQueries) {
+  TextureView v =
+      view(std::vector<int32_t>{1, 2, 3, 4, 5, 6}, 3, 2, 1, TextureView::Channel::kSigned);
+  v.addressMode = {TextureView::Address::kClamp, TextureView::Address::kClamp,
+                   TextureView::Address::kClamp};
+  objects_.textures[9] = v;
+  // Integer coordinates index texels; out of range they clamp.
+  const char* fetch = R"(
+  ld.global.u64 %rd3, [%rd2];
+  ld.global.u32 %r1, [%rd2+8];
+  ld.global.u32 %r2, [%rd2+12];
+  tex.2d.v4.s32.s32 {%r3, %r4, %r5, %r6}, [%rd3, {%r1, %r2}];
+  st.global.u32 [%rd1], %r3;)";
+  EXPECT_EQ(run(fetch, with(9, {2, 1}), 1)[0], 6u);
+  EXPECT_EQ(run(fetch, with(9, {static_cast<uint32_t>(-3), 7}), 1)[0], 4u);
+  // tld4 at the centre of the four texels (1,0), (2,0), (1,1), (2,1):
+  // (i, j+1), (i+1, j+1), (i+1, j), (i, j).
+  const char* gather = R"(
+  ld.global.u64 %rd3, [%rd2];
+  ld.global.f32 %f1, [%rd2+8];
+  ld.global.f32 %f2, [%rd2+12];
+  tld4.r.2d.v4.s32.f32 {%r3, %r4, %r5, %r6}, [%rd3, {%f1, %f2}];
+  st.global.v4.u32 [%rd1], {%r3, %r4, %r5, %r6};)";
+  EXPECT_EQ(run(gather, with(9, {f2u(2.0f), f2u(1.0f)}), 4), (std::vector<uint32_t>{5, 6, 3, 2}));
+  const char* query = R"(
+  ld.global.u64 %rd3, [%rd2];
+  txq.width.b32 %r1, [%rd3];
+  txq.height.b32 %r2, [%rd3];
+  txq.depth.b32 %r3, [%rd3];
+  txq.addr_mode_0.b32 %r4, [%rd3];
+  txq.filter_mode.b32 %r5, [%rd3];
+  txq.normalized_coords.b32 %r6, [%rd3];
+  st.global.v4.u32 [%rd1], {%r1, %r2, %r3, %r4};
+  st.global.v2.u32 [%rd1+16], {%r5, %r6};)";
+  EXPECT_EQ(run(query, with(9, {}), 6), (std::vector<uint32_t>{3, 2, 1, 3, 0, 0}));
+}
+
+TEST_F(TexturesTest, SurfaceStoresLoadsAndBoundaryModes) {
+  TextureView s = view(std::vector<uint32_t>(8, 0), 4, 2, 1, TextureView::Channel::kUnsigned);
+  objects_.surfaces[0x300] = s;
+  auto* texels = reinterpret_cast<uint32_t*>(s.address);
+  // x in bytes, y in rows: (8, 1) is texel 6.
+  const char* storeLoad = R"(
+  ld.global.u64 %rd3, [%rd2];
+  ld.global.u32 %r1, [%rd2+8];
+  ld.global.u32 %r2, [%rd2+12];
+  sust.b.2d.b32.trap [%rd3, {%r1, %r2}], {%r0};
+  add.u32 %r5, %r0, 41;
+  sust.b.2d.b32.trap [%rd3, {%r1, %r2}], {%r5};
+  suld.b.2d.b32.trap {%r3}, [%rd3, {%r1, %r2}];
+  add.u32 %r1, %r1, 400;
+  suld.b.2d.b32.zero {%r4}, [%rd3, {%r1, %r2}];
+  suld.b.2d.b32.clamp {%r6}, [%rd3, {%r1, %r2}];
+  suq.width.b32 %r7, [%rd3];
+  st.global.v4.u32 [%rd1], {%r3, %r4, %r6, %r7};)";
+  EXPECT_EQ(run(storeLoad, with(0x300, {8, 1}), 4), (std::vector<uint32_t>{41, 0, 0, 4}));
+  EXPECT_EQ(texels[6], 41u);
+  // Out of the surface with .trap, or misaligned: the launch faults.
+  const char* trap = R"(
+  ld.global.u64 %rd3, [%rd2];
+  ld.global.u32 %r1, [%rd2+8];
+  sust.b.1d.b32.trap [%rd3, {%r1}], {%r0};)";
+  ASSERT_THAT(module_.load(kernel(trap)), IsOk());
+  uint32_t* in = module_.memory().alloc(with(0x300, {16}));
+  uint32_t* out = module_.memory().alloc<uint32_t>(1);
+  EXPECT_THAT(module_.launch("k", {1}, {1}, Params().add(out).add(in)),
+              StatusIs(Code::kFailedPrecondition,
+                       HasSubstr("CUDA_ERROR_ILLEGAL_ADDRESS: surface access at (16, 0, 0)")));
+  in[2] = 2;
+  EXPECT_THAT(module_.launch("k", {1}, {1}, Params().add(out).add(in)),
+              StatusIs(Code::kFailedPrecondition, HasSubstr("CUDA_ERROR_MISALIGNED_ADDRESS")));
+}
+
+TEST_F(TexturesTest, UnknownObjectsAndUnrunFormsFaultMalformedOnesAreRefused) {
+  ASSERT_THAT(module_.load(kernel(kTex2d)), IsOk());
+  uint32_t* in = module_.memory().alloc(with(0x7777, {0, 0}));
+  uint32_t* out = module_.memory().alloc<uint32_t>(4);
+  EXPECT_THAT(
+      module_.launch("k", {1}, {1}, Params().add(out).add(in)),
+      StatusIs(Code::kFailedPrecondition, HasSubstr("texture object 0x7777 does not exist")));
+  // An array geometry loads and faults when it runs, naming the form.
+  ASSERT_THAT(module_.load(kernel(R"(
+  ld.global.u64 %rd3, [%rd2];
+  tex.a2d.v4.f32.f32 {%f3, %f4, %f5, %f6}, [%rd3, {%r1, %f1, %f2, %f2}];)")),
+              IsOk());
+  EXPECT_THAT(module_.launch("k", {1}, {1}, Params().add(out).add(in)),
+              StatusIs(Code::kFailedPrecondition,
+                       HasSubstr("tex.a2d.v4.f32.f32 is not supported by vgpu")));
+  // No coordinates, or a scalar destination: refused at load.
+  EXPECT_FALSE(module_.load(kernel("tex.2d.v4.f32.f32 {%f3, %f4, %f5, %f6}, [%rd3];")).isOk());
+  EXPECT_FALSE(module_.load(kernel("tex.2d.v4.f32.f32 %f3, [%rd3, {%f1, %f2}];")).isOk());
+}
+
 }  // namespace phos::vgpu::engine::testing

@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "device_printf.h"
@@ -26,6 +27,7 @@
 #include "phos/instrument/check_function.h"
 #include "phos/instrument/twin.h"
 #include "phos/ptx/printer.h"
+#include "texture_sampling.h"
 
 namespace phos::vgpu::engine::detail {
 namespace {
@@ -828,6 +830,18 @@ class BlockRunner {
       case Opcode::kMovmatrix: return executeMovmatrix(w, f, in, mask, exec);
       case Opcode::kMma: return executeMmaSync(w, f, in, mask, exec);
       case Opcode::kAtom: case Opcode::kRed: return executeAtomic(w, f, in, exec);
+      case Opcode::kTex:
+      case Opcode::kTld4:
+        return executeTexture(w, f, in, exec);
+      case Opcode::kSuld:
+      case Opcode::kSust:
+        return executeSurface(w, f, in, exec);
+      case Opcode::kTxq:
+      case Opcode::kSuq:
+        return executeTextureQuery(w, f, in, exec);
+      case Opcode::kSured:
+        return raise(KernelFault::kIllegalInstruction, w, in, std::countr_zero(exec),
+                     fmt::format("unsupported instruction sured: {}", coverageOf(in.op).note));
       case Opcode::kShfl: return executeShfl(w, f, in, exec);
       case Opcode::kVote: return executeVote(w, f, in, exec);
       case Opcode::kMatch: return executeMatch(w, f, in, exec);
@@ -3319,6 +3333,195 @@ class BlockRunner {
     return Step::kContinue;
   }
 
+  // ---------------------------------------------------------------- textures and surfaces
+  // The object a tex/suld/... names, looked up once per block runner.
+  const TextureView* textureObject(uint64_t handle, bool surface) {
+    auto& cache = surface ? surfaces_ : textures_;
+    auto it = cache.find(handle);
+    if (it == cache.end()) {
+      std::optional<TextureView> view;
+      if (l_.context.textures != nullptr) {
+        view =
+            surface ? l_.context.textures->surface(handle) : l_.context.textures->texture(handle);
+      }
+      it = cache.emplace(handle, std::move(view)).first;
+    }
+    return it->second ? &*it->second : nullptr;
+  }
+
+  Step noObject(const Warp& w, const Inst& in, int lane, uint64_t handle, bool surface) {
+    return raise(
+        KernelFault::kIllegalAddress, w, in, lane,
+        fmt::format("{} object {:#x} does not exist", surface ? "surface" : "texture", handle));
+  }
+
+  // Texel memory is the context's device memory: checked and recorded as a load's.
+  bool readTexel(uint64_t address, unsigned bytes, void* out) {
+    if (!l_.context.memory->isAccessible(address, bytes)) return false;
+    if (recording_) recordAccess(address, bytes, true, false);
+    std::memcpy(out, reinterpret_cast<const void*>(address), bytes);
+    return true;
+  }
+
+  Step executeTexture(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
+    if (in.unsupported) return unsupportedForm(w, in, exec);
+    const ptx::Modifiers& m = in.m;
+    const Opnd& a = in.ops[1];
+    const Opnd& coords = a.elems.back();
+    const int dims = m.has(Flag::kGeom1d) ? 1 : m.has(Flag::kGeom2d) ? 2 : 3;
+    // tex.geom.v4.dtype.ctype: the coordinates' type is the last one.
+    const bool integer = in.type2 == Type::kS32;
+    const int component = m.has(Flag::kG) ? 1 : m.has(Flag::kB) ? 2 : m.has(Flag::kA) ? 3 : 0;
+    TexelReader reader = [this](uint64_t address, unsigned bytes, void* out) {
+      return readTexel(address, bytes, out);
+    };
+    for (uint32_t mask = exec; mask; mask &= mask - 1) {
+      const int lane = std::countr_zero(mask);
+      const uint64_t handle = effectiveAddress(w, f, a, lane);
+      const TextureView* t = textureObject(handle, false);
+      if (t == nullptr) return noObject(w, in, lane, handle, false);
+      TexCoords c;
+      c.integer = integer;
+      c.dimensions = dims;
+      for (int d = 0; d < dims; ++d) {
+        const uint64_t v = read(w, f, coords.elems[static_cast<size_t>(d)], lane);
+        c.f[static_cast<size_t>(d)] = asF32(v);
+        c.i[static_cast<size_t>(d)] = static_cast<int32_t>(static_cast<uint32_t>(v));
+      }
+      std::optional<TexResult> r = in.op == Opcode::kTld4
+                                       ? gatherTexture(*t, c.f[0], c.f[1], component, reader)
+                                       : sampleTexture(*t, c, reader);
+      if (!r) {
+        return raise(KernelFault::kIllegalAddress, w, in, lane,
+                     "texel memory that is not the context's");
+      }
+      for (size_t k = 0; k < 4; ++k) writeReg(f, in.ops[0].elems[k], lane, (*r)[k]);
+    }
+    return Step::kContinue;
+  }
+
+  // suld.b / sust.b: x in bytes, y and z in rows and slices. Out of the
+  // surface, .trap faults, .clamp uses the nearest location and .zero loads
+  // zeros and drops stores.
+  Step executeSurface(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
+    if (in.unsupported) return unsupportedForm(w, in, exec);
+    const ptx::Modifiers& m = in.m;
+    const bool load = in.op == Opcode::kSuld;
+    const Opnd& a = in.ops[load ? 1 : 0];
+    const Opnd& v = in.ops[load ? 0 : 1];
+    const Opnd& coords = a.elems.back();
+    const int dims = m.has(Flag::kGeom1d) ? 1 : m.has(Flag::kGeom2d) ? 2 : 3;
+    const unsigned elem = tsize(in.type);
+    const unsigned n = m.vectorWidth;
+    const uint64_t size = uint64_t{elem} * n;
+    for (uint32_t mask = exec; mask; mask &= mask - 1) {
+      const int lane = std::countr_zero(mask);
+      const uint64_t handle = effectiveAddress(w, f, a, lane);
+      const TextureView* t = textureObject(handle, true);
+      if (t == nullptr) return noObject(w, in, lane, handle, true);
+      std::array<int64_t, 3> at{0, 0, 0};
+      for (int d = 0; d < dims; ++d) {
+        at[static_cast<size_t>(d)] = static_cast<int32_t>(
+            static_cast<uint32_t>(read(w, f, coords.elems[static_cast<size_t>(d)], lane)));
+      }
+      const int64_t rowBytes = static_cast<int64_t>(t->width * t->texelBytes());
+      const std::array<int64_t, 3> limit{rowBytes - static_cast<int64_t>(size),
+                                         static_cast<int64_t>(t->height) - 1,
+                                         static_cast<int64_t>(t->depth) - 1};
+      bool outside = false;
+      for (size_t d = 0; d < 3; ++d) outside = outside || at[d] < 0 || at[d] > limit[d];
+      if (outside) {
+        if (m.has(Flag::kZero)) {
+          if (load) {
+            for (unsigned i = 0; i < n; ++i) {
+              writeReg(f, v.kind == OpndKind::kVec ? v.elems[i] : v, lane, 0);
+            }
+          }
+          continue;
+        }
+        if (!m.has(Flag::kClamp)) {
+          return raise(KernelFault::kIllegalAddress, w, in, lane,
+                       fmt::format("surface access at ({}, {}, {}) outside its {} x {} x {} texels",
+                                   at[0], at[1], at[2], t->width, t->height, t->depth));
+        }
+        for (size_t d = 0; d < 3; ++d) {
+          at[d] = std::clamp<int64_t>(at[d], 0, std::max<int64_t>(limit[d], 0));
+        }
+      }
+      if (at[0] % static_cast<int64_t>(size) != 0) {
+        return raise(
+            KernelFault::kMisalignedAddress, w, in, lane,
+            fmt::format("surface access at byte {} of a row is not {}-byte aligned", at[0], size));
+      }
+      const uint64_t address = t->address + static_cast<uint64_t>(at[2]) * t->slicePitch +
+                               static_cast<uint64_t>(at[1]) * t->pitch +
+                               static_cast<uint64_t>(at[0]);
+      if (!l_.context.memory->isAccessible(address, size)) {
+        return raise(KernelFault::kIllegalAddress, w, in, lane,
+                     "surface memory that is not the context's");
+      }
+      if (recording_) recordAccess(address, size, load, !load);
+      auto* p = reinterpret_cast<uint8_t*>(address);
+      for (unsigned i = 0; i < n; ++i) {
+        const Opnd& r = v.kind == OpndKind::kVec ? v.elems[i] : v;
+        if (load) {
+          writeReg(f, r, lane, loadBytes(p + i * elem, elem));
+        } else {
+          const uint64_t value = read(w, f, r, lane);
+          std::memcpy(p + i * elem, &value, elem);
+        }
+      }
+    }
+    return Step::kContinue;
+  }
+
+  // txq / suq: a property of the object. Surfaces report their width in
+  // elements, as textures do.
+  Step executeTextureQuery(Warp& w, Frame& f, const Inst& in, uint32_t exec) {
+    if (in.unsupported) return unsupportedForm(w, in, exec);
+    const ptx::Modifiers& m = in.m;
+    const bool surface = in.op == Opcode::kSuq;
+    for (uint32_t mask = exec; mask; mask &= mask - 1) {
+      const int lane = std::countr_zero(mask);
+      const uint64_t handle = effectiveAddress(w, f, in.ops[1], lane);
+      const TextureView* t = textureObject(handle, surface);
+      if (t == nullptr) return noObject(w, in, lane, handle, surface);
+      // The PTX ISA's addressing-mode numbers: wrap 0, mirror 1, clamp_to_edge 3,
+      // clamp_to_border 4.
+      auto modeNumber = [](TextureView::Address mode) -> uint64_t {
+        switch (mode) {
+          case TextureView::Address::kWrap:
+            return 0;
+          case TextureView::Address::kMirror:
+            return 1;
+          case TextureView::Address::kClamp:
+            return 3;
+          case TextureView::Address::kBorder:
+            return 4;
+        }
+        return 0;
+      };
+      uint64_t value = 0;
+      if (m.has(Flag::kWidth)) {
+        value = t->width;
+      } else if (m.has(Flag::kHeight)) {
+        value = t->height;
+      } else if (m.has(Flag::kDepth)) {
+        value = t->depth;
+      } else if (m.has(Flag::kNormalizedCoords)) {
+        value = t->normalizedCoordinates ? 1 : 0;
+      } else if (m.has(Flag::kFilterMode)) {
+        value = t->linearFilter ? 1 : 0;
+      } else {
+        value = modeNumber(t->addressMode[m.has(Flag::kAddrMode0)   ? 0
+                                          : m.has(Flag::kAddrMode1) ? 1
+                                                                    : 2]);
+      }
+      writeReg(f, in.ops[0], lane, value);
+    }
+    return Step::kContinue;
+  }
+
   LaunchState& s_;
   const KernelLaunch& l_;
   const ExecModule& code_;
@@ -3340,6 +3543,8 @@ class BlockRunner {
   bool recording_ = false;
   std::vector<ByteRange> reads_;
   std::vector<ByteRange> writes_;
+  std::unordered_map<uint64_t, std::optional<TextureView>> textures_;
+  std::unordered_map<uint64_t, std::optional<TextureView>> surfaces_;
 };
 
 }  // namespace

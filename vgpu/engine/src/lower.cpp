@@ -355,6 +355,10 @@ class FunctionLowering {
       case OperandKind::kAddress: {
         r.kind = OpndKind::kAddr;
         r.imm = static_cast<uint64_t>(o.value);
+        for (const ptx::Operand& e : o.elements) {  // [tex, {coordinates}]
+          ASSIGN_OR_RETURN(Opnd le, lowerOperand(e, inst));
+          r.elems.push_back(std::move(le));
+        }
         if (o.name.empty()) {
           r.base = AddrBase::kAbsolute;
           return r;
@@ -576,6 +580,7 @@ class FunctionLowering {
     if (in.opcode == ptx::Opcode::kMbarrier) RETURN_IF_ERROR(checkMbarrier(in, inst));
     if (in.opcode == ptx::Opcode::kCp) RETURN_IF_ERROR(lowerAsyncCopy(in, inst));
     if (in.opcode == ptx::Opcode::kCvt && !cvtSupported(in.m)) inst.unsupported = true;
+    if (isTextureOpcode(in.opcode)) RETURN_IF_ERROR(checkTextureForm(in, inst));
     // 128-bit loads and stores would need 128-bit registers, which the
     // interpreter does not have: faulting is better than moving half.
     if ((in.opcode == ptx::Opcode::kLd || in.opcode == ptx::Opcode::kLdu || in.opcode == ptx::Opcode::kSt) &&
@@ -612,6 +617,98 @@ class FunctionLowering {
     }
     out_.code.push_back(std::move(inst));
     return Status::ok();
+  }
+
+  // tex, tld4, txq, suld, sust, suq: malformed operands are refused; forms
+  // the interpreter does not run (docs/vgpu.md) fault when they run.
+  static bool isTextureOpcode(ptx::Opcode op) {
+    using ptx::Opcode;
+    return op == Opcode::kTex || op == Opcode::kTld4 || op == Opcode::kTxq || op == Opcode::kSuld ||
+           op == Opcode::kSust || op == Opcode::kSuq || op == Opcode::kSured;
+  }
+  Status checkTextureForm(const ptx::Instruction& in, Inst& inst) {
+    using ptx::Flag;
+    using ptx::Opcode;
+    const auto& m = in.m;
+    auto malformed = [&]() {
+      return makeError(Code::kInvalidArgument, "line {}: malformed {} operands", in.line,
+                       ptx::name(in.opcode));
+    };
+    const int dims = m.has(Flag::kGeom1d)   ? 1
+                     : m.has(Flag::kGeom2d) ? 2
+                     : m.has(Flag::kGeom3d) ? 3
+                                            : 0;
+    const bool otherGeometry = m.has(Flag::kGeomA1d) || m.has(Flag::kGeomA2d) ||
+                               m.has(Flag::kGeomCube) || m.has(Flag::kGeomAcube) ||
+                               m.has(Flag::kGeom2dms) || m.has(Flag::kGeomA2dms);
+    // The object's handle in a 64-bit register: unified mode with texture and
+    // surface objects (module-scope .texref/.surfref variables are not run).
+    auto objectInRegister = [&](const Opnd& a) {
+      return a.kind == OpndKind::kAddr && a.base == AddrBase::kRegister;
+    };
+    auto coordinates = [&](const Opnd& a) -> const Opnd* {
+      if (a.kind != OpndKind::kAddr || a.elems.empty()) return nullptr;
+      const Opnd& c = a.elems.back();
+      return c.kind == OpndKind::kVec ? &c : nullptr;
+    };
+    switch (in.opcode) {
+      case Opcode::kTex:
+      case Opcode::kTld4: {
+        if (inst.ops.size() < 2 || inst.ops[0].kind != OpndKind::kVec ||
+            inst.ops[0].elems.size() != 4) {
+          return malformed();
+        }
+        const Opnd* c = coordinates(inst.ops[1]);
+        if (c == nullptr) return malformed();
+        const bool gatherComponent = in.opcode == Opcode::kTex || m.has(Flag::kR) ||
+                                     m.has(Flag::kG) || m.has(Flag::kB) || m.has(Flag::kA);
+        if (dims == 0 || otherGeometry || m.has(Flag::kLevel) || m.has(Flag::kGrad) ||
+            inst.ops.size() != 2 || inst.ops[1].elems.size() != 1 ||
+            !objectInRegister(inst.ops[1]) || !gatherComponent ||
+            (in.opcode == Opcode::kTld4 && dims != 2) ||
+            c->elems.size() < static_cast<size_t>(dims == 3 ? 4 : dims)) {
+          inst.unsupported = true;
+        }
+        return Status::ok();
+      }
+      case Opcode::kSuld:
+      case Opcode::kSust: {
+        const bool load = in.opcode == Opcode::kSuld;
+        if (inst.ops.size() < 2) return malformed();
+        const Opnd& a = inst.ops[load ? 1 : 0];
+        const Opnd& v = inst.ops[load ? 0 : 1];
+        const Opnd* c = coordinates(a);
+        if (c == nullptr) return malformed();
+        const size_t width = m.vectorWidth;
+        // One value is written {%r1} (as nvcc does) or %r1.
+        if (v.kind == OpndKind::kVec ? v.elems.size() != width : width != 1) return malformed();
+        const ptx::Type t = m.type();
+        const bool binaryType = t == ptx::Type::kB8 || t == ptx::Type::kB16 ||
+                                t == ptx::Type::kB32 || t == ptx::Type::kB64;
+        if (!m.has(Flag::kB) || dims == 0 || otherGeometry || !binaryType || a.elems.size() != 1 ||
+            !objectInRegister(a) || c->elems.size() < static_cast<size_t>(dims == 3 ? 4 : dims)) {
+          inst.unsupported = true;  // .p (formatted) accesses and layered surfaces
+        }
+        return Status::ok();
+      }
+      case Opcode::kTxq:
+      case Opcode::kSuq: {
+        if (inst.ops.size() != 2 || inst.ops[0].kind != OpndKind::kReg) return malformed();
+        const bool query =
+            m.has(Flag::kWidth) || m.has(Flag::kHeight) || m.has(Flag::kDepth) ||
+            (in.opcode == Opcode::kTxq &&
+             (m.has(Flag::kNormalizedCoords) || m.has(Flag::kFilterMode) ||
+              m.has(Flag::kAddrMode0) || m.has(Flag::kAddrMode1) || m.has(Flag::kAddrMode2)));
+        if (!query || m.has(Flag::kLevel) || !objectInRegister(inst.ops[1]) ||
+            !inst.ops[1].elems.empty()) {
+          inst.unsupported = true;
+        }
+        return Status::ok();
+      }
+      default:
+        inst.unsupported = true;  // sured
+        return Status::ok();
+    }
   }
 
   // call{.uni} (ret), f, (args);  call f, (args);  call (ret), %rd, (args), proto;

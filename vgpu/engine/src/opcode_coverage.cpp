@@ -16,6 +16,16 @@ constexpr std::string_view kNothing = "executed as nothing: a hint that changes 
 constexpr std::string_view kClusters = "distributed shared memory: clusters of more than one CTA are not run";
 constexpr std::string_view kVideo = "the video instructions are not executed";
 constexpr std::string_view kTextures = "textures and surfaces are not executed";
+constexpr std::string_view kTextureForms =
+    "texture objects, 1d/2d/3d: point and linear filtering, every addressing mode, normalized "
+    "coordinates; "
+    "array, cube and multisample geometries, .level and .grad fault";
+constexpr std::string_view kSurfaceForms =
+    "surface objects, .b (binary) 1d/2d/3d with .trap, .clamp and .zero; .p (formatted) and "
+    "layered forms fault";
+constexpr std::string_view kQueryForms =
+    "width, height, depth (and for txq normalized_coords, filter_mode, addr_mode_N); the others "
+    "fault";
 constexpr std::string_view kAtomicForms = "scalar forms of 16, 32 and 64 bits (f16/bf16 adds included); .b128 and vector forms fault";
 constexpr std::string_view kMemoryForms = "every state space, scalars and .v2/.v4 vectors; .b128 accesses fault";
 constexpr std::string_view kNoStack = "the PTX stack (alloca, stacksave, stackrestore) is not executed";
@@ -39,21 +49,25 @@ constexpr std::array kTable = {
     OpcodeCoverage{Opcode::kBrev, E, ""},
     OpcodeCoverage{Opcode::kBrkpt, E, "executed as nothing: no debugger is attached"},
     OpcodeCoverage{Opcode::kBrx, L, "brx.idx jump tables are not executed"},
-    OpcodeCoverage{Opcode::kCall, S, "direct calls and uniform indirect ones; divergent indirect calls fault"},
+    OpcodeCoverage{Opcode::kCall, S,
+                   "direct calls and uniform indirect ones; divergent indirect calls fault"},
     OpcodeCoverage{Opcode::kClz, E, ""},
     OpcodeCoverage{Opcode::kCnot, E, ""},
     OpcodeCoverage{Opcode::kCopysign, E, ""},
     OpcodeCoverage{Opcode::kCos, E, ""},
     OpcodeCoverage{Opcode::kCp, S,
-                   "cp.async, and cp.async.bulk without tensor maps; the .tensor, multicast, prefetch and reduce "
+                   "cp.async, and cp.async.bulk without tensor maps; the .tensor, multicast, "
+                   "prefetch and reduce "
                    "forms are refused at load or fault"},
     OpcodeCoverage{Opcode::kCreatepolicy, E, kNothing},
     OpcodeCoverage{Opcode::kCvt, S,
-                   "integer and float types, f16x2/bf16x2 and fp8 pairs, tf32 by .rna/.rn/.rz; fp6, fp4, ue8m0, "
+                   "integer and float types, f16x2/bf16x2 and fp8 pairs, tf32 by .rna/.rn/.rz; "
+                   "fp6, fp4, ue8m0, "
                    ".rs and tf32 by .rm/.rp fault"},
     OpcodeCoverage{Opcode::kCvta, E, ""},
     OpcodeCoverage{Opcode::kDiscard, E,
-                   "executed as nothing: the ISA leaves the discarded bytes indeterminate, and keeping them is one "
+                   "executed as nothing: the ISA leaves the discarded bytes indeterminate, and "
+                   "keeping them is one "
                    "of the values allowed"},
     OpcodeCoverage{Opcode::kDiv, E, ""},
     OpcodeCoverage{Opcode::kDp2a, E, ""},
@@ -65,11 +79,14 @@ constexpr std::array kTable = {
     OpcodeCoverage{Opcode::kFma, E, ""},
     OpcodeCoverage{Opcode::kFns, E, ""},
     OpcodeCoverage{Opcode::kGetctarank, F, kClusters},
-    OpcodeCoverage{Opcode::kGriddepcontrol, E, "exact as nothing: a launch starts once its stream's work is done"},
+    OpcodeCoverage{Opcode::kGriddepcontrol, E,
+                   "exact as nothing: a launch starts once its stream's work is done"},
     OpcodeCoverage{Opcode::kIsspacep, E, ""},
     OpcodeCoverage{Opcode::kIstypep, L, kTextures},
     OpcodeCoverage{Opcode::kLd, S, kMemoryForms},
-    OpcodeCoverage{Opcode::kLdmatrix, S, "m8n8 .x1/.x2/.x4 of .b16, with and without .trans; other shapes are refused at load"},
+    OpcodeCoverage{
+        Opcode::kLdmatrix, S,
+        "m8n8 .x1/.x2/.x4 of .b16, with and without .trans; other shapes are refused at load"},
     OpcodeCoverage{Opcode::kLdu, S, kMemoryForms},
     OpcodeCoverage{Opcode::kLg2, E, ""},
     OpcodeCoverage{Opcode::kLop3, E, ""},
@@ -83,7 +100,8 @@ constexpr std::array kTable = {
     OpcodeCoverage{Opcode::kMembar, E, ""},
     OpcodeCoverage{Opcode::kMin, E, ""},
     OpcodeCoverage{Opcode::kMma, S,
-                   "mma.sync m16n8k16 and m16n8k8 .row.col, f16 or bf16 inputs, f16 or f32 accumulators; other "
+                   "mma.sync m16n8k16 and m16n8k8 .row.col, f16 or bf16 inputs, f16 or f32 "
+                   "accumulators; other "
                    "shapes and types fault"},
     OpcodeCoverage{Opcode::kMov, E, ""},
     OpcodeCoverage{Opcode::kMovmatrix, E, "m8n8.trans.b16, its one form"},
@@ -120,21 +138,22 @@ constexpr std::array kTable = {
     OpcodeCoverage{Opcode::kStackrestore, F, kNoStack},
     OpcodeCoverage{Opcode::kStacksave, F, kNoStack},
     OpcodeCoverage{Opcode::kSt, S, kMemoryForms},
-    OpcodeCoverage{Opcode::kStmatrix, S, "m8n8 .x1/.x2/.x4 of .b16, with and without .trans; .m16n8 of .b8 faults"},
+    OpcodeCoverage{Opcode::kStmatrix, S,
+                   "m8n8 .x1/.x2/.x4 of .b16, with and without .trans; .m16n8 of .b8 faults"},
     OpcodeCoverage{Opcode::kSub, E, ""},
     OpcodeCoverage{Opcode::kSubc, E, ""},
-    OpcodeCoverage{Opcode::kSuld, L, kTextures},
-    OpcodeCoverage{Opcode::kSured, L, kTextures},
-    OpcodeCoverage{Opcode::kSust, L, kTextures},
-    OpcodeCoverage{Opcode::kSuq, L, kTextures},
+    OpcodeCoverage{Opcode::kSuld, S, kSurfaceForms},
+    OpcodeCoverage{Opcode::kSured, F, "surface reductions are not executed"},
+    OpcodeCoverage{Opcode::kSust, S, kSurfaceForms},
+    OpcodeCoverage{Opcode::kSuq, S, kQueryForms},
     OpcodeCoverage{Opcode::kSzext, E, ""},
     OpcodeCoverage{Opcode::kTanh, E, ""},
     OpcodeCoverage{Opcode::kTensormap, L, "tensor-map updates (sm_90a) are not executed"},
     OpcodeCoverage{Opcode::kTestp, E, "zeros count as normal numbers, as the ISA says"},
-    OpcodeCoverage{Opcode::kTex, L, kTextures},
-    OpcodeCoverage{Opcode::kTld4, L, kTextures},
+    OpcodeCoverage{Opcode::kTex, S, kTextureForms},
+    OpcodeCoverage{Opcode::kTld4, S, "2d gathers of texture objects; other geometries fault"},
     OpcodeCoverage{Opcode::kTrap, E, ""},
-    OpcodeCoverage{Opcode::kTxq, L, kTextures},
+    OpcodeCoverage{Opcode::kTxq, S, kQueryForms},
     OpcodeCoverage{Opcode::kVabsdiff, F, kVideo},
     OpcodeCoverage{Opcode::kVabsdiff2, F, kVideo},
     OpcodeCoverage{Opcode::kVabsdiff4, F, kVideo},
@@ -161,7 +180,8 @@ constexpr std::array kTable = {
     OpcodeCoverage{Opcode::kVsub4, F, kVideo},
     OpcodeCoverage{Opcode::kWgmma, L, "warpgroup MMA (sm_90a) is not executed"},
     OpcodeCoverage{Opcode::kWmma, S,
-                   "the shapes and types of the wmma section (f16, bf16, s8/u8, tf32, f64); sub-byte and b1 types "
+                   "the shapes and types of the wmma section (f16, bf16, s8/u8, tf32, f64); "
+                   "sub-byte and b1 types "
                    "fault"},
     OpcodeCoverage{Opcode::kXor, E, ""},
 };

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -126,6 +127,38 @@ struct AccessRecord {
   bool recorded = false;  // set by a Program that filled the record
 };
 
+// A texture or surface object as a kernel sees it (cuTexObjectCreate,
+// cuSurfObjectCreate): its texels, their format and the sampler state. Texels
+// lie row after row, `pitch` bytes apart, and `slicePitch` bytes between the
+// 2D slices of a 3D resource, at `address` in the context's device memory.
+struct TextureView {
+  enum class Channel : std::uint8_t { kUnsigned, kSigned, kFloat, kHalf };
+  enum class Address : std::uint8_t { kWrap, kClamp, kMirror, kBorder };
+  std::uint64_t address = 0;
+  int dimensions = 1;                              // 1, 2 or 3
+  std::uint64_t width = 0, height = 1, depth = 1;  // in texels
+  std::uint64_t pitch = 0, slicePitch = 0;         // in bytes
+  Channel channel = Channel::kFloat;
+  unsigned channelBytes = 4;    // 1, 2 or 4
+  unsigned channels = 1;        // 1, 2 or 4
+  bool linearResource = false;  // CU_RESOURCE_TYPE_LINEAR: tex1Dfetch only, no sampling
+  // Sampler state (textures only).
+  std::array<Address, 3> addressMode{Address::kWrap, Address::kWrap, Address::kWrap};
+  bool linearFilter = false;
+  bool normalizedCoordinates = false;
+  bool readAsInteger = false;  // CU_TRSF_READ_AS_INTEGER: no conversion to [0, 1] or [-1, 1]
+  std::array<float, 4> borderColor{0, 0, 0, 0};
+  std::uint64_t texelBytes() const { return std::uint64_t{channelBytes} * channels; }
+};
+
+// The texture and surface objects of a launch's context, by handle.
+class TextureTable {
+ public:
+  virtual ~TextureTable() = default;
+  virtual std::optional<TextureView> texture(std::uint64_t handle) const = 0;
+  virtual std::optional<TextureView> surface(std::uint64_t handle) const = 0;
+};
+
 // Everything a launch may use besides its program and parameters.
 struct LaunchContext {
   const AddressChecker* memory = nullptr;  // never null during launch()
@@ -135,6 +168,9 @@ struct LaunchContext {
   // when it faults: the accesses made before the fault) and sets `recorded`. A
   // Program that cannot record leaves it untouched.
   AccessRecord* accesses = nullptr;
+  // The texture and surface objects tex/tld4/txq/suld/sust/suq name; null:
+  // none exist (every handle is invalid).
+  const TextureTable* textures = nullptr;
 };
 
 // Faults a kernel can raise; each maps to the CUresult of the same name and, as
