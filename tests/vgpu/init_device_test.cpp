@@ -76,13 +76,13 @@ TEST(ExportTable, VgpuHasItsOwnTable) {
 
 TEST(Unsupported, EntryPointsVgpuLacksReturnNotSupported) {
   ASSERT_CU(cuInit(0));
-  CUarray array = nullptr;
-  CUDA_ARRAY_DESCRIPTOR desc{};
+  CUmipmappedArray array = nullptr;
+  CUDA_ARRAY3D_DESCRIPTOR desc{};
   desc.Width = 4;
   desc.Height = 4;
   desc.Format = CU_AD_FORMAT_FLOAT;
   desc.NumChannels = 1;
-  EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED, cuArrayCreate(&array, &desc));
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED, cuMipmappedArrayCreate(&array, &desc, 2));
   CUgraphNode node = nullptr;
   CUDA_MEM_ALLOC_NODE_PARAMS alloc{};
   EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED, cuGraphAddMemAllocNode(&node, nullptr, nullptr, 0, &alloc));

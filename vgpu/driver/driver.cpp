@@ -118,6 +118,28 @@ class ContextAddressChecker final : public AddressChecker {
   const Context& context_;
 };
 
+// The texture and surface objects of one context, for its launches.
+class ContextTextures final : public TextureTable {
+ public:
+  ContextTextures(Driver& driver, std::uint64_t context) : driver_(driver), context_(context) {}
+  std::optional<TextureView> texture(std::uint64_t handle) const override {
+    return find(driver_.textureObjects(), handle);
+  }
+  std::optional<TextureView> surface(std::uint64_t handle) const override {
+    return find(driver_.surfaceObjects(), handle);
+  }
+
+ private:
+  std::optional<TextureView> find(const HandleTable<TextureObject>& table,
+                                  std::uint64_t handle) const {
+    auto object = table.find(handle);
+    if (object == nullptr || object->context != context_) return std::nullopt;
+    return object->view;
+  }
+  Driver& driver_;
+  std::uint64_t context_;
+};
+
 class StdoutPrintfSink final : public PrintfSink {
  public:
   void write(std::string_view text) override {
@@ -1903,7 +1925,9 @@ Status Driver::launch(CUfunction handle, const LaunchConfig& config, CUstream st
     StdoutPrintfSink stdoutSink;
     AccessRecord accesses;
     PrintfSink* sink = printfSink ? printfSink.get() : &stdoutSink;
-    LaunchContext launchContext{&checker, sink, context->device(), recorded ? &accesses : nullptr};
+    ContextTextures textures(*driver, context->id());
+    LaunchContext launchContext{&checker, sink, context->device(), recorded ? &accesses : nullptr,
+                                &textures};
     Status status = program->launch(index, config, params, launchContext);
     if (recorded) {
       // Grouped now, while every allocation the kernel touched is still live.

@@ -26,6 +26,7 @@
 #include "phos/vgpu/export_table.h"
 #include "phos/vgpu/program.h"
 #include "stream.h"
+#include "textures.h"
 
 namespace phos::vgpu {
 
@@ -43,6 +44,9 @@ enum class HandleKind : std::uint64_t {
   kGraph,
   kGraphNode,
   kGraphExec,
+  kArray,
+  kTexObject,
+  kSurfObject,
 };
 HandleKind kindOf(std::uint64_t handle);
 std::uint64_t newHandle(HandleKind kind);
@@ -278,6 +282,10 @@ class Driver {
   // The stream-ordered allocator's pools (memory_pools.h).
   MemoryPools& pools() { return pools_; }
   CopyModel& copyModel() { return *copyModel_; }
+  // CUDA arrays and texture and surface objects (textures.h), by handle.
+  HandleTable<ArrayObject>& arrays() { return arrays_; }
+  HandleTable<TextureObject>& textureObjects() { return textureObjects_; }
+  HandleTable<TextureObject>& surfaceObjects() { return surfaceObjects_; }
 
   // --- contexts -----------------------------------------------------------------
   Result<std::shared_ptr<Context>> createContext(int device, unsigned flags);
@@ -510,6 +518,9 @@ class Driver {
   HandleTable<Kernel> kernels_;
   HandleTable<Graph> graphs_;
   HandleTable<GraphExec> graphExecs_;
+  HandleTable<ArrayObject> arrays_;
+  HandleTable<TextureObject> textureObjects_;
+  HandleTable<TextureObject> surfaceObjects_;
   std::mutex capturesMutex_;
   std::vector<std::weak_ptr<CaptureSequence>> captures_;  // begun, perhaps ended
   std::mutex placementMutex_;

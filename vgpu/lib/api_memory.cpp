@@ -103,10 +103,34 @@ Result<std::uint64_t> sideBase(CUmemorytype type, const void* host, CUdeviceptr 
       if (device == 0) return cuErrorf(CUDA_ERROR_INVALID_VALUE, "{} device pointer is null", which);
       return device;
     case CU_MEMORYTYPE_ARRAY:
-      (void)array;
-      return cuErrorf(CUDA_ERROR_NOT_SUPPORTED, "{}: CUDA arrays are not supported by vgpu", which);
+      if (array == nullptr) return cuErrorf(CUDA_ERROR_INVALID_VALUE, "{} array is null", which);
+      return 0;  // the array's memory: resolveArray
   }
   return cuErrorf(CUDA_ERROR_INVALID_VALUE, "{} memory type {} is invalid", which, static_cast<int>(type));
+}
+
+// An array side of a copy: its memory, rows of its width, the copy inside it.
+Status resolveArray(Driver& d, CopySide& side, CUarray handle, size_t width, size_t height,
+                    size_t depth, const char* which) {
+  if (side.type != CU_MEMORYTYPE_ARRAY) return Status::ok();
+  auto array =
+      d.arrays().find(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(handle)));
+  if (array == nullptr) {
+    return cuErrorf(CUDA_ERROR_INVALID_HANDLE, "{} array does not exist", which);
+  }
+  if (side.x + width > array->rowBytes || side.y + height > array->rows ||
+      side.z + depth > array->slices) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE,
+                    "{}: {} bytes x {} rows x {} slices at ({}, {}, {}) do not fit its array of {} "
+                    "bytes x {} x {}",
+                    which, width, height, depth, side.x, side.y, side.z, array->rowBytes,
+                    array->rows, array->slices);
+  }
+  side.type = CU_MEMORYTYPE_DEVICE;
+  side.base = array->address;
+  side.pitch = array->rowBytes;
+  side.height = array->rows;
+  return Status::ok();
 }
 
 Status copy3D(Driver& d, const StreamRef& ref, const CopySide& src, const CopySide& dst, size_t width,
@@ -166,6 +190,9 @@ CUresult memcpy2D(const char* name, const CUDA_MEMCPY2D* p, CUstream stream, boo
     ASSIGN_OR_RETURN(StreamRef ref, d.stream(stream, perThread));
     CopySide src{p->srcMemoryType, srcBase, p->srcXInBytes, p->srcY, 0, p->srcPitch, p->srcY + p->Height};
     CopySide dst{p->dstMemoryType, dstBase, p->dstXInBytes, p->dstY, 0, p->dstPitch, p->dstY + p->Height};
+    RETURN_IF_ERROR(resolveArray(d, src, p->srcArray, p->WidthInBytes, p->Height, 1, "source"));
+    RETURN_IF_ERROR(
+        resolveArray(d, dst, p->dstArray, p->WidthInBytes, p->Height, 1, "destination"));
     if (p->Height <= 1) {
       src.pitch = std::max(src.pitch, src.x + p->WidthInBytes);
       dst.pitch = std::max(dst.pitch, dst.x + p->WidthInBytes);
@@ -186,6 +213,10 @@ CUresult memcpy3D(const char* name, const CUDA_MEMCPY3D* p, CUstream stream, boo
     ASSIGN_OR_RETURN(StreamRef ref, d.stream(stream, perThread));
     CopySide src{p->srcMemoryType, srcBase, p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch, p->srcHeight};
     CopySide dst{p->dstMemoryType, dstBase, p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch, p->dstHeight};
+    RETURN_IF_ERROR(
+        resolveArray(d, src, p->srcArray, p->WidthInBytes, p->Height, p->Depth, "source"));
+    RETURN_IF_ERROR(
+        resolveArray(d, dst, p->dstArray, p->WidthInBytes, p->Height, p->Depth, "destination"));
     // "srcHeight ... may be 0 if Depth==1".
     if (p->Depth == 1) {
       src.height = std::max(src.height, src.y + p->Height);
