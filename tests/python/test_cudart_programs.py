@@ -509,6 +509,21 @@ def test_an_entry_point_phos_does_not_serve_says_why(phos, phosd, env, tmp_path)
     assert calls == 2 and how.startswith("NOT SUPPORTED: LUIDs are a Windows notion")
 
 
+def test_textures_run_on_vgpu_and_are_refused_under_phos_naming_the_call(phos, phosd, cudart_dir, env):
+    """NVIDIA's simpleTexture algorithm and the other texture and surface forms
+    (tests/cudart/programs/textures.cu) compare with the CPU on vgpu; phosd does
+    not serve arrays yet, and says so instead of running wrong."""
+    direct = run([cudart_dir / "textures"], env)
+    assert direct.splitlines()[1:] == ["surfaces: 0 bad pixels", "gather, 3D, normalized bytes, tex1Dfetch: 0 bad values",
+                                       "OK"], direct
+    assert direct.startswith("rotate: 0 bad texels"), direct
+    r = subprocess.run([str(phos), "run", "--runtime-dir", str(phosd.runtime_dir), "--", str(cudart_dir / "textures")],
+                       env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 1 and "OK" not in r.stdout
+    assert "phos: cuArray3DCreate_v2 is not supported by PhOS (" in r.stderr, r.stderr
+    assert "cudaMallocArray(&array, &fdesc, W, H): operation not supported" in r.stderr
+
+
 def test_trace_api_to_a_file_that_cannot_be_written(phos, phosd, cudart_dir, env, tmp_path):
     r = subprocess.run([str(phos), "run", "--runtime-dir", str(phosd.runtime_dir),
                         f"--trace-api={tmp_path}/missing/trace.txt", "--", str(cudart_dir / "vector_add")],
