@@ -11,6 +11,7 @@
 #include "api_trace.h"
 #include "client_call.h"
 #include "connection.h"
+#include "phos/common/batched_memory_ops.h"
 #include "phos/common/context_usage.h"
 #include "phos/common/graph_node_params.h"
 #include "phos/common/legacy_launch.h"
@@ -301,6 +302,122 @@ CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
   trace::InternalCalls internal;
   return graph_node_params::setParams<graph_node_params::ExportedApi>(hGraphExec, hNode,
                                                                       nodeParams);
+}
+
+// ---- batched copies, prefetches and discards ------------------------------------------------
+// Each operation is the shim's own remoted single call (cuMemcpyAsync, with
+// the application's host memory through its transfer lanes; cuMemcpy3DAsync;
+// cuMemPrefetchAsync): phos/common/batched_memory_ops.h.
+namespace batched = phos::batched_memory_ops;
+using BatchApi = batched::ExportedApi;
+
+CUresult cuMemcpyBatchAsync(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                            CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs,
+                            size_t* failIdx, CUstream hStream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return batched::memcpyBatch<BatchApi>(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs,
+                                        failIdx, hStream, false);
+}
+CUresult cuMemcpyBatchAsync(PerThread, CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes,
+                            size_t count, CUmemcpyAttributes* attrs, size_t* attrsIdxs,
+                            size_t numAttrs, size_t* failIdx, CUstream hStream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return batched::memcpyBatch<BatchApi>(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs,
+                                        failIdx, hStream, true);
+}
+CUresult cuMemcpyBatchAsync(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                            CUmemcpyAttributes* attrs, size_t* attrsIdxs, size_t numAttrs,
+                            CUstream hStream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return batched::memcpyBatch<BatchApi>(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs,
+                                        nullptr, hStream, false);
+}
+CUresult cuMemcpyBatchAsync(PerThread, CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes,
+                            size_t count, CUmemcpyAttributes* attrs, size_t* attrsIdxs,
+                            size_t numAttrs, CUstream hStream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return batched::memcpyBatch<BatchApi>(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs,
+                                        nullptr, hStream, true);
+}
+CUresult cuMemcpy3DBatchAsync(size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList, size_t* failIdx,
+                              unsigned long long flags, CUstream hStream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return batched::memcpy3DBatch<BatchApi>(numOps, opList, failIdx, flags, hStream, false);
+}
+CUresult cuMemcpy3DBatchAsync(PerThread, size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList,
+                              size_t* failIdx, unsigned long long flags, CUstream hStream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return batched::memcpy3DBatch<BatchApi>(numOps, opList, failIdx, flags, hStream, true);
+}
+CUresult cuMemcpy3DBatchAsync(size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList,
+                              unsigned long long flags, CUstream hStream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return batched::memcpy3DBatch<BatchApi>(numOps, opList, nullptr, flags, hStream, false);
+}
+CUresult cuMemcpy3DBatchAsync(PerThread, size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList,
+                              unsigned long long flags, CUstream hStream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return batched::memcpy3DBatch<BatchApi>(numOps, opList, nullptr, flags, hStream, true);
+}
+CUresult cuMemPrefetchBatchAsync(CUdeviceptr* dptrs, size_t* sizes, size_t count,
+                                 CUmemLocation* prefetchLocs, size_t* prefetchLocIdxs,
+                                 size_t numPrefetchLocs, unsigned long long flags,
+                                 CUstream hStream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return batched::managedBatch<BatchApi>(dptrs, sizes, count, false, prefetchLocs, prefetchLocIdxs,
+                                         numPrefetchLocs, flags, hStream, false);
+}
+CUresult cuMemPrefetchBatchAsync(PerThread, CUdeviceptr* dptrs, size_t* sizes, size_t count,
+                                 CUmemLocation* prefetchLocs, size_t* prefetchLocIdxs,
+                                 size_t numPrefetchLocs, unsigned long long flags,
+                                 CUstream hStream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return batched::managedBatch<BatchApi>(dptrs, sizes, count, false, prefetchLocs, prefetchLocIdxs,
+                                         numPrefetchLocs, flags, hStream, true);
+}
+CUresult cuMemDiscardBatchAsync(CUdeviceptr* dptrs, size_t* sizes, size_t count,
+                                unsigned long long flags, CUstream hStream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return batched::managedBatch<BatchApi>(dptrs, sizes, count, true, nullptr, nullptr, 0, flags,
+                                         hStream, false);
+}
+CUresult cuMemDiscardBatchAsync(PerThread, CUdeviceptr* dptrs, size_t* sizes, size_t count,
+                                unsigned long long flags, CUstream hStream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  trace::InternalCalls internal;
+  return batched::managedBatch<BatchApi>(dptrs, sizes, count, true, nullptr, nullptr, 0, flags,
+                                         hStream, true);
+}
+CUresult cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr* dptrs, size_t* sizes, size_t count,
+                                           CUmemLocation* prefetchLocs, size_t* prefetchLocIdxs,
+                                           size_t numPrefetchLocs, unsigned long long flags,
+                                           CUstream hStream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (prefetchLocs == nullptr || numPrefetchLocs == 0) return CUDA_ERROR_INVALID_VALUE;
+  trace::InternalCalls internal;
+  return batched::managedBatch<BatchApi>(dptrs, sizes, count, true, prefetchLocs, prefetchLocIdxs,
+                                         numPrefetchLocs, flags, hStream, false);
+}
+CUresult cuMemDiscardAndPrefetchBatchAsync(PerThread, CUdeviceptr* dptrs, size_t* sizes,
+                                           size_t count, CUmemLocation* prefetchLocs,
+                                           size_t* prefetchLocIdxs, size_t numPrefetchLocs,
+                                           unsigned long long flags, CUstream hStream) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (prefetchLocs == nullptr || numPrefetchLocs == 0) return CUDA_ERROR_INVALID_VALUE;
+  trace::InternalCalls internal;
+  return batched::managedBatch<BatchApi>(dptrs, sizes, count, true, prefetchLocs, prefetchLocIdxs,
+                                         numPrefetchLocs, flags, hStream, true);
 }
 
 }  // namespace phos::shim::local

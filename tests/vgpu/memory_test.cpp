@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // vgpu's memory API: allocations, copies and sets in every form, host memory, pointer attributes, VMM.
+#include <dlfcn.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -791,6 +792,134 @@ TEST_F(MemoryTest, ArraysCopiesAndTextureObjects) {
   ASSERT_CU(cuArrayDestroy(b));
   ASSERT_CU(cuArrayDestroy(noSurface));
   ASSERT_CU(cuMemFree(dev));
+}
+
+// Batched copies, prefetches and discards (CUDA 12.8): each operation as the
+// single call it batches, in stream order; a source read "during the API call"
+// is read when the call returns; the legacy stream and malformed attribute
+// groups are refused; the first revision names the failing copy.
+TEST_F(MemoryTest, BatchedCopiesPrefetchesAndDiscards) {
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  auto src = pattern(4096, 3);
+  std::vector<std::uint8_t> back(4096, 0);
+  CUdeviceptr a = 0, b = 0;
+  ASSERT_CU(cuMemAlloc(&a, 4096));
+  ASSERT_CU(cuMemAlloc(&b, 4096));
+  {
+    // The host source lives in this scope only: read before the call returns.
+    std::vector<std::uint8_t> ephemeral = src;
+    CUdeviceptr dsts[3] = {a, b, reinterpret_cast<CUdeviceptr>(back.data())};
+    CUdeviceptr srcs[3] = {reinterpret_cast<CUdeviceptr>(ephemeral.data()), a, b};
+    size_t sizes[3] = {4096, 4096, 4096};
+    CUmemcpyAttributes attrs[2]{};
+    attrs[0].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL;
+    attrs[1].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    attrs[1].flags = CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE;
+    size_t firsts[2] = {0, 1};
+    ASSERT_CU(cuMemcpyBatchAsync(dsts, srcs, sizes, 3, attrs, firsts, 2, s));
+    std::fill(ephemeral.begin(), ephemeral.end(), 0);
+    ASSERT_CU(cuStreamSynchronize(s));
+    EXPECT_EQ(back, src);
+    // Refused: the legacy stream, groups that do not start at 0 or do not
+    // grow, an access order of none.
+    EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                  cuMemcpyBatchAsync(dsts, srcs, sizes, 3, attrs, firsts, 2, nullptr));
+    size_t late[2] = {1, 2};
+    EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                  cuMemcpyBatchAsync(dsts, srcs, sizes, 3, attrs, late, 2, s));
+    size_t same[2] = {0, 0};
+    EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                  cuMemcpyBatchAsync(dsts, srcs, sizes, 3, attrs, same, 2, s));
+    attrs[1].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_INVALID;
+    using V1 = CUresult (*)(CUdeviceptr*, CUdeviceptr*, size_t*, size_t, CUmemcpyAttributes*,
+                            size_t*, size_t, size_t*, CUstream);
+    auto v1 = reinterpret_cast<V1>(dlsym(RTLD_DEFAULT, "cuMemcpyBatchAsync"));
+    ASSERT_NE(v1, nullptr);
+    size_t failed = 0;
+    EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, v1(dsts, srcs, sizes, 3, attrs, firsts, 2, &failed, s));
+    EXPECT_EQ(failed, 1u);
+  }
+  // 3D: a 16 x 4 byte rectangle out of rows of 64 bytes, between pointers.
+  CUDA_MEMCPY3D_BATCH_OP op{};
+  op.src.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+  op.src.op.ptr.ptr = a + 64 + 8;
+  op.src.op.ptr.rowLength = 64;
+  op.dst.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+  std::vector<std::uint8_t> rect(64, 0);
+  op.dst.op.ptr.ptr = reinterpret_cast<CUdeviceptr>(rect.data());
+  op.extent = {16, 4, 1};
+  op.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+  ASSERT_CU(cuMemcpy3DBatchAsync(1, &op, 0, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  for (int row = 0; row < 4; ++row) {
+    for (int i = 0; i < 16; ++i) EXPECT_EQ(rect[row * 16 + i], src[(1 + row) * 64 + 8 + i]);
+  }
+  op.extent.depth = 0;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpy3DBatchAsync(1, &op, 0, s));
+  op.extent.depth = 1;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpy3DBatchAsync(1, &op, 1, s));  // flags must be 0
+  if (!throughPhos()) {
+    // Into and out of an array: offsets and extents in its texels (8 bytes).
+    CUDA_ARRAY3D_DESCRIPTOR d{};
+    d.Width = 8;
+    d.Height = 4;
+    d.Format = CU_AD_FORMAT_FLOAT;
+    d.NumChannels = 2;
+    CUarray arr = nullptr;
+    ASSERT_CU(cuArray3DCreate(&arr, &d));
+    CUDA_MEMCPY3D_BATCH_OP in{}, out{};
+    in.src.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+    in.src.op.ptr.ptr = reinterpret_cast<CUdeviceptr>(src.data());
+    in.dst.type = CU_MEMCPY_OPERAND_TYPE_ARRAY;
+    in.dst.op.array.array = arr;
+    in.dst.op.array.offset = {2, 1, 0};
+    in.extent = {4, 2, 1};
+    in.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL;
+    out = in;
+    std::swap(out.src, out.dst);
+    std::vector<std::uint8_t> round(64, 0);
+    out.dst.op.ptr.ptr = reinterpret_cast<CUdeviceptr>(round.data());
+    out.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    CUDA_MEMCPY3D_BATCH_OP both[2] = {in, out};
+    ASSERT_CU(cuMemcpy3DBatchAsync(1, &both[0], 0, s));
+    ASSERT_CU(cuMemcpy3DBatchAsync(1, &both[1], 0, s));
+    ASSERT_CU(cuStreamSynchronize(s));
+    EXPECT_TRUE(std::equal(round.begin(), round.end(), src.begin()));
+    std::vector<std::uint8_t> whole(256, 0);
+    ASSERT_CU(cuMemcpyAtoH(whole.data(), arr, 0, 256));
+    EXPECT_TRUE(std::equal(whole.begin() + 64 + 16, whole.begin() + 64 + 48, src.begin()));
+    ASSERT_CU(cuArrayDestroy(arr));
+  }
+  // Managed memory: prefetched and discarded in batches; device memory refused.
+  CUdeviceptr m = 0;
+  ASSERT_CU(cuMemAllocManaged(&m, 8192, CU_MEM_ATTACH_GLOBAL));
+  CUdeviceptr ranges[2] = {m, m + 4096};
+  size_t lengths[2] = {4096, 4096};
+  CUmemLocation where[2]{};
+  where[0].type = CU_MEM_LOCATION_TYPE_DEVICE;
+  where[0].id = 0;
+  where[1].type = CU_MEM_LOCATION_TYPE_HOST;
+  size_t whereFirsts[2] = {0, 1};
+  EXPECT_CU(cuMemPrefetchBatchAsync(ranges, lengths, 2, where, whereFirsts, 2, 0, s));
+  EXPECT_CU(cuMemDiscardBatchAsync(ranges, lengths, 2, 0, s));
+  EXPECT_CU(cuMemDiscardAndPrefetchBatchAsync(ranges, lengths, 2, where, whereFirsts, 1, 0, s));
+  EXPECT_CU(cuStreamSynchronize(s));
+  // Written after the discard, the memory holds what was written.
+  std::vector<std::uint8_t> fresh = pattern(8192, 9), got(8192);
+  ASSERT_CU(cuMemcpyHtoD(m, fresh.data(), fresh.size()));
+  ASSERT_CU(cuMemcpyDtoH(got.data(), m, got.size()));
+  EXPECT_EQ(got, fresh);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemDiscardBatchAsync(ranges, lengths, 2, 1, s));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemDiscardBatchAsync(ranges, lengths, 2, 0, nullptr));
+  ranges[1] = a;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemDiscardBatchAsync(ranges, lengths, 2, 0, s));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuMemPrefetchBatchAsync(ranges, lengths, 2, where, whereFirsts, 2, 0, s));
+  ASSERT_CU(cuMemFree(m));
+  ASSERT_CU(cuMemFree(a));
+  ASSERT_CU(cuMemFree(b));
+  ASSERT_CU(cuStreamDestroy(s));
 }
 
 }  // namespace phos::vgpu::testing
