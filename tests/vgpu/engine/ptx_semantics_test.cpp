@@ -1546,4 +1546,34 @@ TEST_F(TexturesTest, UnknownObjectsAndUnrunFormsFaultMalformedOnesAreRefused) {
   EXPECT_FALSE(module_.load(kernel("tex.2d.v4.f32.f32 %f3, [%rd3, {%f1, %f2}];")).isOk());
 }
 
+// What a launch reads through a texture and writes through a surface is in
+// its access record, as its loads and stores are (speculation is checked
+// against it).
+TEST_F(TexturesTest, TexelReadsAndSurfaceStoresAreRecorded) {
+  TextureView t = view(std::vector<float>{1, 2, 3, 4}, 4, 1, 1, TextureView::Channel::kFloat);
+  t.addressMode[0] = TextureView::Address::kClamp;
+  objects_.textures[5] = t;
+  TextureView surface = view(std::vector<uint32_t>(4, 0), 4, 1, 1, TextureView::Channel::kUnsigned);
+  objects_.surfaces[6] = surface;
+  const char* body = R"(
+  ld.global.u64 %rd3, [%rd2];
+  ld.global.u64 %rd4, [%rd2+8];
+  mov.f32 %f1, 0f40100000;
+  tex.1d.v4.f32.f32 {%f3, %f4, %f5, %f6}, [%rd3, {%f1}];
+  mov.u32 %r1, 12;
+  sust.b.1d.b32.trap [%rd4, {%r1}], {%r0};)";
+  ASSERT_THAT(module_.load(kernel(body)), IsOk());
+  setRecordAccesses(module_.program(), true);
+  std::vector<uint32_t> words{5, 0, 6, 0};
+  uint32_t* in = module_.memory().alloc(words);
+  uint32_t* out = module_.memory().alloc<uint32_t>(4);
+  ASSERT_THAT(module_.launch("k", {1}, {1}, Params().add(out).add(in)), IsOk());
+  AccessRecord r = lastLaunchAccesses(module_.program());
+  ASSERT_TRUE(r.recorded);
+  // x = 2.25: texel 2 (bytes 8..12 of the texture).
+  const ByteRange texel{t.address + 8, t.address + 12};
+  EXPECT_TRUE(std::find(r.reads.begin(), r.reads.end(), texel) != r.reads.end());
+  EXPECT_EQ(r.writes, (std::vector<ByteRange>{{surface.address + 12, surface.address + 16}}));
+}
+
 }  // namespace phos::vgpu::engine::testing
