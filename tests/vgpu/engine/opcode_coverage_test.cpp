@@ -38,7 +38,6 @@ const std::map<std::string, std::string>& samples() {
       {"alloca", "alloca.u64 %rd3, 16;"},
       {"brx", "ts: .branchtargets L0, L1;\n  brx.idx %r1, ts;\nL0:\nL1:"},
       {"getctarank", "getctarank.u32 %r1, %rd2;"},
-      {"istypep", "istypep.texref %p1, %rd2;"},
       {"mapa", "mapa.u64 %rd3, %rd2, 0;"},
       {"multimem", "multimem.ld_reduce.relaxed.sys.global.add.u32 %r1, [%rd2];"},
       {"setmaxnreg", "setmaxnreg.inc.sync.aligned.u32 240;"},

@@ -1576,4 +1576,23 @@ TEST_F(TexturesTest, TexelReadsAndSurfaceStoresAreRecorded) {
   EXPECT_EQ(r.writes, (std::vector<ByteRange>{{surface.address + 12, surface.address + 16}}));
 }
 
+// istypep: whether a handle names a texture object (also its own sampler in
+// unified mode) or a surface object.
+TEST_F(TexturesTest, IstypepTellsTexturesFromSurfaces) {
+  objects_.textures[7] = view(std::vector<float>{1}, 1, 1, 1, TextureView::Channel::kFloat);
+  objects_.surfaces[8] = view(std::vector<float>{1}, 1, 1, 1, TextureView::Channel::kFloat);
+  const char* body = R"(
+  ld.global.u64 %rd3, [%rd2];
+  istypep.texref %p1, %rd3;
+  istypep.samplerref %p2, %rd3;
+  istypep.surfref %p3, %rd3;
+  selp.u32 %r1, 1, 0, %p1;
+  selp.u32 %r2, 1, 0, %p2;
+  selp.u32 %r3, 1, 0, %p3;
+  st.global.v4.u32 [%rd1], {%r1, %r2, %r3, %r3};)";
+  EXPECT_EQ(run(body, with(7, {}), 3), (std::vector<uint32_t>{1, 1, 0}));
+  EXPECT_EQ(run(body, with(8, {}), 3), (std::vector<uint32_t>{0, 0, 1}));
+  EXPECT_EQ(run(body, with(9, {}), 3), (std::vector<uint32_t>{0, 0, 0}));
+}
+
 }  // namespace phos::vgpu::engine::testing

@@ -839,6 +839,15 @@ class BlockRunner {
       case Opcode::kTxq:
       case Opcode::kSuq:
         return executeTextureQuery(w, f, in, exec);
+      case Opcode::kIstypep:
+        // Unified mode: a texture object is its own sampler too.
+        for (uint32_t m = exec; m; m &= m - 1) {
+          const int lane = std::countr_zero(m);
+          const uint64_t handle = read(w, f, in.ops[1], lane);
+          const bool surface = in.m.has(Flag::kSurfref);
+          writeReg(f, in.ops[0], lane, textureObject(handle, surface) != nullptr ? 1 : 0);
+        }
+        return Step::kContinue;
       case Opcode::kSured:
         return raise(KernelFault::kIllegalInstruction, w, in, std::countr_zero(exec),
                      fmt::format("unsupported instruction sured: {}", coverageOf(in.op).note));

@@ -624,7 +624,8 @@ class FunctionLowering {
   static bool isTextureOpcode(ptx::Opcode op) {
     using ptx::Opcode;
     return op == Opcode::kTex || op == Opcode::kTld4 || op == Opcode::kTxq || op == Opcode::kSuld ||
-           op == Opcode::kSust || op == Opcode::kSuq || op == Opcode::kSured;
+           op == Opcode::kSust || op == Opcode::kSuq || op == Opcode::kSured ||
+           op == Opcode::kIstypep;
   }
   Status checkTextureForm(const ptx::Instruction& in, Inst& inst) {
     using ptx::Flag;
@@ -703,6 +704,11 @@ class FunctionLowering {
             !inst.ops[1].elems.empty()) {
           inst.unsupported = true;
         }
+        return Status::ok();
+      }
+      case Opcode::kIstypep: {
+        const bool kind = m.has(Flag::kTexref) || m.has(Flag::kSamplerref) || m.has(Flag::kSurfref);
+        if (!kind || inst.ops.size() != 2 || inst.ops[0].kind != OpndKind::kReg) return malformed();
         return Status::ok();
       }
       default:

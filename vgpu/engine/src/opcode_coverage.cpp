@@ -15,7 +15,6 @@ constexpr Coverage L = Coverage::kRefusedAtLoad;
 constexpr std::string_view kNothing = "executed as nothing: a hint that changes nothing a kernel computes";
 constexpr std::string_view kClusters = "distributed shared memory: clusters of more than one CTA are not run";
 constexpr std::string_view kVideo = "the video instructions are not executed";
-constexpr std::string_view kTextures = "textures and surfaces are not executed";
 constexpr std::string_view kTextureForms =
     "texture objects, 1d/2d/3d: point and linear filtering, every addressing mode, normalized "
     "coordinates; "
@@ -82,7 +81,9 @@ constexpr std::array kTable = {
     OpcodeCoverage{Opcode::kGriddepcontrol, E,
                    "exact as nothing: a launch starts once its stream's work is done"},
     OpcodeCoverage{Opcode::kIsspacep, E, ""},
-    OpcodeCoverage{Opcode::kIstypep, L, kTextures},
+    OpcodeCoverage{
+        Opcode::kIstypep, E,
+        "whether a handle names a texture (texref, samplerref) or surface object of the context"},
     OpcodeCoverage{Opcode::kLd, S, kMemoryForms},
     OpcodeCoverage{
         Opcode::kLdmatrix, S,

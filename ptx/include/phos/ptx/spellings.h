@@ -140,4 +140,5 @@
   X(kFilterMode, "filter_mode") X(kAddrMode0, "addr_mode_0")                         \
   X(kAddrMode1, "addr_mode_1") X(kAddrMode2, "addr_mode_2")                          \
   X(kArraySize, "array_size") X(kNumMipmapLevels, "num_mipmap_levels")               \
-  X(kNumSamples, "num_samples")
+  X(kNumSamples, "num_samples") X(kTexref, "texref") X(kSamplerref, "samplerref")     \
+  X(kSurfref, "surfref")
