@@ -158,7 +158,8 @@ std::optional<TexResult> sampleTexture(const TextureView& t, const TexCoords& c,
     return addressedTexel(t, index, asFloat, read);
   }
   // Linear: the 2, 4 or 8 texels around x - 0.5, weighted by the fractions.
-  const int dims = std::min(t.dimensions, 3);
+  // (A lookup of fewer dimensions than the texture has reads its first row or slice.)
+  const int dims = std::min({t.dimensions, c.dimensions, 3});
   std::array<std::int64_t, 3> base{0, 0, 0};
   std::array<float, 3> alpha{0, 0, 0};
   for (int d = 0; d < dims; ++d) {
