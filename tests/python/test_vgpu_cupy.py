@@ -265,3 +265,54 @@ def test_a_captured_graph_replays_cupy_kernels(build_dir, tmp_path):
     r = run_client(build_dir, tmp_path, source, CUPY_ACCELERATORS="")
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.startswith("True True "), r.stdout
+
+
+def test_texture_and_surface_objects_through_cupys_api(build_dir, tmp_path):
+    """cupy.cuda.texture as its documentation shows it: a CUDA array filled
+    from numpy, sampled by a RawKernel through a texture object with linear
+    filtering and clamping (between two texels: their mean), and a surface
+    object written by a kernel and read back into numpy."""
+    r = run_client(build_dir, tmp_path, """
+    import numpy as np
+    import cupy as cp
+    from cupy.cuda import texture as T
+
+    h, w = 24, 32
+    img = (np.arange(h * w, dtype=np.float32).reshape(h, w) % 17) / 16.0
+    ch = T.ChannelFormatDescriptor(32, 0, 0, 0, cp.cuda.runtime.cudaChannelFormatKindFloat)
+    arr = T.CUDAarray(ch, w, h)
+    arr.copy_from(img)
+    res = T.ResourceDescriptor(cp.cuda.runtime.cudaResourceTypeArray, cuArr=arr)
+    tdesc = T.TextureDescriptor((cp.cuda.runtime.cudaAddressModeClamp, cp.cuda.runtime.cudaAddressModeClamp),
+                                cp.cuda.runtime.cudaFilterModeLinear, cp.cuda.runtime.cudaReadModeElementType)
+    tex = T.TextureObject(res, tdesc)
+    kern = cp.RawKernel(r'''
+    extern "C" __global__ void shift(float* out, cudaTextureObject_t t, int w, int h) {
+      int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+      if (x < w && y < h) out[y * w + x] = tex2D<float>(t, x + 1.0f, y + 0.5f);
+    }''', 'shift')
+    out = cp.zeros((h, w), dtype=cp.float32)
+    kern((w // 8, h // 8), (8, 8), (out, tex, np.int32(w), np.int32(h)))
+    got = out.get()
+    # Between texels x and x+1 of row y: their mean; the last column clamps.
+    want = np.empty_like(img)
+    want[:, :-1] = (img[:, :-1] + img[:, 1:]) / 2
+    want[:, -1] = img[:, -1]
+    print("max error", float(np.abs(got - want).max()))
+    # Surfaces through CuPy too.
+    arr2 = T.CUDAarray(ch, w, h, 0, cp.cuda.runtime.cudaArraySurfaceLoadStore)
+    res2 = T.ResourceDescriptor(cp.cuda.runtime.cudaResourceTypeArray, cuArr=arr2)
+    surf = T.SurfaceObject(res2)
+    k2 = cp.RawKernel(r'''
+    extern "C" __global__ void fill(cudaSurfaceObject_t s, int w, int h) {
+      int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+      if (x < w && y < h) surf2Dwrite((float)(x * 100 + y), s, x * 4, y);
+    }''', 'fill')
+    k2((w // 8, h // 8), (8, 8), (surf, np.int32(w), np.int32(h)))
+    back = np.zeros((h, w), dtype=np.float32)
+    arr2.copy_to(back)
+    ok = np.array_equal(back, np.add.outer(np.arange(h), 100 * np.arange(w)).astype(np.float32))
+    print("surface", ok)
+    """)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines() == ["max error 0.0", "surface True"], r.stdout + r.stderr
