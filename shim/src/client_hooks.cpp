@@ -311,9 +311,18 @@ CUresult cuCtxCreate(CUresult result, CUcontext* pctx, CUctxCreateParams*, unsig
   return contextCreated(result, pctx);
 }
 
+// The application's pages registered in a context phosd destroyed become
+// its private memory again, with their bytes, as cuMemHostUnregister leaves them.
+void registrationsEnded(uint64_t context) {
+  for (const Connection::Pinned& range : conn().removeRegisteredIn(context)) {
+    (void)registered::release(range.address, range.mapped);
+  }
+}
+
 CUresult cuCtxDestroy(CUresult result, CUcontext ctx) {
   if (result != CUDA_SUCCESS) return result;
   const uint64_t id = ClientCall::handleId(ctx);
+  registrationsEnded(id);
   conn().removeContext(id);
   auto& stack = contextStack();
   stack.erase(std::remove(stack.begin(), stack.end(), id), stack.end());
@@ -333,6 +342,7 @@ CUresult cuDevicePrimaryCtxRetain(CUresult result, CUcontext* pctx, CUdevice dev
 CUresult cuDevicePrimaryCtxRelease(CUresult result, CUdevice dev) {
   if (result != CUDA_SUCCESS) return result;
   if (uint64_t gone = conn().primaryReleased(dev); gone != 0) {
+    registrationsEnded(gone);
     export_tables::contextDestroyed(reinterpret_cast<CUcontext>(gone));
   }
   return CUDA_SUCCESS;
@@ -341,6 +351,7 @@ CUresult cuDevicePrimaryCtxRelease(CUresult result, CUdevice dev) {
 CUresult cuDevicePrimaryCtxReset(CUresult result, CUdevice dev) {
   if (result != CUDA_SUCCESS) return result;
   if (uint64_t gone = conn().primaryReset(dev); gone != 0) {
+    registrationsEnded(gone);
     export_tables::contextDestroyed(reinterpret_cast<CUcontext>(gone));
   }
   return CUDA_SUCCESS;
@@ -370,7 +381,7 @@ CUresult cuMemHostRegister(CUresult result, uint64_t address, uint64_t mapped,
     (void)::cuMemHostUnregister(p);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  conn().addPinned({address, mapped, mapped});  // whole pages, as phosd's
+  conn().addPinned({address, mapped, mapped, currentContext()});  // whole pages, as phosd's
   return CUDA_SUCCESS;
 }
 

@@ -102,6 +102,20 @@ std::vector<Connection::Pinned> Connection::removePinnedWithin(uintptr_t address
   return gone;
 }
 
+std::vector<Connection::Pinned> Connection::removeRegisteredIn(uint64_t context) {
+  std::unique_lock lock(mutex_);
+  std::vector<Pinned> gone;
+  for (auto it = pinned_.begin(); it != pinned_.end();) {
+    if (context != 0 && it->second.registeredIn == context) {
+      gone.push_back(it->second);
+      it = pinned_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return gone;
+}
+
 bool Connection::overlapsPinned(uintptr_t address, size_t bytes) const {
   std::shared_lock lock(mutex_);
   auto it = pinned_.lower_bound(address);

@@ -44,6 +44,9 @@ class Connection {
     uintptr_t address;
     size_t bytes;
     size_t mapped;
+    // The application's own pages registered (cuMemHostRegister) in this
+    // context; 0 for pinned memory phosd allocated.
+    uint64_t registeredIn = 0;
   };
   void addPinned(const Pinned& p);
   std::optional<Pinned> removePinned(uintptr_t address);
@@ -51,6 +54,8 @@ class Connection {
   // of the application's (with their context) and now hands the addresses out
   // again.
   std::vector<Pinned> removePinnedWithin(uintptr_t address, size_t bytes);
+  // Every registration made in `context`: phosd ended them with it.
+  std::vector<Pinned> removeRegisteredIn(uint64_t context);
   // True when [p, p+bytes) lies inside one pinned range.
   bool isPinned(uintptr_t p, size_t bytes) const;
   // Whether any byte of [address, address+bytes) is in a range.

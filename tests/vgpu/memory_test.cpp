@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -323,6 +324,30 @@ TEST_F(MemoryTest, HostRegistration) {
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemHostRegister(nullptr, size, 0));
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemHostUnregister(nullptr));  // as NVIDIA's driver
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemHostRegister(p, size, 0x100));
+  // A registration ends with the context it was made in: the pages stay the
+  // program's, with their bytes, copies read them as any other host memory,
+  // and they may be registered again.
+  CUcontext other = nullptr;
+  ASSERT_CU(cuCtxCreate(&other, nullptr, 0, 0));
+  std::memset(p, 0x5a, size);
+  EXPECT_CU(cuMemHostRegister(p, size, 0));
+  ASSERT_CU(cuCtxDestroy(other));
+  ASSERT_CU(cuCtxSetCurrent(context_));
+  auto* bytes = static_cast<std::uint8_t*>(p);
+  EXPECT_EQ(bytes[0], 0x5a);
+  EXPECT_EQ(bytes[size - 1], 0x5a);
+  bytes[7] = 7;
+  CUdeviceptr d = 0;
+  ASSERT_CU(cuMemAlloc(&d, size));
+  EXPECT_CU(cuMemcpyHtoD(d, p, size));
+  std::vector<std::uint8_t> back(size);
+  EXPECT_CU(cuMemcpyDtoH(back.data(), d, size));
+  EXPECT_EQ(back[7], 7);
+  EXPECT_EQ(back[size - 1], 0x5a);
+  EXPECT_CU_ERR(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, cuMemHostUnregister(p));
+  EXPECT_CU(cuMemHostRegister(p, size, 0));
+  EXPECT_CU(cuMemHostUnregister(p));
+  EXPECT_CU(cuMemFree(d));
   munmap(p, size);
 }
 

@@ -409,6 +409,10 @@ void Driver::releaseContextResources(Context& context) {
         pools_.release(a.pool, pooledBytes(a.size));
       }
       (void)heap(a.device).release(a.base, a.size);
+    } else if (a.kind == MemoryKind::kHostRegistered) {
+      // The application's memory stays its own; only the registration
+      // goes, with everything else allocated in the context.
+      allocations_.erase(a.base);
     }
   }
   auto streams = streams_.eraseIf([&](const StreamEntry& e) { return e.context == context.id(); });
