@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -1069,4 +1070,62 @@ TEST_F(GraphTest, DebugDotPrintWritesTheGraphWhereAsked) {
 }
 
 }  // namespace
+// User objects: a destructor that runs once the last reference goes, on a
+// thread of the driver's. Graphs own references (moved or new), clones and
+// executable graphs own new ones, and a launch keeps its executable graph's
+// until it has run.
+void countDestruction(void* p) {
+  static_cast<std::atomic<int>*>(p)->fetch_add(1);
+}
+
+bool destroyedWithin(const std::atomic<int>& flag, int want) {
+  for (int i = 0; i < 2000 && flag.load() < want; ++i) {  // up to 10 s: it runs asynchronously
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return flag.load() == want;
+}
+
+TEST_F(GraphTest, UserObjectsLiveAsLongAsTheirLastReference) {
+  std::atomic<int> destroyed{0};
+  CUuserObject object = nullptr;
+  ASSERT_CU(cuUserObjectCreate(&object, &destroyed, countDestruction, 2,
+                               CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+  ASSERT_CU(cuUserObjectRetain(object, 1));  // the caller holds 3
+  CUgraph graph = nullptr;
+  ASSERT_CU(cuGraphCreate(&graph, 0));
+  ASSERT_CU(
+      cuGraphRetainUserObject(graph, object, 2, CU_GRAPH_USER_OBJECT_MOVE));  // caller 1, graph 2
+  ASSERT_CU(cuGraphRetainUserObject(graph, object, 1, 0));                    // graph 3
+  EXPECT_CU(cuGraphReleaseUserObject(graph, object, 1));                      // graph 2
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphReleaseUserObject(graph, object, 5));
+  CUgraphNode empty = nullptr;
+  ASSERT_CU(cuGraphAddEmptyNode(&empty, graph, nullptr, 0));
+  CUgraph clone = nullptr;
+  ASSERT_CU(cuGraphClone(&clone, graph));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
+  ASSERT_CU(cuUserObjectRelease(object, 1));  // the caller's last
+  ASSERT_CU(cuGraphDestroy(graph));
+  ASSERT_CU(cuGraphDestroy(clone));
+  EXPECT_EQ(destroyed.load(), 0) << "the executable graph still holds references";
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuGraphExecDestroy(exec));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_TRUE(destroyedWithin(destroyed, 1)) << destroyed.load();
+  // Refused: no destructor, other flags, counts of 0, a released object.
+  CUuserObject other = nullptr;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuUserObjectCreate(&other, nullptr, nullptr, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuUserObjectCreate(&other, &destroyed, countDestruction, 1, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuUserObjectCreate(&other, &destroyed, countDestruction,
+                                                             0, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuUserObjectRetain(object, 1));
+  ASSERT_CU(cuUserObjectCreate(&other, &destroyed, countDestruction, 1,
+                               CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuUserObjectRelease(other, 0));
+  ASSERT_CU(cuUserObjectRelease(other, 1));
+  EXPECT_TRUE(destroyedWithin(destroyed, 2)) << destroyed.load();
+}
+
 }  // namespace phos::vgpu::testing

@@ -1475,6 +1475,68 @@ Result<std::shared_ptr<Graph>> Driver::graph(CUgraph handle) const {
   return g;
 }
 
+// --- Driver: user objects ------------------------------------------------------------------
+
+Result<std::uint64_t> Driver::createUserObject(void* ptr, CUhostFn destroy, unsigned initial) {
+  auto object = std::make_shared<UserObject>();
+  object->id = newHandle(HandleKind::kUserObject);
+  object->ptr = ptr;
+  object->destroy = destroy;
+  object->refs = initial;
+  userObjects_.add(object->id, object);
+  return object->id;
+}
+
+Status Driver::retainUserObject(std::uint64_t id, unsigned count) {
+  std::lock_guard lock(userObjectMutex_);
+  auto object = userObjects_.find(id);
+  if (!object) return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not a live user object", id);
+  object->refs += count;
+  return Status::ok();
+}
+
+Status Driver::releaseUserObject(std::uint64_t id, unsigned count) {
+  std::shared_ptr<UserObject> gone;
+  {
+    std::lock_guard lock(userObjectMutex_);
+    auto object = userObjects_.find(id);
+    if (!object) return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not a live user object", id);
+    if (object->refs < static_cast<std::int64_t>(count)) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "user object 0x{:x} has {} references, not {}", id,
+                      object->refs, count);
+    }
+    object->refs -= count;
+    if (object->refs > 0) return Status::ok();
+    gone = userObjects_.erase(id);
+  }
+  std::lock_guard lock(destructorMutex_);
+  destructors_.emplace_back(gone->destroy, gone->ptr);
+  if (!destructorThreadStarted_) {
+    destructorThreadStarted_ = true;
+    // The driver is never destroyed: neither is this thread.
+    std::thread([this] {
+      for (;;) {
+        std::unique_lock wait(destructorMutex_);
+        destructorReady_.wait(wait, [this] { return !destructors_.empty(); });
+        auto [destroy, ptr] = destructors_.front();
+        destructors_.pop_front();
+        wait.unlock();
+        destroy(ptr);
+      }
+    }).detach();
+  }
+  destructorReady_.notify_one();
+  return Status::ok();
+}
+
+void retainUserObjectReferences(std::uint64_t object, unsigned count) {
+  (void)Driver::instance().retainUserObject(object, count);
+}
+
+void releaseUserObjectReferences(std::uint64_t object, unsigned count) {
+  (void)Driver::instance().releaseUserObject(object, count);
+}
+
 Status Driver::destroyGraph(CUgraph handle) {
   if (handle == nullptr || !graphs_.erase(idOf(handle))) {
     return cuErrorf(CUDA_ERROR_INVALID_VALUE, "0x{:x} is not a live graph", idOf(handle));
@@ -1620,7 +1682,11 @@ Result<CUgraphExecUpdateResult> Driver::updateGraphExec(CUgraphExec handle, CUgr
   ASSIGN_OR_RETURN(auto exec, graphExec(handle));
   ASSIGN_OR_RETURN(auto g, graph(graphHandle));
   ASSIGN_OR_RETURN(auto steps, g->executionOrder());
-  return exec->update(steps);
+  ASSIGN_OR_RETURN(CUgraphExecUpdateResult result, exec->update(steps));
+  // "The references in the new source graph are cloned and replace the
+  // references in the target graph" (launches still running keep the old).
+  if (result == CU_GRAPH_EXEC_UPDATE_SUCCESS) exec->setUserObjects(userObjectsOf(*g));
+  return result;
 }
 
 Result<CUgraphNode> Driver::findInClone(CUgraphNode original, CUgraph clone) const {
@@ -1650,7 +1716,9 @@ Result<CUgraphExec> Driver::instantiate(CUgraph handle, unsigned long long flags
   ASSIGN_OR_RETURN(auto g, graph(handle));
   ASSIGN_OR_RETURN(auto steps, g->executionOrder());
   const std::uint64_t id = newHandle(HandleKind::kGraphExec);
-  graphExecs_.add(id, std::make_shared<GraphExec>(id, std::move(steps), flags));
+  auto exec = std::make_shared<GraphExec>(id, std::move(steps), flags);
+  exec->setUserObjects(userObjectsOf(*g));
+  graphExecs_.add(id, std::move(exec));
   return reinterpret_cast<CUgraphExec>(id);
 }
 
@@ -1685,8 +1753,24 @@ Status Driver::launchGraph(CUgraphExec handle, const StreamRef& ref) {
       RETURN_IF_ERROR(ref.context->submit(ref.stream, step.work).status());
     }
   }
-  if (!ref.stream->capture()) exec->setLastLaunch({ref.stream, ref.stream->lastEnqueued()});
+  if (!ref.stream->capture()) {
+    // The launch holds the executable graph's user objects until it has run.
+    if (auto refs = exec->userObjects(); !refs->empty()) {
+      RETURN_IF_ERROR(ref.context->submit(ref.stream, [refs] { return Status::ok(); }).status());
+    }
+    exec->setLastLaunch({ref.stream, ref.stream->lastEnqueued()});
+  }
   return Status::ok();
+}
+
+// New references to every user object `g` and its child graphs own, for an
+// executable graph made of it.
+std::shared_ptr<UserObjectRefs> Driver::userObjectsOf(const Graph& g) {
+  auto refs = std::make_shared<UserObjectRefs>();
+  for (const auto& [object, count] : g.allUserObjects()) {
+    if (retainUserObject(object, count).isOk()) refs->add(object, count);
+  }
+  return refs;
 }
 
 // --- Driver: modules and launches ----------------------------------------------------------

@@ -5,7 +5,9 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -47,6 +49,7 @@ enum class HandleKind : std::uint64_t {
   kArray,
   kTexObject,
   kSurfObject,
+  kUserObject,
 };
 HandleKind kindOf(std::uint64_t handle);
 std::uint64_t newHandle(HandleKind kind);
@@ -194,6 +197,15 @@ class Context {
   std::unordered_map<std::thread::id, std::shared_ptr<Stream>> perThread_;  // guarded by mutex_
 };
 
+// A user object (cuUserObjectCreate): its destructor runs on the driver's
+// destructor thread once the last reference is released.
+struct UserObject {
+  std::uint64_t id = 0;
+  void* ptr = nullptr;
+  CUhostFn destroy = nullptr;
+  std::int64_t refs = 0;  // guarded by the driver's user-object mutex
+};
+
 struct Function;
 
 class Module {
@@ -284,6 +296,12 @@ class Driver {
   CopyModel& copyModel() { return *copyModel_; }
   // CUDA arrays and texture and surface objects (textures.h), by handle.
   HandleTable<ArrayObject>& arrays() { return arrays_; }
+  // User objects: made with `initial` references; retained and released by
+  // the application and by the graphs that own references (graph.h).
+  Result<std::uint64_t> createUserObject(void* ptr, CUhostFn destroy, unsigned initial);
+  Status retainUserObject(std::uint64_t id, unsigned count);
+  Status releaseUserObject(std::uint64_t id, unsigned count);
+  std::shared_ptr<UserObjectRefs> userObjectsOf(const Graph& g);
   HandleTable<TextureObject>& textureObjects() { return textureObjects_; }
   HandleTable<TextureObject>& surfaceObjects() { return surfaceObjects_; }
 
@@ -519,6 +537,14 @@ class Driver {
   HandleTable<Graph> graphs_;
   HandleTable<GraphExec> graphExecs_;
   HandleTable<ArrayObject> arrays_;
+  HandleTable<UserObject> userObjects_;
+  std::mutex userObjectMutex_;
+  // Destructors of user objects whose last reference went, run in order by
+  // one thread of the driver's ("executed by a shared internal thread").
+  std::mutex destructorMutex_;
+  std::condition_variable destructorReady_;
+  std::deque<std::pair<CUhostFn, void*>> destructors_;
+  bool destructorThreadStarted_ = false;
   HandleTable<TextureObject> textureObjects_;
   HandleTable<TextureObject> surfaceObjects_;
   std::mutex capturesMutex_;

@@ -159,8 +159,59 @@ std::shared_ptr<Graph> Graph::holderOf(std::uint64_t node) const {
   return nullptr;
 }
 
+// --- user-object references ---------------------------------------------------------
+
+UserObjectRefs::~UserObjectRefs() {
+  for (const auto& [object, count] : counts_) releaseUserObjectReferences(object, count);
+}
+
+void UserObjectRefs::add(std::uint64_t object, unsigned count) {
+  std::lock_guard lock(mutex_);
+  counts_[object] += count;
+}
+
+Status UserObjectRefs::release(std::uint64_t object, unsigned count) {
+  {
+    std::lock_guard lock(mutex_);
+    auto it = counts_.find(object);
+    if (it == counts_.end() || it->second < count) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE,
+                      "the graph owns {} references to user object 0x{:x}, not {}",
+                      it == counts_.end() ? 0u : it->second, object, count);
+    }
+    it->second -= count;
+    if (it->second == 0) counts_.erase(it);
+  }
+  releaseUserObjectReferences(object, count);
+  return Status::ok();
+}
+
+std::map<std::uint64_t, unsigned> UserObjectRefs::counts() const {
+  std::lock_guard lock(mutex_);
+  return counts_;
+}
+
+bool UserObjectRefs::empty() const {
+  std::lock_guard lock(mutex_);
+  return counts_.empty();
+}
+
+std::map<std::uint64_t, unsigned> Graph::allUserObjects() const {
+  std::map<std::uint64_t, unsigned> all = userObjects_->counts();
+  for (const auto& n : nodes()) {
+    if (!n->child) continue;
+    for (const auto& [object, count] : n->child->allUserObjects()) all[object] += count;
+  }
+  return all;
+}
+
 std::shared_ptr<Graph> Graph::clone(std::uint64_t id) const {
   auto copy = std::make_shared<Graph>(id);
+  // "The clone owns the same references": new ones, released with it.
+  for (const auto& [object, count] : userObjects_->counts()) {
+    retainUserObjectReferences(object, count);
+    copy->userObjects_->add(object, count);
+  }
   std::map<std::uint64_t, std::uint64_t> renamed;
   for (const auto& n : nodes()) {
     auto c = std::make_shared<GraphNode>(*n);
@@ -177,6 +228,16 @@ std::shared_ptr<Graph> Graph::clone(std::uint64_t id) const {
 }
 
 // --- GraphExec ---------------------------------------------------------------------
+
+std::shared_ptr<UserObjectRefs> GraphExec::userObjects() const {
+  std::lock_guard lock(mutex_);
+  return userObjects_;
+}
+
+void GraphExec::setUserObjects(std::shared_ptr<UserObjectRefs> refs) {
+  std::lock_guard lock(mutex_);
+  userObjects_ = std::move(refs);
+}
 
 std::vector<ExecStep> GraphExec::steps() const {
   std::lock_guard lock(mutex_);

@@ -72,6 +72,33 @@ struct ExecStep {
 
 class Graph;
 
+// References to user objects (cuUserObjectCreate) that a graph or an
+// executable graph owns. They are released when it goes; an executable
+// graph's go once the launches holding them have run, since each launch
+// holds them too.
+class UserObjectRefs {
+ public:
+  UserObjectRefs() = default;
+  UserObjectRefs(const UserObjectRefs&) = delete;
+  UserObjectRefs& operator=(const UserObjectRefs&) = delete;
+  ~UserObjectRefs();
+  // Takes `count` references the caller retained (or moved) for this owner.
+  void add(std::uint64_t object, unsigned count);
+  // Releases `count` of them; INVALID_VALUE if it holds fewer.
+  Status release(std::uint64_t object, unsigned count);
+  std::map<std::uint64_t, unsigned> counts() const;
+  bool empty() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::uint64_t, unsigned> counts_;
+};
+
+// The driver's user objects, for the owners above (driver.cpp): `count` more
+// references to `object`, and `count` fewer (its destructor queued at none).
+void retainUserObjectReferences(std::uint64_t object, unsigned count);
+void releaseUserObjectReferences(std::uint64_t object, unsigned count);
+
 struct GraphNode {
   std::uint64_t id = 0;  // the CUgraphNode handle
   NodeInfo info;
@@ -109,11 +136,17 @@ class Graph {
   // among those that holds node `id`.
   std::shared_ptr<Graph> embedded(std::uint64_t id) const;
   std::shared_ptr<Graph> holderOf(std::uint64_t node) const;
+  // The user-object references this graph owns (cuGraphRetainUserObject),
+  // and those of this graph and every child graph in it, added up: what an
+  // executable graph made of it owns.
+  UserObjectRefs& userObjects() { return *userObjects_; }
+  std::map<std::uint64_t, unsigned> allUserObjects() const;
 
  private:
   const std::uint64_t id_;
   mutable std::mutex mutex_;
   std::vector<std::shared_ptr<GraphNode>> nodes_;
+  std::shared_ptr<UserObjectRefs> userObjects_ = std::make_shared<UserObjectRefs>();
 };
 
 class GraphExec {
@@ -140,6 +173,10 @@ class GraphExec {
   // where the last launch ended.
   StreamDependency lastLaunch() const;
   void setLastLaunch(StreamDependency end);
+  // The user-object references it owns: its graph's when instantiated or
+  // updated from it. Each launch holds them until it has run.
+  std::shared_ptr<UserObjectRefs> userObjects() const;
+  void setUserObjects(std::shared_ptr<UserObjectRefs> refs);
 
  private:
   const std::uint64_t id_;
@@ -147,6 +184,7 @@ class GraphExec {
   mutable std::mutex mutex_;
   std::vector<ExecStep> steps_;
   StreamDependency last_;
+  std::shared_ptr<UserObjectRefs> userObjects_ = std::make_shared<UserObjectRefs>();
 };
 
 // One stream capture sequence, from cuStreamBeginCapture on its origin stream

@@ -5,6 +5,7 @@
 // runs exactly as that call on a stream would.
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -1228,5 +1229,81 @@ CUresult CUDAAPI cuGraphDebugDotPrint(CUgraph hGraph, const char* path, unsigned
                       std::strerror(errno));
     }
     return Status::ok();
+  });
+}
+
+// --- user objects ---------------------------------------------------------------------------
+// Reference-counted destructors that graphs can own (driver/graph.h):
+// "Destructor callbacks ... are executed by a shared internal thread."
+
+namespace {
+
+Status referenceCount(unsigned count) {
+  if (count == 0 || count > static_cast<unsigned>(INT_MAX)) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE,
+                    "a reference count must be between 1 and INT_MAX, not {}", count);
+  }
+  return Status::ok();
+}
+
+std::uint64_t userObjectId(CUuserObject object) {
+  return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(object));
+}
+
+}  // namespace
+
+CUresult CUDAAPI cuUserObjectCreate(CUuserObject* object_out, void* ptr, CUhostFn destroy,
+                                    unsigned int initialRefcount, unsigned int flags) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(object_out, "object_out"));
+    RETURN_IF_ERROR(requireNonNull(reinterpret_cast<const void*>(destroy), "destroy"));
+    RETURN_IF_ERROR(referenceCount(initialRefcount));
+    if (flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE,
+                      "flags must be CU_USER_OBJECT_NO_DESTRUCTOR_SYNC, not {}", flags);
+    }
+    ASSIGN_OR_RETURN(std::uint64_t id, d.createUserObject(ptr, destroy, initialRefcount));
+    *object_out = handleOf<CUuserObject>(id);
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuUserObjectRetain(CUuserObject object, unsigned int count) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(referenceCount(count));
+    return d.retainUserObject(userObjectId(object), count);
+  });
+}
+
+CUresult CUDAAPI cuUserObjectRelease(CUuserObject object, unsigned int count) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(referenceCount(count));
+    return d.releaseUserObject(userObjectId(object), count);
+  });
+}
+
+CUresult CUDAAPI cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count,
+                                         unsigned int flags) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(referenceCount(count));
+    if (flags != 0 && flags != CU_GRAPH_USER_OBJECT_MOVE) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE,
+                      "flags must be 0 or CU_GRAPH_USER_OBJECT_MOVE, not {}", flags);
+    }
+    ASSIGN_OR_RETURN(auto g, d.graph(graph));
+    // Moved references are the caller's already (retaining none checks that
+    // the object is live); others are new.
+    RETURN_IF_ERROR(
+        d.retainUserObject(userObjectId(object), flags == CU_GRAPH_USER_OBJECT_MOVE ? 0 : count));
+    g->userObjects().add(userObjectId(object), count);
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned int count) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(referenceCount(count));
+    ASSIGN_OR_RETURN(auto g, d.graph(graph));
+    return g->userObjects().release(userObjectId(object), count);
   });
 }
