@@ -842,6 +842,145 @@ class FunctionLowering {
   uint32_t sharedBase_ = 0;
 };
 
+// ---- mul and add contracted into fma, as ptxas does -----------------------------
+// The PTX ISA lets the code generator turn a mul.f32/f64 and an add or sub
+// without rounding modifiers into one fused multiply-add, and ptxas does: the
+// hardware then rounds once where the PTX, read literally, rounds twice. nvcc
+// writes fma.rn itself for most of C++'s a * b + c, but leaves some (`w -= lr
+// * g`) as mul and sub, whose result on an H200 is the fused one. vgpu
+// contracts the same pairs: a mul whose result only that add or sub reads,
+// later in the same block (a validator twin's range checks do not end one),
+// with nothing between touching its registers.
+bool mentions(const Opnd& o, uint32_t reg) {
+  switch (o.kind) {
+    case OpndKind::kReg:
+      return o.reg == reg;
+    case OpndKind::kAddr:
+      return o.base == AddrBase::kRegister && o.reg == reg;
+    case OpndKind::kVec:
+      return std::any_of(o.elems.begin(), o.elems.end(),
+                         [&](const Opnd& e) { return mentions(e, reg); });
+    default:
+      return false;
+  }
+}
+
+bool mentions(const Inst& in, uint32_t reg) {
+  if (in.guard >= 0 && static_cast<uint32_t>(in.guard) == reg) return true;
+  return std::any_of(in.ops.begin(), in.ops.end(), [&](const Opnd& o) { return mentions(o, reg); });
+}
+
+// A mul, add or sub that the code generator may fuse: f32 or f64, no rounding
+// modifier, no saturation, unguarded, registers or immediates.
+bool contractible(const Inst& in) {
+  if (in.op != ptx::Opcode::kMul && in.op != ptx::Opcode::kAdd && in.op != ptx::Opcode::kSub) {
+    return false;
+  }
+  if (in.type != ptx::Type::kF32 && in.type != ptx::Type::kF64) return false;
+  if (in.m.rounding != ptx::Rounding::kNone || in.m.has(ptx::Flag::kSat) || in.guard >= 0 ||
+      in.ops.size() != 3 || in.ops[0].kind != OpndKind::kReg) {
+    return false;
+  }
+  return std::all_of(in.ops.begin() + 1, in.ops.end(), [](const Opnd& o) {
+    return o.kind == OpndKind::kReg || o.kind == OpndKind::kImm;
+  });
+}
+
+// Adds `delta` to the count of each register `in` reads (every operand but a
+// register destination, and the guard).
+void countReads(const Inst& in, std::vector<int>& reads, int delta) {
+  auto count = [&](auto&& self, const Opnd& o) -> void {
+    if (o.kind == OpndKind::kReg || (o.kind == OpndKind::kAddr && o.base == AddrBase::kRegister)) {
+      if (o.reg >= reads.size()) reads.resize(o.reg + 1, 0);
+      reads[o.reg] += delta;
+    }
+    for (const Opnd& e : o.elems) self(self, e);
+  };
+  for (size_t i = 0; i < in.ops.size(); ++i) {
+    if (i == 0 && in.ops[0].kind == OpndKind::kReg) continue;
+    count(count, in.ops[i]);
+  }
+  if (in.guard >= 0) {
+    Opnd g;
+    g.kind = OpndKind::kReg;
+    g.reg = static_cast<uint32_t>(in.guard);
+    count(count, g);
+  }
+}
+
+void contractMulAdd(Function& fn) {
+  std::vector<Inst>& code = fn.code;
+  const size_t n = code.size();
+  std::vector<int> reads(fn.regCount, 0);
+  for (const Inst& in : code) countReads(in, reads, 1);
+  std::vector<bool> leader(n + 1, false);
+  for (size_t pc = 0; pc < n; ++pc) {
+    const ptx::Opcode op = code[pc].op;
+    if (op == ptx::Opcode::kBra && code[pc].target <= n) leader[code[pc].target] = true;
+    // PhOS's range check (a twin's) is transparent: the twin must compute
+    // what its original computes, and the check touches no float register.
+    const bool check = op == ptx::Opcode::kCall && code[pc].builtin == Inst::Builtin::kPhosCheck;
+    if ((op == ptx::Opcode::kBra || op == ptx::Opcode::kCall || op == ptx::Opcode::kRet ||
+         op == ptx::Opcode::kExit || op == ptx::Opcode::kTrap) &&
+        !check) {
+      leader[pc + 1] = true;
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    Inst& mul = code[i];
+    if (mul.op != ptx::Opcode::kMul || !contractible(mul)) continue;
+    const uint32_t d = mul.ops[0].reg;
+    // The first instruction after the mul that mentions d, in its block.
+    size_t j = i + 1;
+    while (j < n && !leader[j] && !mentions(code[j], d)) ++j;
+    if (j >= n || leader[j]) continue;
+    Inst& add = code[j];
+    if ((add.op != ptx::Opcode::kAdd && add.op != ptx::Opcode::kSub) || !contractible(add) ||
+        add.type != mul.type || add.m.has(ptx::Flag::kFtz) != mul.m.has(ptx::Flag::kFtz) ||
+        add.ops[0].reg == d) {
+      continue;
+    }
+    const bool first = add.ops[1].kind == OpndKind::kReg && add.ops[1].reg == d;
+    const bool second = add.ops[2].kind == OpndKind::kReg && add.ops[2].reg == d;
+    if (first == second) continue;
+    const Opnd other = add.ops[first ? 2 : 1];
+    // What the mul read must be unchanged at the add (the fma reads it there);
+    // a*b - c reads c at the mul (below), so c too.
+    bool untouched = true;
+    const bool negateAddend = add.op == ptx::Opcode::kSub && first;
+    const Opnd* sources[] = {&mul.ops[1], &mul.ops[2], negateAddend ? &other : &mul.ops[1]};
+    for (size_t k = i + 1; k < j && untouched; ++k) {
+      for (const Opnd* o : sources) {
+        if (o->kind == OpndKind::kReg && mentions(code[k], o->reg)) untouched = false;
+      }
+    }
+    if (!untouched) continue;
+    // d read nowhere else: written elsewhere (as a destination) at most.
+    if (d >= reads.size() || reads[d] != 1) continue;
+    countReads(mul, reads, -1);
+    countReads(add, reads, -1);
+    // add: fma(a, b, c). c - a*b: the mul becomes d = -a, then fma(d, b, c).
+    // a*b - c: d = -c, then fma(a, b, d). neg is exact, and RN is symmetric.
+    Inst fma = add;
+    fma.op = ptx::Opcode::kFma;
+    fma.m.rounding = ptx::Rounding::kRn;
+    const Opnd dest = mul.ops[0];
+    if (add.op == ptx::Opcode::kAdd) {
+      fma.ops = {add.ops[0], mul.ops[1], mul.ops[2], other};
+    } else {
+      Inst neg = mul;
+      neg.op = ptx::Opcode::kNeg;
+      neg.ops = {dest, second ? mul.ops[1] : other};
+      fma.ops = second ? std::vector<Opnd>{add.ops[0], dest, mul.ops[2], other}
+                       : std::vector<Opnd>{add.ops[0], mul.ops[1], mul.ops[2], dest};
+      mul = std::move(neg);
+    }
+    add = std::move(fma);
+    countReads(mul, reads, 1);
+    countReads(add, reads, 1);
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ExecModule>> lowerModule(
@@ -904,6 +1043,7 @@ Result<std::unique_ptr<ExecModule>> lowerModule(
       if (!f.hasBody) continue;
       lowerings[i].setSharedBase(pass == 0 ? shared : code->moduleSharedBytes);
       RETURN_IF_ERROR_CTX(lowerings[i].run(), fmt::format("in function {}", f.name));
+      contractMulAdd(out);
       if (pass == 0) {
         shared += lowerings[i].scopedSharedBytes();
       } else {
