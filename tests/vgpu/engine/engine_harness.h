@@ -88,14 +88,23 @@ class CapturingPrintf final : public PrintfSink {
     std::lock_guard lock(mutex_);
     text_.append(text);
   }
+  void writeError(std::string_view text) override {
+    std::lock_guard lock(mutex_);
+    errors_.append(text);
+  }
   std::string text() const {
     std::lock_guard lock(mutex_);
     return text_;
+  }
+  std::string errors() const {
+    std::lock_guard lock(mutex_);
+    return errors_;
   }
 
  private:
   mutable std::mutex mutex_;
   std::string text_;
+  std::string errors_;  // what goes to stderr
 };
 
 inline std::string readFile(const std::string& path) {
@@ -181,6 +190,7 @@ class Module {
   // The texture and surface objects launches see (none by default).
   void setTextures(const TextureTable* textures) { textures_ = textures; }
   std::string printed() const { return printf_.text(); }
+  std::string printedErrors() const { return printf_.errors(); }
 
   // Where the loader placed the module-scope variable `name` (cuModuleGetGlobal);
   // 0 when the module has none.

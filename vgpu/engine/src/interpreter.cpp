@@ -11,6 +11,7 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -1038,32 +1039,38 @@ class BlockRunner {
         return Step::kContinue;
       }
       case Inst::Builtin::kAssertFail: {
-        int lane = std::countr_zero(exec);
-        DeviceReader reader = [&](uint64_t addr, void* out, size_t n) {
-          uint8_t* p = resolveQuiet(w, addr, n, lane);
-          if (!p) return false;
-          std::memcpy(out, p, n);
-          return true;
-        };
-        auto str = [&](size_t i) -> std::string {
+        // Each thread that fails the assertion says so, as NVIDIA's driver
+        // prints it: to stderr, naming its block and thread.
+        auto str = [&](size_t i, int lane) -> std::string {
           if (in.ops[2].elems.size() <= i) return {};
           uint64_t a = callArg(w, f, in, i, lane);
-          std::string s;
+          std::string text;
           for (size_t k = 0; k < 4096; ++k) {
-            char c;
-            if (!reader(a + k, &c, 1) || c == 0) break;
-            s.push_back(c);
+            const uint8_t* p = resolveQuiet(w, a + k, 1, lane);
+            if (p == nullptr || *p == 0) break;
+            text.push_back(static_cast<char>(*p));
           }
-          return s;
+          return text;
         };
-        uint32_t lineNo = static_cast<uint32_t>(in.ops[2].elems.size() > 2 ? callArg(w, f, in, 2, lane) : 0);
-        std::string msg = fmt::format("{}:{}: {}: Assertion `{}` failed.", str(1), lineNo,
-                                      str(3), str(0));
+        std::string all, first;
+        for (uint32_t m = exec; m; m &= m - 1) {
+          const int lane = std::countr_zero(m);
+          const auto lineNo =
+              static_cast<uint32_t>(in.ops[2].elems.size() > 2 ? callArg(w, f, in, 2, lane) : 0);
+          const auto t = static_cast<size_t>(lane);
+          std::string msg =
+              fmt::format("{}:{}: {}: block: [{},{},{}], thread: [{},{},{}] Assertion `{}` failed.",
+                          str(1, lane), lineNo, str(3, lane), ctaid_[0], ctaid_[1], ctaid_[2],
+                          w.tid[0][t], w.tid[1][t], w.tid[2][t], str(0, lane));
+          if (first.empty()) first = msg;
+          all += msg + "\n";
+        }
         {
           std::lock_guard lock(s_.printfMutex);
-          l_.context.printf->write(msg + "\n");
+          l_.context.printf->writeError(all);
         }
-        return raise(KernelFault::kAssert, w, in, lane, "device-side assert: " + msg);
+        return raise(KernelFault::kAssert, w, in, std::countr_zero(exec),
+                     "device-side assert: " + first);
       }
       case Inst::Builtin::kMalloc:
         // The device heap is not modelled: malloc returns NULL, as when it is exhausted.

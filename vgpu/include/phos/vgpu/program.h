@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <span>
@@ -95,6 +96,12 @@ class PrintfSink {
  public:
   virtual ~PrintfSink() = default;
   virtual void write(std::string_view text) = 0;
+  // A failed device assertion's message: NVIDIA's driver prints it to the
+  // process's stderr, and so does this unless a sink says otherwise.
+  virtual void writeError(std::string_view text) {
+    std::fwrite(text.data(), 1, text.size(), stderr);
+    std::fflush(stderr);
+  }
 };
 
 struct Dim3 {
