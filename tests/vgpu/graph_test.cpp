@@ -852,7 +852,7 @@ TEST_F(GraphTest, KernelNodeAttributesAreKeptCopiedAndACapturedCooperativeLaunch
   value.priority = 7;
   ASSERT_CU(cuGraphKernelNodeGetAttribute(first, CU_LAUNCH_ATTRIBUTE_PRIORITY, &value));
   EXPECT_EQ(value.priority, 0);
-  value.priority = 2;
+  value.priority = -3;
   ASSERT_CU(cuGraphKernelNodeSetAttribute(first, CU_LAUNCH_ATTRIBUTE_PRIORITY, &value));
   CUkernelNodeAttrValue cooperative{};
   cooperative.cooperative = 1;
@@ -861,12 +861,19 @@ TEST_F(GraphTest, KernelNodeAttributesAreKeptCopiedAndACapturedCooperativeLaunch
   ASSERT_CU(cuGraphKernelNodeSetParams(first, &k));
   CUkernelNodeAttrValue got{};
   ASSERT_CU(cuGraphKernelNodeGetAttribute(first, CU_LAUNCH_ATTRIBUTE_PRIORITY, &got));
-  EXPECT_EQ(got.priority, 2);
+  EXPECT_EQ(got.priority, -3);
   ASSERT_CU(cuGraphKernelNodeGetAttribute(first, CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &got));
   EXPECT_EQ(got.cooperative, 1);
   ASSERT_CU(cuGraphKernelNodeCopyAttributes(second, first));
   ASSERT_CU(cuGraphKernelNodeGetAttribute(second, CU_LAUNCH_ATTRIBUTE_PRIORITY, &got));
-  EXPECT_EQ(got.priority, 2);
+  EXPECT_EQ(got.priority, -3);
+  // Beyond cuCtxGetStreamPriorityRange's [-5, 0], clamped into it, as NVIDIA's driver does.
+  for (auto [asked, kept] : {std::pair{1, 0}, std::pair{-9, -5}}) {
+    value.priority = asked;
+    ASSERT_CU(cuGraphKernelNodeSetAttribute(second, CU_LAUNCH_ATTRIBUTE_PRIORITY, &value));
+    ASSERT_CU(cuGraphKernelNodeGetAttribute(second, CU_LAUNCH_ATTRIBUTE_PRIORITY, &got));
+    EXPECT_EQ(got.priority, kept) << asked;
+  }
   // Both nodes still run: x = (x * 3 + 1) * 3 + 1 from 0.
   ASSERT_CU(cuMemsetD32(x_, 0, kN));
   CUgraphExec exec = nullptr;

@@ -869,6 +869,11 @@ Status setNodeAttributes(Driver& d, CUgraphNode node,
     return cuError(CUDA_ERROR_INVALID_VALUE, "the node is not a kernel node");
   }
   KernelNodeInfo kernel = *found.second->info.kernel;
+  // A priority is clamped to cuCtxGetStreamPriorityRange's [-5, 0], as a
+  // stream's is: NVIDIA's driver answers 0 for a node given 1 (an H200).
+  if (auto it = attributes.find(CU_LAUNCH_ATTRIBUTE_PRIORITY); it != attributes.end()) {
+    it->second.priority = std::clamp(it->second.priority, -5, 0);
+  }
   bool cooperative = false;
   if (auto it = attributes.find(CU_LAUNCH_ATTRIBUTE_COOPERATIVE); it != attributes.end()) {
     cooperative = it->second.cooperative != 0;
