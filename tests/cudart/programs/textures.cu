@@ -72,12 +72,13 @@ float wrapTexel(const std::vector<float>& img, long x, long y) {
   return img[y * W + x];
 }
 
-// Linear filtering as the hardware does it: weights with 8 fractional bits.
+// Linear filtering as the hardware does it: weights with 8 fractional bits, a
+// fraction halfway between two rounded up (an H200's, tests/gpu/texture_weights.cu).
 float bilinear(const std::vector<float>& img, float u, float v) {
   double x = u * (double)W - 0.5, y = v * (double)H - 0.5;
   long i = (long)std::floor(x), j = (long)std::floor(y);
-  float a = (float)(std::nearbyint((x - std::floor(x)) * 256.0) / 256.0);
-  float b = (float)(std::nearbyint((y - std::floor(y)) * 256.0) / 256.0);
+  float a = (float)(std::floor((x - std::floor(x)) * 256.0 + 0.5) / 256.0);
+  float b = (float)(std::floor((y - std::floor(y)) * 256.0 + 0.5) / 256.0);
   return (1 - a) * (1 - b) * wrapTexel(img, i, j) + a * (1 - b) * wrapTexel(img, i + 1, j) +
          (1 - a) * b * wrapTexel(img, i, j + 1) + a * b * wrapTexel(img, i + 1, j + 1);
 }

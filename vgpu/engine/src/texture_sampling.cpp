@@ -128,9 +128,10 @@ double unnormalized(const TextureView& t, const TexCoords& c, int d) {
   return t.normalizedCoordinates ? x * static_cast<double>(sizes(t)[i]) : x;
 }
 
-// Linear filtering weights are 9-bit fixed point with 8 fractional bits.
+// Linear filtering weights are 9-bit fixed point with 8 fractional bits, a
+// fraction halfway between two rounded up (as an H200 does: tests/gpu/texture_weights.cu).
 float weight(double fraction) {
-  return static_cast<float>(std::nearbyint(fraction * 256.0) / 256.0);
+  return static_cast<float>(std::floor(fraction * 256.0 + 0.5) / 256.0);
 }
 
 }  // namespace
