@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -239,13 +240,59 @@ void Session::serveTakeOutput(ServerCall& call, size_t capacity) {
 }
 
 void Session::captureOutput(CUcontext context) {
-  if (const vgpu::ExportTable* vgpu = driver_.vgpu(); vgpu != nullptr && context != nullptr) {
-    vgpu->setPrintfSink(context, output_);
+  if (const vgpu::ExportTable* vgpu = driver_.vgpu(); vgpu != nullptr) {
+    if (context != nullptr) vgpu->setPrintfSink(context, output_);
+  } else if (Status s = output_->captureStdout(); !s.isOk()) {
+    log::get("daemon")->warn("session {}: kernel printf output stays in phosd's stdout: {}", id_,
+                             s.message());
   }
+}
+
+KernelOutput::~KernelOutput() {
+  if (stdout_ >= 0) close(stdout_);
+}
+
+Status KernelOutput::captureStdout() {
+  std::lock_guard lock(mutex_);
+  if (stdout_ >= 0) return Status::ok();
+  std::fflush(stdout);
+  int fd = memfd_create("phos-kernel-printf", MFD_CLOEXEC);
+  if (fd < 0) return errnoError(errno, "cannot create a memory file for kernel printf output");
+  // Every write lands at the end, whatever was read and released before.
+  if (fcntl(fd, F_SETFL, O_APPEND) != 0 || dup2(fd, STDOUT_FILENO) < 0) {
+    Status s = errnoError(errno, "cannot make the memory file phosd's stdout");
+    close(fd);
+    return s;
+  }
+  stdout_ = fd;
+  return Status::ok();
+}
+
+// What the driver printed since the last call: read where it was written, and
+// the pages read given back (the file's offsets keep growing; its memory does not).
+void KernelOutput::drainStdout() {
+  if (stdout_ < 0) return;
+  std::fflush(stdout);
+  struct stat st {};
+  if (fstat(stdout_, &st) != 0 || st.st_size <= static_cast<off_t>(stdoutRead_)) return;
+  std::string fresh(static_cast<size_t>(st.st_size) - stdoutRead_, '\0');
+  ssize_t n = pread(stdout_, fresh.data(), fresh.size(), static_cast<off_t>(stdoutRead_));
+  if (n <= 0) return;
+  fresh.resize(static_cast<size_t>(n));
+  stdoutRead_ += static_cast<size_t>(n);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  if (size_t whole = stdoutRead_ / page * page; whole > 0) {
+    fallocate(stdout_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(whole));
+  }
+  appendLocked(fresh);
 }
 
 void KernelOutput::write(std::string_view text) {
   std::lock_guard lock(mutex_);
+  appendLocked(text);
+}
+
+void KernelOutput::appendLocked(std::string_view text) {
   if (text_.size() + text.size() > kLimit) {
     if (!truncated_) text_ += "\n[phosd: kernel printf output beyond 64 MiB was dropped]\n";
     truncated_ = true;
@@ -254,8 +301,9 @@ void KernelOutput::write(std::string_view text) {
   text_.append(text);
 }
 
-bool KernelOutput::pending() const {
+bool KernelOutput::pending() {
   std::lock_guard lock(mutex_);
+  drainStdout();
   return !text_.empty();
 }
 

@@ -67,21 +67,31 @@ struct CopyStaging {
   bool registered = false;
 };
 
-// Kernel printf output of the session's contexts (vgpu writes into it from its
-// stream workers), kept until the application fetches it at its next
-// synchronizing call.
+// Kernel printf output of the session's contexts, kept until the application
+// fetches it at its next synchronizing call. vgpu writes into it from its
+// stream workers; NVIDIA's driver prints to the process's stdout, which
+// captureStdout() makes a memory file of this worker (it serves one session)
+// and pending() empties into the output.
 class KernelOutput final : public vgpu::PrintfSink {
  public:
+  ~KernelOutput() override;
   void write(std::string_view text) override;
-  bool pending() const;
+  bool pending();
   // Up to `max` bytes, oldest first.
   std::string take(size_t max);
+  // From now on, what this process writes to its stdout is kernel output.
+  Status captureStdout();
 
  private:
+  void drainStdout();
+  void appendLocked(std::string_view text);
+
   static constexpr size_t kLimit = 64u << 20;  // beyond this, output is dropped (and said so)
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::string text_;
   bool truncated_ = false;
+  int stdout_ = -1;        // the memory file behind fd 1, or -1
+  size_t stdoutRead_ = 0;  // of it
 };
 
 struct SessionInfo {
@@ -244,7 +254,7 @@ class Session {
   // Routes the kernel printf output of `context` to this session (vgpu only;
   // with NVIDIA's driver it goes to phosd's stdout).
   void captureOutput(CUcontext context);
-  bool outputPending() const { return output_->pending(); }
+  bool outputPending() { return output_->pending(); }
 
   // The current context's staging buffers (created on first use); nullptr
   // without a current context.
