@@ -27,6 +27,15 @@ Result<std::vector<std::string>> ptxGlobals(std::string_view text) {
 
 }  // namespace
 
+bool isStringLiteral(std::string_view name) {
+  auto numbered = [](std::string_view digits) {
+    return !digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos;
+  };
+  if (name == "$str") return true;
+  if (name.starts_with("$str$")) return numbered(name.substr(5));
+  return name.starts_with("__unnamed_") && numbered(name.substr(10));
+}
+
 Result<std::vector<std::string>> moduleGlobalNames(const std::vector<char>& image) {
   const auto bytes = std::as_bytes(std::span(image));
   if (fatbin::isFatbin(bytes)) {

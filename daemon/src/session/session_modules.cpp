@@ -107,8 +107,12 @@ class SessionModules::Saver {
                                           &address, &bytes, static_cast<CUlibrary>(real), g.c_str())
                                     : PHOS_DRIVER(d_, ModuleGetGlobal_v2)(
                                           &address, &bytes, static_cast<CUmodule>(real), g.c_str());
-          if (r == CUDA_ERROR_NO_BINARY_FOR_GPU)
+          if (r == CUDA_ERROR_NO_BINARY_FOR_GPU) {
             break;  // no code for this device: nothing runs, nothing to save
+          }
+          if (r == CUDA_ERROR_NOT_FOUND && isStringLiteral(g)) {
+            continue;  // comes back with the module
+          }
           if (r != CUDA_SUCCESS) {
             return makeError(Code::kNotSupported,
                              "global {} of module {} cannot be read (CUresult {})", g, hex(id),
