@@ -64,19 +64,30 @@ CUresult ApplicationVmm::reserve(size_t bytes, size_t alignment, CUdeviceptr hin
     if (!isFree(candidate)) return CUDA_ERROR_OUT_OF_MEMORY;
     at = candidate;
   }
+  if (CUresult r = reserveWindow(base); r != CUDA_SUCCESS) return r;
+  reservations_[at] = bytes;
+  *address = at;
+  return CUDA_SUCCESS;
+}
+
+// The whole window, once, at exactly its address: NVIDIA's driver 580 takes
+// the address of a small reservation as a hint and reserves elsewhere (an
+// H200: 12 MiB asked at 0x100000000000 came at 0x7fc5fe800000), and honours
+// it for a large one, as for the heaps' (docs/gpu.md).
+CUresult ApplicationVmm::reserveWindow(CUdeviceptr base) {
+  if (windows_.contains(base)) return CUDA_SUCCESS;
   CUdeviceptr got = 0;
-  if (CUresult r = PHOS_DRIVER(driver_, MemAddressReserve)(&got, bytes, align, at, 0);
+  if (CUresult r = PHOS_DRIVER(driver_, MemAddressReserve)(&got, kWindowBytes, 0, base, 0);
       r != CUDA_SUCCESS) {
     return r;
   }
-  if (got != at) {  // the driver treats the address as a hint: useless to a restore
-    PHOS_DRIVER(driver_, MemAddressFree)(got, bytes);
-    log::get("daemon")->warn("session {}: the driver reserved {} bytes at {}, not at {}", session_,
-                             bytes, hex(got), hex(at));
+  if (got != base) {  // the driver treats the address as a hint: useless to a restore
+    PHOS_DRIVER(driver_, MemAddressFree)(got, kWindowBytes);
+    log::get("daemon")->warn("session {}: the driver reserved the VMM window at {}, not at {}",
+                             session_, hex(got), hex(base));
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  reservations_[at] = bytes;
-  *address = at;
+  windows_.insert(base);
   return CUDA_SUCCESS;
 }
 
@@ -84,10 +95,7 @@ CUresult ApplicationVmm::free(CUdeviceptr address, size_t bytes) {
   auto it = reservations_.find(address);
   if (it == reservations_.end() || it->second != bytes) return CUDA_ERROR_INVALID_VALUE;
   if (anyMappingIn(address, bytes)) return CUDA_ERROR_INVALID_VALUE;  // cuMemUnmap first
-  if (CUresult r = PHOS_DRIVER(driver_, MemAddressFree)(address, bytes); r != CUDA_SUCCESS) {
-    return r;
-  }
-  reservations_.erase(it);
+  reservations_.erase(it);  // its window stays reserved for the next
   return CUDA_SUCCESS;
 }
 
@@ -302,13 +310,17 @@ Status ApplicationVmm::rebuild(const json& state) {
                        "the VMM reservation {}+{} lies outside the sessions' windows", hex(at),
                        bytes);
     }
-    CUdeviceptr got = 0;
-    CUresult res = PHOS_DRIVER(driver_, MemAddressReserve)(&got, bytes, 0, at, 0);
-    if (res == CUDA_SUCCESS && got != at) PHOS_DRIVER(driver_, MemAddressFree)(got, bytes);
-    if (res != CUDA_SUCCESS || got != at) {
-      return makeError(Code::kFailedPrecondition,
-                       "cannot reserve the application's range {}+{} again (CUresult {})", hex(at),
-                       bytes, static_cast<int>(res));
+    // In the window it was made in, which the restore reserves whole.
+    const CUdeviceptr window = kBase + (at - kBase) / kWindowBytes * kWindowBytes;
+    if (bytes > window + kWindowBytes - at) {
+      return makeError(Code::kDataLoss, "the VMM reservation {}+{} crosses the end of its window",
+                       hex(at), bytes);
+    }
+    if (CUresult res = reserveWindow(window); res != CUDA_SUCCESS) {
+      return makeError(
+          Code::kFailedPrecondition,
+          "cannot reserve the application's range {}+{} again: its window {} (CUresult {})",
+          hex(at), bytes, hex(window), static_cast<int>(res));
     }
     reservations_[at] = bytes;
   }
@@ -388,10 +400,11 @@ Status ApplicationVmm::rebuild(const json& state) {
 void ApplicationVmm::clear() {
   for (const auto& [at, m] : mappings_) PHOS_DRIVER(driver_, MemUnmap)(at, m.bytes);
   for (const auto& [id, p] : physical_) PHOS_DRIVER(driver_, MemRelease)(p.real);
-  for (const auto& [at, bytes] : reservations_) PHOS_DRIVER(driver_, MemAddressFree)(at, bytes);
+  for (CUdeviceptr base : windows_) PHOS_DRIVER(driver_, MemAddressFree)(base, kWindowBytes);
   mappings_.clear();
   physical_.clear();
   reservations_.clear();
+  windows_.clear();
 }
 
 }  // namespace phos::daemon

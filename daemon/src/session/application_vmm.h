@@ -6,8 +6,8 @@
 // A restored process holds the addresses it mapped in its CPU memory, so its
 // memory must come back at the same addresses:
 // - its reservations are ranges phosd picks in a window of the session's own
-//   (as the heap's, device_heap.h), reserved in the driver at exactly that
-//   address, and again at a restore;
+//   (as the heap's, device_heap.h), which is reserved whole in the driver at
+//   exactly its address at the first, and again at a restore;
 // - its physical allocations are the session's objects: the handles it holds
 //   are numbers phosd gives out, each standing for a driver handle that a
 //   restore creates anew with the same properties;
@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <span>
 #include <vector>
 
@@ -120,6 +121,8 @@ class ApplicationVmm {
   void clear();
 
  private:
+  // Reserves the window at `base` in the driver, whole, unless it is already.
+  CUresult reserveWindow(CUdeviceptr base);
   CUresult granularity(int device, size_t* bytes) const;
   // The reservation holding [address, address + bytes), or end().
   std::map<CUdeviceptr, size_t>::const_iterator reservationOf(CUdeviceptr address,
@@ -131,6 +134,7 @@ class ApplicationVmm {
   const DriverTable& driver_;
   const uint64_t session_;
   std::map<CUdeviceptr, size_t> reservations_;  // address -> bytes
+  std::set<CUdeviceptr> windows_;               // reserved in the driver, whole
   std::map<uint64_t, VmmPhysical> physical_;    // by handle
   std::map<CUdeviceptr, VmmMapping> mappings_;  // by address
   uint64_t nextId_ = 1;
