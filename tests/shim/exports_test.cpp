@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// libphos.so exports exactly the Driver API entry points of apigen's table, plus dlopen and the SDK's entry, and
-// nothing of its own insides.
+// libphos.so exports exactly the Driver API entry points of apigen's table, plus libc's dlopen and
+// open family and the SDK's entry, and nothing of its own insides.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -18,10 +18,13 @@ namespace {
 
 using ::phos::testing::IsOk;
 
-// Beyond the Driver API: the one libc function the shim interposes
-// (dlopen("libcuda.so.1") answers with libphos.so itself), and the entry the
-// application SDK looks up (sdk/include/phos/sdk.h).
-const std::set<std::string> kBeyondDriverApi = {"dlopen", "phos_sdk_checkpoint"};
+// Beyond the Driver API: the libc functions the shim interposes
+// (dlopen("libcuda.so.1") answers with libphos.so itself; the open family
+// keeps NVIDIA's device files from the application, src/device_files.cpp),
+// and the entry the application SDK looks up (sdk/include/phos/sdk.h).
+const std::set<std::string> kBeyondDriverApi = {
+    "dlopen",   "open",     "open64",     "openat",
+    "openat64", "__open_2", "__open64_2", "phos_sdk_checkpoint"};
 
 std::set<std::string> exported() {
   Result<std::set<std::string>> symbols = phos::testing::definedDynamicSymbols(PHOS_LIBPHOS_SO);
