@@ -49,7 +49,15 @@ CUresult CUDAAPI unknownSlot() {
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-enum TableIndex { kCudartInterface, kToolsTls, kToolsCallbacks, kContextStorage, kContextChecks, kIntegrity };
+enum TableIndex {
+  kCudartInterface,
+  kToolsTls,
+  kToolsCallbacks,
+  kContextStorage,
+  kContextChecks,
+  kIntegrity,
+  kToolsContext
+};
 
 template <int kTable, std::size_t N, std::size_t... I>
 std::array<Slot, N> unknownSlots(std::index_sequence<I...>) {
@@ -96,11 +104,34 @@ void CUDAAPI takeSize(std::size_t) {}
 CUresult CUDAAPI loadCompilers() { return CUDA_SUCCESS; }
 
 // ---- TOOLS_TLS and TOOLS_RUNTIME_CALLBACK_HOOKS: tools (profilers, debuggers) ---------
-// cudart 13.2 (PyTorch's) calls TOOLS_TLS [2] and the hooks' [1] and [4] as it
-// starts; what they take is not known. With no tool attached to the process
-// these slots answer 0, as the other public implementations of the tables do,
-// and cudart goes on. Not a failure: no tool is what PhOS offers.
+// cudart 13.2 (PyTorch's) calls the hooks' [1] and [4] as it starts; what they
+// take is not known. With no tool attached to the process these slots answer
+// 0, as the other public implementations of the tables do, and cudart goes
+// on. Not a failure: no tool is what PhOS offers.
 CUresult CUDAAPI noToolAttached() { return CUDA_SUCCESS; }
+
+// TOOLS_TLS [2]: the calling thread's current context, as cuCtxGetCurrent.
+// cudart 13.2 calls it as it starts, and cuBLASLt keys its kernels by the
+// context it answers: an answer left unwritten leaves cuBLASLt without a
+// single kernel to offer (cublasLtMatmulAlgoGetHeuristic: not supported).
+CUresult CUDAAPI threadContext(CUcontext* context) {
+  if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return cuCtxGetCurrent(context);
+}
+
+// ---- TOOLS_CONTEXT: what a context is, for the libraries -----------------------------
+// cuBLASLt asks [3] for a context's device and [4] for its unique id
+// (cuCtxGetId's); both answered as NVIDIA's driver 580 does, probed on an H200
+// (tests/gpu/export_table_probe.cpp). The driver serves 92 slots here; the
+// others are not known to be called.
+CUresult CUDAAPI contextDevice(CUcontext context, CUdevice* device) {
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return cuCtxGetDevice_v2(device, context);
+}
+CUresult CUDAAPI contextId(CUcontext context, unsigned long long* id) {
+  if (id == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return cuCtxGetId(context, id);
+}
 
 // Two buffers the runtime keeps tool state in.
 template <std::size_t N>
@@ -253,16 +284,19 @@ constexpr CUuuid uuid(std::array<unsigned char, 16> b) {
 }
 
 const Table kTables[] = {
-    {uuid({0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9}),
+    {uuid({0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d,
+           0xf9}),
      "CUDART_INTERFACE", [] { return cudartInterface().data(); }},
-    {uuid({0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc}),
+    {uuid({0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec,
+           0xdc}),
      "TOOLS_TLS",
      [] {
        static const auto t = tableOf<kToolsTls, 4>(
-           {{1, slot(&noToolAttached)}, {2, slot(&noToolAttached)}, {3, slot(&noToolAttached)}});
+           {{1, slot(&noToolAttached)}, {2, slot(&threadContext)}, {3, slot(&noToolAttached)}});
        return t.data();
      }},
-    {uuid({0xa0, 0x94, 0x79, 0x8c, 0x2e, 0x74, 0x2e, 0x74, 0x93, 0xf2, 0x08, 0x00, 0x20, 0x0c, 0x0a, 0x66}),
+    {uuid({0xa0, 0x94, 0x79, 0x8c, 0x2e, 0x74, 0x2e, 0x74, 0x93, 0xf2, 0x08, 0x00, 0x20, 0x0c, 0x0a,
+           0x66}),
      "TOOLS_RUNTIME_CALLBACK_HOOKS",
      [] {
        static const auto t = tableOf<kToolsCallbacks, 7>({{1, slot(&noToolAttached)},
@@ -273,21 +307,34 @@ const Table kTables[] = {
                                                           {6, slot(&hookBuffer<14>)}});
        return t.data();
      }},
-    {uuid({0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93}),
+    {uuid({0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95,
+           0x93}),
      "CONTEXT_LOCAL_STORAGE_V0301",
      [] {
        static const auto t = tableOf<kContextStorage, 4>(
            {{0, slot(&storagePut)}, {1, slot(&storageDelete)}, {2, slot(&storageGet)}}, false);
        return t.data();
      }},
-    {uuid({0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e}),
+    {uuid({0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa,
+           0x7e}),
      "CONTEXT_CHECKS",
      [] {
        static const auto t = tableOf<kContextChecks, 4>({{2, slot(&contextCheck)}, {3, slot(&contextCheckZero)}});
        return t.data();
      }},
-    {uuid({0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2}),
+    {uuid({0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1,
+           0xf2}),
      "INTEGRITY_CHECK", [] { return integrityTable().data(); }},
+    {uuid({0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8,
+           0xf2}),
+     "TOOLS_CONTEXT",
+     [] {
+       // As long as the driver's (93 entries, the size included, in driver
+       // 580; 95 in 595): a caller may check the size before it takes a slot.
+       static const auto t =
+           tableOf<kToolsContext, 95>({{3, slot(&contextDevice)}, {4, slot(&contextId)}});
+       return t.data();
+     }},
 };
 
 const Table* lookup(const CUuuid& id) {
