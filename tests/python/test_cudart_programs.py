@@ -16,6 +16,7 @@ import subprocess
 
 import pytest
 
+from conftest import ROOT
 from test_checkpoint_phos import Job, after_checkpoint, checkpoint, criu, restore  # noqa: F401 (fixtures)
 from test_concurrent_restore import restore as restore_with
 
@@ -63,6 +64,25 @@ def test_runs_on_vgpu_and_under_phos_alike(phos, phosd, cudart_dir, env, program
     under = run([phos, "run", "--runtime-dir", phosd.runtime_dir, "--", cudart_dir / program], env)
     assert under == direct
     assert "session" in phosd.log(), "the program never had a PhOS session"
+
+
+def test_the_private_tables_name_contexts_as_the_public_api_on_vgpu_and_under_phos(phos, phosd, build_dir, env):
+    """cuBLASLt's view of a context (TOOLS_TLS [2], TOOLS_CONTEXT [3] and [4]),
+    as NVIDIA's driver 580 answers it on an H200 (docs/gpu.md): the probe
+    prints the same lines there, on vgpu and under phos."""
+    probe = build_dir / "tests" / "export_tables" / "export-table-probe"
+    direct = run([probe], env)
+    for line in ("TOOLS_TLS[2](&context): 0, the current context", "TOOLS_CONTEXT[4](context, &id): 0, cuCtxGetId's id",
+                 "TOOLS_CONTEXT[3](context, &device): 0, the context's device", "OK"):
+        assert line in direct.splitlines(), direct
+    assert run([phos, "run", "--runtime-dir", phosd.runtime_dir, "--", probe], env) == direct
+
+
+def test_linear_filtering_weighs_texels_as_an_h200_does(cudart_dir, env):
+    """Every value of texture_weights.cu, as an H200 printed it: weights of 8
+    fractional bits, a fraction halfway between two rounded up."""
+    expected = (ROOT / "tests" / "cudart" / "programs" / "texture_weights.h200.txt").read_text()
+    assert run([cudart_dir / "texture_weights"], env) == expected
 
 
 def train(cudart_dir, name="train"):
