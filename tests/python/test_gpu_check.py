@@ -45,10 +45,10 @@ def test_the_gpu_check_passes_on_vgpu(bundle, tmp_path):
     results = json.loads((out / "gpu-check.json").read_text())
     assert r.returncode == 0, r.stdout + r.stderr + (out / "gpu-check.log").read_text()[-8000:]
     assert results["failed"] == [] and results["skipped"] == ["pytorch"], results
-    assert set(results["passed"]) == {"host", "remoting", "driver-api", "twins", "nvcc", "cuda-core", "cupy",
-                                      "numba"}, results
+    assert set(results["passed"]) == {"host", "remoting", "driver-api", "twins", "nvcc", "corpus", "cuda-core",
+                                      "cupy", "numba"}, results
     for part in results["parts"]:
-        if part["name"] in ("host", "pytorch", "remoting"):
+        if part["name"] in ("host", "pytorch", "remoting", "corpus"):
             continue
         figures = part["figures"]
         for mode in ("stop", "cow", "recopy"):
@@ -58,7 +58,11 @@ def test_the_gpu_check_passes_on_vgpu(bundle, tmp_path):
     # (three launches and two captured graphs).
     remoting = next(p for p in results["parts"] if p["name"] == "remoting")["figures"]
     assert all(c["ratio"] > 0 for c in remoting["copies"].values()) and len(remoting["launch"]) == 5, remoting
-    assert "passed: host remoting driver-api twins nvcc cuda-core cupy numba" in r.stdout, r.stdout
+    assert "passed: host remoting driver-api twins nvcc corpus cuda-core cupy numba" in r.stdout, r.stdout
+    # The corpus's dry run: two nvcc programs and the table probe, alike directly and under phos.
+    corpus = next(p for p in results["parts"] if p["name"] == "corpus")["programs"]
+    assert sorted(corpus) == ["export-table-probe", "graphs", "vector_add"], corpus
+    assert all(c["same"] and c["validated_same"] and c["direct"]["rc"] == 0 for c in corpus.values()), corpus
     # Every launch of the validated job ran as a twin, in the original session and the three restored ones.
     twins = next(p for p in results["parts"] if p["name"] == "twins")["figures"]
     assert len(twins["validated_sessions"]) == 4 and twins["twin_modules_loaded"] == 4, twins
@@ -78,6 +82,6 @@ def test_the_gpu_check_names_an_unknown_part(bundle, tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "scripts/gpu-check"), str(tmp_path / "out"), "--bundle", str(bundle),
                         "--only", "nvcc,tensorflow"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
-    assert ("gpu-check: no part tensorflow (the parts: host, remoting, driver-api, twins, nvcc, pytorch, cuda-core, "
-            "cupy, numba)") in r.stderr, r.stderr
+    assert ("gpu-check: no part tensorflow (the parts: host, remoting, driver-api, twins, nvcc, corpus, pytorch, "
+            "cuda-core, cupy, numba)") in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()
