@@ -100,11 +100,14 @@ static void forwardKernelOutput() {
     ipc::Decoder d(std::span<const std::byte>(reply.data(), *n));
     auto h = d.value<ipc::ReplyHeader>();
     auto text = d.blob();
+    auto errors = d.blob();
     if (!d.ok()) return;
     // Through the application's stdio, as vgpu writes it in-process: ordered
     // with what the application itself printed before the synchronization.
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
+    std::fwrite(errors.data(), 1, errors.size(), stderr);
+    std::fflush(stderr);
     if ((h.flags & ipc::kReplyOutputPending) == 0) return;
   }
 }

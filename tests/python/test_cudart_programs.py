@@ -78,6 +78,18 @@ def test_the_private_tables_name_contexts_as_the_public_api_on_vgpu_and_under_ph
     assert run([phos, "run", "--runtime-dir", phosd.runtime_dir, "--", probe], env) == direct
 
 
+def test_a_failed_assertion_is_reported_on_stderr_under_phos_as_directly(phos, phosd, cudart_dir, env):
+    """One line per failing thread, with its block and thread, on the
+    application's stderr, as NVIDIA's driver prints it (docs/gpu.md)."""
+    def assertions(cmd):
+        r = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True, timeout=TIMEOUT)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return [line for line in r.stderr.splitlines() if "Assertion `v[i] != forbidden` failed." in line]
+    direct = assertions([cudart_dir / "device_assert"])
+    assert len(direct) == 32 and "block: [0,0,0], thread: [31,0,0]" in direct[-1], direct
+    assert assertions([phos, "run", "--runtime-dir", phosd.runtime_dir, "--", cudart_dir / "device_assert"]) == direct
+
+
 def test_linear_filtering_weighs_texels_as_an_h200_does(cudart_dir, env):
     """Every value of texture_weights.cu, as an H200 printed it: weights of 8
     fractional bits, a fraction halfway between two rounded up."""

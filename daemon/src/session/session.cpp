@@ -224,10 +224,11 @@ std::span<const std::byte> Session::serveOne(std::span<const std::byte> request,
 
 void Session::serveTakeOutput(ServerCall& call, size_t capacity) {
   if (!call.argumentsComplete()) return;
-  constexpr size_t kOverhead = sizeof(ipc::ReplyHeader) + sizeof(uint32_t);
-  std::string text = output_->take(capacity > kOverhead ? capacity - kOverhead : 0);
+  constexpr size_t kOverhead = sizeof(ipc::ReplyHeader) + 2 * sizeof(uint32_t);
+  auto [text, errors] = output_->take(capacity > kOverhead ? capacity - kOverhead : 0);
   auto& w = call.reply(CUDA_SUCCESS);
   w.blob(text.data(), text.size());
+  w.blob(errors.data(), errors.size());
   if (output_->pending()) {
     // The header was written first; mark it now that the blob is in.
     auto bytes = call.replyBytes();
@@ -292,6 +293,11 @@ void KernelOutput::write(std::string_view text) {
   appendLocked(text);
 }
 
+void KernelOutput::writeError(std::string_view text) {
+  std::lock_guard lock(mutex_);
+  if (errors_.size() + text.size() <= kLimit) errors_.append(text);
+}
+
 void KernelOutput::appendLocked(std::string_view text) {
   if (text_.size() + text.size() > kLimit) {
     if (!truncated_) text_ += "\n[phosd: kernel printf output beyond 64 MiB was dropped]\n";
@@ -304,16 +310,19 @@ void KernelOutput::appendLocked(std::string_view text) {
 bool KernelOutput::pending() {
   std::lock_guard lock(mutex_);
   drainStdout();
-  return !text_.empty();
+  return !text_.empty() || !errors_.empty();
 }
 
-std::string KernelOutput::take(size_t max) {
+std::pair<std::string, std::string> KernelOutput::take(size_t max) {
   std::lock_guard lock(mutex_);
   size_t n = std::min(max, text_.size());
   std::string out = text_.substr(0, n);
   text_.erase(0, n);
   if (text_.empty()) truncated_ = false;
-  return out;
+  size_t e = std::min(max - n, errors_.size());
+  std::string err = errors_.substr(0, e);
+  errors_.erase(0, e);
+  return {std::move(out), std::move(err)};
 }
 
 void Session::adoptedBy(pid_t pid) {

@@ -76,9 +76,11 @@ class KernelOutput final : public vgpu::PrintfSink {
  public:
   ~KernelOutput() override;
   void write(std::string_view text) override;
+  // A failed assertion's message (vgpu's), for the application's stderr.
+  void writeError(std::string_view text) override;
   bool pending();
-  // Up to `max` bytes, oldest first.
-  std::string take(size_t max);
+  // Up to `max` bytes of stdout's text, then of stderr's, oldest first.
+  std::pair<std::string, std::string> take(size_t max);
   // From now on, what this process writes to its stdout is kernel output.
   Status captureStdout();
 
@@ -89,6 +91,7 @@ class KernelOutput final : public vgpu::PrintfSink {
   static constexpr size_t kLimit = 64u << 20;  // beyond this, output is dropped (and said so)
   std::mutex mutex_;
   std::string text_;
+  std::string errors_;
   bool truncated_ = false;
   int stdout_ = -1;        // the memory file behind fd 1, or -1
   size_t stdoutRead_ = 0;  // of it

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <string>
+#include <tuple>
 
 #include "session/session.h"
 
@@ -36,7 +37,7 @@ TEST_F(KernelOutputTest, WhatTheProcessPrintsIsTakenInOrderAndOnlyOnce) {
   EXPECT_FALSE(out.pending());
   std::printf("hello from thread %d\n", 0);  // buffered by stdio: pending() flushes it
   EXPECT_TRUE(out.pending());
-  EXPECT_EQ(out.take(1 << 20), "hello from thread 0\n");
+  EXPECT_EQ(out.take(1 << 20).first, "hello from thread 0\n");
   EXPECT_FALSE(out.pending());
   // More than a page, so that the pages read are given back, then more.
   const std::string line(100, 'x');
@@ -44,13 +45,30 @@ TEST_F(KernelOutputTest, WhatTheProcessPrintsIsTakenInOrderAndOnlyOnce) {
   std::fflush(stdout);  // stdio and write(2) in order
   ASSERT_EQ(write(STDOUT_FILENO, "raw\n", 4), 4);
   ASSERT_TRUE(out.pending());
-  std::string got = out.take(1 << 20);
+  std::string got = out.take(1 << 20).first;
   EXPECT_EQ(got.size(), 100 * 101 + 4);
   EXPECT_EQ(got.substr(got.size() - 4), "raw\n");
   std::printf("last\n");
   EXPECT_TRUE(out.pending());
-  EXPECT_EQ(out.take(3), "las");
-  EXPECT_EQ(out.take(10), "t\n");
+  EXPECT_EQ(out.take(3).first, "las");
+  EXPECT_EQ(out.take(10).first, "t\n");
+}
+
+// vgpu's failed assertions, for the application's stderr: after stdout's
+// text, in the room it leaves.
+TEST_F(KernelOutputTest, AssertionMessagesComeAfterThePrintedText) {
+  KernelOutput out;
+  out.write("printed\n");
+  out.writeError("assertion\n");
+  EXPECT_TRUE(out.pending());
+  auto [text, errors] = out.take(12);
+  EXPECT_EQ(text, "printed\n");
+  EXPECT_EQ(errors, "asse");
+  EXPECT_TRUE(out.pending());
+  std::tie(text, errors) = out.take(100);
+  EXPECT_EQ(text, "");
+  EXPECT_EQ(errors, "rtion\n");
+  EXPECT_FALSE(out.pending());
 }
 
 }  // namespace

@@ -62,8 +62,9 @@ enum ReplyFlags : uint32_t {
 };
 
 // Not a Driver API entry point: asks phosd for the session's pending kernel
-// printf output. No arguments; the reply carries a blob of text (as much as
-// fits) and kReplyOutputPending while more is left.
+// output. No arguments; the reply carries two blobs of text, for stdout
+// (printf) and for stderr (failed assertions), as much as fits, and
+// kReplyOutputPending while more is left.
 inline constexpr uint32_t kTakeOutputEntry = 0xffff0001u;
 
 // Appends to a caller-provided buffer (a ring slot); remembers overflow
