@@ -180,10 +180,10 @@ CUresult hostCallQueue(CUresult result, std::string_view queue) {
   return serveHostCallQueue(std::string(queue)) ? CUDA_SUCCESS : CUDA_ERROR_OPERATING_SYSTEM;
 }
 
-CUresult contextCreated(CUresult result, CUcontext* pctx) {
+CUresult contextCreated(CUresult result, CUcontext* pctx, CUdevice device) {
   if (result != CUDA_SUCCESS) return result;
   const uint64_t id = ClientCall::handleId(*pctx);
-  conn().addContext(id);
+  conn().addContext(id, device);
   // "The context is created with a usage count of 1 ... and made current."
   contextStack().push_back(id);
   return CUDA_SUCCESS;
@@ -208,6 +208,36 @@ std::optional<CUresult> cuDriverGetVersion(int* version) {
     return CUDA_SUCCESS;
   }
   return std::nullopt;
+}
+
+// A context's device, known since the shim saw it made (PyTorch asks 840
+// times a step); a context the shim does not know (destroyed, or another
+// thread's mistake) goes to phosd, which names the error.
+std::optional<CUresult> contextDeviceHere(CUdevice* device, CUcontext ctx) {
+  if (device == nullptr) return std::nullopt;
+  const uint64_t id = ctx != nullptr ? ClientCall::handleId(ctx) : currentContext();
+  if (id == 0 || !conn().knownContext(id)) return std::nullopt;
+  std::optional<int> known = conn().contextDevice(id);
+  if (!known.has_value()) return std::nullopt;
+  *device = *known;
+  return CUDA_SUCCESS;
+}
+
+std::optional<CUresult> cuCtxGetDevice(CUdevice* device) {
+  return contextDeviceHere(device, nullptr);
+}
+std::optional<CUresult> cuCtxGetDevice(CUdevice* device, CUcontext ctx) {
+  return contextDeviceHere(device, ctx);
+}
+
+// The state phosd last gave, until a call of the application's changes it.
+std::optional<CUresult> cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  if (flags == nullptr || active == nullptr) return std::nullopt;
+  std::optional<Connection::PrimaryState> state = conn().primaryState(dev);
+  if (!state.has_value()) return std::nullopt;
+  *flags = state->flags;
+  *active = state->active;
+  return CUDA_SUCCESS;
 }
 
 std::optional<CUresult> cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
@@ -303,12 +333,16 @@ std::optional<CUresult> cuStreamWaitEvent(CUstream, CUevent, unsigned int flags)
 // ---- epilogues --------------------------------------------------------------------------
 namespace epilogue {
 
-CUresult cuCtxCreate(CUresult result, CUcontext* pctx, unsigned int, CUdevice) { return contextCreated(result, pctx); }
-CUresult cuCtxCreate(CUresult result, CUcontext* pctx, CUexecAffinityParam*, int, unsigned int, CUdevice) {
-  return contextCreated(result, pctx);
+CUresult cuCtxCreate(CUresult result, CUcontext* pctx, unsigned int, CUdevice dev) {
+  return contextCreated(result, pctx, dev);
 }
-CUresult cuCtxCreate(CUresult result, CUcontext* pctx, CUctxCreateParams*, unsigned int, CUdevice) {
-  return contextCreated(result, pctx);
+CUresult cuCtxCreate(CUresult result, CUcontext* pctx, CUexecAffinityParam*, int, unsigned int,
+                     CUdevice dev) {
+  return contextCreated(result, pctx, dev);
+}
+CUresult cuCtxCreate(CUresult result, CUcontext* pctx, CUctxCreateParams*, unsigned int,
+                     CUdevice dev) {
+  return contextCreated(result, pctx, dev);
 }
 
 // The application's pages registered in a context phosd destroyed become
@@ -332,9 +366,20 @@ CUresult cuCtxDestroy(CUresult result, CUcontext ctx) {
 
 CUresult cuDevicePrimaryCtxRetain(CUresult result, CUcontext* pctx, CUdevice dev) {
   if (result != CUDA_SUCCESS) return result;
-  conn().addContext(ClientCall::handleId(*pctx));
+  conn().addContext(ClientCall::handleId(*pctx), dev);
   conn().primaryRetained(dev, ClientCall::handleId(*pctx));
   return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxGetState(CUresult result, CUdevice dev, unsigned int* flags,
+                                    int* active) {
+  if (result == CUDA_SUCCESS) conn().setPrimaryState(dev, {*flags, *active});
+  return result;
+}
+
+CUresult cuDevicePrimaryCtxSetFlags(CUresult result, CUdevice dev, unsigned int) {
+  conn().forgetPrimaryState(dev);
+  return result;
 }
 
 // phosd destroys a primary context when its last reference goes, or when it

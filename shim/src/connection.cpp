@@ -59,14 +59,23 @@ CUresult Connection::connect() {
   return CUDA_SUCCESS;
 }
 
-void Connection::addContext(uint64_t id) {
+void Connection::addContext(uint64_t id, int device) {
   std::unique_lock lock(mutex_);
   if (std::find(contexts_.begin(), contexts_.end(), id) == contexts_.end()) contexts_.push_back(id);
+  contextDevices_[id] = device;
 }
 
 void Connection::removeContext(uint64_t id) {
   std::unique_lock lock(mutex_);
   contexts_.erase(std::remove(contexts_.begin(), contexts_.end(), id), contexts_.end());
+  contextDevices_.erase(id);
+}
+
+std::optional<int> Connection::contextDevice(uint64_t id) const {
+  std::shared_lock lock(mutex_);
+  auto it = contextDevices_.find(id);
+  if (it == contextDevices_.end()) return std::nullopt;
+  return it->second;
 }
 
 bool Connection::knownContext(uint64_t id) const {
@@ -138,11 +147,13 @@ void Connection::primaryRetained(int device, uint64_t context) {
   PrimaryRef& p = primaries_[device];
   p.context = context;
   ++p.refs;
+  p.state.reset();
 }
 
 uint64_t Connection::primaryReleased(int device) {
   std::unique_lock lock(mutex_);
   PrimaryRef& p = primaries_[device];
+  p.state.reset();
   if (p.refs == 0 || --p.refs != 0) return 0;
   return p.context;
 }
@@ -150,9 +161,27 @@ uint64_t Connection::primaryReleased(int device) {
 uint64_t Connection::primaryReset(int device) {
   std::unique_lock lock(mutex_);
   PrimaryRef& p = primaries_[device];
+  p.state.reset();
   const uint64_t gone = p.refs != 0 ? p.context : 0;
   p.refs = 0;
   return gone;
+}
+
+std::optional<Connection::PrimaryState> Connection::primaryState(int device) const {
+  std::shared_lock lock(mutex_);
+  auto it = primaries_.find(device);
+  if (it == primaries_.end()) return std::nullopt;
+  return it->second.state;
+}
+
+void Connection::setPrimaryState(int device, PrimaryState state) {
+  std::unique_lock lock(mutex_);
+  primaries_[device].state = state;
+}
+
+void Connection::forgetPrimaryState(int device) {
+  std::unique_lock lock(mutex_);
+  primaries_[device].state.reset();
 }
 
 std::optional<std::vector<uint32_t>> Connection::paramSizes(uint64_t function) const {
@@ -196,6 +225,7 @@ void Connection::forgetAfterFork() {
   session_ = 0;
   lanesInUse_.store(0);
   contexts_.clear();
+  contextDevices_.clear();
   primaries_.clear();
   paramSizes_.clear();
 }
