@@ -216,7 +216,6 @@ std::optional<CUresult> cuDriverGetVersion(int* version) {
 std::optional<CUresult> contextDeviceHere(CUdevice* device, CUcontext ctx) {
   if (device == nullptr) return std::nullopt;
   const uint64_t id = ctx != nullptr ? ClientCall::handleId(ctx) : currentContext();
-  if (id == 0 || !conn().knownContext(id)) return std::nullopt;
   std::optional<int> known = conn().contextDevice(id);
   if (!known.has_value()) return std::nullopt;
   *device = *known;

@@ -61,26 +61,24 @@ CUresult Connection::connect() {
 
 void Connection::addContext(uint64_t id, int device) {
   std::unique_lock lock(mutex_);
-  if (std::find(contexts_.begin(), contexts_.end(), id) == contexts_.end()) contexts_.push_back(id);
-  contextDevices_[id] = device;
+  contexts_[id] = device;
 }
 
 void Connection::removeContext(uint64_t id) {
   std::unique_lock lock(mutex_);
-  contexts_.erase(std::remove(contexts_.begin(), contexts_.end(), id), contexts_.end());
-  contextDevices_.erase(id);
+  contexts_.erase(id);
 }
 
 std::optional<int> Connection::contextDevice(uint64_t id) const {
   std::shared_lock lock(mutex_);
-  auto it = contextDevices_.find(id);
-  if (it == contextDevices_.end()) return std::nullopt;
+  auto it = contexts_.find(id);
+  if (it == contexts_.end()) return std::nullopt;
   return it->second;
 }
 
 bool Connection::knownContext(uint64_t id) const {
   std::shared_lock lock(mutex_);
-  return std::find(contexts_.begin(), contexts_.end(), id) != contexts_.end();
+  return contexts_.contains(id);
 }
 
 void Connection::addPinned(const Pinned& p) {
@@ -225,7 +223,6 @@ void Connection::forgetAfterFork() {
   session_ = 0;
   lanesInUse_.store(0);
   contexts_.clear();
-  contextDevices_.clear();
   primaries_.clear();
   paramSizes_.clear();
 }

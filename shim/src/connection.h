@@ -41,7 +41,7 @@ class Connection {
   void addContext(uint64_t id, int device);
   void removeContext(uint64_t id);
   bool knownContext(uint64_t id) const;
-  std::optional<int> contextDevice(uint64_t id) const;
+  std::optional<int> contextDevice(uint64_t id) const;  // nullopt: not known
 
   struct Pinned {
     uintptr_t address;
@@ -125,8 +125,7 @@ class Connection {
   std::string socketPath_;
 
   mutable std::shared_mutex mutex_;
-  std::vector<uint64_t> contexts_;
-  std::map<uint64_t, int> contextDevices_;
+  std::map<uint64_t, int> contexts_;  // id -> device
   std::map<uintptr_t, Pinned> pinned_;
   struct PrimaryRef {
     uint64_t context = 0;
