@@ -376,15 +376,18 @@ def test_an_image_whose_graph_is_garbled_is_refused_naming_the_node(criu, phos, 
 
 def test_an_image_whose_vmm_state_is_garbled_is_refused_naming_it(criu, phos, phosd, cudart_dir, env, tmp_path):
     """The image is untrusted input: a VMM reservation outside the sessions' windows (phosd's worker
-    would reserve and map where the image says), a mapping outside the reservations, or one of a
-    handle the image does not have refuses the restore, naming it; the untouched image still restores
-    the job exactly."""
+    would reserve and map where the image says) or across the end of its own, a mapping outside the
+    reservations, or one of a handle the image does not have refuses the restore, naming it; the
+    untouched image still restores the job exactly."""
     ref = reference(cudart_dir, env, "vmm_grow")
     before, original = checkpointed(phos, phosd, train(cudart_dir, "vmm_grow"), env, tmp_path, 7)
     vmm = json.loads(original)["state"]["gpu"]["sessions"][0]["application_vmm"]
     assert len(vmm["reservations"]) == 1 and len(vmm["mappings"]) == 2, vmm
     for garble, message in [(lambda v: v["reservations"][0].update(address=0x7f0000000000),
                              "the VMM reservation 0x7f0000000000+"),
+                            # Inside the windows, but running past the end of its own (1 TiB each).
+                            (lambda v: v["reservations"][0].update(bytes=(1 << 40) + (2 << 20)),
+                             "crosses the end of its window"),
                             (lambda v: v["mappings"][1].update(address=v["mappings"][1]["address"] + (1 << 39)),
                              "lies outside the image's reservations or over another"),
                             (lambda v: v["mappings"][0].update(physical=99), "is of handle 99, which the image")]:
