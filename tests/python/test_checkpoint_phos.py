@@ -195,7 +195,8 @@ def checkpoint(phos, daemon, pid, image, *extra, prefix=()):
     manifest = json.loads((pathlib.Path(image) / "manifest.json").read_text())
     sessions = manifest["state"]["gpu"]["sessions"]
     assert sessions, f"the image has no GPU session (report: {report})"
-    assert report["gpu_bytes"] > 0, report
+    # A str message, which pytest does not shorten: difftest.py reads 'gpu_bytes' in it.
+    assert report["gpu_bytes"] > 0, f"'gpu_bytes': {report['gpu_bytes']}, no device memory in the image: {report}"
     if report["left_running"]:
         # The stall's parts are consecutive: they add up to it.
         parts = report["stall"]
