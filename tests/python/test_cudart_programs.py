@@ -24,10 +24,11 @@ TIMEOUT = 120
 PROGRAMS = ["vector_add", "matmul_tiled", "streams_events", "symbols", "atomics_warp", "reduction",
             "printf_hostfunc", "train", "pools", "device_assert", "event_times", "shared_optin", "vector_add_shared",
             "train_shared", "pipeline", "thrust_sort", "cg_partitions", "managed", "graphs", "graph_train", "graph_built",
-            "vmm_grow", "graph_coop", "host_register", "memcpy_batch"]
+            "vmm_grow", "graph_coop", "host_register", "memcpy_batch", "textures", "texture_train"]
 # Lines a program prints after its steps.
 TAIL_LINES = {"train": 1, "train_shared": 1, "pools": 3, "event_times": 1, "shared_optin": 1, "pipeline": 1,
-              "managed": 1, "graph_train": 1, "graph_built": 1, "vmm_grow": 1, "graph_coop": 1, "host_register": 1}
+              "managed": 1, "graph_train": 1, "graph_built": 1, "vmm_grow": 1, "graph_coop": 1, "host_register": 1,
+              "texture_train": 1}
 STEPS = 14
 SLEEP_MS = 200
 
@@ -109,7 +110,7 @@ def reference(cudart_dir, env, name="train"):
 
 @pytest.mark.parametrize("name", ["train", "train_shared", "pools", "event_times", "shared_optin", "pipeline",
                                   "managed", "graph_train", "graph_built", "vmm_grow", "graph_coop",
-                                  "host_register"])
+                                  "host_register", "texture_train"])
 def test_killed_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, name):
     """Stop-the-world: the job ends at the checkpoint; its restore finishes it exactly."""
     killed_and_restored(phos, phosd, train(cudart_dir, name), reference(cudart_dir, env, name), env, tmp_path, 4)
@@ -159,7 +160,8 @@ def refused_restore(phos, phosd, env, tmp_path, manifest):
                                        ("recopy", "managed"), ("cow", "graph_train"), ("recopy", "graph_train"),
                                        ("stop", "graph_train"), ("cow", "graph_built"), ("recopy", "graph_built"),
                                        ("cow", "vmm_grow"), ("recopy", "vmm_grow"), ("cow", "graph_coop"),
-                                       ("recopy", "graph_coop"), ("cow", "host_register")])
+                                       ("recopy", "graph_coop"), ("cow", "host_register"), ("cow", "texture_train"),
+                                       ("recopy", "texture_train")])
 def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, mode, name):
     """The job goes on to the uninterrupted end; the image restores to it as well."""
     ref = reference(cudart_dir, env, name)
@@ -181,7 +183,7 @@ def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path,
 
 @pytest.mark.parametrize("eager,name", [(False, "train"), (True, "train"), (False, "pools"), (False, "managed"),
                                         (False, "graph_train"), (False, "graph_built"), (False, "vmm_grow"),
-                                        (False, "host_register")])
+                                        (False, "host_register"), (False, "texture_train")])
 def test_restored_concurrently_or_eagerly(criu, phos, phosd, cudart_dir, env, tmp_path, eager, name):
     ref = reference(cudart_dir, env, name)
     job = Job(phos, phosd, train(cudart_dir, name), env, tmp_path)
@@ -263,6 +265,58 @@ def test_an_image_whose_registered_memory_is_garbled_is_refused_naming_it(criu, 
         assert message in stderr, stderr
     (tmp_path / "image" / "manifest.json").write_text(original)
     assert before + restore(phos, phosd, tmp_path / "image", env) == ref
+
+
+def test_texture_objects_come_back_under_their_handles_or_the_restore_is_refused(criu, phos, phosd, cudart_dir,
+                                                                                 env, tmp_path):
+    """texture_train's kernels hold its texture and surface objects' handles in
+    their arguments: a restore makes them again under the same values, past
+    the slot the job freed (a placeholder fills it meanwhile); one the driver
+    would give another value, or whose array the image lacks, refuses the
+    restore, naming it. The untouched image still restores the job exactly."""
+    ref = reference(cudart_dir, env, "texture_train")
+    before, original = checkpointed(phos, phosd, train(cudart_dir, "texture_train"), env, tmp_path, 4)
+    session = json.loads(original)["state"]["gpu"]["sessions"][0]
+    objects = session["texture_objects"]
+    # Slot 1 of the textures was freed; the surface has its own slots.
+    assert sorted((o["surface"], o["handle"]) for o in objects) == [(False, 2), (False, 3), (True, 1)], objects
+    assert len(session["arrays"]) == 1 and session["arrays"][0]["width"] == 64, session["arrays"]
+    texture = next(i for i, o in enumerate(objects) if not o["surface"] and o["handle"] == 2)
+    surface = next(i for i, o in enumerate(objects) if o["surface"])
+
+    def other_array(o):
+        # The resource's array (its first 8 bytes after the 4-byte type and padding): an id of no array.
+        o["resource"] = o["resource"][:16] + (session["arrays"][0]["id"] + 1).to_bytes(8, "little").hex() + \
+            o["resource"][32:]
+
+    for index, garble, message in [
+            (texture, lambda o: o.update(handle=0), "texture object 0x0 came back as 0x1"),
+            (surface, other_array, "surface object 0x1: its array"),
+            (texture, lambda o: o.update(resource="00"), "\"resource\" is not")]:
+        bad = json.loads(original)
+        garble(bad["state"]["gpu"]["sessions"][0]["texture_objects"][index])
+        stderr = refused_restore(phos, phosd, env, tmp_path, bad)
+        assert message in stderr, stderr
+    (tmp_path / "image" / "manifest.json").write_text(original)
+    assert before + restore(phos, phosd, tmp_path / "image", env) == ref
+
+
+def test_a_checkpoint_of_a_texture_over_a_freed_array_is_refused_and_the_job_runs_on(criu, phos, phosd, cudart_dir,
+                                                                                     env, tmp_path):
+    """A texture object whose array the program freed could not be made again:
+    the checkpoint fails naming it, and the job finishes as it would have."""
+    cmd = train(cudart_dir, "texture_train") + ["--dangling"]
+    job = Job(phos, phosd, cmd, env, tmp_path)
+    try:
+        job.wait_line(2)
+        r = subprocess.run([str(phos), "checkpoint", "--pid", str(job.pid), "--image", str(tmp_path / "image"),
+                            "--runtime-dir", str(phosd.runtime_dir)], capture_output=True, text=True, timeout=TIMEOUT)
+        assert r.returncode != 0, r.stdout
+        assert "a texture object over an array the program destroyed (0x1)" in r.stderr, r.stderr
+        assert job.proc.wait(timeout=TIMEOUT) == 0, job.err.read_text()
+        assert job.lines() == reference(cudart_dir, env, "texture_train")
+    finally:
+        job.stop()
 
 
 def test_a_managed_variable_runs_on_vgpu_and_phos_names_what_it_does_not_serve(phos, phosd, cudart_dir, env):
@@ -542,21 +596,6 @@ def test_an_entry_point_phos_does_not_serve_says_why(phos, phosd, env, tmp_path)
                         "returns CUDA_ERROR_NOT_SUPPORTED"]
     calls, how = trace_table(out)["cuDeviceGetLuid"]
     assert calls == 2 and how.startswith("NOT SUPPORTED: LUIDs are a Windows notion")
-
-
-def test_textures_run_on_vgpu_and_are_refused_under_phos_naming_the_call(phos, phosd, cudart_dir, env):
-    """NVIDIA's simpleTexture algorithm and the other texture and surface forms
-    (tests/cudart/programs/textures.cu) compare with the CPU on vgpu; phosd does
-    not serve arrays yet, and says so instead of running wrong."""
-    direct = run([cudart_dir / "textures"], env)
-    assert direct.splitlines()[1:] == ["surfaces: 0 bad pixels", "gather, 3D, normalized bytes, tex1Dfetch: 0 bad values",
-                                       "OK"], direct
-    assert direct.startswith("rotate: 0 bad texels"), direct
-    r = subprocess.run([str(phos), "run", "--runtime-dir", str(phosd.runtime_dir), "--", str(cudart_dir / "textures")],
-                       env=env, capture_output=True, text=True, timeout=TIMEOUT)
-    assert r.returncode == 1 and "OK" not in r.stdout
-    assert "phos: cuArray3DCreate_v2 is not supported by PhOS (" in r.stderr, r.stderr
-    assert "cudaMallocArray(&array, &fdesc, W, H): operation not supported" in r.stderr
 
 
 def test_trace_api_to_a_file_that_cannot_be_written(phos, phosd, cudart_dir, env, tmp_path):

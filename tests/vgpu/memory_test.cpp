@@ -222,9 +222,7 @@ TEST_F(MemoryTest, PitchedAllocationAnd2DCopies) {
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpy2D(&bad));
   bad = up;
   bad.dstMemoryType = CU_MEMORYTYPE_ARRAY;
-  // (phosd does not serve arrays yet: docs/remoting.md.)
-  EXPECT_CU_ERR(throughPhos() ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE,
-                cuMemcpy2D(&bad));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpy2D(&bad));
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpy2D(nullptr));
   EXPECT_CU(cuStreamDestroy(s));
   EXPECT_CU(cuMemFree(d));
@@ -712,7 +710,6 @@ TEST_F(MemoryTest, DefaultMemoryPool) {
 // 1D, 2D and 3D, and sampled by texture and surface objects (whose kernels
 // tests/cudart/programs/textures.cu and the engine's semantics tests run).
 TEST_F(MemoryTest, ArraysCopiesAndTextureObjects) {
-  if (throughPhos()) GTEST_SKIP() << "phosd does not serve arrays yet (docs/remoting.md)";
   CUDA_ARRAY3D_DESCRIPTOR d{};
   d.Width = 8;
   d.Height = 4;
@@ -779,6 +776,18 @@ TEST_F(MemoryTest, ArraysCopiesAndTextureObjects) {
   CUsurfObject s = 0;
   ASSERT_CU(cuSurfObjectCreate(&s, &res));
   ASSERT_CU(cuSurfObjectGetResourceDesc(&resBack, s));
+  // Handles are slots, small integers from 1 with the lowest free one given
+  // out first: a process that makes its objects again in their order of
+  // handles gets the same ones (PhOS's restore, docs/remoting.md).
+  CUtexObject t2 = 0, again = 0;
+  ASSERT_CU(cuTexObjectCreate(&t2, &res, &tex, nullptr));
+  EXPECT_GE(t, 1u);
+  EXPECT_LT(t2, 64u);
+  EXPECT_NE(t2, t);
+  ASSERT_CU(cuTexObjectDestroy(t2));
+  ASSERT_CU(cuTexObjectCreate(&again, &res, &tex, nullptr));
+  EXPECT_EQ(again, t2);
+  ASSERT_CU(cuTexObjectDestroy(again));
 
   // What vgpu cannot hold or sample is refused, naming it; bad handles too.
   CUDA_ARRAY3D_DESCRIPTOR odd = d;
@@ -807,6 +816,24 @@ TEST_F(MemoryTest, ArraysCopiesAndTextureObjects) {
   res.resType = CU_RESOURCE_TYPE_MIPMAPPED_ARRAY;
   tex.flags = 0;
   EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED, cuTexObjectCreate(&t, &res, &tex, nullptr));
+
+  // Linear memory that is no allocation: vgpu takes it (as a GPU would, its
+  // reads fault); phosd refuses it, since a restore could not give that
+  // memory back to the object. A handle that names no object is refused.
+  res.resType = CU_RESOURCE_TYPE_LINEAR;
+  res.res.linear.devPtr = dev + (1ull << 40);
+  res.res.linear.format = CU_AD_FORMAT_FLOAT;
+  res.res.linear.numChannels = 1;
+  res.res.linear.sizeInBytes = 64;
+  tex.filterMode = CU_TR_FILTER_MODE_POINT;
+  if (throughPhos()) {
+    EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuTexObjectCreate(&t2, &res, &tex, nullptr));
+  } else {
+    ASSERT_CU(cuTexObjectCreate(&t2, &res, &tex, nullptr));
+    ASSERT_CU(cuTexObjectDestroy(t2));
+  }
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuTexObjectDestroy(t + 1000));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuSurfObjectDestroy(s + 1000));
 
   ASSERT_CU(cuSurfObjectDestroy(s));
   ASSERT_CU(cuTexObjectDestroy(t));

@@ -74,6 +74,16 @@ class HandleTable {
     }
     return nullptr;
   }
+  // Adds `object` under the lowest id from 1 up that no live object holds,
+  // as slots of a descriptor heap are handed out (texture and surface
+  // objects: docs/vgpu.md), and returns that id.
+  std::uint64_t addAtLowestFree(std::shared_ptr<T> object) {
+    std::lock_guard lock(mutex_);
+    std::uint64_t id = 1;
+    while (objects_.count(id) != 0) ++id;
+    objects_[id] = std::move(object);
+    return id;
+  }
   std::shared_ptr<T> erase(std::uint64_t id) {
     std::lock_guard lock(mutex_);
     auto it = objects_.find(id);

@@ -158,9 +158,8 @@ Result<std::shared_ptr<TextureObject>> objectOf(HandleTable<TextureObject>& tabl
 }
 
 // A texture (texture != null) or surface object over `resource`.
-Status createObject(Driver& d, HandleTable<TextureObject>& table, HandleKind kind,
-                    unsigned long long* handle, const CUDA_RESOURCE_DESC& resource,
-                    const CUDA_TEXTURE_DESC* texture) {
+Status createObject(Driver& d, HandleTable<TextureObject>& table, unsigned long long* handle,
+                    const CUDA_RESOURCE_DESC& resource, const CUDA_TEXTURE_DESC* texture) {
   ASSIGN_OR_RETURN(auto context, d.current());
   std::shared_ptr<ArrayObject> array;
   if (resource.resType == CU_RESOURCE_TYPE_ARRAY) {
@@ -176,12 +175,14 @@ Status createObject(Driver& d, HandleTable<TextureObject>& table, HandleKind kin
   }
   ASSIGN_OR_RETURN(TextureView view, viewOf(resource, texture, array));
   auto object = std::make_shared<TextureObject>();
-  object->id = newHandle(kind);
   object->context = context->id();
   object->view = view;
   object->resource = resource;
   if (texture != nullptr) object->texture = *texture;
-  table.add(object->id, object);
+  // Small integers, the lowest free first, as a GPU's descriptor slots:
+  // a process that makes the same objects again gets the same handles,
+  // which is what PhOS's restore relies on (docs/remoting.md).
+  object->id = table.addAtLowestFree(object);
   *handle = object->id;
   return Status::ok();
 }
@@ -306,8 +307,7 @@ CUresult CUDAAPI cuTexObjectCreate(CUtexObject* pTexObject, const CUDA_RESOURCE_
       return cuError(CUDA_ERROR_NOT_SUPPORTED,
                      "resource views (pResViewDesc) are not supported by vgpu");
     }
-    return createObject(d, d.textureObjects(), HandleKind::kTexObject, pTexObject, *pResDesc,
-                        pTexDesc);
+    return createObject(d, d.textureObjects(), pTexObject, *pResDesc, pTexDesc);
   });
 }
 
@@ -342,8 +342,7 @@ CUresult CUDAAPI cuSurfObjectCreate(CUsurfObject* pSurfObject, const CUDA_RESOUR
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(pSurfObject, "pSurfObject"));
     RETURN_IF_ERROR(requireNonNull(pResDesc, "pResDesc"));
-    return createObject(d, d.surfaceObjects(), HandleKind::kSurfObject, pSurfObject, *pResDesc,
-                        nullptr);
+    return createObject(d, d.surfaceObjects(), pSurfObject, *pResDesc, nullptr);
   });
 }
 

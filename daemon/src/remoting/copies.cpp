@@ -9,13 +9,16 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "phos/common/memcpy3d_peer.h"
 #include "phos/cuda_api/server_hooks.h"
 #include "session/session.h"
+#include "session/session_arrays.h"
 
 namespace phos::daemon::hooks {
 namespace {
@@ -434,6 +437,71 @@ CUresult peerCopy(ServerCall& c, CUdeviceptr dst, Handle<CUcontext> dstContext, 
                 async, s);
 }
 
+// The driver's array for an array side of a 2D or 3D copy (the descriptor
+// holds the application's id); false for an id that names no array of the
+// session. Other sides are left as they are.
+bool driverArray(ServerCall& c, CUmemorytype type, CUarray& array) {
+  if (type != CU_MEMORYTYPE_ARRAY) return true;
+  array = static_cast<CUarray>(
+      c.session().handles().resolve(HandleType::kCUarray_st, reinterpret_cast<uint64_t>(array)));
+  return array != nullptr;
+}
+
+// The bytes of `array`: no 1D copy of it is larger (0 when the driver does
+// not say, or its format is not whole bytes per texel).
+uint64_t arrayCapacity(ServerCall& c, CUarray array) {
+  CUDA_ARRAY3D_DESCRIPTOR d{};
+  if (PHOS_DRIVER(c.driverTable(), Array3DGetDescriptor_v2)(&d, array) != CUDA_SUCCESS) return 0;
+  return arrayBytes(d).value_or(0);
+}
+
+// 1D copies between host memory and an array's bytes. Pinned memory is used
+// where it is; the application's pageable memory goes through a buffer of
+// phosd, so the copy is done when the call returns, as CUDA does for
+// pageable memory.
+CUresult hostToArray(ServerCall& c, CUarray dst, size_t offset, uint64_t src, size_t bytes,
+                     CUstream s, bool async) {
+  if (src == 0 || bytes > arrayCapacity(c, dst)) return CUDA_ERROR_INVALID_VALUE;
+  Session& session = c.session();
+  TransferScope transfer(session, async, s);
+  if (session.ownsRange(src, bytes)) {
+    passCopyGate(session, 0, src, bytes);
+    return finish(c,
+                  PHOS_DRIVER(c.driverTable(), MemcpyHtoAAsync_v2)(
+                      dst, offset, reinterpret_cast<void*>(src), bytes, s),
+                  async, s);
+  }
+  if (auto refused = c.refuseInCapture(s)) return *refused;
+  std::vector<std::byte> staged(bytes);
+  if (!session.readApplication(src, staged.data(), bytes).isOk()) return CUDA_ERROR_INVALID_VALUE;
+  return finish(
+      c, PHOS_DRIVER(c.driverTable(), MemcpyHtoAAsync_v2)(dst, offset, staged.data(), bytes, s),
+      false, s);
+}
+
+CUresult arrayToHost(ServerCall& c, uint64_t dst, CUarray src, size_t offset, size_t bytes,
+                     CUstream s, bool async) {
+  if (dst == 0 || bytes > arrayCapacity(c, src)) return CUDA_ERROR_INVALID_VALUE;
+  Session& session = c.session();
+  TransferScope transfer(session, async, s);
+  if (session.ownsRange(dst, bytes)) {
+    passCopyGate(session, dst, 0, bytes);
+    return finish(c,
+                  PHOS_DRIVER(c.driverTable(), MemcpyAtoHAsync_v2)(reinterpret_cast<void*>(dst),
+                                                                   src, offset, bytes, s),
+                  async, s);
+  }
+  if (auto refused = c.refuseInCapture(s)) return *refused;
+  std::vector<std::byte> staged(bytes);
+  CUresult r = finish(
+      c, PHOS_DRIVER(c.driverTable(), MemcpyAtoHAsync_v2)(staged.data(), src, offset, bytes, s),
+      false, s);
+  if (r == CUDA_SUCCESS && !session.writeApplication(dst, staged.data(), bytes).isOk()) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return r;
+}
+
 // One side of a 2D or 3D copy: row (y, z) of the copy starts at
 // base + ((z0 + z) * height + y0 + y) * pitch + x0.
 struct RowSide {
@@ -452,7 +520,8 @@ uint64_t rowAddress(const RowSide& side, uint64_t y, uint64_t z) {
 // span of the side's rows must lie in one allocation when it is device
 // memory.
 CUresult placeSide(ServerCall& c, RowSide& side, uint64_t width, uint64_t rows, uint64_t depth) {
-  if (side.type == CU_MEMORYTYPE_ARRAY) return CUDA_ERROR_NOT_SUPPORTED;  // arrays are not remoted
+  // An array's extent is the driver's to check (its handle is translated).
+  if (side.type == CU_MEMORYTYPE_ARRAY) return CUDA_SUCCESS;
   if (side.type != CU_MEMORYTYPE_HOST && side.type != CU_MEMORYTYPE_DEVICE && side.type != CU_MEMORYTYPE_UNIFIED) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -478,13 +547,24 @@ CUresult placeSide(ServerCall& c, RowSide& side, uint64_t width, uint64_t rows, 
 // memory with the driver's own 2D/3D copy (`direct`), anything involving the
 // application's pageable memory row by row through the staging buffers (the
 // host side is done when the call returns, as CUDA does for pageable memory).
+// A copy between an array and the application's pageable memory goes
+// through a buffer of phosd at most this large (the driver copies between it
+// and the array).
+constexpr uint64_t kArrayStagingLimit = 1ull << 30;
+
+// `restage(buffer, source)`: the copy's host side (its source, or its
+// destination) becomes `buffer`, its rows `width` bytes apart.
 template <typename Direct>
-CUresult rowCopy(ServerCall& c, RowSide src, RowSide dst, uint64_t width, uint64_t rows, uint64_t depth, CUstream s,
-                 bool async, Direct direct) {
-  if ((rows > 1 || depth > 1) && (src.pitch < src.x + width || dst.pitch < dst.x + width)) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  if (depth > 1 && (src.height < src.y + rows || dst.height < dst.y + rows)) return CUDA_ERROR_INVALID_VALUE;
+CUresult rowCopy(ServerCall& c, RowSide src, RowSide dst, uint64_t width, uint64_t rows,
+                 uint64_t depth, CUstream s, bool async, Direct direct,
+                 const std::function<void(void*, bool)>& restage = {}) {
+  // An array's rows are the driver's to lay out: it checks the extent.
+  auto rowsFit = [&](const RowSide& side) {
+    if (side.type == CU_MEMORYTYPE_ARRAY) return true;
+    if ((rows > 1 || depth > 1) && side.pitch < side.x + width) return false;
+    return depth <= 1 || side.height >= side.y + rows;
+  };
+  if (!rowsFit(src) || !rowsFit(dst)) return CUDA_ERROR_INVALID_VALUE;
   if (width == 0 || rows == 0 || depth == 0) return CUDA_SUCCESS;
   if (CUresult r = placeSide(c, src, width, rows, depth); r != CUDA_SUCCESS) return r;
   if (CUresult r = placeSide(c, dst, width, rows, depth); r != CUDA_SUCCESS) return r;
@@ -497,11 +577,41 @@ CUresult rowCopy(ServerCall& c, RowSide src, RowSide dst, uint64_t width, uint64
   // one another with no gap.
   CallAccess access{.overwrites = (rows == 1 && depth == 1) ||
                                   (dst.pitch == width && (depth == 1 || dst.height == rows))};
-  if (!src.application) access.reads.push_back(span(src));
-  if (!dst.application) access.writes.push_back(span(dst));
+  // An array is saved whole at a checkpoint's cut: no protocol tracks it.
+  const bool srcArray = src.type == CU_MEMORYTYPE_ARRAY;
+  const bool dstArray = dst.type == CU_MEMORYTYPE_ARRAY;
+  if (!src.application && !srcArray) access.reads.push_back(span(src));
+  if (!dst.application && !dstArray) access.writes.push_back(span(dst));
   if (!access.reads.empty() || !access.writes.empty()) c.session().passGate(access);
   if (!src.application && !dst.application) return finish(c, direct(), async, s);
   if (auto refused = c.refuseInCapture(s)) return *refused;
+  if (srcArray || dstArray) {
+    // (width is not 0 here, and the product is bounded before it is formed.)
+    if (!restage || rows > kArrayStagingLimit / width ||
+        depth > kArrayStagingLimit / (width * rows)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    std::vector<std::byte> staged(width * rows * depth);
+    auto stagedRow = [&](uint64_t y, uint64_t z) { return staged.data() + (z * rows + y) * width; };
+    for (uint64_t z = 0; z < depth && src.application; ++z) {
+      for (uint64_t y = 0; y < rows; ++y) {
+        if (!c.session().readApplication(rowAddress(src, y, z), stagedRow(y, z), width).isOk()) {
+          return CUDA_ERROR_INVALID_VALUE;
+        }
+      }
+    }
+    restage(staged.data(), src.application);
+    // The buffer lives until the copy is done: synchronous whatever was asked.
+    CUresult r = finish(c, direct(), false, s);
+    for (uint64_t z = 0; z < depth && dst.application && r == CUDA_SUCCESS; ++z) {
+      for (uint64_t y = 0; y < rows && r == CUDA_SUCCESS; ++y) {
+        if (!c.session().writeApplication(rowAddress(dst, y, z), stagedRow(y, z), width).isOk()) {
+          r = CUDA_ERROR_INVALID_VALUE;
+        }
+      }
+    }
+    return r;
+  }
   CUresult r = CUDA_SUCCESS;
   for (uint64_t z = 0; z < depth && r == CUDA_SUCCESS; ++z) {
     for (uint64_t y = 0; y < rows && r == CUDA_SUCCESS; ++y) {
@@ -536,8 +646,24 @@ CUresult copy2D(ServerCall& c, const CUDA_MEMCPY2D& p, CUstream s, bool async) {
   CUDA_MEMCPY2D asked = p;
   asked.srcMemoryType = driverType(c.session(), p.srcMemoryType, p.srcDevice);
   asked.dstMemoryType = driverType(c.session(), p.dstMemoryType, p.dstDevice);
-  return rowCopy(c, src, dst, p.WidthInBytes, p.Height, 1, s, async,
-                 [&] { return PHOS_DRIVER(c.driverTable(), Memcpy2DAsync_v2)(&asked, s); });
+  if (!driverArray(c, p.srcMemoryType, asked.srcArray) ||
+      !driverArray(c, p.dstMemoryType, asked.dstArray)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto restage = [&](void* buffer, bool source) {
+    if (source) {
+      asked.srcHost = buffer;
+      asked.srcXInBytes = asked.srcY = 0;
+      asked.srcPitch = p.WidthInBytes;
+    } else {
+      asked.dstHost = buffer;
+      asked.dstXInBytes = asked.dstY = 0;
+      asked.dstPitch = p.WidthInBytes;
+    }
+  };
+  return rowCopy(
+      c, src, dst, p.WidthInBytes, p.Height, 1, s, async,
+      [&] { return PHOS_DRIVER(c.driverTable(), Memcpy2DAsync_v2)(&asked, s); }, restage);
 }
 
 // `peer`: the contexts of a 3D peer copy (the driver's), which the driver
@@ -566,11 +692,32 @@ CUresult copy3D(ServerCall& c, const CUDA_MEMCPY3D& p, CUstream s, bool async,
   CUDA_MEMCPY3D asked = p;
   asked.srcMemoryType = driverType(c.session(), p.srcMemoryType, p.srcDevice);
   asked.dstMemoryType = driverType(c.session(), p.dstMemoryType, p.dstDevice);
-  return rowCopy(c, src, dst, p.WidthInBytes, p.Height, p.Depth, s, async, [&] {
-    if (!peer) return PHOS_DRIVER(c.driverTable(), Memcpy3DAsync_v2)(&asked, s);
-    const CUDA_MEMCPY3D_PEER both = memcpy3d_peer::withContexts(asked, peer->first, peer->second);
-    return PHOS_DRIVER(c.driverTable(), Memcpy3DPeerAsync)(&both, s);
-  });
+  if (!driverArray(c, p.srcMemoryType, asked.srcArray) ||
+      !driverArray(c, p.dstMemoryType, asked.dstArray)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto restage = [&](void* buffer, bool source) {
+    if (source) {
+      asked.srcHost = buffer;
+      asked.srcXInBytes = asked.srcY = asked.srcZ = 0;
+      asked.srcPitch = p.WidthInBytes;
+      asked.srcHeight = p.Height;
+    } else {
+      asked.dstHost = buffer;
+      asked.dstXInBytes = asked.dstY = asked.dstZ = 0;
+      asked.dstPitch = p.WidthInBytes;
+      asked.dstHeight = p.Height;
+    }
+  };
+  return rowCopy(
+      c, src, dst, p.WidthInBytes, p.Height, p.Depth, s, async,
+      [&] {
+        if (!peer) return PHOS_DRIVER(c.driverTable(), Memcpy3DAsync_v2)(&asked, s);
+        const CUDA_MEMCPY3D_PEER both =
+            memcpy3d_peer::withContexts(asked, peer->first, peer->second);
+        return PHOS_DRIVER(c.driverTable(), Memcpy3DPeerAsync)(&both, s);
+      },
+      restage);
 }
 
 // A 3D peer copy: its contexts are the session's (ids), the rest a 3D copy's.
@@ -644,6 +791,63 @@ CUresult cuMemcpyPeer(ServerCall& c, CUdeviceptr dst, Handle<CUcontext> dstConte
 CUresult cuMemcpyPeerAsync(ServerCall& c, CUdeviceptr dst, Handle<CUcontext> dstContext, CUdeviceptr src,
                            Handle<CUcontext> srcContext, size_t bytes, Handle<CUstream> s) {
   return peerCopy(c, dst, dstContext, src, srcContext, bytes, s.real, true);
+}
+
+// ---- copies of arrays -------------------------------------------------------------------
+CUresult cuMemcpyHtoA(ServerCall& c, Handle<CUarray> dst, size_t offset, uint64_t src,
+                      size_t bytes) {
+  CUstream s{};
+  if (CUresult r = defaultStream(c, &s); r != CUDA_SUCCESS) return r;
+  return hostToArray(c, dst.real, offset, src, bytes, s, false);
+}
+
+CUresult cuMemcpyHtoAAsync(ServerCall& c, Handle<CUarray> dst, size_t offset, uint64_t src,
+                           size_t bytes, Handle<CUstream> s) {
+  return hostToArray(c, dst.real, offset, src, bytes, s.real, true);
+}
+
+CUresult cuMemcpyAtoH(ServerCall& c, uint64_t dst, Handle<CUarray> src, size_t offset,
+                      size_t bytes) {
+  CUstream s{};
+  if (CUresult r = defaultStream(c, &s); r != CUDA_SUCCESS) return r;
+  return arrayToHost(c, dst, src.real, offset, bytes, s, false);
+}
+
+CUresult cuMemcpyAtoHAsync(ServerCall& c, uint64_t dst, Handle<CUarray> src, size_t offset,
+                           size_t bytes, Handle<CUstream> s) {
+  return arrayToHost(c, dst, src.real, offset, bytes, s.real, true);
+}
+
+// Device memory and arrays: the driver's synchronous copies (there are no
+// asynchronous ones), of the variant the application called.
+CUresult cuMemcpyDtoA(ServerCall& c, Handle<CUarray> dst, size_t offset, CUdeviceptr src,
+                      size_t bytes) {
+  if (!c.checkDeviceRange(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
+  passCopyGate(c.session(), 0, src, bytes);
+  if (c.perThreadEntry()) {
+    return PHOS_DRIVER(c.driverTable(), MemcpyDtoA_v2_ptds)(dst.real, offset, src, bytes);
+  }
+  return PHOS_DRIVER(c.driverTable(), MemcpyDtoA_v2)(dst.real, offset, src, bytes);
+}
+
+CUresult cuMemcpyAtoD(ServerCall& c, CUdeviceptr dst, Handle<CUarray> src, size_t offset,
+                      size_t bytes) {
+  if (!c.checkDeviceRange(dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
+  passCopyGate(c.session(), dst, 0, bytes);
+  if (c.perThreadEntry()) {
+    return PHOS_DRIVER(c.driverTable(), MemcpyAtoD_v2_ptds)(dst, src.real, offset, bytes);
+  }
+  return PHOS_DRIVER(c.driverTable(), MemcpyAtoD_v2)(dst, src.real, offset, bytes);
+}
+
+CUresult cuMemcpyAtoA(ServerCall& c, Handle<CUarray> dst, size_t dstOffset, Handle<CUarray> src,
+                      size_t srcOffset, size_t bytes) {
+  if (c.perThreadEntry()) {
+    return PHOS_DRIVER(c.driverTable(), MemcpyAtoA_v2_ptds)(dst.real, dstOffset, src.real,
+                                                            srcOffset, bytes);
+  }
+  return PHOS_DRIVER(c.driverTable(), MemcpyAtoA_v2)(dst.real, dstOffset, src.real, srcOffset,
+                                                     bytes);
 }
 
 // ---- sets ---------------------------------------------------------------------------

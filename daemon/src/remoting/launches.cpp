@@ -47,7 +47,11 @@ CUresult validatedLaunch(ServerCall& c, CUfunction f, KernelParams& params, CUst
   if (c.capturing(stream)) return launch(f, params.kernelParams(), params.extraArgs());
   auto sets = validator.speculate(f, params.kernelParams(), params.extraBuffer(),
                                   [&](uint64_t address) { return session.bufferAt(address); }, &shape);
-  const CallAccess access{sets.reads, sets.writes, true, sets.incomplete, !validating || !validator.hasTwin(f)};
+  CallAccess access{sets.reads, sets.writes, true, sets.incomplete,
+                    !validating || !validator.hasTwin(f)};
+  // Device memory behind the session's texture objects: the kernel may hold
+  // any of their handles (session_arrays.h).
+  for (const instrument::Buffer& b : session.arrays().textureReads()) access.reads.push_back(b);
   session.passGate(access);
   // A call that may touch anything passes a protocol's gate only once every
   // buffer is safe from it (copied, loaded): its twin would report what

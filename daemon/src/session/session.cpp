@@ -631,6 +631,7 @@ void Session::destroyContext(uint64_t id) {
   memory_.removeContext(id, [this](const Allocation& a) { memoryPools_.forget(*this, a.address); });
   streamsAndEvents_.forgetContext(id);
   modules_.forgetContext(id);
+  arrays_.forgetContext(id);
   if (staging_.count(id) != 0) {
     PHOS_DRIVER(driver_, CtxSetCurrent)(real);
     currentReal_ = real;
@@ -697,7 +698,8 @@ void Session::forgetHandle(uint64_t id) {
 
 void Session::noteContextObject(HandleType type, uint64_t id) {
   const bool owned = type == HandleType::kCUstream_st || type == HandleType::kCUevent_st ||
-                     type == HandleType::kCUmod_st || type == HandleType::kCUfunc_st;
+                     type == HandleType::kCUmod_st || type == HandleType::kCUfunc_st ||
+                     type == HandleType::kCUarray_st;
   if (owned && id != 0 && currentContext_ != 0) contexts_.noteObject(id, currentContext_);
 }
 

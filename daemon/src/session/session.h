@@ -39,6 +39,7 @@
 #include "session/memory_pools.h"
 #include "session/pinned_memory.h"
 #include "session/server_call.h"
+#include "session/session_arrays.h"
 #include "session/session_contexts.h"
 #include "session/session_graphs.h"
 #include "session/session_modules.h"
@@ -198,6 +199,8 @@ class Session {
   CUcontext currentRealContext() const { return currentReal_; }
   // The stream-ordered allocator's pools (memory_pools.h).
   MemoryPools& memoryPools() { return memoryPools_; }
+  // Arrays and texture and surface objects (session_arrays.h).
+  SessionArrays& arrays() { return arrays_; }
   // The application's own VMM reservations, memory and mappings (application_vmm.h).
   ApplicationVmm& vmm() { return vmm_; }
   // The linker states the program holds, by id (remoting/linker.cpp).
@@ -424,6 +427,7 @@ class Session {
   ApplicationVmm vmm_{driver_, id_};  // its mappings are allocations of memory_
   MemoryPools memoryPools_{driver_};  // after memory_: its pending frees give heap ranges back
   SessionModules modules_;
+  SessionArrays arrays_;
   LinkStates links_;
   LaunchValidator validator_{driver_};
   TransferTracker transfers_{driver_};
