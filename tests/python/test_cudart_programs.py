@@ -379,8 +379,9 @@ def test_a_checkpoint_of_a_child_graph_the_program_holds_is_refused_naming_it(cr
 def test_a_checkpoint_during_a_stream_capture_is_refused_and_the_capture_goes_on(criu, phos, phosd, cudart_dir,
                                                                                   env, tmp_path):
     """A checkpoint waits for the session's work by synchronizing its contexts, which would invalidate
-    a capture in progress: it is refused, naming the capture, no image is written, and the job's
-    capture and replays (graph_train holds its capture open for 3 s) run to the uninterrupted end."""
+    a capture in progress: it waits 2 s for the capture to end, and then is refused, naming the
+    capture; no image is written, and the job's capture and replays (graph_train holds its capture
+    open for 3 s) run to the uninterrupted end."""
     ref = reference(cudart_dir, env, "graph_train")
     job = Job(phos, phosd, train(cudart_dir, "graph_train") + ["--hold-capture-ms", "3000"], env, tmp_path)
     try:
@@ -394,6 +395,26 @@ def test_a_checkpoint_during_a_stream_capture_is_refused_and_the_capture_goes_on
         assert not (tmp_path / "image" / "manifest.json").exists()
         assert job.proc.wait(timeout=TIMEOUT) == 0, job.err.read_text()
         assert job.lines() == ["capturing"] + ref
+    finally:
+        job.stop()
+
+
+def test_a_checkpoint_asked_during_a_short_stream_capture_waits_for_its_end(criu, phos, phosd, cudart_dir, env,
+                                                                             tmp_path):
+    """A checkpoint asked while the job captures (graph_train holds its capture open for 0.5 s) lets
+    the job's calls go on until the capture ends, then checkpoints: the job runs to the
+    uninterrupted end, and the image restores to it."""
+    ref = reference(cudart_dir, env, "graph_train")
+    job = Job(phos, phosd, train(cudart_dir, "graph_train") + ["--hold-capture-ms", "500"], env, tmp_path)
+    try:
+        job.wait_line(1)
+        assert job.lines() == ["capturing"]
+        report = checkpoint(phos, phosd, job.pid, tmp_path / "image", "--leave-running")
+        assert report["stall"]["quiesce_seconds"] < 5, report
+        assert job.proc.wait(timeout=TIMEOUT) == 0, job.err.read_text()
+        assert job.lines() == ["capturing"] + ref
+        restored = restore(phos, phosd, tmp_path / "image", env)
+        assert restored == ref[len(ref) - len(restored):] and restored, restored
     finally:
         job.stop()
 

@@ -106,7 +106,7 @@ Status precopy(Session& s, std::unique_ptr<StagedWrite>& staged,
     previous = dirty;
     // A write that passed the gate before its chunk is taken must have run
     // before the chunk is copied: the session's work drains first.
-    RETURN_IF_ERROR(s.pause(kPauseTimeout));
+    RETURN_IF_ERROR(s.pause(kPauseTimeout, kCaptureWait));
     std::vector<uint64_t> taken;
     Status drained;
     {
@@ -463,7 +463,7 @@ Status CheckpointProtocol::beforeDump() {
 
 Status CheckpointProtocol::beforeFreeze(image::ImageWriter& writer) {
   times_.pauseAsked = Clock::now();
-  RETURN_IF_ERROR(s_.pause(kPauseTimeout));
+  RETURN_IF_ERROR(s_.pause(kPauseTimeout, kCaptureWait));
   paused_ = true;
   times_.paused = Clock::now();
   auto lock = s_.lockCalls();

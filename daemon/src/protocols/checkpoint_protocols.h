@@ -29,6 +29,10 @@ class Outgoing;
 // How long a protocol waits for the call being served when it pauses the
 // session; a call still running then fails the checkpoint (or the window's end).
 inline constexpr auto kPauseTimeout = std::chrono::seconds(60);
+// How long a checkpoint's pause waits for the application's stream captures
+// in progress to end (its drain would invalidate them) before it refuses,
+// naming them: captures of training steps last milliseconds.
+inline constexpr auto kCaptureWait = std::chrono::seconds(2);
 
 // When a checkpoint reached each of its moments (unset: never): where the
 // report's "stall" and "timeline" come from.

@@ -75,6 +75,24 @@ Status Session::pause(std::chrono::milliseconds timeout) {
   return Status::ok();
 }
 
+Status Session::pause(std::chrono::milliseconds timeout, std::chrono::milliseconds captureWait) {
+  captureDeadlineNs_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           (std::chrono::steady_clock::now() + captureWait).time_since_epoch())
+                           .count();
+  Status paused = pause(timeout);
+  captureDeadlineNs_ = 0;
+  return paused;
+}
+
+bool Session::waitingForCaptureEnd() const {
+  const int64_t deadline = captureDeadlineNs_.load();
+  if (deadline == 0 || captures_.active() == 0) return false;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  return now < deadline;
+}
+
 void Session::resume() {
   std::lock_guard lock(pauseMutex_);
   pauseRequested_ = false;
@@ -140,7 +158,9 @@ void Session::stop() {
 void Session::serve() {
   auto log = log::get("daemon");
   while (!stopping_.load()) {
-    if (pauseRequested_.load()) {
+    // (The ring is polled every 100 ms: a capture's deadline is seen even
+    // when the application sends nothing.)
+    if (pauseRequested_.load() && !waitingForCaptureEnd()) {
       std::unique_lock lock(pauseMutex_);
       if (pauseRequested_.load()) {
         parked_ = true;

@@ -141,6 +141,12 @@ class Session {
   // finish), so that the engine can read or change the session's state; the
   // application's calls wait in the ring. resume() serves them again.
   Status pause(std::chrono::milliseconds timeout);
+  // pause() for a checkpoint, whose drain would invalidate a stream capture
+  // in progress: parks only between calls with no capture in progress,
+  // waiting up to `captureWait` for the captures to end (the application's
+  // calls go on meanwhile); after that it parks anyway, and drainContexts()
+  // names the capture.
+  Status pause(std::chrono::milliseconds timeout, std::chrono::milliseconds captureWait);
   void resume();
   // Stops serving and frees everything: contexts go back to the pool
   // (destroyed, which frees their memory), files are removed.
@@ -441,6 +447,11 @@ class Session {
   std::mutex pauseMutex_;
   std::condition_variable pauseChanged_;
   std::atomic<bool> pauseRequested_{false};  // read without the mutex on every call
+  // pause(timeout, captureWait): until this steady-clock time (ns), the
+  // serving thread parks only where no capture is in progress; 0: at once.
+  std::atomic<int64_t> captureDeadlineNs_{0};
+  // On the serving thread: a pause must wait for a capture to end.
+  bool waitingForCaptureEnd() const;
   bool parked_ = false;
 };
 
