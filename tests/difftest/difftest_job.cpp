@@ -51,6 +51,12 @@
 // then the executable graph (cuGraphExecUpdate), or a node is disabled or
 // enabled again. vmm (not on by default either) adds buffers of the program's
 // own VMM: reserved, created, mapped and granted, then unmapped and freed.
+// arrays (not on by default) adds CUDA arrays of 32-bit words with a texture
+// and a surface object each: filled from the host or a buffer, sampled by a
+// kernel through the texture into a buffer, written by a kernel through the
+// surface, copied to and from buffers (1D and 2D, pageable host memory too),
+// spare texture objects made and destroyed (freed handle slots), and the
+// arrays destroyed with their objects.
 #include <cuda.h>
 #include <unistd.h>
 
@@ -124,6 +130,7 @@ enum Feature : uint32_t {
   kManaged = 1u << 15,
   kGraphs = 1u << 16,
   kVmm = 1u << 17,
+  kArrays = 1u << 18,
 };
 
 struct FeatureName {
@@ -141,6 +148,7 @@ constexpr FeatureName kFeatures[] = {
     {"elapsed", kElapsed, true},      {"ctx-limits", kCtxLimits, true},
     {"func-attrs", kFuncAttrs, true}, {"managed", kManaged, true},
     {"graphs", kGraphs, false},       {"vmm", kVmm, false},
+    {"arrays", kArrays, false},
 };
 
 uint32_t defaultFeatures() {
@@ -407,6 +415,20 @@ struct ModuleInstance {
   // (release): the next set_ptr is ordered after it, or the two race.
   int ptrStream = -1;
   int dynamicShared = 0;  // func-attrs: the opt-in of reduce_shared
+  // Feature arrays: tex_sample and surf_store (looked up only with it, so
+  // that the other features' plans do not change).
+  CUfunction texSample = nullptr, surfStore = nullptr;
+};
+
+// Feature arrays: a w x h array of 32-bit words, a texture object (point
+// sampling, clamped, unnormalized coordinates) and a surface object over it.
+struct ArraySlot {
+  CUarray array = nullptr;
+  CUtexObject texture = 0;
+  CUsurfObject surface = 0;
+  unsigned w = 0, h = 0;
+  bool alive = false;
+  size_t bytes() const { return size_t{w} * h * 4; }
 };
 
 struct PoolSlot {
@@ -675,6 +697,7 @@ class Job {
     if (has(kPinned)) allocate(Kind::kPinned);
     if (has(kStreams)) createStream();
     if (has(kPools)) createPool();
+    if (has(kArrays)) createArray();
   }
 
   // ---- modules ----
@@ -722,6 +745,18 @@ class Job {
       }
       if (bytes != expect) die(std::string("global ") + name + " has an unexpected size");
     };
+    if (has(kArrays)) {
+      for (auto [name, fn] :
+           {std::pair{"tex_sample", &m.texSample}, std::pair{"surf_store", &m.surfStore}}) {
+        if (m.module != nullptr) {
+          CHECK(cuModuleGetFunction(fn, m.module, name));
+        } else {
+          CUkernel kernel = nullptr;
+          CHECK(cuLibraryGetKernel(&kernel, m.library, name));
+          CHECK(cuKernelGetFunction(fn, kernel));
+        }
+      }
+    }
     global("g_counter", m.counter, 4);
     global("g_array", m.array, 4096);
     global("c_table", m.table, 1024);
@@ -1044,6 +1079,7 @@ class Job {
         {"func-attrs", has(kFuncAttrs) ? 2u : 0u, &Job::opFuncAttrs},
         {"managed-host", has(kManaged) ? 3u : 0u, &Job::opManagedHost},
         {"graphs", has(kGraphs) ? 10u : 0u, &Job::opGraphs},
+        {"arrays", has(kArrays) ? 10u : 0u, &Job::opArrays},
     };
     unsigned total = 0;
     for (const auto& c : choices) total += c.weight;
@@ -1059,6 +1095,145 @@ class Job {
   }
 
   void opAlloc() { allocate(pickKind()); }
+
+  // ---- arrays (feature arrays): all their work on the legacy stream ----
+
+  void createArray() {
+    ArraySlot a;
+    a.w = static_cast<unsigned>(rng_.range(1, 128));
+    a.h = static_cast<unsigned>(rng_.range(1, 32));
+    CUDA_ARRAY3D_DESCRIPTOR d{};
+    d.Width = a.w;
+    d.Height = a.h;
+    d.Format = CU_AD_FORMAT_UNSIGNED_INT32;
+    d.NumChannels = 1;
+    d.Flags = CUDA_ARRAY3D_SURFACE_LDST;
+    CHECK(cuArray3DCreate(&a.array, &d));
+    const int id = static_cast<int>(arrays_.size());
+    trace("create array %d: %ux%u", id, a.w, a.h);
+    // Every texel written before anything reads it: from the host, or a buffer.
+    auto data = live(true, true);
+    std::erase_if(data, [&](int i) {
+      return buffers_[i].kind == Kind::kManaged || buffers_[i].bytes < a.bytes();
+    });
+    if (data.empty() || rng_.chance(50)) {
+      std::vector<unsigned> words(a.bytes() / 4);
+      const unsigned salt = static_cast<unsigned>(rng_.next());
+      for (size_t i = 0; i < words.size(); ++i)
+        words[i] = salt ^ static_cast<unsigned>(i * 0x9e3779b1u);
+      CHECK(cuMemcpyHtoA(a.array, 0, words.data(), a.bytes()));
+    } else {
+      const Buffer& b = buffers_[rng_.pick(data)];
+      orderOn(kLegacy, {b.id});
+      CHECK(cuMemcpyDtoA(a.array, 0, b.dptr, a.bytes()));
+    }
+    // A spare texture object destroyed after the others leaves a free slot
+    // before their handles.
+    const bool spare = rng_.chance(40);
+    CUtexObject spareTexture = 0;
+    if (spare) spareTexture = textureOf(a.array);
+    a.texture = textureOf(a.array);
+    CUDA_RESOURCE_DESC res{};
+    res.resType = CU_RESOURCE_TYPE_ARRAY;
+    res.res.array.hArray = a.array;
+    CHECK(cuSurfObjectCreate(&a.surface, &res));
+    if (spare) CHECK(cuTexObjectDestroy(spareTexture));
+    a.alive = true;
+    arrays_.push_back(a);
+  }
+
+  CUtexObject textureOf(CUarray array) {
+    CUDA_RESOURCE_DESC res{};
+    res.resType = CU_RESOURCE_TYPE_ARRAY;
+    res.res.array.hArray = array;
+    CUDA_TEXTURE_DESC tex{};
+    tex.addressMode[0] = tex.addressMode[1] = CU_TR_ADDRESS_MODE_CLAMP;
+    tex.filterMode = CU_TR_FILTER_MODE_POINT;
+    tex.flags = CU_TRSF_READ_AS_INTEGER;
+    CUtexObject t = 0;
+    CHECK(cuTexObjectCreate(&t, &res, &tex, nullptr));
+    return t;
+  }
+
+  void destroyArray(ArraySlot& a) {
+    trace("destroy array %ux%u", a.w, a.h);
+    CHECK(cuTexObjectDestroy(a.texture));
+    CHECK(cuSurfObjectDestroy(a.surface));
+    // Launches still reading it are on the legacy stream: done first.
+    CHECK(cuStreamSynchronize(CU_STREAM_LEGACY));
+    for (auto& b : buffers_)
+      if (b.lastStream == kLegacy) b.lastStream = kIdle;
+    CHECK(cuArrayDestroy(a.array));
+    a.alive = false;
+  }
+
+  void opArrays() {
+    std::vector<int> alive;
+    for (size_t i = 0; i < arrays_.size(); ++i)
+      if (arrays_[i].alive) alive.push_back(static_cast<int>(i));
+    const uint64_t what = rng_.below(6);
+    if (alive.empty() || (what == 0 && alive.size() < 3)) {
+      createArray();
+      return;
+    }
+    ArraySlot& a = arrays_[rng_.pick(alive)];
+    if (what == 5 && alive.size() > 1) {
+      destroyArray(a);
+      return;
+    }
+    auto data = live(true, true, true);
+    std::erase_if(data, [&](int i) { return buffers_[i].kind == Kind::kManaged; });
+    if (data.empty()) return;
+    const Buffer& b = buffers_[rng_.pick(data)];
+    const ModuleInstance& m = pickModule();
+    CUdeviceptr p = b.dptr;
+    unsigned n = static_cast<unsigned>(
+        std::min<size_t>(b.kind == Kind::kPitched ? b.widthBytes / 4 : b.words(), kMaxKernelWords));
+    unsigned w = a.w, h = a.h, k = static_cast<unsigned>(rng_.next());
+    if (n == 0) return;
+    orderOn(kLegacy, {b.id});
+    if (what <= 2) {
+      trace("sample array %ux%u into buffer %d, %u words", a.w, a.h, b.id, n);
+      unsigned long long texture = a.texture;
+      void* params[] = {&p, &texture, &n, &w, &h, &k};
+      CHECK(cuLaunchKernel(m.texSample, blocksFor(n), 1, 1, 256, 1, 1, 0, CU_STREAM_LEGACY, params,
+                           nullptr));
+    } else if (what == 3) {
+      trace("store buffer %d (%u words) into array %ux%u", b.id, n, a.w, a.h);
+      unsigned long long surface = a.surface;
+      void* params[] = {&surface, &p, &n, &w, &h, &k};
+      CHECK(cuLaunchKernel(m.surfStore, blocksFor(size_t{w} * h), 1, 1, 256, 1, 1, 0,
+                           CU_STREAM_LEGACY, params, nullptr));
+    } else {
+      // Copies: array to buffer or back (1D), or a rectangle from pageable host memory (2D).
+      const size_t bytes = std::min<size_t>(a.bytes(), size_t{n} * 4);
+      const uint64_t how = rng_.below(3);
+      trace("copy %zu bytes between array %ux%u and buffer %d (%d)", bytes, a.w, a.h, b.id,
+            static_cast<int>(how));
+      if (how == 0) {
+        CHECK(cuMemcpyAtoD(b.dptr, a.array, 0, bytes));
+      } else if (how == 1) {
+        CHECK(cuMemcpyDtoA(a.array, 0, b.dptr, bytes));
+      } else {
+        const unsigned cw = static_cast<unsigned>(rng_.range(1, a.w)),
+                       ch = static_cast<unsigned>(rng_.range(1, a.h));
+        std::vector<unsigned> rect(size_t{cw} * ch);
+        for (size_t i = 0; i < rect.size(); ++i)
+          rect[i] = k ^ static_cast<unsigned>(i * 2654435761u);
+        CUDA_MEMCPY2D c{};
+        c.srcMemoryType = CU_MEMORYTYPE_HOST;
+        c.srcHost = rect.data();
+        c.srcPitch = cw * 4;
+        c.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+        c.dstArray = a.array;
+        c.dstXInBytes = static_cast<size_t>(rng_.below(a.w - cw + 1)) * 4;
+        c.dstY = static_cast<size_t>(rng_.below(a.h - ch + 1));
+        c.WidthInBytes = cw * 4;
+        c.Height = ch;
+        CHECK(cuMemcpy2D(&c));
+      }
+    }
+  }
 
   // The host reads and rewrites part of a managed buffer through its pointer,
   // once the work that uses it is done: the words read go into the host's
@@ -2041,6 +2216,22 @@ class Job {
       h.word(ptrWords);
       item("module#" + std::to_string(m.id) + "(" + kImageKinds[m.imageKind] + "," + kLoadApis[m.api] + ")", h);
     }
+    for (size_t i = 0; i < arrays_.size(); ++i) {
+      const ArraySlot& a = arrays_[i];
+      if (!a.alive) continue;
+      Hasher h;
+      h.word(a.w);
+      h.word(a.h);
+      scratch.resize(a.bytes());
+      CHECK(cuMemcpyAtoH(scratch.data(), a.array, 0, a.bytes()));
+      h.bytes(scratch.data(), a.bytes());
+      CUDA_RESOURCE_DESC res{};
+      CHECK(cuTexObjectGetResourceDesc(&res, a.texture));
+      h.word(res.res.array.hArray == a.array);
+      item("array#" + std::to_string(i) + "(" + std::to_string(a.w) + "x" + std::to_string(a.h) +
+               ")",
+           h);
+    }
     {
       Hasher h;
       for (size_t i = 2; i < streams_.size(); ++i) {
@@ -2166,6 +2357,7 @@ class Job {
   std::vector<GraphExec> graphs_;     // executable graphs (feature graphs)
   CUstream captureStream_ = nullptr;  // where they are captured (never launched on)
   std::vector<PoolSlot> pools_;
+  std::vector<ArraySlot> arrays_;  // feature arrays
   std::vector<ThreadSlot> threads_;
   std::vector<CUevent> spareEvents_;
   std::vector<std::pair<CUevent, CUevent>> timedEvents_;

@@ -152,4 +152,26 @@ __global__ void pitched(unsigned int* base, size_t pitch, unsigned int width, un
   }
 }
 
+// dst[i] = f(dst[i] ^ texel (i mod w, i / w mod h), k) for i < n: a texture
+// object over a CUDA array of 32-bit words, point-sampled at texel centres.
+__global__ void tex_sample(unsigned int* dst, unsigned long long tex, unsigned int n,
+                           unsigned int w, unsigned int h, unsigned int k) {
+  countLaunch();
+  for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const unsigned int t = tex2D<unsigned int>(tex, (i % w) + 0.5f, ((i / w) % h) + 0.5f);
+    dst[i] = mixWord(dst[i] ^ t, k, i);
+  }
+}
+
+// Every texel (x, y) of a w x h array = f(src[(y * w + x) mod n], k), through a
+// surface object.
+__global__ void surf_store(unsigned long long surf, const unsigned int* src, unsigned int n,
+                           unsigned int w, unsigned int h, unsigned int k) {
+  countLaunch();
+  for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < w * h;
+       i += gridDim.x * blockDim.x)
+    surf2Dwrite(mixWord(src[i % n], k, i), surf, static_cast<int>((i % w) * 4u),
+                static_cast<int>(i / w));
+}
+
 }  // extern "C"

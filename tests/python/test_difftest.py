@@ -118,6 +118,17 @@ def test_buffers_of_the_programs_own_vmm_are_restored_at_their_addresses(criu, r
                         features="+vmm"))
 
 
+def test_arrays_and_texture_objects_are_restored_as_the_job_left_them(criu, runner):  # noqa: F811
+    """Seed 3 with arrays (not a default feature): CUDA arrays sampled through texture objects,
+    written through surface objects and copied to and from buffers and pageable memory, made and
+    destroyed between the checkpoints; a copy-on-write checkpoint left running with slow copies and
+    a stop-the-world one restored while its memory loads must give back every array's texels and
+    every object under the handle the job's kernels are passed."""
+    outcome = passes(runner, Case(3, steps=10, sleep_ms=60, slow=True,
+                                  points=[Point(3, "cow", True), Point(6, "stop")], features="+arrays"))
+    assert outcome.checkpoints == 2, outcome
+
+
 def test_files_of_a_restored_session_outlive_a_starting_phosd(criu, runner):  # noqa: F811
     """Seed 13 (no threads) runs its first host function in step 4, after its
     first restore: the session's host-call queue was named after its worker,
