@@ -495,6 +495,12 @@ CUresult cuStreamAddCallback(CUresult result, std::string_view queue, CUstream, 
   return hostCallQueue(result, queue);
 }
 
+// A user object's destructor runs in the application through the same queue.
+CUresult cuUserObjectCreate(CUresult result, std::string_view queue, CUuserObject*, void*, CUhostFn,
+                            unsigned int, unsigned int) {
+  return hostCallQueue(result, queue);
+}
+
 // A graph's host node runs the application's function through the same queue.
 CUresult cuGraphAddHostNode(CUresult result, std::string_view queue, CUgraphNode*, CUgraph,
                             const CUgraphNode*, size_t, const CUDA_HOST_NODE_PARAMS*) {

@@ -24,11 +24,11 @@ TIMEOUT = 120
 PROGRAMS = ["vector_add", "matmul_tiled", "streams_events", "symbols", "atomics_warp", "reduction",
             "printf_hostfunc", "train", "pools", "device_assert", "event_times", "shared_optin", "vector_add_shared",
             "train_shared", "pipeline", "thrust_sort", "cg_partitions", "managed", "graphs", "graph_train", "graph_built",
-            "vmm_grow", "graph_coop", "host_register", "memcpy_batch", "textures", "texture_train"]
+            "vmm_grow", "graph_coop", "host_register", "memcpy_batch", "textures", "texture_train", "user_objects"]
 # Lines a program prints after its steps.
 TAIL_LINES = {"train": 1, "train_shared": 1, "pools": 3, "event_times": 1, "shared_optin": 1, "pipeline": 1,
               "managed": 1, "graph_train": 1, "graph_built": 1, "vmm_grow": 1, "graph_coop": 1, "host_register": 1,
-              "texture_train": 1}
+              "texture_train": 1, "user_objects": 1}
 STEPS = 14
 SLEEP_MS = 200
 
@@ -110,7 +110,7 @@ def reference(cudart_dir, env, name="train"):
 
 @pytest.mark.parametrize("name", ["train", "train_shared", "pools", "event_times", "shared_optin", "pipeline",
                                   "managed", "graph_train", "graph_built", "vmm_grow", "graph_coop",
-                                  "host_register", "texture_train"])
+                                  "host_register", "texture_train", "user_objects"])
 def test_killed_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, name):
     """Stop-the-world: the job ends at the checkpoint; its restore finishes it exactly."""
     killed_and_restored(phos, phosd, train(cudart_dir, name), reference(cudart_dir, env, name), env, tmp_path, 4)
@@ -161,7 +161,7 @@ def refused_restore(phos, phosd, env, tmp_path, manifest):
                                        ("stop", "graph_train"), ("cow", "graph_built"), ("recopy", "graph_built"),
                                        ("cow", "vmm_grow"), ("recopy", "vmm_grow"), ("cow", "graph_coop"),
                                        ("recopy", "graph_coop"), ("cow", "host_register"), ("cow", "texture_train"),
-                                       ("recopy", "texture_train")])
+                                       ("recopy", "texture_train"), ("cow", "user_objects"), ("recopy", "user_objects")])
 def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, mode, name):
     """The job goes on to the uninterrupted end; the image restores to it as well."""
     ref = reference(cudart_dir, env, name)
@@ -183,7 +183,7 @@ def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path,
 
 @pytest.mark.parametrize("eager,name", [(False, "train"), (True, "train"), (False, "pools"), (False, "managed"),
                                         (False, "graph_train"), (False, "graph_built"), (False, "vmm_grow"),
-                                        (False, "host_register"), (False, "texture_train")])
+                                        (False, "host_register"), (False, "texture_train"), (False, "user_objects")])
 def test_restored_concurrently_or_eagerly(criu, phos, phosd, cudart_dir, env, tmp_path, eager, name):
     ref = reference(cudart_dir, env, name)
     job = Job(phos, phosd, train(cudart_dir, name), env, tmp_path)
@@ -315,6 +315,43 @@ def test_a_checkpoint_of_a_texture_over_a_freed_array_is_refused_and_the_job_run
         assert "a texture object over an array the program destroyed (0x1)" in r.stderr, r.stderr
         assert job.proc.wait(timeout=TIMEOUT) == 0, job.err.read_text()
         assert job.lines() == reference(cudart_dir, env, "texture_train")
+    finally:
+        job.stop()
+
+
+def test_user_objects_come_back_with_their_references_or_the_restore_is_refused(criu, phos, phosd, cudart_dir,
+                                                                                 env, tmp_path):
+    """After step 3 the program holds none of A's references, the graph and its executable graph
+    two each, and B is the program's alone: the image says so, a holder that is no graph of the
+    session refuses the restore, naming it, and the untouched image restores the job exactly
+    (A's destructor at step 8, B's at step 6)."""
+    ref = reference(cudart_dir, env, "user_objects")
+    before, original = checkpointed(phos, phosd, train(cudart_dir, "user_objects"), env, tmp_path, 4)
+    objects = json.loads(original)["state"]["gpu"]["sessions"][0]["user_objects"]
+    a, b = objects
+    assert a["application_refs"] == 0 and sorted(h["refs"] for h in a["holders"]) == [2, 2], objects
+    assert b["application_refs"] == 1 and b["holders"] == [], objects
+    bad = json.loads(original)
+    bad["state"]["gpu"]["sessions"][0]["user_objects"][0]["holders"][0]["holder"] += 1000
+    assert "is no graph of the session" in refused_restore(phos, phosd, env, tmp_path, bad)
+    (tmp_path / "image" / "manifest.json").write_text(original)
+    assert before + restore(phos, phosd, tmp_path / "image", env) == ref
+
+
+def test_a_checkpoint_of_user_objects_held_through_a_child_graph_is_refused(criu, phos, phosd, cudart_dir, env,
+                                                                           tmp_path):
+    """A child graph node holds a clone of its graph, with the graph's references to A, which phosd
+    cannot follow: the checkpoint fails naming the graph, and the job finishes as it would have."""
+    cmd = train(cudart_dir, "user_objects") + ["--child"]
+    job = Job(phos, phosd, cmd, env, tmp_path)
+    try:
+        job.wait_line(2)
+        r = subprocess.run([str(phos), "checkpoint", "--pid", str(job.pid), "--image", str(tmp_path / "image"),
+                            "--runtime-dir", str(phosd.runtime_dir)], capture_output=True, text=True, timeout=TIMEOUT)
+        assert r.returncode != 0, r.stdout
+        assert "holding user objects' references through a child graph node" in r.stderr, r.stderr
+        assert job.proc.wait(timeout=TIMEOUT) == 0, job.err.read_text()
+        assert job.lines()[-1] == "user_objects OK", job.lines()
     finally:
         job.stop()
 

@@ -183,12 +183,14 @@ Result<nlohmann::json> describeForExec(ServerCall& c, CUgraph graph,
   return s.graphs().describe(s.scope(), graph, order);
 }
 
-CUresult instantiated(ServerCall& c, CUresult r, CUgraphExec exec, CUgraph graph,
+CUresult instantiated(ServerCall& c, CUresult r, CUgraphExec exec, Handle<CUgraph> graph,
                       unsigned long long flags, uint64_t* phGraphExec) {
   *phGraphExec = c.exportHandle(HandleType::kCUgraphExec_st, r, exec);
   if (r == CUDA_SUCCESS) {
+    // The executable graph holds the graph's user-object references.
+    c.session().userObjects().copied(graph.id, *phGraphExec);
     std::vector<CUgraphNode> order;
-    auto description = describeForExec(c, graph, &order);
+    auto description = describeForExec(c, graph.real, &order);
     c.session().graphs().noteExec(*phGraphExec, c.session().currentContext(), flags,
                                   std::move(description), std::move(order));
   }
@@ -342,7 +344,7 @@ CUresult cuGraphInstantiateWithFlags(ServerCall& c, uint64_t* phGraphExec, Handl
                                      unsigned long long flags) {
   CUgraphExec exec = nullptr;
   CUresult r = PHOS_DRIVER(c.driverTable(), GraphInstantiateWithFlags)(&exec, hGraph.real, flags);
-  return instantiated(c, r, exec, hGraph.real, flags, phGraphExec);
+  return instantiated(c, r, exec, hGraph, flags, phGraphExec);
 }
 
 // The upload stream and the error node are handles; a restore instantiates
@@ -360,7 +362,7 @@ CUresult cuGraphInstantiateWithParams(ServerCall& c, uint64_t* phGraphExec, Hand
   CUresult r = PHOS_DRIVER(c.driverTable(), GraphInstantiateWithParams)(&exec, hGraph.real, &p);
   params->result_out = p.result_out;
   params->hErrNode_out = nodeHandle(c, p.hErrNode_out);
-  return instantiated(c, r, exec, hGraph.real, p.flags & ~CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD,
+  return instantiated(c, r, exec, hGraph, p.flags & ~CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD,
                       phGraphExec);
 }
 
@@ -626,6 +628,7 @@ CUresult cuGraphExecChildGraphNodeSetParams(ServerCall& c, Handle<CUgraphExec> h
   if (r == CUDA_SUCCESS) {
     graphs.setExecNode(hGraphExec.id, hNode.id, hNode.real,
                        graphs.describeChild(c.session().scope(), childGraph.real));
+    c.session().userObjects().untracked(hGraphExec.id, childGraph.id);
   }
   return r;
 }
@@ -678,6 +681,7 @@ CUresult cuGraphExecUpdate(ServerCall& c, Handle<CUgraphExec> hGraphExec, Handle
   if (r == CUDA_SUCCESS) {
     Session& s = c.session();
     s.graphs().updateExec(hGraphExec.id, s.graphs().describe(s.scope(), hGraph.real));
+    s.userObjects().untracked(hGraphExec.id, hGraph.id);
   }
   return r;
 }
@@ -706,6 +710,8 @@ CUresult cuGraphClone(ServerCall& c, uint64_t* phGraphClone, Handle<CUgraph> ori
   *phGraphClone = c.exportHandle(HandleType::kCUgraph_st, r, clone);
   if (r == CUDA_SUCCESS) {
     c.session().graphs().noteGraph(*phGraphClone, c.session().currentContext());
+    // "The clone owns the same references" to user objects.
+    c.session().userObjects().copied(originalGraph.id, *phGraphClone);
   }
   return r;
 }

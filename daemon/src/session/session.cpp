@@ -710,6 +710,8 @@ Result<CUDA_HOST_NODE_PARAMS> Session::graphHostNode(uint64_t function, uint64_t
 }
 
 void Session::forgetHandle(uint64_t id) {
+  // A graph's or executable graph's references to user objects go with it.
+  userObjects_.holderGone(driver_, handles_, id);
   handles_.erase(id);
   graphs_.forget(id, driver_);
   streamsAndEvents_.forgetEvent(id);

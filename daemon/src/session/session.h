@@ -46,6 +46,7 @@
 #include "session/stream_captures.h"
 #include "session/streams_and_events.h"
 #include "session/transfer_tracker.h"
+#include "session/user_objects.h"
 
 namespace phos::image {
 class ImageReader;
@@ -207,6 +208,8 @@ class Session {
   MemoryPools& memoryPools() { return memoryPools_; }
   // Arrays and texture and surface objects (session_arrays.h).
   SessionArrays& arrays() { return arrays_; }
+  // User objects and who holds their references (user_objects.h).
+  UserObjects& userObjects() { return userObjects_; }
   // The application's own VMM reservations, memory and mappings (application_vmm.h).
   ApplicationVmm& vmm() { return vmm_; }
   // The linker states the program holds, by id (remoting/linker.cpp).
@@ -434,6 +437,7 @@ class Session {
   MemoryPools memoryPools_{driver_};  // after memory_: its pending frees give heap ranges back
   SessionModules modules_;
   SessionArrays arrays_;
+  UserObjects userObjects_;
   LinkStates links_;
   LaunchValidator validator_{driver_};
   TransferTracker transfers_{driver_};

@@ -112,6 +112,11 @@ class Session::Rebuilder {
         scope_, st_, [this](uint64_t context) { return makeCurrent(context); },
         [this](uint64_t address, uint64_t bytes) { return s_.ownsRange(address, bytes); },
         [this] { return s_.hostCalls(); }));
+    // User objects after the graphs that hold their references.
+    if (!st_.value("user_objects", nlohmann::json::array()).empty()) {
+      ASSIGN_OR_RETURN(auto channel, s_.hostCalls());
+      RETURN_IF_ERROR(s_.userObjects_.rebuild(scope_, st_, channel));
+    }
     // The ring's contents last: the application's pending calls are in it.
     const std::string& path = ringPath_;
     ipc::CallRing::Snapshot snap;

@@ -61,6 +61,7 @@ class Session::Describer {
     }
     RETURN_IF_ERROR(s_.links_.save(writer_, state_));
     s_.graphs_.save(scope_, state_, lost_);
+    s_.userObjects_.save(state_, lost_);
     // Arrays' texels are copied here, at the cut: no protocol tracks them.
     RETURN_IF_ERROR(s_.arrays_.save(scope_, writer_, state_, lost_));
     unsaved();
@@ -104,7 +105,7 @@ class Session::Describer {
         HandleType::kCUkern_st,          HandleType::kCUlib_st,       HandleType::kCUmod_st,
         HandleType::kCUmemPoolHandle_st, HandleType::kCUstream_st,    HandleType::kCUlinkState_st,
         HandleType::kCUgraph_st,         HandleType::kCUgraphExec_st, HandleType::kCUgraphNode_st,
-        HandleType::kCUarray_st};
+        HandleType::kCUarray_st,         HandleType::kCUuserObject_st};
     for (HandleType type : s_.handles_.liveTypes()) {
       if (kSaved.count(type) != 0) continue;
       for (uint64_t id : s_.handles_.ids(type)) {
