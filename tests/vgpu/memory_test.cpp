@@ -752,8 +752,11 @@ TEST_F(MemoryTest, ArraysCopiesAndTextureObjects) {
   EXPECT_TRUE(std::equal(part.begin(), part.end(), bytes.begin()));
   ASSERT_CU(cuMemcpyAtoH(part.data(), a, 192, 64));
   EXPECT_TRUE(std::equal(part.begin(), part.end(), bytes.begin() + 192));
-  // Outside the array: refused, naming the sizes.
+  // Outside the array: refused, naming the sizes; a size far past it too
+  // (phosd stages no more than the array holds).
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpyHtoA(a, 200, bytes.data(), 64));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpyHtoA(a, 0, bytes.data(), size_t{1} << 40));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpyAtoH(bytes.data(), a, 0, size_t{1} << 40));
   down.Depth = 3;
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuMemcpy3D(&down));
 
@@ -796,6 +799,8 @@ TEST_F(MemoryTest, ArraysCopiesAndTextureObjects) {
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuArray3DCreate(&none, &odd));
   odd = d;
   odd.Flags = CUDA_ARRAY3D_LAYERED;
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED, cuArray3DCreate(&none, &odd));
+  odd.Flags = CUDA_ARRAY3D_SPARSE;
   EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED, cuArray3DCreate(&none, &odd));
   odd = d;
   odd.Format = CU_AD_FORMAT_BC1_UNORM;

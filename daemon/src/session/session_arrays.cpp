@@ -171,6 +171,7 @@ Status SessionArrays::save(const SessionScope& scope, image::ImageWriter& writer
                       {"format", static_cast<unsigned>(desc.Format)},
                       {"channels", desc.NumChannels},
                       {"flags", desc.Flags},
+                      {"bytes", texels.size()},
                       {"blob", name}});
   }
   json objects = json::array();

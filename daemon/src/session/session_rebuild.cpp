@@ -99,13 +99,14 @@ class Session::Rebuilder {
     RETURN_IF_ERROR(s_.modules_.bindFunctions(scope_, st_, s_.pool_.deviceCount()));
     RETURN_IF_ERROR(s_.streamsAndEvents_.rebuild(scope_, st_));
     RETURN_IF_ERROR(s_.links_.rebuild(scope_, reader_, st_));
+    RETURN_IF_ERROR(pinned());
+    RETURN_IF_ERROR(hostCalls());
     // Arrays with their texels, then texture and surface objects under the
-    // handles the kernels hold (over arrays, or memory mapped above).
+    // handles the kernels hold (over arrays, or device or pinned
+    // memory made above).
     RETURN_IF_ERROR(s_.arrays_.rebuild(
         scope_, reader_, st_,
         [this](uint64_t address, uint64_t bytes) { return s_.ownsRange(address, bytes); }));
-    RETURN_IF_ERROR(pinned());
-    RETURN_IF_ERROR(hostCalls());
     // Graphs after the functions and events their nodes name, the pinned
     // memory their copies may name and the queue their host nodes run through.
     RETURN_IF_ERROR(s_.graphs_.rebuild(
