@@ -447,12 +447,17 @@ bool driverArray(ServerCall& c, CUmemorytype type, CUarray& array) {
   return array != nullptr;
 }
 
-// The bytes of `array`: no 1D copy of it is larger (0 when the driver does
-// not say, or its format is not whole bytes per texel).
-uint64_t arrayCapacity(ServerCall& c, CUarray array) {
+// Whether a 1D copy of `bytes` fits `array` (its whole bytes): phosd stages
+// no more than that. NOT_SUPPORTED for a format that is not whole bytes per
+// texel (block compressed, planar), whose bytes phosd cannot count.
+CUresult fitsArray(ServerCall& c, CUarray array, uint64_t bytes) {
   CUDA_ARRAY3D_DESCRIPTOR d{};
-  if (PHOS_DRIVER(c.driverTable(), Array3DGetDescriptor_v2)(&d, array) != CUDA_SUCCESS) return 0;
-  return arrayBytes(d).value_or(0);
+  if (CUresult r = PHOS_DRIVER(c.driverTable(), Array3DGetDescriptor_v2)(&d, array);
+      r != CUDA_SUCCESS)
+    return r;
+  const std::optional<uint64_t> capacity = arrayBytes(d);
+  if (!capacity) return CUDA_ERROR_NOT_SUPPORTED;
+  return bytes <= *capacity ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 // 1D copies between host memory and an array's bytes. Pinned memory is used
@@ -461,7 +466,8 @@ uint64_t arrayCapacity(ServerCall& c, CUarray array) {
 // pageable memory.
 CUresult hostToArray(ServerCall& c, CUarray dst, size_t offset, uint64_t src, size_t bytes,
                      CUstream s, bool async) {
-  if (src == 0 || bytes > arrayCapacity(c, dst)) return CUDA_ERROR_INVALID_VALUE;
+  if (src == 0 && bytes != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = fitsArray(c, dst, bytes); r != CUDA_SUCCESS) return r;
   Session& session = c.session();
   TransferScope transfer(session, async, s);
   if (session.ownsRange(src, bytes)) {
@@ -481,7 +487,8 @@ CUresult hostToArray(ServerCall& c, CUarray dst, size_t offset, uint64_t src, si
 
 CUresult arrayToHost(ServerCall& c, uint64_t dst, CUarray src, size_t offset, size_t bytes,
                      CUstream s, bool async) {
-  if (dst == 0 || bytes > arrayCapacity(c, src)) return CUDA_ERROR_INVALID_VALUE;
+  if (dst == 0 && bytes != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = fitsArray(c, src, bytes); r != CUDA_SUCCESS) return r;
   Session& session = c.session();
   TransferScope transfer(session, async, s);
   if (session.ownsRange(dst, bytes)) {
