@@ -301,22 +301,29 @@ def test_texture_objects_come_back_under_their_handles_or_the_restore_is_refused
     assert before + restore(phos, phosd, tmp_path / "image", env) == ref
 
 
-def test_a_checkpoint_of_a_texture_over_a_freed_array_is_refused_and_the_job_runs_on(criu, phos, phosd, cudart_dir,
-                                                                                     env, tmp_path):
-    """A texture object whose array the program freed could not be made again:
-    the checkpoint fails naming it, and the job finishes as it would have."""
-    cmd = train(cudart_dir, "texture_train") + ["--dangling"]
+def refused_checkpoint(phos, phosd, cmd, env, tmp_path, message):
+    """Checkpoints `cmd` after its second line: the checkpoint must fail with `message` on stderr and
+    the job run on to its end; the lines it printed."""
     job = Job(phos, phosd, cmd, env, tmp_path)
     try:
         job.wait_line(2)
         r = subprocess.run([str(phos), "checkpoint", "--pid", str(job.pid), "--image", str(tmp_path / "image"),
                             "--runtime-dir", str(phosd.runtime_dir)], capture_output=True, text=True, timeout=TIMEOUT)
         assert r.returncode != 0, r.stdout
-        assert "a texture object over an array the program destroyed (0x1)" in r.stderr, r.stderr
+        assert message in r.stderr, r.stderr
         assert job.proc.wait(timeout=TIMEOUT) == 0, job.err.read_text()
-        assert job.lines() == reference(cudart_dir, env, "texture_train")
+        return job.lines()
     finally:
         job.stop()
+
+
+def test_a_checkpoint_of_a_texture_over_a_freed_array_is_refused_and_the_job_runs_on(criu, phos, phosd, cudart_dir,
+                                                                                     env, tmp_path):
+    """A texture object whose array the program freed could not be made again:
+    the checkpoint fails naming it, and the job finishes as it would have."""
+    lines = refused_checkpoint(phos, phosd, train(cudart_dir, "texture_train") + ["--dangling"], env, tmp_path,
+                               "a texture object over an array the program destroyed (0x1)")
+    assert lines == reference(cudart_dir, env, "texture_train")
 
 
 def test_user_objects_come_back_with_their_references_or_the_restore_is_refused(criu, phos, phosd, cudart_dir,
@@ -342,18 +349,9 @@ def test_a_checkpoint_of_user_objects_held_through_a_child_graph_is_refused(criu
                                                                            tmp_path):
     """A child graph node holds a clone of its graph, with the graph's references to A, which phosd
     cannot follow: the checkpoint fails naming the graph, and the job finishes as it would have."""
-    cmd = train(cudart_dir, "user_objects") + ["--child"]
-    job = Job(phos, phosd, cmd, env, tmp_path)
-    try:
-        job.wait_line(2)
-        r = subprocess.run([str(phos), "checkpoint", "--pid", str(job.pid), "--image", str(tmp_path / "image"),
-                            "--runtime-dir", str(phosd.runtime_dir)], capture_output=True, text=True, timeout=TIMEOUT)
-        assert r.returncode != 0, r.stdout
-        assert "holding user objects' references through a child graph node" in r.stderr, r.stderr
-        assert job.proc.wait(timeout=TIMEOUT) == 0, job.err.read_text()
-        assert job.lines()[-1] == "user_objects OK", job.lines()
-    finally:
-        job.stop()
+    lines = refused_checkpoint(phos, phosd, train(cudart_dir, "user_objects") + ["--child"], env, tmp_path,
+                               "holding user objects' references through a child graph node")
+    assert lines[-1] == "user_objects OK", lines
 
 
 def test_a_managed_variable_runs_on_vgpu_and_phos_names_what_it_does_not_serve(phos, phosd, cudart_dir, env):
