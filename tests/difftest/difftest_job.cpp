@@ -1119,8 +1119,9 @@ class Job {
     if (data.empty() || rng_.chance(50)) {
       std::vector<unsigned> words(a.bytes() / 4);
       const unsigned salt = static_cast<unsigned>(rng_.next());
-      for (size_t i = 0; i < words.size(); ++i)
+      for (size_t i = 0; i < words.size(); ++i) {
         words[i] = salt ^ static_cast<unsigned>(i * 0x9e3779b1u);
+      }
       CHECK(cuMemcpyHtoA(a.array, 0, words.data(), a.bytes()));
     } else {
       const Buffer& b = buffers_[rng_.pick(data)];
@@ -1218,8 +1219,9 @@ class Job {
         const unsigned cw = static_cast<unsigned>(rng_.range(1, a.w)),
                        ch = static_cast<unsigned>(rng_.range(1, a.h));
         std::vector<unsigned> rect(size_t{cw} * ch);
-        for (size_t i = 0; i < rect.size(); ++i)
+        for (size_t i = 0; i < rect.size(); ++i) {
           rect[i] = k ^ static_cast<unsigned>(i * 2654435761u);
+        }
         CUDA_MEMCPY2D c{};
         c.srcMemoryType = CU_MEMORYTYPE_HOST;
         c.srcHost = rect.data();

@@ -334,8 +334,9 @@ Status captureDevice(Session& s, image::ImageWriter& writer, json& state, uint64
   std::vector<DeviceBuffer> copies;
   RETURN_IF_ERROR(s.describe(writer, state, copies));
   // Arrays' texels, which describe() copied (session_arrays.h).
-  for (const json& a : state.value("arrays", json::array()))
+  for (const json& a : state.value("arrays", json::array())) {
     gpuBytes += a.value("bytes", uint64_t{0});
+  }
   const std::map<int, CUcontext> contexts = s.contextsByDevice();
   auto contextOnDevice = [&](int device) -> CUcontext {
     auto it = contexts.find(device);
