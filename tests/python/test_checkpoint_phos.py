@@ -39,9 +39,11 @@ JOBS = {
     "train.py": ("train.py", ["--state-mib", STATE_MIB, "--sleep-ms", SLEEP_MS]),
     "client-threads": ("client", ["--threads", 3, "--sleep-ms", SLEEP_MS]),
     # No pause: the client prints a line once the next iteration's kernels
-    # (about 0.2 s of them on vgpu) are queued and then waits for them in
-    # cuCtxSynchronize, where a checkpoint asked at that line finds it.
-    "client-inflight": ("client", ["--inflight", "--kernels", 16, "--rounds", 32]),
+    # (about 0.25 s of them on vgpu) are queued and then waits for them in
+    # cuCtxSynchronize, where a checkpoint asked at that line finds it. (With
+    # 0.1 s of kernels, a loaded CI host once ended the job before a
+    # checkpoint left running had returned.)
+    "client-inflight": ("client", ["--inflight", "--kernels", 16, "--rounds", 80]),
     "client-pinned": ("client", ["--pinned", "--sleep-ms", SLEEP_MS]),
     # With stream attributes on the workers' streams, copied to the side
     # streams: restored, the driver reports them as the program set them.
