@@ -21,35 +21,6 @@ CUresult createArray(ServerCall& c, uint64_t* handle, CUresult r, CUarray real) 
   return r;
 }
 
-// The resource as the driver takes it: the application's array id
-// translated, device memory checked against the session's.
-CUresult driverResource(ServerCall& c, CUDA_RESOURCE_DESC& resource) {
-  switch (resource.resType) {
-    case CU_RESOURCE_TYPE_ARRAY: {
-      const auto id = reinterpret_cast<uint64_t>(resource.res.array.hArray);
-      resource.res.array.hArray =
-          static_cast<CUarray>(c.session().handles().resolve(HandleType::kCUarray_st, id));
-      return resource.res.array.hArray == nullptr ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
-    }
-    case CU_RESOURCE_TYPE_LINEAR:
-      return c.checkDeviceRange(resource.res.linear.devPtr, resource.res.linear.sizeInBytes)
-                 ? CUDA_SUCCESS
-                 : CUDA_ERROR_INVALID_VALUE;
-    case CU_RESOURCE_TYPE_PITCH2D: {
-      const auto& p = resource.res.pitch2D;
-      // Both at most 2^32 (the driver's limits are far lower): no overflow.
-      if (p.pitchInBytes > (1ull << 32) || p.height > (1ull << 32)) return CUDA_ERROR_INVALID_VALUE;
-      return c.checkDeviceRange(p.devPtr, uint64_t{p.pitchInBytes} * p.height)
-                 ? CUDA_SUCCESS
-                 : CUDA_ERROR_INVALID_VALUE;
-    }
-    case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
-      log::get("daemon")->info("session {}: mipmapped arrays are not served", c.session().id());
-      return CUDA_ERROR_NOT_SUPPORTED;
-  }
-  return CUDA_ERROR_INVALID_VALUE;
-}
-
 CUresult createObject(ServerCall& c, bool surface, unsigned long long* handle,
                       const CUDA_RESOURCE_DESC* resource, const CUDA_TEXTURE_DESC* texture,
                       const CUDA_RESOURCE_VIEW_DESC* view) {
@@ -57,7 +28,14 @@ CUresult createObject(ServerCall& c, bool surface, unsigned long long* handle,
     return CUDA_ERROR_INVALID_VALUE;
   }
   CUDA_RESOURCE_DESC driverSide = *resource;
-  if (CUresult r = driverResource(c, driverSide); r != CUDA_SUCCESS) return r;
+  Session& s = c.session();
+  auto owns = [&](uint64_t p, uint64_t bytes) { return bytes == 0 || s.ownsRange(p, bytes); };
+  if (CUresult r = driverResource(s.handles(), driverSide, owns); r != CUDA_SUCCESS) {
+    if (r == CUDA_ERROR_NOT_SUPPORTED) {
+      log::get("daemon")->info("session {}: mipmapped arrays are not served", s.id());
+    }
+    return r;
+  }
   const DriverTable& d = c.driverTable();
   CUresult r = surface ? PHOS_DRIVER(d, SurfObjectCreate)(handle, &driverSide)
                        : PHOS_DRIVER(d, TexObjectCreate)(handle, &driverSide, texture, view);

@@ -452,9 +452,8 @@ bool driverArray(ServerCall& c, CUmemorytype type, CUarray& array) {
 // texel (block compressed, planar), whose bytes phosd cannot count.
 CUresult fitsArray(ServerCall& c, CUarray array, uint64_t bytes) {
   CUDA_ARRAY3D_DESCRIPTOR d{};
-  if (CUresult r = PHOS_DRIVER(c.driverTable(), Array3DGetDescriptor_v2)(&d, array);
-      r != CUDA_SUCCESS)
-    return r;
+  const CUresult r = PHOS_DRIVER(c.driverTable(), Array3DGetDescriptor_v2)(&d, array);
+  if (r != CUDA_SUCCESS) return r;
   const std::optional<uint64_t> capacity = arrayBytes(d);
   if (!capacity) return CUDA_ERROR_NOT_SUPPORTED;
   return bytes <= *capacity ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;

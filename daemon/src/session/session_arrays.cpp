@@ -104,6 +104,32 @@ std::optional<uint64_t> arrayBytes(const CUDA_ARRAY3D_DESCRIPTOR& d) {
   return *element * d.NumChannels * d.Width * rowsOf(d) * depthOf(d);
 }
 
+CUresult driverResource(const HandleTable& handles, CUDA_RESOURCE_DESC& resource,
+                        const std::function<bool(uint64_t, uint64_t)>& owns) {
+  switch (resource.resType) {
+    case CU_RESOURCE_TYPE_ARRAY: {
+      const auto id = reinterpret_cast<uint64_t>(resource.res.array.hArray);
+      resource.res.array.hArray =
+          static_cast<CUarray>(handles.resolve(HandleType::kCUarray_st, id));
+      return resource.res.array.hArray == nullptr ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+    }
+    case CU_RESOURCE_TYPE_LINEAR:
+      return owns(resource.res.linear.devPtr, resource.res.linear.sizeInBytes)
+                 ? CUDA_SUCCESS
+                 : CUDA_ERROR_INVALID_VALUE;
+    case CU_RESOURCE_TYPE_PITCH2D: {
+      const auto& p = resource.res.pitch2D;
+      // Both at most 2^32 (the driver's limits are far lower): no overflow.
+      if (p.pitchInBytes > (1ull << 32) || p.height > (1ull << 32)) return CUDA_ERROR_INVALID_VALUE;
+      return owns(p.devPtr, uint64_t{p.pitchInBytes} * p.height) ? CUDA_SUCCESS
+                                                                 : CUDA_ERROR_INVALID_VALUE;
+    }
+    case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
 void SessionArrays::addObject(TextureRecord record) {
   const std::pair key{record.surface, record.handle};
   objects_[key] = std::move(record);
@@ -252,69 +278,50 @@ Status SessionArrays::rebuild(SessionScope& scope, const image::ImageReader& rea
   std::sort(records.begin(), records.end(),
             [](const TextureRecord& a, const TextureRecord& b) { return a.handle < b.handle; });
   std::vector<std::pair<bool, uint64_t>> placeholders;
-  auto dropPlaceholders = [&] {
-    for (const auto& [surface, handle] : placeholders) (void)destroyObject(d, surface, handle);
-  };
+  Status made = Status::ok();
   for (const TextureRecord& r : records) {
-    const char* kind = r.surface ? "surface" : "texture";
-    CUDA_RESOURCE_DESC resource = r.resource;
-    switch (resource.resType) {
-      case CU_RESOURCE_TYPE_ARRAY: {
-        const auto id = reinterpret_cast<uint64_t>(resource.res.array.hArray);
-        resource.res.array.hArray =
-            static_cast<CUarray>(scope.handles.resolve(HandleType::kCUarray_st, id));
-        if (resource.res.array.hArray == nullptr || arrays_.count(id) == 0) {
-          dropPlaceholders();
-          return makeError(Code::kDataLoss, "{} object {}: its array {} is not in the image", kind,
-                           hex(r.handle), hex(id));
-        }
-        break;
-      }
-      case CU_RESOURCE_TYPE_LINEAR:
-        if (!owns(resource.res.linear.devPtr, resource.res.linear.sizeInBytes)) {
-          dropPlaceholders();
-          return makeError(Code::kDataLoss, "{} object {}: its memory is not the session's", kind,
-                           hex(r.handle));
-        }
-        break;
-      case CU_RESOURCE_TYPE_PITCH2D:
-        if (!owns(resource.res.pitch2D.devPtr,
-                  uint64_t{resource.res.pitch2D.pitchInBytes} * resource.res.pitch2D.height)) {
-          dropPlaceholders();
-          return makeError(Code::kDataLoss, "{} object {}: its memory is not the session's", kind,
-                           hex(r.handle));
-        }
-        break;
-      default:
-        dropPlaceholders();
-        return makeError(Code::kDataLoss, "{} object {}: resource type {} is not served", kind,
-                         hex(r.handle), static_cast<int>(resource.resType));
-    }
-    if (Status current = scope.contexts.makeCurrent(d, r.context); !current.isOk()) {
-      dropPlaceholders();
-      return current;
-    }
-    for (;;) {
-      unsigned long long got = 0;
-      if (CUresult c = createObject(d, r, resource, &got); c != CUDA_SUCCESS) {
-        dropPlaceholders();
-        return driverStatus(c, fmt::format("making {} object {} again", kind, hex(r.handle)));
-      }
-      if (got == r.handle) break;
-      if (got > r.handle || placeholders.size() >= kMaxPlaceholders) {
-        (void)destroyObject(d, r.surface, got);
-        dropPlaceholders();
-        return makeError(Code::kFailedPrecondition,
-                         "{} object {} came back as {}: this driver hands out other handles than "
-                         "the one the job ran on, and its kernels hold the old ones",
-                         kind, hex(r.handle), hex(got));
-      }
-      placeholders.push_back({r.surface, got});
-    }
+    made = makeAgain(scope, r, owns, placeholders);
+    if (!made.isOk()) break;
     addObject(r);
   }
-  dropPlaceholders();
-  return Status::ok();
+  for (const auto& [surface, handle] : placeholders) (void)destroyObject(d, surface, handle);
+  return made;
+}
+
+Status SessionArrays::makeAgain(const SessionScope& scope, const TextureRecord& r,
+                                const std::function<bool(uint64_t, uint64_t)>& owns,
+                                std::vector<std::pair<bool, uint64_t>>& placeholders) {
+  const DriverTable& d = scope.driver;
+  const char* kind = r.surface ? "surface" : "texture";
+  CUDA_RESOURCE_DESC resource = r.resource;
+  switch (driverResource(scope.handles, resource, owns)) {
+    case CUDA_SUCCESS:
+      break;
+    case CUDA_ERROR_INVALID_HANDLE:
+      return makeError(Code::kDataLoss, "{} object {}: its array {} is not in the image", kind,
+                       hex(r.handle), hex(reinterpret_cast<uint64_t>(r.resource.res.array.hArray)));
+    case CUDA_ERROR_INVALID_VALUE:
+      return makeError(Code::kDataLoss, "{} object {}: its memory is not the session's", kind,
+                       hex(r.handle));
+    default:
+      return makeError(Code::kDataLoss, "{} object {}: resource type {} is not served", kind,
+                       hex(r.handle), static_cast<int>(r.resource.resType));
+  }
+  RETURN_IF_ERROR(scope.contexts.makeCurrent(d, r.context));
+  for (;;) {
+    unsigned long long got = 0;
+    RETURN_IF_ERROR(driverStatus(createObject(d, r, resource, &got),
+                                 fmt::format("making {} object {} again", kind, hex(r.handle))));
+    if (got == r.handle) return Status::ok();
+    if (got > r.handle || placeholders.size() >= kMaxPlaceholders) {
+      (void)destroyObject(d, r.surface, got);
+      return makeError(Code::kFailedPrecondition,
+                       "{} object {} came back as {}: this driver hands out other handles than "
+                       "the one the job ran on, and its kernels hold the old ones",
+                       kind, hex(r.handle), hex(got));
+    }
+    placeholders.push_back({r.surface, got});
+  }
 }
 
 }  // namespace phos::daemon

@@ -79,6 +79,12 @@ class SessionArrays {
                  const std::function<bool(uint64_t, uint64_t)>& owns);
 
  private:
+  // One object of the image made again under `r.handle` in its context;
+  // the slots below it that the driver hands out first go to `placeholders`.
+  Status makeAgain(const SessionScope& scope, const TextureRecord& r,
+                   const std::function<bool(uint64_t, uint64_t)>& owns,
+                   std::vector<std::pair<bool, uint64_t>>& placeholders);
+
   std::map<uint64_t, uint64_t> arrays_;  // id -> context
   // By (surface, handle).
   std::map<std::pair<bool, uint64_t>, TextureRecord> objects_;
@@ -87,5 +93,14 @@ class SessionArrays {
 // The bytes of an array of `d`'s extent and format; nullopt for a format
 // whose texels are not whole bytes per element (block compressed, planar).
 std::optional<uint64_t> arrayBytes(const CUDA_ARRAY3D_DESCRIPTOR& d);
+
+// A texture's or surface's resource as the driver takes it, in place: the
+// application's array id made the driver's array (CUDA_ERROR_INVALID_HANDLE
+// for an id that names no array in `handles`), linear and pitched memory
+// checked with `owns(address, bytes)` (CUDA_ERROR_INVALID_VALUE when it is
+// not the session's: a restore could not give it back), mipmapped arrays
+// CUDA_ERROR_NOT_SUPPORTED. The hooks and the restore both use it.
+CUresult driverResource(const HandleTable& handles, CUDA_RESOURCE_DESC& resource,
+                        const std::function<bool(uint64_t, uint64_t)>& owns);
 
 }  // namespace phos::daemon
