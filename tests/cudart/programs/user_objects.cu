@@ -56,9 +56,11 @@ int main(int argc, char** argv) {
   static Tracked a{"A"}, b{"B"};
   unsigned* buffer = nullptr;
   CHECK(cudaMalloc(&buffer, kN * sizeof(unsigned)));
-  CHECK(cudaMemset(buffer, 0, kN * sizeof(unsigned)));
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // On `stream`, not the legacy stream: a non-blocking stream does not wait
+  // for the legacy stream, so a cudaMemset there would race the first replay.
+  CHECK(cudaMemsetAsync(buffer, 0, kN * sizeof(unsigned), stream));
 
   cudaUserObject_t objectA, objectB;
   CHECK(cudaUserObjectCreate(&objectA, &a, destroyed, 2, cudaUserObjectNoDestructorSync));
