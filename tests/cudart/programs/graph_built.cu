@@ -113,6 +113,9 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&s.loss, sizeof(float)));
   CHECK(cudaMemcpy(s.x, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(s.y, y.data(), y.size() * sizeof(float), cudaMemcpyHostToDevice));
+  // A pageable upload may still be in flight when cudaMemcpy returns, and the
+  // non-blocking streams below do not wait for the legacy stream.
+  CHECK(cudaDeviceSynchronize());
   float* hostLoss = nullptr;
   static float pageableLoss = 0;
   if (pageable) {

@@ -65,6 +65,9 @@ int main(int argc, char** argv) {
   std::vector<float> host(kN);
   for (int i = 0; i < kN; ++i) host[i] = static_cast<float>(i % 13) * 0.25f;
   CHECK(cudaMemcpy(x, host.data(), kN * sizeof(float), cudaMemcpyHostToDevice));
+  // A pageable upload may still be in flight when cudaMemcpy returns, and the
+  // non-blocking streams below do not wait for the legacy stream.
+  CHECK(cudaDeviceSynchronize());
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
