@@ -24,11 +24,11 @@ TIMEOUT = 120
 PROGRAMS = ["vector_add", "matmul_tiled", "streams_events", "symbols", "atomics_warp", "reduction",
             "printf_hostfunc", "train", "pools", "device_assert", "event_times", "shared_optin", "vector_add_shared",
             "train_shared", "pipeline", "thrust_sort", "cg_partitions", "managed", "graphs", "graph_train", "graph_built",
-            "vmm_grow", "graph_coop", "host_register", "memcpy_batch", "textures", "texture_train", "user_objects"]
+            "vmm_grow", "graph_coop", "host_register", "memcpy_batch", "textures", "texture_train", "user_objects", "stream_waits"]
 # Lines a program prints after its steps.
 TAIL_LINES = {"train": 1, "train_shared": 1, "pools": 3, "event_times": 1, "shared_optin": 1, "pipeline": 1,
               "managed": 1, "graph_train": 1, "graph_built": 1, "vmm_grow": 1, "graph_coop": 1, "host_register": 1,
-              "texture_train": 1, "user_objects": 1}
+              "texture_train": 1, "user_objects": 1, "stream_waits": 1}
 STEPS = 14
 SLEEP_MS = 200
 
@@ -110,7 +110,7 @@ def reference(cudart_dir, env, name="train"):
 
 @pytest.mark.parametrize("name", ["train", "train_shared", "pools", "event_times", "shared_optin", "pipeline",
                                   "managed", "graph_train", "graph_built", "vmm_grow", "graph_coop",
-                                  "host_register", "texture_train", "user_objects"])
+                                  "host_register", "texture_train", "user_objects", "stream_waits"])
 def test_killed_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, name):
     """Stop-the-world: the job ends at the checkpoint; its restore finishes it exactly."""
     killed_and_restored(phos, phosd, train(cudart_dir, name), reference(cudart_dir, env, name), env, tmp_path, 4)
@@ -161,7 +161,8 @@ def refused_restore(phos, phosd, env, tmp_path, manifest):
                                        ("stop", "graph_train"), ("cow", "graph_built"), ("recopy", "graph_built"),
                                        ("cow", "vmm_grow"), ("recopy", "vmm_grow"), ("cow", "graph_coop"),
                                        ("recopy", "graph_coop"), ("cow", "host_register"), ("cow", "texture_train"),
-                                       ("recopy", "texture_train"), ("cow", "user_objects"), ("recopy", "user_objects")])
+                                       ("recopy", "texture_train"), ("cow", "user_objects"), ("recopy", "user_objects"),
+                                       ("cow", "stream_waits"), ("recopy", "stream_waits")])
 def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path, mode, name):
     """The job goes on to the uninterrupted end; the image restores to it as well."""
     ref = reference(cudart_dir, env, name)
@@ -183,7 +184,8 @@ def test_left_running_and_restored(criu, phos, phosd, cudart_dir, env, tmp_path,
 
 @pytest.mark.parametrize("eager,name", [(False, "train"), (True, "train"), (False, "pools"), (False, "managed"),
                                         (False, "graph_train"), (False, "graph_built"), (False, "vmm_grow"),
-                                        (False, "host_register"), (False, "texture_train"), (False, "user_objects")])
+                                        (False, "host_register"), (False, "texture_train"), (False, "user_objects"),
+                                        (False, "stream_waits")])
 def test_restored_concurrently_or_eagerly(criu, phos, phosd, cudart_dir, env, tmp_path, eager, name):
     ref = reference(cudart_dir, env, name)
     job = Job(phos, phosd, train(cudart_dir, name), env, tmp_path)
@@ -219,6 +221,40 @@ def test_a_checkpoint_of_vmm_memory_mapped_nowhere_is_refused_naming_it(criu, ph
         assert job.lines() == ref
     finally:
         job.stop()
+
+
+def test_a_checkpoint_while_a_stream_memory_wait_holds_a_stream_is_refused_naming_it(criu, phos, phosd, cudart_dir,
+                                                                                     env, tmp_path):
+    """stream_waits --hold-at 3: the host stores the word its work stream waits for only 6 s later,
+    while the main thread waits for that stream. phosd goes on serving the program's other threads;
+    the checkpoint gives the wait 2 s to end, then fails naming it and writes no image, and the job
+    runs on to its uninterrupted end."""
+    args = ["--steps", "6", "--hold-at", "3", "--hold-ms", "6000"]
+    ref = run([cudart_dir / "stream_waits", *args], env).splitlines()
+    job = Job(phos, phosd, [str(cudart_dir / "stream_waits"), *args], env, tmp_path)
+    try:
+        job.wait_line(4)  # three steps and "holding"
+        r = subprocess.run([str(phos), "checkpoint", "--pid", str(job.pid), "--image", str(tmp_path / "image"),
+                            "--runtime-dir", str(phosd.runtime_dir), "--leave-running"],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        assert r.returncode != 0
+        assert "waits (cuStreamWaitValue64) for the word at" in r.stderr, r.stderr
+        assert "cannot wait for the session's work while a stream memory wait holds it" in r.stderr, r.stderr
+        assert not (tmp_path / "image" / "manifest.json").exists()
+        assert job.proc.wait(timeout=TIMEOUT) == 0, job.err.read_text()
+        assert job.lines() == ref
+    finally:
+        job.stop()
+
+
+def test_stream_memory_operations_on_memory_not_the_programs_are_refused_as_on_vgpu(phos, phosd, cudart_dir, env):
+    """A word phosd would wait on or write must be the session's: an address allocated nowhere or on
+    the program's stack gets CUDA_ERROR_INVALID_VALUE under phos as directly, and so do the flags and
+    counts the driver refuses."""
+    direct = run([cudart_dir / "stream_waits", "--refusals"], env)
+    assert direct.count("CUDA_ERROR_INVALID_VALUE") == 5 and direct.endswith("batch of one CUDA_SUCCESS\n"), direct
+    assert run([phos, "run", "--runtime-dir", phosd.runtime_dir, "--", cudart_dir / "stream_waits", "--refusals"],
+               env) == direct
 
 
 def test_vmm_requests_phos_does_not_serve_are_refused_naming_them(phos, phosd, cudart_dir, env, tmp_path):

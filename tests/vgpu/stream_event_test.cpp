@@ -358,9 +358,8 @@ TEST_F(StreamTest, StreamsOfADestroyedContextAreInvalid) {
 
 // Stream memory operations (the _v2 API): a stream waits on a word until
 // another stream or the host writes it, with each condition; writes, flushes
-// and barriers in a batch; and what the calls refuse. phosd does not serve
-// them yet (apigen/remoting.json): through PhOS the devices say so and the
-// calls are refused.
+// and barriers in a batch; and what the calls refuse. Through PhOS too, where
+// the synchronizations behind a wait are answered later.
 TEST_F(StreamTest, StreamMemoryOperationsWaitAndWrite) {
   int wide = -1;
   ASSERT_CU(cuDeviceGetAttribute(&wide, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 0));
@@ -370,13 +369,6 @@ TEST_F(StreamTest, StreamMemoryOperationsWaitAndWrite) {
   CUstream waiter = nullptr, writer = nullptr;
   ASSERT_CU(cuStreamCreate(&waiter, CU_STREAM_NON_BLOCKING));
   ASSERT_CU(cuStreamCreate(&writer, CU_STREAM_NON_BLOCKING));
-  if (std::getenv("PHOS_RUNTIME_DIR") != nullptr) {
-    EXPECT_EQ(wide, 0);
-    EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED,
-                  cuStreamWaitValue32(waiter, words, 1, CU_STREAM_WAIT_VALUE_EQ));
-    EXPECT_CU(cuMemFree(words));
-    return;
-  }
   EXPECT_EQ(wide, 1);
   auto read32 = [&](size_t offset) {
     uint32_t v = 0;
@@ -459,9 +451,6 @@ TEST_F(StreamTest, StreamMemoryOperationsWaitAndWrite) {
 // A wait nothing will satisfy ends with its context (a GPU's work ends with
 // the context), instead of holding cuCtxDestroy forever.
 TEST_F(StreamTest, DestroyingAContextEndsAWaitNothingSatisfies) {
-  if (std::getenv("PHOS_RUNTIME_DIR") != nullptr) {
-    GTEST_SKIP() << "phosd does not serve stream memory operations";
-  }
   CUcontext other = nullptr;
   ASSERT_CU(cuCtxCreate(&other, nullptr, 0, 0));
   CUdeviceptr word = 0;

@@ -73,8 +73,7 @@ CUresult cuCtxDestroy(ServerCall& c, Handle<CUcontext> ctx) {
   const SessionContext* context = c.session().contexts().find(ctx.id);
   if (context == nullptr || context->primary) return CUDA_ERROR_INVALID_CONTEXT;
   c.session().passGate({.everything = true});
-  PHOS_DRIVER(c.driverTable(), CtxSynchronize)();
-  c.session().destroyContext(ctx.id);
+  c.session().destroyContext(ctx.id);  // synchronizes it first
   return CUDA_SUCCESS;
 }
 

@@ -644,8 +644,7 @@ CUresult cuStreamAttachMemAsync(ServerCall& c, Handle<CUstream> hStream, CUdevic
 
 // Managed memory is served on every device (as pinned memory); memory the
 // application did not allocate through CUDA is not (the daemon cannot reach
-// it), whatever the driver says of pageable memory; nor are stream memory
-// operations.
+// it), whatever the driver says of pageable memory.
 CUresult cuDeviceGetAttribute(ServerCall& c, int* pi, CUdevice_attribute attrib, CUdevice dev) {
   CUresult r = PHOS_DRIVER(c.driverTable(), DeviceGetAttribute)(pi, attrib, dev);
   if (r != CUDA_SUCCESS || pi == nullptr) return r;
@@ -657,12 +656,6 @@ CUresult cuDeviceGetAttribute(ServerCall& c, int* pi, CUdevice_attribute attrib,
       break;
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
-    // Stream memory operations are not served (apigen/remoting.json).
-    case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS:
-    case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR:
-    case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1:
-    case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1:
-    case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1:
       *pi = 0;
       break;
     default:

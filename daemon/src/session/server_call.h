@@ -9,6 +9,7 @@
 #include <array>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -170,6 +171,14 @@ class ServerCall {
   // reply(result) + send().
   void fail(CUresult result);
   bool answered() const { return sent_; }
+  // Leaves the call unanswered for now, its caller waiting: the session
+  // serves it again once `ready` says it will not block (a synchronization
+  // behind a stream memory wait: session/stream_waits.h).
+  void defer(std::function<bool()> ready) {
+    ready_ = std::move(ready);
+    sent_ = true;
+  }
+  const std::function<bool()>& deferredUntil() const { return ready_; }
   std::span<const std::byte> replyBytes() const { return replyEncoder_.written(); }
 
   static std::string text(std::span<const std::byte> bytes) {
@@ -186,6 +195,7 @@ class ServerCall {
   ipc::Encoder replyEncoder_;
   CUresult result_ = CUDA_SUCCESS;
   bool sent_ = false;
+  std::function<bool()> ready_;                 // defer()'s
   std::deque<std::vector<uint64_t>> exported_;  // exportList()'s ids, alive until the reply is sent
 };
 

@@ -84,9 +84,14 @@ Status Session::pause(std::chrono::milliseconds timeout, std::chrono::millisecon
   return paused;
 }
 
-bool Session::waitingForCaptureEnd() const {
+bool Session::servingBeforePause() {
+  std::lock_guard lock(mutex_);
+  const bool waits = streamWaits_.pending(driver_);
+  // A deferred synchronization holding no wait ends by itself; parked, its
+  // caller would go into the image without an answer.
+  if (!deferredCalls_.empty() && !waits) return true;
   const int64_t deadline = captureDeadlineNs_.load();
-  if (deadline == 0 || captures_.active() == 0) return false;
+  if (deadline == 0 || (captures_.active() == 0 && !waits)) return false;
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::steady_clock::now().time_since_epoch())
                           .count();
@@ -120,8 +125,9 @@ void Session::stop() {
     PHOS_DRIVER(driver_, CtxSetCurrent)(ctx.real);
     // The pool destroys contexts later, on its own thread: work still queued
     // (an asynchronous copy into pinned memory) must not outlive the
-    // mappings unmapped below.
-    PHOS_DRIVER(driver_, CtxSynchronize)();
+    // mappings unmapped below. (A stream held by a stream memory wait is
+    // not waited for: the context's destruction ends it.)
+    if (!streamWaits_.pendingIn(driver_, vid)) PHOS_DRIVER(driver_, CtxSynchronize)();
     freeStaging(vid);
   }
   if (validator_.mode() != ValidationMode::kOff) {
@@ -142,6 +148,8 @@ void Session::stop() {
   if (lanesRegistered_) PHOS_DRIVER(driver_, MemHostUnregister)(lanesBase_);
   lanesRegistered_ = false;
   vmm_.clear();
+  streamWaits_.clear();  // their marks went with the contexts
+  deferredCalls_.clear();
   PHOS_DRIVER(driver_, CtxSetCurrent)(nullptr);
   currentReal_ = nullptr;
   for (const auto& [vid, ctx] : contexts_) {
@@ -160,7 +168,8 @@ void Session::serve() {
   while (!stopping_.load()) {
     // (The ring is polled every 100 ms: a capture's deadline is seen even
     // when the application sends nothing.)
-    if (pauseRequested_.load() && !waitingForCaptureEnd()) {
+    serveDeferred();
+    if (pauseRequested_.load() && !servingBeforePause()) {
       std::unique_lock lock(pauseMutex_);
       if (pauseRequested_.load()) {
         parked_ = true;
@@ -170,7 +179,8 @@ void Session::serve() {
         continue;
       }
     }
-    auto request = ring_->next(std::chrono::milliseconds(100));
+    // Deferred calls are polled every millisecond.
+    auto request = ring_->next(std::chrono::milliseconds(deferredCalls_.empty() ? 100 : 1));
     if (!request.isOk()) {
       if (request.status().code() == Code::kNotFound) continue;
       // A malformed slot: the application wrote garbage into its ring.
@@ -193,6 +203,11 @@ bool Session::makeCurrent(uint64_t context) {
 
 void Session::dispatch(const ipc::CallRing::Request& request) {
   auto reply = serveOne(request.bytes, request.expectsReply, replyBuffer_);
+  if (lastDeferred_) {
+    deferredCalls_.push_back({request, std::move(lastDeferred_)});
+    lastDeferred_ = nullptr;
+    return;
+  }
   if (request.expectsReply) {
     (void)ring_->reply(request, reply);
   } else {
@@ -201,6 +216,24 @@ void Session::dispatch(const ipc::CallRing::Request& request) {
   if (firstCallNs_.load(std::memory_order_relaxed) < 0) {
     firstCallNs_ = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - servingSince_)
                        .count();
+  }
+}
+
+void Session::serveDeferred() {
+  if (deferredCalls_.empty()) return;
+  std::vector<DeferredCall> waiting;
+  waiting.swap(deferredCalls_);
+  for (DeferredCall& call : waiting) {
+    bool ready = false;
+    {
+      std::lock_guard lock(mutex_);
+      ready = call.ready();
+    }
+    if (ready) {
+      dispatch(call.request);
+    } else {
+      deferredCalls_.push_back(std::move(call));
+    }
   }
 }
 
@@ -228,6 +261,10 @@ std::span<const std::byte> Session::serveOne(std::span<const std::byte> request,
     captures_.applyServingMode(driver_, header.thread);
     servers_[header.entry](call);
     if (!call.answered()) call.fail(CUDA_ERROR_UNKNOWN);  // a server function forgot to answer
+    if (call.deferredUntil()) {
+      lastDeferred_ = call.deferredUntil();
+      return {};
+    }
   }
   // The application's half of a lane copy stops at once if the call ended
   // before its last chunk (a failure, a lane not used); after a complete
@@ -644,7 +681,10 @@ void Session::destroyContext(uint64_t id) {
   // Its memory goes with it, as cuMemAlloc's does.
   PHOS_DRIVER(driver_, CtxSetCurrent)(real);
   currentReal_ = real;
-  PHOS_DRIVER(driver_, CtxSynchronize)();
+  // A stream held by a stream memory wait is not waited for: the context's
+  // destruction ends the wait, as a GPU's does.
+  if (!streamWaits_.pendingIn(driver_, id)) PHOS_DRIVER(driver_, CtxSynchronize)();
+  streamWaits_.forgetContext(id);
   validator_.release(real);
   // Frees in flight (their events are of this context, perhaps) end first.
   memoryPools_.reap(*this, true);

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -44,6 +45,7 @@
 #include "session/session_graphs.h"
 #include "session/session_modules.h"
 #include "session/stream_captures.h"
+#include "session/stream_waits.h"
 #include "session/streams_and_events.h"
 #include "session/transfer_tracker.h"
 #include "session/user_objects.h"
@@ -143,10 +145,11 @@ class Session {
   // application's calls wait in the ring. resume() serves them again.
   Status pause(std::chrono::milliseconds timeout);
   // pause() for a checkpoint, whose drain would invalidate a stream capture
-  // in progress: parks only between calls with no capture in progress,
-  // waiting up to `captureWait` for the captures to end (the application's
-  // calls go on meanwhile); after that it parks anyway, and drainContexts()
-  // names the capture.
+  // in progress or wait forever behind a stream memory wait: parks only
+  // between calls with neither, waiting up to `captureWait` for them to end
+  // (the application's calls go on meanwhile); after that it parks anyway,
+  // and drainContexts() names what is left. A deferred synchronization
+  // holding no wait is waited for (pause's `timeout`).
   Status pause(std::chrono::milliseconds timeout, std::chrono::milliseconds captureWait);
   void resume();
   // Stops serving and frees everything: contexts go back to the pool
@@ -227,6 +230,8 @@ class Session {
   // The application's stream captures and its threads' capture modes
   // (stream_captures.h).
   StreamCaptures& captures() { return captures_; }
+  // The stream memory waits that may still hold a stream (stream_waits.h).
+  StreamWaits& streamWaits() { return streamWaits_; }
   // What a checkpoint saves of the application's graphs (session_graphs.h).
   SessionGraphs& graphs() { return graphs_; }
   // The scope the domains save and rebuild in (session_image.h).
@@ -381,6 +386,8 @@ class Session {
  private:
   void serve();
   void dispatch(const ipc::CallRing::Request& request);
+  // Serves again the deferred calls (ServerCall::defer) that are ready now.
+  void serveDeferred();
   bool makeCurrent(uint64_t context);
   // Frees the staging buffers of a context; it must be current.
   void freeStaging(uint64_t context);
@@ -446,6 +453,15 @@ class Session {
   std::vector<Violation> violations_;  // collected so far (the last kMaxViolations)
   StreamsAndEvents streamsAndEvents_;
   StreamCaptures captures_;
+  StreamWaits streamWaits_;
+  // Calls whose callers wait for a later answer (ServerCall::defer), in the
+  // order they came; the serving thread's alone.
+  struct DeferredCall {
+    ipc::CallRing::Request request;
+    std::function<bool()> ready;
+  };
+  std::vector<DeferredCall> deferredCalls_;
+  std::function<bool()> lastDeferred_;  // serveOne's call, if it deferred
   SessionGraphs graphs_;
   // pause()/resume(): the serving thread parks between calls.
   std::mutex pauseMutex_;
@@ -454,8 +470,9 @@ class Session {
   // pause(timeout, captureWait): until this steady-clock time (ns), the
   // serving thread parks only where no capture is in progress; 0: at once.
   std::atomic<int64_t> captureDeadlineNs_{0};
-  // On the serving thread: a pause must wait for a capture to end.
-  bool waitingForCaptureEnd() const;
+  // On the serving thread: a pause must wait for a capture or a stream
+  // memory wait to end (until the deadline), or for a deferred call.
+  bool servingBeforePause();
   bool parked_ = false;
 };
 

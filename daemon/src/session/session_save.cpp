@@ -142,6 +142,23 @@ Status Session::drainContexts() {
         captures_.active(), captures_.active() == 1 ? " is" : "s are",
         captures_.active() == 1 ? "it" : "them");
   }
+  // A stream held by a stream memory wait would hold the drain forever; a
+  // synchronization answered later would leave its caller without an answer
+  // in the image.
+  if (auto wait = streamWaits_.describePending(driver_)) {
+    return makeError(
+        Code::kFailedPrecondition,
+        "{}: phosd cannot wait for the session's work while a stream memory wait holds it "
+        "(checkpoint once the word is written)",
+        *wait);
+  }
+  if (!deferredCalls_.empty()) {
+    return makeError(
+        Code::kFailedPrecondition,
+        "{} synchronization{} of the application still wait{} for work behind a stream memory wait",
+        deferredCalls_.size(), deferredCalls_.size() == 1 ? "" : "s",
+        deferredCalls_.size() == 1 ? "s" : "");
+  }
   Status drained = contexts_.drain(driver_);
   currentReal_ = nullptr;  // the next call makes its own current
   return drained;

@@ -2,10 +2,11 @@
 // What every runtime test program shares: a check that names the failing call.
 #pragma once
 
+#include <cuda.h>
+#include <cuda_runtime.h>
+
 #include <cstdio>
 #include <cstdlib>
-
-#include <cuda_runtime.h>
 
 #define CHECK(call)                                                                          \
   do {                                                                                       \
@@ -14,6 +15,18 @@
       std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
       std::exit(1);                                                                          \
     }                                                                                        \
+  } while (0)
+
+// The same for a Driver API call (programs that link -lcuda).
+#define CHECK_CU(call)                                                           \
+  do {                                                                           \
+    CUresult r_ = (call);                                                        \
+    if (r_ != CUDA_SUCCESS) {                                                    \
+      const char* name_ = nullptr;                                               \
+      cuGetErrorName(r_, &name_);                                                \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, name_); \
+      std::exit(1);                                                              \
+    }                                                                            \
   } while (0)
 
 // FNV-1a over bytes: a checksum that changes if any byte does.

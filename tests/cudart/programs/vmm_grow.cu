@@ -20,17 +20,6 @@
 
 #include "common.h"
 
-#define CHECK_CU(call)                                                           \
-  do {                                                                           \
-    CUresult r_ = (call);                                                        \
-    if (r_ != CUDA_SUCCESS) {                                                    \
-      const char* name_ = nullptr;                                               \
-      cuGetErrorName(r_, &name_);                                                \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, name_); \
-      std::exit(1);                                                              \
-    }                                                                            \
-  } while (0)
-
 constexpr int kMaxChunks = 6;
 constexpr int kWordsPerChunk = 4096;  // of each chunk, the words the kernels use
 

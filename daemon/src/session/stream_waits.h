@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+// StreamWaits: the stream memory waits (cuStreamWaitValue32 and the others)
+// that may still hold a session's streams. Such a wait holds its stream until
+// memory takes a value, and what writes the value may be a later call of
+// another application thread. So phosd never blocks its serving thread on work
+// that may sit behind one (Session::serve answers those synchronizations
+// later), a checkpoint cannot drain it (Session::drainContexts names it), and a
+// context is destroyed around it without being synchronized first.
+//
+// Each wait is followed on its stream by an event of phosd's (its mark): the
+// wait is over once the mark has completed.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "session/driver_table.h"
+
+namespace phos::daemon {
+
+struct StreamWait {
+  uint64_t stream = 0;   // the application's id (0: the legacy stream)
+  uint64_t context = 0;  // the session's id of the stream's context
+  CUdeviceptr address = 0;
+  uint64_t value = 0;
+  bool wide = false;       // 64-bit
+  unsigned condition = 0;  // CU_STREAM_WAIT_VALUE_GEQ, _EQ, _AND or _NOR
+  CUevent mark = nullptr;
+};
+
+class StreamWaits {
+ public:
+  // After `real` (current context's stream) enqueued `wait`: records its mark.
+  CUresult add(const DriverTable& d, CUstream real, StreamWait wait);
+  // Forgets the waits that are over; true if one may still hold its stream.
+  bool pending(const DriverTable& d);
+  // The same, for one context's streams.
+  bool pendingIn(const DriverTable& d, uint64_t context);
+  // The first wait that may still hold its stream, in words; none if all are over.
+  std::optional<std::string> describePending(const DriverTable& d);
+  // A context is being destroyed: its waits and their marks go with it.
+  void forgetContext(uint64_t context);
+  // The session ends: its contexts (and the marks) are destroyed by the pool.
+  void clear() { waits_.clear(); }
+
+ private:
+  std::vector<StreamWait> waits_;
+};
+
+}  // namespace phos::daemon
