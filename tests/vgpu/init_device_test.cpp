@@ -200,6 +200,15 @@ TEST_F(DeviceTest, NameUuidMemoryAndPciId) {
   EXPECT_NE(std::memcmp(uuid.bytes, zero.bytes, sizeof(uuid.bytes)), 0);
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuDeviceGetUuid(nullptr, 0));
 
+  // A LUID is Windows' (WDDM): on Linux a valid query is NOT_SUPPORTED, as
+  // NVIDIA's driver answers it; through PhOS too.
+  char luid[8] = {};
+  unsigned mask = 0;
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_SUPPORTED, cuDeviceGetLuid(luid, &mask, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuDeviceGetLuid(nullptr, &mask, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuDeviceGetLuid(luid, nullptr, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_DEVICE, cuDeviceGetLuid(luid, &mask, 7));
+
   size_t total = 0;
   EXPECT_CU(cuDeviceTotalMem(&total, 0));
   EXPECT_EQ(total, size_t{16} << 30);

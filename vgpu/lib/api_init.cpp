@@ -183,6 +183,19 @@ CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
   });
 }
 
+// "Return identifying information (luid and deviceNodeMask) to allow matching
+// device with graphics APIs": LUIDs are Windows' (WDDM). NVIDIA's Linux driver
+// answers CUDA_ERROR_NOT_SUPPORTED for a valid device and valid outputs.
+CUresult CUDAAPI cuDeviceGetLuid(char* luid, unsigned int* deviceNodeMask, CUdevice dev) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(luid, "luid"));
+    RETURN_IF_ERROR(requireNonNull(deviceNodeMask, "deviceNodeMask"));
+    RETURN_IF_ERROR(d.checkDevice(dev));
+    return cuError(CUDA_ERROR_NOT_SUPPORTED,
+                   "a LUID is a Windows notion (WDDM): Linux devices have none");
+  });
+}
+
 CUresult CUDAAPI cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(bytes, "bytes"));

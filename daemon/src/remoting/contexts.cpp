@@ -77,6 +77,15 @@ CUresult cuCtxDestroy(ServerCall& c, Handle<CUcontext> ctx) {
   return CUDA_SUCCESS;
 }
 
+CUresult cuDeviceGetLuid(ServerCall& c, AttributeValue* luid, unsigned int* deviceNodeMask,
+                         CUdevice dev) {
+  if (!c.driverTable().has(c.entry())) return CUDA_ERROR_NOT_SUPPORTED;
+  if (luid == nullptr || deviceNodeMask == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  luid->size = 8;
+  return PHOS_DRIVER(c.driverTable(), DeviceGetLuid)(reinterpret_cast<char*>(luid->bytes.data()),
+                                                     deviceNodeMask, dev);
+}
+
 CUresult cuDevicePrimaryCtxRetain(ServerCall& c, uint64_t* pctx, CUdevice dev) {
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!validDevice(c, dev)) return CUDA_ERROR_INVALID_DEVICE;
