@@ -96,6 +96,7 @@ class Param:
         self.enc = None      # encoding name
         self.arg = None      # its argument (a count parameter or a type)
         self.handle = None   # the handle struct for handle encodings
+        self.less_one = False  # "array:n-1": an array of one element fewer than n (the strides between n dimensions)
 
     def default_encoding(self):
         """(encoding, None) or (None, why there is no generic one)."""
@@ -172,6 +173,14 @@ OUTPUT_ENCODINGS = {'out', 'inout', 'out_handle', 'out_array', 'out_handle_array
 def parse_encoding(text):
     enc, _, arg = text.partition(':')
     return enc.strip(), (arg.strip() or None)
+
+
+def array_count(p, prefix=''):
+    """The element count of an "array" parameter, never negative: `prefix` + its count parameter (less one)."""
+    x = f'{prefix}{p.arg}'
+    if p.less_one:
+        return f'({x} > 1 ? static_cast<size_t>({x}) - 1 : 0)'
+    return f'({x} > 0 ? static_cast<size_t>({x}) : 0)'
 
 
 def jit_arguments(p):
@@ -329,6 +338,8 @@ def apply_annotation(v, a, current, where):
     for p in v.params:
         if p.name in overrides:
             p.enc, p.arg = parse_encoding(overrides[p.name])
+            if p.enc == 'array' and p.arg is not None and p.arg.endswith('-1'):
+                p.arg, p.less_one = p.arg[:-2].strip(), True
         else:
             p.enc, why = p.default_encoding()
             if p.enc is None:
@@ -432,7 +443,7 @@ def client_fill(p, e):
         return [f'ImageFile file_{n};',
                 f'if (CUresult r = readImageFile({n}, &file_{n}, &req.{n}); r != CUDA_SUCCESS) return r;']
     if enc == 'array':
-        return [f'req.{n} = ipc::Blob::of({n}, sizeof({t}) * ({p.arg} > 0 ? static_cast<size_t>({p.arg}) : 0));']
+        return [f'req.{n} = ipc::Blob::of({n}, sizeof({t}) * {array_count(p)});']
     if enc == 'out_bytes_array':
         return [f'std::vector<uint8_t> wanted_{n};', f'wantedFlags({n}, {p.arg}, &wanted_{n});',
                 f'req.{n} = ipc::Blob::of(wanted_{n}.data(), wanted_{n}.size());']
@@ -548,7 +559,7 @@ def server_prepare(p, e):
     if enc == 'skip':
         return [], None
     if enc == 'array':
-        count = f'(req.{p.arg} > 0 ? static_cast<size_t>(req.{p.arg}) : 0)'
+        count = array_count(p, 'req.')
         # NULL stays NULL (an optional array): the driver or the hook (an empty span) judges it.
         return [f'std::vector<{t}> {n};',
                 f'if (req.{n}.size() != 0 && !req.{n}.copyTo(&{n}, {count})) return call.fail(CUDA_ERROR_INVALID_VALUE);'], \

@@ -82,6 +82,20 @@ def test_a_count_parameter_that_does_not_exist_is_refused(model, tmp_path):
             "count parameter howMany does not exist")
 
 
+def test_an_array_of_one_element_fewer_never_reads_a_negative_count(model, tmp_path):
+    """"array:n-1" (a tensor map's strides between n dimensions): the shim sends n - 1 elements, and none
+    for n of 0 or 1, where an unsigned n - 1 would wrap around to billions."""
+    r = generate(model, POLICY, tmp_path)
+    assert r.returncode == 0, r.stderr
+    client = (tmp_path / "out" / "remote_client.cpp").read_text()
+    assert ("ipc::Blob::of(globalStrides, sizeof(cuuint64_t) * "
+            "(tensorRank > 1 ? static_cast<size_t>(tensorRank) - 1 : 0))") in client
+    server = (tmp_path / "out" / "remote_server.cpp").read_text()
+    assert "(req.tensorRank > 1 ? static_cast<size_t>(req.tensorRank) - 1 : 0)" in server
+    refused(model, tmp_path, lambda p: p["remoted"]["cuTensorMapEncodeTiled"]["params"].update(
+        globalStrides="array:rank-1"), "count parameter rank does not exist")
+
+
 def test_an_application_address_without_a_server_hook_is_refused(model, tmp_path):
     def mutate(p):
         del p["remoted"]["cuMemHostGetFlags"]["server"]

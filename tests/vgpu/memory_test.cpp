@@ -979,4 +979,93 @@ TEST_F(MemoryTest, BatchedCopiesPrefetchesAndDiscards) {
   ASSERT_CU(cuStreamDestroy(s));
 }
 
+// A tiled tensor map of a 64 x 48 float matrix (rows 256 bytes apart)
+// encodes and moves to another address; the rules of the reference refuse
+// the rest. The descriptor is opaque: only what the calls accept is checked,
+// and that the same parameters give the same bytes.
+TEST_F(MemoryTest, TiledTensorMapsAndTheirRules) {
+  CUdeviceptr base = 0;
+  ASSERT_CU(cuMemAlloc(&base, 1 << 16));
+  void* address = reinterpret_cast<void*>(base);
+  const cuuint64_t dims[2] = {64, 48};
+  const cuuint64_t strides[1] = {256};
+  const cuuint32_t box[2] = {32, 8}, ones[2] = {1, 1};
+  auto encode = [&](CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* at,
+                    const cuuint64_t* d, const cuuint64_t* st, const cuuint32_t* b,
+                    const cuuint32_t* e, CUtensorMapInterleave il = CU_TENSOR_MAP_INTERLEAVE_NONE,
+                    CUtensorMapSwizzle sw = CU_TENSOR_MAP_SWIZZLE_NONE,
+                    CUtensorMapFloatOOBfill fill = CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) {
+    return cuTensorMapEncodeTiled(map, type, rank, at, d, st, b, e, il, sw,
+                                  CU_TENSOR_MAP_L2_PROMOTION_L2_128B, fill);
+  };
+  CUtensorMap map{}, again{};
+  ASSERT_CU(encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, address, dims, strides, box, ones));
+  ASSERT_CU(encode(&again, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, address, dims, strides, box, ones));
+  EXPECT_EQ(std::memcmp(&map, &again, sizeof(map)), 0);
+  // Moved 4 KiB on, then back: the bytes come back too.
+  ASSERT_CU(cuTensorMapReplaceAddress(&again, static_cast<char*>(address) + 4096));
+  EXPECT_NE(std::memcmp(&map, &again, sizeof(map)), 0);
+  ASSERT_CU(cuTensorMapReplaceAddress(&again, address));
+  EXPECT_EQ(std::memcmp(&map, &again, sizeof(map)), 0);
+  // A 128-byte swizzle of a 128-byte box row, a NaN fill of floats, a 1D map.
+  const cuuint32_t wide[2] = {32, 8};
+  EXPECT_CU(encode(&again, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, address, dims, strides, wide, ones,
+                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA));
+  EXPECT_CU(encode(&again, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, address, dims, nullptr, box, ones));
+
+  // Refused: a descriptor not 64-byte aligned, a rank of 0 or 6, an address
+  // not 16-byte aligned, a zero dimension, a stride not a multiple of 16, a
+  // box over 256 or whose row is not a multiple of 16 bytes, an element
+  // stride over 8, a box row wider than its swizzle, a NaN fill of integers,
+  // a 32-byte interleave with another swizzle, a descriptor vgpu did not
+  // encode.
+  alignas(64) unsigned char raw[sizeof(CUtensorMap) + 64] = {};
+  auto* misaligned = reinterpret_cast<CUtensorMap*>(raw + 16);
+  const cuuint64_t zeroDim[2] = {0, 48}, oddStride[1] = {200};
+  const cuuint32_t hugeBox[2] = {512, 8}, oddBox[2] = {3, 8}, bigStep[2] = {1, 9};
+  std::vector<cuuint64_t> six(6, 16);
+  std::vector<cuuint32_t> sixBox(6, 4);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, encode(misaligned, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2,
+                                                 address, dims, strides, box, ones));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, encode(&again, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 0,
+                                                 address, dims, strides, box, ones));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                encode(&again, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 6, address, six.data(), six.data(),
+                       sixBox.data(), sixBox.data()));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                encode(&again, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, static_cast<char*>(address) + 8,
+                       dims, strides, box, ones));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, encode(&again, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2,
+                                                 address, zeroDim, strides, box, ones));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, encode(&again, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2,
+                                                 address, dims, oddStride, box, ones));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, encode(&again, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2,
+                                                 address, dims, strides, hugeBox, ones));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, encode(&again, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2,
+                                                 address, dims, strides, oddBox, ones));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, encode(&again, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2,
+                                                 address, dims, strides, box, bigStep));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                encode(&again, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, address, dims, strides, wide,
+                       ones, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                encode(&again, CU_TENSOR_MAP_DATA_TYPE_INT32, 2, address, dims, strides, box, ones,
+                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA));
+  const cuuint64_t dims3[3] = {64, 48, 2}, strides3[2] = {256, 256 * 48};
+  const cuuint32_t box3[3] = {8, 8, 1}, ones3[3] = {1, 1, 1};
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                encode(&again, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, address, dims3, strides3, box3,
+                       ones3, CU_TENSOR_MAP_INTERLEAVE_32B, CU_TENSOR_MAP_SWIZZLE_64B));
+  EXPECT_CU(encode(&again, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, address, dims3, strides3, box3,
+                   ones3, CU_TENSOR_MAP_INTERLEAVE_32B, CU_TENSOR_MAP_SWIZZLE_32B));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuTensorMapReplaceAddress(&again, static_cast<char*>(address) + 16));
+  CUtensorMap foreign{};
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuTensorMapReplaceAddress(&foreign, address));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuTensorMapReplaceAddress(misaligned, address));
+  ASSERT_CU(cuMemFree(base));
+}
+
 }  // namespace phos::vgpu::testing
