@@ -96,7 +96,7 @@ class Param:
         self.enc = None      # encoding name
         self.arg = None      # its argument (a count parameter or a type)
         self.handle = None   # the handle struct for handle encodings
-        self.less_one = False  # "array:n-1": an array of one element fewer than n (the strides between n dimensions)
+        self.less = 0  # "array:n-k": an array of k elements fewer than n (the strides between n dimensions: n-1)
 
     def default_encoding(self):
         """(encoding, None) or (None, why there is no generic one)."""
@@ -176,10 +176,10 @@ def parse_encoding(text):
 
 
 def array_count(p, prefix=''):
-    """The element count of an "array" parameter, never negative: `prefix` + its count parameter (less one)."""
+    """The element count of an "array" parameter, never negative: `prefix` + its count parameter (less p.less)."""
     x = f'{prefix}{p.arg}'
-    if p.less_one:
-        return f'({x} > 1 ? static_cast<size_t>({x}) - 1 : 0)'
+    if p.less:
+        return f'({x} > {p.less} ? static_cast<size_t>({x}) - {p.less} : 0)'
     return f'({x} > 0 ? static_cast<size_t>({x}) : 0)'
 
 
@@ -338,8 +338,11 @@ def apply_annotation(v, a, current, where):
     for p in v.params:
         if p.name in overrides:
             p.enc, p.arg = parse_encoding(overrides[p.name])
-            if p.enc == 'array' and p.arg is not None and p.arg.endswith('-1'):
-                p.arg, p.less_one = p.arg[:-2].strip(), True
+            if p.enc == 'array' and p.arg is not None and '-' in p.arg:
+                count, _, less = p.arg.partition('-')
+                if not less.strip().isdigit():
+                    raise Error(f'{where}: {v.symbol}.{p.name}: "array:{p.arg}": a count less a number, as "n-1"')
+                p.arg, p.less = count.strip(), int(less)
         else:
             p.enc, why = p.default_encoding()
             if p.enc is None:

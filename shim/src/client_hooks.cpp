@@ -330,18 +330,39 @@ std::optional<CUresult> cuStreamWaitEvent(CUstream, CUevent, unsigned int flags)
 // phosd encodes into a copy of its own: the application's descriptor's
 // alignment ("tensorMap address must be aligned to 64 bytes") is checked
 // here, and the arrays are read only for a rank the driver takes (1 to 5).
-std::optional<CUresult> cuTensorMapEncodeTiled(CUtensorMap* tensorMap, CUtensorMapDataType,
-                                               cuuint32_t tensorRank, void*, const cuuint64_t*,
-                                               const cuuint64_t*, const cuuint32_t*,
-                                               const cuuint32_t*, CUtensorMapInterleave,
-                                               CUtensorMapSwizzle, CUtensorMapL2promotion,
-                                               CUtensorMapFloatOOBfill) {
+std::optional<CUresult> tensorMapRequest(const CUtensorMap* tensorMap, cuuint32_t tensorRank) {
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   if (tensorMap == nullptr || reinterpret_cast<uintptr_t>(tensorMap) % 64 != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (tensorRank == 0 || tensorRank > 5) return CUDA_ERROR_INVALID_VALUE;
   return std::nullopt;
+}
+
+std::optional<CUresult> cuTensorMapEncodeTiled(CUtensorMap* tensorMap, CUtensorMapDataType,
+                                               cuuint32_t tensorRank, void*, const cuuint64_t*,
+                                               const cuuint64_t*, const cuuint32_t*,
+                                               const cuuint32_t*, CUtensorMapInterleave,
+                                               CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                               CUtensorMapFloatOOBfill) {
+  return tensorMapRequest(tensorMap, tensorRank);
+}
+
+std::optional<CUresult> cuTensorMapEncodeIm2col(CUtensorMap* tensorMap, CUtensorMapDataType,
+                                                cuuint32_t tensorRank, void*, const cuuint64_t*,
+                                                const cuuint64_t*, const int*, const int*,
+                                                cuuint32_t, cuuint32_t, const cuuint32_t*,
+                                                CUtensorMapInterleave, CUtensorMapSwizzle,
+                                                CUtensorMapL2promotion, CUtensorMapFloatOOBfill) {
+  return tensorMapRequest(tensorMap, tensorRank);
+}
+
+std::optional<CUresult> cuTensorMapEncodeIm2colWide(
+    CUtensorMap* tensorMap, CUtensorMapDataType, cuuint32_t tensorRank, void*, const cuuint64_t*,
+    const cuuint64_t*, int, int, cuuint32_t, cuuint32_t, const cuuint32_t*, CUtensorMapInterleave,
+    CUtensorMapIm2ColWideMode, CUtensorMapSwizzle, CUtensorMapL2promotion,
+    CUtensorMapFloatOOBfill) {
+  return tensorMapRequest(tensorMap, tensorRank);
 }
 
 std::optional<CUresult> cuTensorMapReplaceAddress(CUtensorMap* tensorMap, void*) {

@@ -82,9 +82,9 @@ def test_a_count_parameter_that_does_not_exist_is_refused(model, tmp_path):
             "count parameter howMany does not exist")
 
 
-def test_an_array_of_one_element_fewer_never_reads_a_negative_count(model, tmp_path):
-    """"array:n-1" (a tensor map's strides between n dimensions): the shim sends n - 1 elements, and none
-    for n of 0 or 1, where an unsigned n - 1 would wrap around to billions."""
+def test_an_array_of_fewer_elements_never_reads_a_negative_count(model, tmp_path):
+    """"array:n-k" (a tensor map's strides between n dimensions, n-1; an im2col box's corners, n-2): the
+    shim sends n - k elements, and none for n up to k, where an unsigned n - k would wrap around."""
     r = generate(model, POLICY, tmp_path)
     assert r.returncode == 0, r.stderr
     client = (tmp_path / "out" / "remote_client.cpp").read_text()
@@ -92,6 +92,10 @@ def test_an_array_of_one_element_fewer_never_reads_a_negative_count(model, tmp_p
             "(tensorRank > 1 ? static_cast<size_t>(tensorRank) - 1 : 0))") in client
     server = (tmp_path / "out" / "remote_server.cpp").read_text()
     assert "(req.tensorRank > 1 ? static_cast<size_t>(req.tensorRank) - 1 : 0)" in server
+    assert ("ipc::Blob::of(pixelBoxLowerCorner, sizeof(int) * "
+            "(tensorRank > 2 ? static_cast<size_t>(tensorRank) - 2 : 0))") in client
+    refused(model, tmp_path, lambda p: p["remoted"]["cuTensorMapEncodeTiled"]["params"].update(
+        globalStrides="array:tensorRank-x"), "a count less a number")
     refused(model, tmp_path, lambda p: p["remoted"]["cuTensorMapEncodeTiled"]["params"].update(
         globalStrides="array:rank-1"), "count parameter rank does not exist")
 

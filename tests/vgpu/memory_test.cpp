@@ -1068,4 +1068,61 @@ TEST_F(MemoryTest, TiledTensorMapsAndTheirRules) {
   ASSERT_CU(cuMemFree(base));
 }
 
+// The im2col forms, over a half-precision NHWC tensor (C 16, W 32, H 32, N 2;
+// and C 16, W 64, N 2 for the wide form): encoded, moved, and refused where
+// the reference's rules say.
+TEST_F(MemoryTest, Im2colTensorMapsAndTheirRules) {
+  CUdeviceptr base = 0;
+  ASSERT_CU(cuMemAlloc(&base, 1 << 17));
+  void* address = reinterpret_cast<void*>(base);
+  const cuuint64_t dims[4] = {16, 32, 32, 2}, strides[3] = {32, 1024, 32768};
+  const cuuint32_t ones[4] = {1, 1, 1, 1};
+  auto im2col = [&](CUtensorMap* out, cuuint32_t rank, const int* lo, const int* up,
+                    cuuint32_t channels, cuuint32_t pixels,
+                    CUtensorMapSwizzle sw = CU_TENSOR_MAP_SWIZZLE_32B) {
+    return cuTensorMapEncodeIm2col(
+        out, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, rank, address, dims, strides, lo, up, channels,
+        pixels, ones, CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  };
+  const int lower[2] = {-1, -1}, upper[2] = {-1, -1};
+  CUtensorMap map{}, again{};
+  ASSERT_CU(im2col(&map, 4, lower, upper, 16, 64));
+  ASSERT_CU(im2col(&again, 4, lower, upper, 16, 64));
+  EXPECT_EQ(std::memcmp(&map, &again, sizeof(map)), 0);
+  ASSERT_CU(cuTensorMapReplaceAddress(&again, static_cast<char*>(address) + 512));
+  EXPECT_NE(std::memcmp(&map, &again, sizeof(map)), 0);
+  // Refused: a rank under 3, a corner outside rank 4's [-128, 127], an empty
+  // box (its lower corner past the W dimension), no channels or over 256,
+  // over 1024 pixels, a box row wider than its swizzle.
+  const int far[2] = {200, 0}, past[2] = {40, 0}, zero[2] = {0, 0};
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, im2col(&again, 2, lower, upper, 16, 64));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, im2col(&again, 4, far, upper, 16, 64));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, im2col(&again, 4, past, zero, 16, 64));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, im2col(&again, 4, lower, upper, 0, 64));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, im2col(&again, 4, lower, upper, 300, 64));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, im2col(&again, 4, lower, upper, 16, 2000));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                im2col(&again, 4, lower, upper, 32, 64));  // 64 bytes in 32
+
+  const cuuint64_t wideDims[3] = {16, 64, 2}, wideStrides[2] = {32, 2048};
+  auto wide = [&](CUtensorMap* out, int lowerW, int upperW, CUtensorMapIm2ColWideMode mode,
+                  CUtensorMapSwizzle sw) {
+    return cuTensorMapEncodeIm2colWide(
+        out, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, address, wideDims, wideStrides, lowerW, upperW, 16,
+        64, ones, CU_TENSOR_MAP_INTERLEAVE_NONE, mode, sw, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  };
+  EXPECT_CU(wide(&again, -1, -1, CU_TENSOR_MAP_IM2COL_WIDE_MODE_W, CU_TENSOR_MAP_SWIZZLE_64B));
+  EXPECT_CU(wide(&again, 0, 0, CU_TENSOR_MAP_IM2COL_WIDE_MODE_W128, CU_TENSOR_MAP_SWIZZLE_128B));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                wide(&again, -1, -1, CU_TENSOR_MAP_IM2COL_WIDE_MODE_W, CU_TENSOR_MAP_SWIZZLE_NONE));
+  EXPECT_CU_ERR(
+      CUDA_ERROR_INVALID_VALUE,
+      wide(&again, -1, -1, static_cast<CUtensorMapIm2ColWideMode>(7), CU_TENSOR_MAP_SWIZZLE_64B));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, wide(&again, 40000, 0, CU_TENSOR_MAP_IM2COL_WIDE_MODE_W,
+                                               CU_TENSOR_MAP_SWIZZLE_64B));
+  ASSERT_CU(cuMemFree(base));
+}
+
 }  // namespace phos::vgpu::testing
