@@ -223,6 +223,19 @@ def test_a_checkpoint_of_vmm_memory_mapped_nowhere_is_refused_naming_it(criu, ph
         job.stop()
 
 
+def test_a_synchronous_copy_behind_a_stream_memory_wait_lets_other_threads_release_it(phos, phosd, cudart_dir,
+                                                                                       env):
+    """stream_waits --legacy: the main thread's cudaMemcpy runs on the legacy stream, which waits for
+    the blocking work stream, which waits for the flag the producer thread writes 20 ms later from its
+    own stream. CUDA runs both; phosd answers the copy once the wait is over and serves the producer
+    meanwhile, and the program prints what it prints directly."""
+    args = ["--steps", "6", "--legacy"]
+    direct = run([cudart_dir / "stream_waits", *args], env)
+    assert direct.endswith("stream_waits OK\n"), direct
+    assert run([phos, "run", "--runtime-dir", phosd.runtime_dir, "--", cudart_dir / "stream_waits", *args],
+               env) == direct
+
+
 def test_a_checkpoint_while_a_stream_memory_wait_holds_a_stream_is_refused_naming_it(criu, phos, phosd, cudart_dir,
                                                                                      env, tmp_path):
     """stream_waits --hold-at 3: the host stores the word its work stream waits for only 6 s later,

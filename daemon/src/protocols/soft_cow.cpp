@@ -267,10 +267,14 @@ Status SoftCopyOnWrite::run(const std::function<void(uint64_t)>& advanced) {
     if (!status.isOk()) return fail(status);
     advanced(bytes);
 
+    // The shadow goes outside the mutex: freeing device memory waits for the
+    // device's work, which a stream memory wait of the job may hold until a
+    // call the gate must let through (docs/remoting.md, "Stream memory
+    // operations"). Its state keeps writers from it meanwhile.
+    if (fromShadow) PHOS_DRIVER(driver_, MemFree_v2)(source);  // its context is current
     lock.lock();
     e->state = State::kSaved;
-    if (e->shadow != 0) {
-      PHOS_DRIVER(driver_, MemFree_v2)(e->shadow);  // its context is current
+    if (fromShadow) {
       e->shadow = 0;
       releaseShadow(*e);
     }

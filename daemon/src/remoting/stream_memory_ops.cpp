@@ -198,10 +198,12 @@ CUresult cuEventSynchronize(ServerCall& c, Handle<CUevent> hEvent) {
 }
 
 // A context has no query: its synchronization waits until no stream memory
-// wait of the session is left.
+// wait of its streams is left.
 CUresult cuCtxSynchronize(ServerCall& c) {
-  if (mayWaitBehindStreamWait(c)) {
-    c.defer([&s = c.session()] { return !s.streamWaits().pending(s.driver()); });
+  const uint64_t context = c.session().currentContext();
+  if (mayWaitBehindStreamWait(c) && c.session().streamWaits().pendingIn(c.driverTable(), context)) {
+    c.defer(
+        [&s = c.session(), context] { return !s.streamWaits().pendingIn(s.driver(), context); });
     return CUDA_SUCCESS;
   }
   return PHOS_DRIVER(c.driverTable(), CtxSynchronize)();
@@ -209,8 +211,10 @@ CUresult cuCtxSynchronize(ServerCall& c) {
 
 CUresult cuCtxSynchronize(ServerCall& c, Handle<CUcontext> ctx) {
   if (!c.driverTable().has(c.entry())) return CUDA_ERROR_NOT_SUPPORTED;
-  if (mayWaitBehindStreamWait(c)) {
-    c.defer([&s = c.session()] { return !s.streamWaits().pending(s.driver()); });
+  const uint64_t context = ctx.id != 0 ? ctx.id : c.session().currentContext();
+  if (mayWaitBehindStreamWait(c) && c.session().streamWaits().pendingIn(c.driverTable(), context)) {
+    c.defer(
+        [&s = c.session(), context] { return !s.streamWaits().pendingIn(s.driver(), context); });
     return CUDA_SUCCESS;
   }
   return PHOS_DRIVER(c.driverTable(), CtxSynchronize_v2)(ctx.real);

@@ -219,6 +219,30 @@ void Session::dispatch(const ipc::CallRing::Request& request) {
   }
 }
 
+std::function<bool()> Session::heldBehindStreamWait(const ipc::CallHeader& header) {
+  // Synchronous copies, which run on a default stream and return once it is
+  // done (phosd waits for copies between device memory too, which CUDA only
+  // queues: deferred, they hold their own thread instead of the session).
+  // Sets of device memory only queue their work, and are not deferred: the
+  // thread that set a word may release the wait next.
+  static const std::set<std::string_view> kOnDefaultStream = {
+      "cuMemcpy",     "cuMemcpyPeer",  "cuMemcpyHtoD",        "cuMemcpyDtoH",
+      "cuMemcpyDtoD", "cuMemcpyHtoA",  "cuMemcpyAtoH",        "cuMemcpyDtoA",
+      "cuMemcpyAtoD", "cuMemcpyAtoA",  "cuMemcpy2DUnaligned", "cuMemcpy2D",
+      "cuMemcpy3D",   "cuMemcpy3DPeer"};
+  const cuda_api::EntryPointInfo& e =
+      cuda_api::entryPoint(static_cast<cuda_api::EntryPointId>(header.entry));
+  if (kOnDefaultStream.count(e.publicName) == 0 || !streamWaits_.pending(driver_)) return nullptr;
+  CUstream perThread = nullptr;
+  if (e.origin == cuda_api::EntryPointOrigin::kPerThread) {
+    auto s = streamsAndEvents_.perThreadStream(driver_, header.thread, currentContext_);
+    if (!s.isOk()) return nullptr;  // the call fails as it would have
+    perThread = *s;
+  }
+  if (!streamWaits_.holdDefaultStream(driver_, perThread)) return nullptr;
+  return [this, perThread] { return !streamWaits_.holdDefaultStream(driver_, perThread); };
+}
+
 void Session::serveDeferred() {
   if (deferredCalls_.empty()) return;
   std::vector<DeferredCall> waiting;
@@ -257,6 +281,11 @@ std::span<const std::byte> Session::serveOne(std::span<const std::byte> request,
     call.fail(CUDA_ERROR_NOT_SUPPORTED);
   } else if (!makeCurrent(header.context)) {
     call.fail(CUDA_ERROR_INVALID_CONTEXT);
+  } else if (auto held = expectsReply ? heldBehindStreamWait(header) : nullptr) {
+    // Served again once no stream memory wait holds its default stream; the
+    // call has not started (a copy through a lane goes on waiting for phosd).
+    lastDeferred_ = std::move(held);
+    return {};
   } else {
     captures_.applyServingMode(driver_, header.thread);
     servers_[header.entry](call);

@@ -388,6 +388,9 @@ class Session {
   void dispatch(const ipc::CallRing::Request& request);
   // Serves again the deferred calls (ServerCall::defer) that are ready now.
   void serveDeferred();
+  // For a synchronous copy that a stream memory wait would hold (its
+  // default stream waits behind one): when it may be served; else null.
+  std::function<bool()> heldBehindStreamWait(const ipc::CallHeader& header);
   bool makeCurrent(uint64_t context);
   // Frees the staging buffers of a context; it must be current.
   void freeStaging(uint64_t context);

@@ -8,6 +8,12 @@
 namespace phos::daemon {
 
 CUresult StreamWaits::add(const DriverTable& d, CUstream real, StreamWait wait) {
+  wait.real = real;
+  const bool legacy = real == nullptr || real == CU_STREAM_LEGACY;
+  unsigned flags = 0;
+  if (!legacy && PHOS_DRIVER(d, StreamGetFlags)(real, &flags) == CUDA_SUCCESS) {
+    wait.blocking = (flags & CU_STREAM_NON_BLOCKING) == 0;
+  }
   CUresult r = PHOS_DRIVER(d, EventCreate)(&wait.mark, CU_EVENT_DISABLE_TIMING);
   if (r != CUDA_SUCCESS) return r;
   r = PHOS_DRIVER(d, EventRecord)(wait.mark, real);
@@ -34,6 +40,14 @@ bool StreamWaits::pendingIn(const DriverTable& d, uint64_t context) {
   if (!pending(d)) return false;
   return std::any_of(waits_.begin(), waits_.end(),
                      [&](const StreamWait& w) { return w.context == context; });
+}
+
+bool StreamWaits::holdDefaultStream(const DriverTable& d, CUstream perThread) {
+  if (!pending(d)) return false;
+  return std::any_of(waits_.begin(), waits_.end(), [&](const StreamWait& w) {
+    const bool legacy = w.real == nullptr || w.real == CU_STREAM_LEGACY;
+    return legacy || (perThread != nullptr ? w.real == perThread : w.blocking);
+  });
 }
 
 std::optional<std::string> StreamWaits::describePending(const DriverTable& d) {

@@ -30,6 +30,9 @@ struct StreamWait {
   bool wide = false;       // 64-bit
   unsigned condition = 0;  // CU_STREAM_WAIT_VALUE_GEQ, _EQ, _AND or _NOR
   CUevent mark = nullptr;
+  CUstream real =
+      nullptr;           // the driver's stream (CU_STREAM_LEGACY, or null, for the legacy stream)
+  bool blocking = true;  // not CU_STREAM_NON_BLOCKING: the legacy stream's work waits for it
 };
 
 class StreamWaits {
@@ -40,6 +43,11 @@ class StreamWaits {
   bool pending(const DriverTable& d);
   // The same, for one context's streams.
   bool pendingIn(const DriverTable& d, uint64_t context);
+  // Whether a synchronous call on a default stream would wait behind one:
+  // the legacy stream waits for itself and every blocking stream; a
+  // thread's per-thread stream (`perThread`, else null) for itself and the
+  // legacy stream.
+  bool holdDefaultStream(const DriverTable& d, CUstream perThread);
   // The first wait that may still hold its stream, in words; none if all are over.
   std::optional<std::string> describePending(const DriverTable& d);
   // A context is being destroyed: its waits and their marks go with it.

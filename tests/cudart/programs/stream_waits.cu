@@ -7,7 +7,10 @@
 // (cuStreamBatchMemOp) writes a 64-bit step counter and waits for it. Each
 // step prints the buffer's checksum and the words the operations wrote,
 // checked against a CPU replay.
-//   stream_waits [--steps N] [--sleep-ms MS] [--hold-at STEP] [--hold-ms MS]
+//   stream_waits [--steps N] [--sleep-ms MS] [--hold-at STEP] [--hold-ms MS] [--legacy]
+// --legacy: the work stream is a blocking stream, and the main thread waits
+// for it with a cudaMemcpy on the legacy stream (which waits for every
+// blocking stream) instead of cudaStreamSynchronize.
 // --hold-at: at that step the host stores its word only after --hold-ms
 // (default 4000), and prints "holding" first: a checkpoint meanwhile finds a
 // stream held by a wait. --refusals: operations on memory that is not the
@@ -58,8 +61,10 @@ int refusals() {
 
 int main(int argc, char** argv) {
   int steps = 10, sleepMs = 0, holdAt = -1, holdMs = 4000;
+  bool legacy = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--refusals") == 0) return refusals();
+    if (std::strcmp(argv[i], "--legacy") == 0) legacy = true;
   }
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--steps") == 0) steps = std::stoi(argv[i + 1]);
@@ -86,7 +91,7 @@ int main(int argc, char** argv) {
       cuMemHostGetDevicePointer(&hostWordOnDevice, const_cast<unsigned long long*>(hostWord), 0));
   CHECK(cudaDeviceSynchronize());
   cudaStream_t work, side;
-  CHECK(cudaStreamCreateWithFlags(&work, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&work, legacy ? cudaStreamDefault : cudaStreamNonBlocking));
   CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
   const auto flag = reinterpret_cast<CUdeviceptr>(flags);
   const auto done = flag + sizeof(unsigned);
@@ -127,7 +132,12 @@ int main(int argc, char** argv) {
       }
       reinterpret_cast<volatile std::atomic<unsigned long long>*>(hostWord)->store(step);
     });
-    CHECK(cudaStreamSynchronize(work));
+    if (legacy) {
+      unsigned seen[2];
+      CHECK(cudaMemcpy(seen, flags, sizeof(seen), cudaMemcpyDeviceToHost));
+    } else {
+      CHECK(cudaStreamSynchronize(work));
+    }
     producer.join();
     storer.join();
     CHECK(cudaStreamSynchronize(side));
