@@ -682,9 +682,10 @@ EXCLUDED_CALLER = """
 import ctypes
 cuda = ctypes.CDLL("libcuda.so.1")
 assert cuda.cuInit(0) == 0
-luid = ctypes.create_string_buffer(8)
-mask = ctypes.c_uint()
-print(cuda.cuDeviceGetLuid(luid, ctypes.byref(mask), 0), cuda.cuDeviceGetLuid(luid, ctypes.byref(mask), 0))
+value = ctypes.c_int()
+size = ctypes.c_size_t(ctypes.sizeof(value))
+get = lambda: cuda.cuCoredumpGetAttributeGlobal(1, ctypes.byref(value), ctypes.byref(size))
+print(get(), get())
 """
 
 
@@ -696,11 +697,11 @@ def test_an_entry_point_phos_does_not_serve_says_why(phos, phosd, env, tmp_path)
                        capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["801", "801"]  # CUDA_ERROR_NOT_SUPPORTED
-    warnings = [line for line in r.stderr.splitlines() if "cuDeviceGetLuid" in line]
-    assert warnings == ["phos: cuDeviceGetLuid is not supported by PhOS (LUIDs are a Windows notion): the call "
-                        "returns CUDA_ERROR_NOT_SUPPORTED"]
-    calls, how = trace_table(out)["cuDeviceGetLuid"]
-    assert calls == 2 and how.startswith("NOT SUPPORTED: LUIDs are a Windows notion")
+    warnings = [line for line in r.stderr.splitlines() if "cuCoredumpGetAttributeGlobal" in line]
+    assert warnings == ["phos: cuCoredumpGetAttributeGlobal is not supported by PhOS (coredumps are the daemon's): "
+                        "the call returns CUDA_ERROR_NOT_SUPPORTED"]
+    calls, how = trace_table(out)["cuCoredumpGetAttributeGlobal"]
+    assert calls == 2 and how.startswith("NOT SUPPORTED: coredumps are the daemon's")
 
 
 def test_trace_api_to_a_file_that_cannot_be_written(phos, phosd, cudart_dir, env, tmp_path):

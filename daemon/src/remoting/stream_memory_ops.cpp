@@ -49,9 +49,8 @@ bool checkAddress(ServerCall& c, const CUstreamBatchMemOpParams& op, CallAccess&
       return true;
   }
   // "cannot be used with managed memory", which is pinned memory in phosd.
-  if (const PinnedRange* range = c.session().findPinned(address);
-      range != nullptr && range->managed)
-    return false;
+  const PinnedRange* range = c.session().findPinned(address);
+  if (range != nullptr && range->managed) return false;
   return c.session().ownsRange(address, bytes);
 }
 

@@ -54,8 +54,11 @@ std::optional<std::string> StreamWaits::describePending(const DriverTable& d) {
   if (!pending(d)) return std::nullopt;
   const StreamWait& w = waits_.front();
   static constexpr const char* kConditions[] = {"GEQ", "EQ", "AND", "NOR"};
-  const std::string stream =
-      w.stream == 0 ? std::string("the legacy stream") : fmt::format("stream {}", w.stream);
+  const auto legacy = reinterpret_cast<uint64_t>(CU_STREAM_LEGACY);
+  const auto perThread = reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD);
+  const std::string stream = w.stream == 0 || w.stream == legacy ? std::string("the legacy stream")
+                             : w.stream == perThread ? std::string("a per-thread default stream")
+                                                     : fmt::format("stream {}", w.stream);
   return fmt::format("{} waits (cuStreamWaitValue{}) for the word at {:#x} to satisfy {} {:#x}{}",
                      stream, w.wide ? 64 : 32, w.address, kConditions[w.condition & 3], w.value,
                      waits_.size() > 1 ? fmt::format(" ({} waits in all)", waits_.size()) : "");
