@@ -135,6 +135,18 @@ bool mayWaitBehindStreamWait(ServerCall& c) {
   return c.session().captures().active() == 0 && c.session().streamWaits().pending(c.driverTable());
 }
 
+// A context has no query: its synchronization is answered later while a
+// stream memory wait of its own streams is left, then `synchronize` runs.
+CUresult synchronizeContext(ServerCall& c, uint64_t context,
+                            const std::function<CUresult()>& synchronize) {
+  Session& s = c.session();
+  if (s.captures().active() == 0 && s.streamWaits().pendingIn(c.driverTable(), context)) {
+    c.defer([&s, context] { return !s.streamWaits().pendingIn(s.driver(), context); });
+    return CUDA_SUCCESS;
+  }
+  return synchronize();
+}
+
 }  // namespace
 
 CUresult cuStreamWaitValue32(ServerCall& c, Handle<CUstream> stream, CUdeviceptr addr,
@@ -196,27 +208,16 @@ CUresult cuEventSynchronize(ServerCall& c, Handle<CUevent> hEvent) {
   return PHOS_DRIVER(d, EventSynchronize)(hEvent.real);
 }
 
-// A context has no query: its synchronization waits until no stream memory
-// wait of its streams is left.
 CUresult cuCtxSynchronize(ServerCall& c) {
-  const uint64_t context = c.session().currentContext();
-  if (mayWaitBehindStreamWait(c) && c.session().streamWaits().pendingIn(c.driverTable(), context)) {
-    c.defer(
-        [&s = c.session(), context] { return !s.streamWaits().pendingIn(s.driver(), context); });
-    return CUDA_SUCCESS;
-  }
-  return PHOS_DRIVER(c.driverTable(), CtxSynchronize)();
+  return synchronizeContext(c, c.session().currentContext(),
+                            [&] { return PHOS_DRIVER(c.driverTable(), CtxSynchronize)(); });
 }
 
 CUresult cuCtxSynchronize(ServerCall& c, Handle<CUcontext> ctx) {
   if (!c.driverTable().has(c.entry())) return CUDA_ERROR_NOT_SUPPORTED;
   const uint64_t context = ctx.id != 0 ? ctx.id : c.session().currentContext();
-  if (mayWaitBehindStreamWait(c) && c.session().streamWaits().pendingIn(c.driverTable(), context)) {
-    c.defer(
-        [&s = c.session(), context] { return !s.streamWaits().pendingIn(s.driver(), context); });
-    return CUDA_SUCCESS;
-  }
-  return PHOS_DRIVER(c.driverTable(), CtxSynchronize_v2)(ctx.real);
+  return synchronizeContext(
+      c, context, [&] { return PHOS_DRIVER(c.driverTable(), CtxSynchronize_v2)(ctx.real); });
 }
 
 }  // namespace phos::daemon::hooks

@@ -230,6 +230,8 @@ std::function<bool()> Session::heldBehindStreamWait(const ipc::CallHeader& heade
       "cuMemcpyDtoD", "cuMemcpyHtoA",  "cuMemcpyAtoH",        "cuMemcpyDtoA",
       "cuMemcpyAtoD", "cuMemcpyAtoA",  "cuMemcpy2DUnaligned", "cuMemcpy2D",
       "cuMemcpy3D",   "cuMemcpy3DPeer"};
+  // On every call's path: nothing more while no wait was made.
+  if (streamWaits_.empty()) return nullptr;
   const cuda_api::EntryPointInfo& e =
       cuda_api::entryPoint(static_cast<cuda_api::EntryPointId>(header.entry));
   if (kOnDefaultStream.count(e.publicName) == 0 || !streamWaits_.pending(driver_)) return nullptr;

@@ -39,6 +39,9 @@ class StreamWaits {
  public:
   // After `real` (current context's stream) enqueued `wait`: records its mark.
   CUresult add(const DriverTable& d, CUstream real, StreamWait wait);
+  // No wait was added since the last pending() found them all over (no
+  // driver call: what a call's serving path asks first).
+  bool empty() const { return waits_.empty(); }
   // Forgets the waits that are over; true if one may still hold its stream.
   bool pending(const DriverTable& d);
   // The same, for one context's streams.
