@@ -463,5 +463,38 @@ TEST_F(StreamTest, DestroyingAContextEndsAWaitNothingSatisfies) {
   EXPECT_CU(cuCtxDestroy(other));
 }
 
+// A wait whose word is unmapped meanwhile faults its context, as a GPU's
+// would (CUDA_ERROR_ILLEGAL_ADDRESS, sticky), instead of faulting the process.
+TEST_F(StreamTest, UnmappingTheWordOfAWaitFaultsItsContext) {
+  CUcontext other = nullptr;
+  ASSERT_CU(cuCtxCreate(&other, nullptr, 0, 0));
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  size_t size = 0;
+  ASSERT_CU(cuMemGetAllocationGranularity(&size, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  CUdeviceptr va = 0;
+  ASSERT_CU(cuMemAddressReserve(&va, size, 0, 0, 0));
+  CUmemGenericAllocationHandle handle = 0;
+  ASSERT_CU(cuMemCreate(&handle, size, &prop, 0));
+  ASSERT_CU(cuMemMap(va, size, 0, handle, 0));
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_CU(cuMemSetAccess(va, size, &access, 1));
+  ASSERT_CU(cuMemsetD32(va, 0, 1));
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamWaitValue32(s, va, 1, CU_STREAM_WAIT_VALUE_EQ));
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_READY, cuStreamQuery(s));
+  EXPECT_CU(cuMemUnmap(va, size));
+  EXPECT_CU_ERR(CUDA_ERROR_ILLEGAL_ADDRESS, cuStreamSynchronize(s));
+  EXPECT_CU_ERR(CUDA_ERROR_ILLEGAL_ADDRESS, cuCtxSynchronize());  // the context's error now
+  EXPECT_CU(cuMemRelease(handle));
+  EXPECT_CU(cuMemAddressFree(va, size));
+  EXPECT_CU(cuCtxDestroy(other));
+}
+
 }  // namespace
 }  // namespace phos::vgpu::testing

@@ -57,6 +57,21 @@ class AllocationMap {
   // Replaces the record of a live allocation (same base).
   Status update(const Allocation& allocation);
   std::vector<Allocation> ownedBy(std::uint64_t context) const;
+  // Runs `access` with the map locked if all of [address, address+size) is in
+  // a live allocation, and says whether it ran. Memory is unmapped or made
+  // inaccessible only after its allocation left the map, so `access` cannot
+  // fault on memory freed meanwhile (a stream memory wait still polling it).
+  template <typename F>
+  bool whileLive(std::uint64_t address, std::size_t size, F&& access) const {
+    std::shared_lock lock(mutex_);
+    auto it = byBase_.upper_bound(address);
+    if (it == byBase_.begin()) return false;
+    --it;
+    const Allocation& a = it->second;
+    if (size == 0 || size > a.size || address - a.base > a.size - size) return false;
+    access();
+    return true;
+  }
 
  private:
   mutable std::shared_mutex mutex_;

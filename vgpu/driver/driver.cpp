@@ -901,17 +901,26 @@ bool waitMet(Word current, Word value, unsigned condition) {
   }
 }
 
+// How a stream memory wait ended.
+enum class WaitEnd { kMet, kContextDestroyed, kMemoryFreed };
+
 // Polls the word until the condition holds: a few spins, then sleeps that
-// grow to a millisecond. false if the context is destroyed meanwhile.
+// grow to a millisecond. Ends early when the context is destroyed, or when
+// the word's memory is freed or unmapped meanwhile (a GPU's wait would fault).
 template <typename Word>
-bool waitFor(std::uint64_t address, Word value, unsigned condition,
-             const std::weak_ptr<Context>& context) {
+WaitEnd waitFor(const AllocationMap& allocations, std::uint64_t address, Word value,
+                unsigned condition, const std::weak_ptr<Context>& context) {
   std::atomic_ref<Word> word(*reinterpret_cast<Word*>(address));
   auto pause = std::chrono::microseconds(0);
   for (;;) {
-    if (waitMet<Word>(word.load(std::memory_order_acquire), value, condition)) return true;
+    Word current{};
+    if (!allocations.whileLive(address, sizeof(Word),
+                               [&] { current = word.load(std::memory_order_acquire); })) {
+      return WaitEnd::kMemoryFreed;
+    }
+    if (waitMet<Word>(current, value, condition)) return WaitEnd::kMet;
     auto owner = context.lock();
-    if (owner == nullptr || owner->waitsAbandoned()) return false;
+    if (owner == nullptr || owner->waitsAbandoned()) return WaitEnd::kContextDestroyed;
     owner.reset();
     if (pause.count() == 0) {
       std::this_thread::yield();
@@ -999,16 +1008,16 @@ Status Driver::streamMemOps(const StreamRef& ref, std::vector<CUstreamBatchMemOp
   }
   RETURN_IF_ERROR(refuseInCapture(ref, what));
   std::weak_ptr<Context> context = ref.context;
-  Stream::Work work = [ops = std::move(ops), context] {
+  Stream::Work work = [ops = std::move(ops), context, &allocations = allocations_] {
     for (const CUstreamBatchMemOpParams& op : ops) {
-      bool waited = true;
+      WaitEnd waited = WaitEnd::kMet;
       switch (op.operation) {
         case CU_STREAM_MEM_OP_WAIT_VALUE_32:
-          waited = waitFor<std::uint32_t>(op.waitValue.address, op.waitValue.value,
+          waited = waitFor<std::uint32_t>(allocations, op.waitValue.address, op.waitValue.value,
                                           waitCondition(op), context);
           break;
         case CU_STREAM_MEM_OP_WAIT_VALUE_64:
-          waited = waitFor<std::uint64_t>(op.waitValue.address, op.waitValue.value64,
+          waited = waitFor<std::uint64_t>(allocations, op.waitValue.address, op.waitValue.value64,
                                           waitCondition(op), context);
           break;
         case CU_STREAM_MEM_OP_WRITE_VALUE_32:
@@ -1022,8 +1031,12 @@ Status Driver::streamMemOps(const StreamRef& ref, std::vector<CUstreamBatchMemOp
           std::atomic_thread_fence(std::memory_order_seq_cst);
           break;
       }
-      if (!waited) {
+      if (waited == WaitEnd::kContextDestroyed) {
         return cuError(CUDA_ERROR_CONTEXT_IS_DESTROYED, "the context was destroyed during a wait");
+      }
+      if (waited == WaitEnd::kMemoryFreed) {
+        return cuErrorf(CUDA_ERROR_ILLEGAL_ADDRESS, "the memory at 0x{:x} was freed during a wait",
+                        op.waitValue.address);
       }
     }
     return Status::ok();
@@ -1164,8 +1177,12 @@ Status Driver::unmap(std::uint64_t address, std::size_t size) {
     }
   }
   for (const Allocation& a : mappings) {
-    RETURN_IF_ERROR(discardRange(a.base, a.size));
+    // Out of the map before its pages go (AllocationMap::whileLive).
     allocations_.erase(a.base);
+    if (Status s = discardRange(a.base, a.size); !s.isOk()) {
+      (void)allocations_.insert(a);  // as it was: nothing took its range meanwhile (vmmMutex_)
+      return s;
+    }
     auto it = physical_.find(a.vmmHandle);
     if (it != physical_.end() && --it->second.mappings == 0 && it->second.refs == 0) {
       close(it->second.fd);
