@@ -236,6 +236,17 @@ def test_a_synchronous_copy_behind_a_stream_memory_wait_lets_other_threads_relea
                env) == direct
 
 
+def test_frees_behind_a_stream_memory_wait_let_other_threads_release_it(phos, phosd, cudart_dir, env):
+    """stream_waits --free: the main thread frees device and pinned memory, which waits for the device's
+    work, while the work stream still waits for the producer's flag. phosd answers the frees once the
+    wait is over and serves the producer meanwhile (it used to block the session there: a deadlock)."""
+    args = ["--steps", "4", "--free"]
+    direct = run([cudart_dir / "stream_waits", *args], env)
+    assert direct.endswith("stream_waits OK\n"), direct
+    assert run([phos, "run", "--runtime-dir", phosd.runtime_dir, "--", cudart_dir / "stream_waits", *args],
+               env) == direct
+
+
 def test_a_checkpoint_while_a_stream_memory_wait_holds_a_stream_is_refused_naming_it(criu, phos, phosd, cudart_dir,
                                                                                      env, tmp_path):
     """stream_waits --hold-at 3: the host stores the word its work stream waits for only 6 s later,

@@ -232,7 +232,14 @@ CUresult cuMemFree(ServerCall& c, CUdeviceptr dptr) {
   if (auto refused = c.refuseUnsafeInCapture()) return *refused;
   if (const PinnedRange* range = c.session().findPinned(dptr); range != nullptr && range->managed) {
     if (range->address != dptr) return CUDA_ERROR_INVALID_VALUE;
+    if (c.session().deferBehindStreamWaits(c, std::nullopt)) return CUDA_SUCCESS;
     return c.session().freePinned(dptr).isOk() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  }
+  // It waits for its device's work (Session::freeDevice): answered later
+  // while a stream memory wait may hold that work.
+  if (const Allocation* a = c.session().memory().find(dptr);
+      a != nullptr && a->address == dptr && c.session().deferBehindStreamWaits(c, a->device)) {
+    return CUDA_SUCCESS;
   }
   passFreeGate(c.session(), dptr);
   c.session().memoryPools().forget(c.session(), dptr);  // a pool's allocation freed synchronously
@@ -518,6 +525,7 @@ CUresult cuMemFreeHost(ServerCall& c, uint64_t p) {
   if (auto refused = c.refuseUnsafeInCapture()) return *refused;
   const PinnedRange* range = hostAllocated(c.session(), p);
   if (range == nullptr || range->address != p) return CUDA_ERROR_INVALID_VALUE;
+  if (c.session().deferBehindStreamWaits(c, std::nullopt)) return CUDA_SUCCESS;
   (void)c.session().freePinned(p);
   return CUDA_SUCCESS;
 }
@@ -570,6 +578,7 @@ CUresult cuMemHostUnregister(ServerCall& c, uint64_t p) {
   if (auto refused = c.refuseUnsafeInCapture()) return *refused;
   const PinnedRange* range = c.session().findRegistered(p);
   if (range == nullptr) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  if (c.session().deferBehindStreamWaits(c, std::nullopt)) return CUDA_SUCCESS;
   (void)c.session().freePinned(range->address);
   return CUDA_SUCCESS;
 }

@@ -218,6 +218,8 @@ std::vector<uint64_t> handlesOf(ServerCall& c, const std::vector<CUmodule>& modu
 }  // namespace
 
 CUresult cuModuleUnload(ServerCall& c, Handle<CUmodule> hmod) {
+  // The driver waits for the work of the module's context (the current one, as a rule) first.
+  if (c.session().deferBehindStreamWaits(c, c.session().currentDevice())) return CUDA_SUCCESS;
   c.session().passGate({.everything = true});  // its globals
   const std::vector<uint64_t> dying = handlesOf(c, {hmod.real});
   CUresult r = PHOS_DRIVER(c.driverTable(), ModuleUnload)(hmod.real);
@@ -238,6 +240,8 @@ CUresult cuLibraryUnload(ServerCall& c, Handle<CUlibrary> library) {
   if (!d.has(EntryPointId::kCuLibraryGetModule) || PHOS_DRIVER(d, LibraryGetModule)(&m, library.real) != CUDA_SUCCESS) {
     m = nullptr;
   }
+  // The driver waits for the work of every context the library is loaded in.
+  if (c.session().deferBehindStreamWaits(c, std::nullopt)) return CUDA_SUCCESS;
   c.session().passGate({.everything = true});  // its globals
   // Its kernels, and its module in each of the session's contexts with the
   // functions the application got from them.

@@ -89,6 +89,8 @@ CUresult cuMemUnmap(ServerCall& c, CUdeviceptr ptr, size_t size) {
   }
   // Exactly: a refused unmap must not end any contents for the protocols.
   if (mappings.empty() || at - ptr != size) return CUDA_ERROR_INVALID_VALUE;
+  // It waits for the work below: answered later while a stream memory wait may hold it.
+  if (s.deferBehindStreamWaits(c, std::nullopt)) return CUDA_SUCCESS;
   // The end of their contents, for the protocols, as a free's; unmapping
   // under a running kernel would fault it.
   for (const VmmMapping* m : mappings) {

@@ -509,6 +509,24 @@ CUresult Session::freeDevice(CUdeviceptr address) {
   return memory_.free(address);
 }
 
+bool Session::deferBehindStreamWaits(ServerCall& call, std::optional<int> device) {
+  // Captures are not deferred around: querying a capturing stream would
+  // invalidate its capture (waitForWork does not wait for those streams).
+  if (streamWaits_.empty() || captures_.active() != 0) return false;
+  auto held = [this, device] {
+    for (const auto& [vid, ctx] : contexts_) {
+      if (ctx.real != nullptr && (!device || ctx.device == *device) &&
+          streamWaits_.pendingIn(driver_, vid)) {
+        return true;
+      }
+    }
+    return false;
+  };
+  if (!held()) return false;
+  call.defer([held] { return !held(); });
+  return true;
+}
+
 void Session::waitForWork(std::optional<int> device) {
   if (captures_.active() == 0) {
     for (const auto& [vid, ctx] : contexts_) {

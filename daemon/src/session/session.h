@@ -198,6 +198,10 @@ class Session {
   // all) that may still use memory about to be freed; while a capture is in
   // progress, for every stream that is not capturing.
   void waitForWork(std::optional<int> device);
+  // Defers `call` (ServerCall::defer) while a stream memory wait may hold the
+  // work waitForWork(device) would wait for: the call's thread waits, and the
+  // session serves the call that may release the wait. false: not deferred.
+  bool deferBehindStreamWaits(ServerCall& call, std::optional<int> device);
   // Loads the validator's twin modules not loaded yet, compiling them while
   // the application's calls go on (the lock is held only to list and keep
   // them): a checkpoint calls it before its window, whose first launches

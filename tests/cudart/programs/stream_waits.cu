@@ -7,10 +7,13 @@
 // (cuStreamBatchMemOp) writes a 64-bit step counter and waits for it. Each
 // step prints the buffer's checksum and the words the operations wrote,
 // checked against a CPU replay.
-//   stream_waits [--steps N] [--sleep-ms MS] [--hold-at STEP] [--hold-ms MS] [--legacy]
+//   stream_waits [--steps N] [--sleep-ms MS] [--hold-at STEP] [--hold-ms MS] [--legacy] [--free]
 // --legacy: the work stream is a blocking stream, and the main thread waits
 // for it with a cudaMemcpy on the legacy stream (which waits for every
 // blocking stream) instead of cudaStreamSynchronize.
+// --free: before it synchronizes, the main thread frees a buffer it allocated
+// (cudaFree waits for the device's work, so for the waits too) and pinned
+// memory (cudaFreeHost), while the producer has not written its flag yet.
 // --hold-at: at that step the host stores its word only after --hold-ms
 // (default 4000), and prints "holding" first: a checkpoint meanwhile finds a
 // stream held by a wait. --refusals: operations on memory that is not the
@@ -61,10 +64,11 @@ int refusals() {
 
 int main(int argc, char** argv) {
   int steps = 10, sleepMs = 0, holdAt = -1, holdMs = 4000;
-  bool legacy = false;
+  bool legacy = false, freeing = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--refusals") == 0) return refusals();
     if (std::strcmp(argv[i], "--legacy") == 0) legacy = true;
+    if (std::strcmp(argv[i], "--free") == 0) freeing = true;
   }
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--steps") == 0) steps = std::stoi(argv[i + 1]);
@@ -132,6 +136,14 @@ int main(int argc, char** argv) {
       }
       reinterpret_cast<volatile std::atomic<unsigned long long>*>(hostWord)->store(step);
     });
+    if (freeing) {
+      void* scratch = nullptr;
+      void* pinned = nullptr;
+      CHECK(cudaMalloc(&scratch, 4096));
+      CHECK(cudaMallocHost(&pinned, 4096));
+      CHECK(cudaFree(scratch));
+      CHECK(cudaFreeHost(pinned));
+    }
     if (legacy) {
       unsigned seen[2];
       CHECK(cudaMemcpy(seen, flags, sizeof(seen), cudaMemcpyDeviceToHost));
