@@ -252,6 +252,28 @@ TEST_F(ContextTest, ProfilerStartAndStopNeedACurrentContextAndChangeNothing) {
   EXPECT_CU(cuCtxDestroy(c));
 }
 
+// Deprecated shared memory bank sizes: fixed at four bytes, so a setting is
+// checked and changes nothing.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+TEST_F(ContextTest, SharedMemoryBanksAreFourBytes) {
+  CUsharedconfig config = CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE;
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT, cuCtxGetSharedMemConfig(&config));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_CONTEXT,
+                cuCtxSetSharedMemConfig(CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE));
+  CUcontext c = nullptr;
+  ASSERT_CU(cuCtxCreate(&c, nullptr, 0, 0));
+  EXPECT_CU(cuCtxGetSharedMemConfig(&config));
+  EXPECT_EQ(config, CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE);
+  EXPECT_CU(cuCtxSetSharedMemConfig(CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE));
+  EXPECT_CU(cuCtxGetSharedMemConfig(&config));
+  EXPECT_EQ(config, CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE);
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuCtxSetSharedMemConfig(static_cast<CUsharedconfig>(3)));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuCtxGetSharedMemConfig(nullptr));
+  EXPECT_CU(cuCtxDestroy(c));
+}
+#pragma GCC diagnostic pop
+
 TEST_F(ContextTest, PeerAccessNeedsTwoDevices) {
   CUcontext a = nullptr, b = nullptr;
   ASSERT_CU(cuCtxCreate(&a, nullptr, 0, 0));

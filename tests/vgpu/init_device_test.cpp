@@ -265,6 +265,32 @@ TEST_F(DeviceTest, AttributesDescribeAnRtx5090ByDefault) {
   EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), 1);
 }
 
+// The deprecated structure holds what cuDeviceGetAttribute answers.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+TEST_F(DeviceTest, PropertiesAreTheAttributes) {
+  auto attr = [](CUdevice_attribute a) {
+    int v = -1;
+    EXPECT_CU(cuDeviceGetAttribute(&v, a, 0));
+    return v;
+  };
+  CUdevprop p{};
+  ASSERT_CU(cuDeviceGetProperties(&p, 0));
+  EXPECT_EQ(p.maxThreadsPerBlock, attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK));
+  EXPECT_EQ(p.maxThreadsDim[2], attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z));
+  EXPECT_EQ(p.maxGridSize[0], attr(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X));
+  EXPECT_EQ(p.sharedMemPerBlock, attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK));
+  EXPECT_EQ(p.totalConstantMemory, 64 * 1024);
+  EXPECT_EQ(p.SIMDWidth, 32);
+  EXPECT_EQ(p.memPitch, attr(CU_DEVICE_ATTRIBUTE_MAX_PITCH));
+  EXPECT_EQ(p.regsPerBlock, attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK));
+  EXPECT_EQ(p.clockRate, attr(CU_DEVICE_ATTRIBUTE_CLOCK_RATE));
+  EXPECT_EQ(p.textureAlign, attr(CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuDeviceGetProperties(nullptr, 0));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_DEVICE, cuDeviceGetProperties(&p, 7));
+}
+#pragma GCC diagnostic pop
+
 TEST_F(DeviceTest, ASingleDeviceHasNoPeer) {
   int can = -1;
   EXPECT_CU(cuDeviceCanAccessPeer(&can, 0, 0));

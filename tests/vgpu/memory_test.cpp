@@ -776,6 +776,10 @@ TEST_F(MemoryTest, ArraysCopiesAndTextureObjects) {
   CUDA_RESOURCE_DESC resBack{};
   ASSERT_CU(cuTexObjectGetResourceDesc(&resBack, t));
   EXPECT_EQ(resBack.res.array.hArray, a);
+  // No resource view was set (vgpu refuses them): "CUDA_ERROR_INVALID_VALUE is returned".
+  CUDA_RESOURCE_VIEW_DESC view{};
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuTexObjectGetResourceViewDesc(&view, t));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuTexObjectGetResourceViewDesc(nullptr, t));
   CUsurfObject s = 0;
   ASSERT_CU(cuSurfObjectCreate(&s, &res));
   ASSERT_CU(cuSurfObjectGetResourceDesc(&resBack, s));

@@ -330,6 +330,13 @@ TEST_F(ModuleTest, LaunchValidation) {
   EXPECT_CU(cuFuncSetAttribute(bump, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optIn - 1024));
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
                 cuFuncSetAttribute(bump, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optIn - 1023));
+  // The deprecated bank size of a function: checked, then nothing to do (fixed at four bytes).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  EXPECT_CU(cuFuncSetSharedMemConfig(bump, CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
+                cuFuncSetSharedMemConfig(bump, static_cast<CUsharedconfig>(3)));
+#pragma GCC diagnostic pop
   EXPECT_CU(cuCtxSynchronize());
   EXPECT_EQ(loader_->launches().size(), 2u);
   EXPECT_CU(cuModuleUnload(m));

@@ -305,6 +305,31 @@ CUresult CUDAAPI cuCtxSetCacheConfig(CUfunc_cache config) {
   });
 }
 
+// Shared memory banks (deprecated): fixed at four bytes since Maxwell, so the
+// getter answers that and the setter "will do nothing", after checking.
+CUresult CUDAAPI cuCtxGetSharedMemConfig(CUsharedconfig* pConfig) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(pConfig, "pConfig"));
+    ASSIGN_OR_RETURN(auto context, d.current());
+    (void)context;
+    *pConfig = CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE;
+    return Status::ok();
+  });
+}
+
+CUresult CUDAAPI cuCtxSetSharedMemConfig(CUsharedconfig config) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto context, d.current());
+    (void)context;
+    if (config < CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE ||
+        config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "shared memory configuration {} is invalid",
+                      static_cast<int>(config));
+    }
+    return Status::ok();
+  });
+}
+
 CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
   return call(__func__, [&](Driver& d) -> Status {
     ASSIGN_OR_RETURN(auto context, d.current());

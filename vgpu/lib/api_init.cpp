@@ -216,6 +216,38 @@ CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevi
   });
 }
 
+// Deprecated: the attributes the structure holds, as cuDeviceGetAttribute answers them.
+CUresult CUDAAPI cuDeviceGetProperties(CUdevprop* prop, CUdevice dev) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(prop, "prop"));
+    RETURN_IF_ERROR(d.checkDevice(dev));
+    CUdevprop out{};
+    const std::pair<int*, CUdevice_attribute> fields[] = {
+        {&out.maxThreadsPerBlock, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK},
+        {&out.maxThreadsDim[0], CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X},
+        {&out.maxThreadsDim[1], CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y},
+        {&out.maxThreadsDim[2], CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z},
+        {&out.maxGridSize[0], CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X},
+        {&out.maxGridSize[1], CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y},
+        {&out.maxGridSize[2], CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z},
+        {&out.sharedMemPerBlock, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK},
+        {&out.totalConstantMemory, CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY},
+        {&out.SIMDWidth, CU_DEVICE_ATTRIBUTE_WARP_SIZE},
+        {&out.memPitch, CU_DEVICE_ATTRIBUTE_MAX_PITCH},
+        {&out.regsPerBlock, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK},
+        {&out.clockRate, CU_DEVICE_ATTRIBUTE_CLOCK_RATE},
+        {&out.textureAlign, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT},
+    };
+    for (const auto& [field, attribute] : fields) {
+      auto value = deviceAttribute(d.platform(), dev, attribute);
+      if (!value.isOk()) return cuError(CUDA_ERROR_INVALID_VALUE, value.status().message());
+      *field = *value;
+    }
+    *prop = out;
+    return Status::ok();
+  });
+}
+
 // Memory of graphs' allocation nodes. vgpu builds no graphs, so there is none:
 // every count is 0, the high watermarks reset to 0, and trimming has nothing to do.
 CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void* value) {

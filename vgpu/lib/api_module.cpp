@@ -725,6 +725,20 @@ CUresult CUDAAPI cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config) {
   });
 }
 
+// Deprecated; the banks are fixed at four bytes (cuCtxSetSharedMemConfig).
+CUresult CUDAAPI cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config) {
+  return call(__func__, [&](Driver& d) -> Status {
+    ASSIGN_OR_RETURN(auto f, d.function(hfunc));
+    (void)f;
+    if (config < CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE ||
+        config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE, "shared memory configuration {} is invalid",
+                      static_cast<int>(config));
+    }
+    return Status::ok();
+  });
+}
+
 CUresult CUDAAPI cuFuncGetName(const char** name, CUfunction hfunc) {
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(name, "name"));

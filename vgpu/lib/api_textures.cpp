@@ -338,6 +338,19 @@ CUresult CUDAAPI cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC* pTexDesc, CUtexObj
   });
 }
 
+// "If no resource view was set for texObject, the CUDA_ERROR_INVALID_VALUE is
+// returned": none is, since cuTexObjectCreate refuses resource views.
+CUresult CUDAAPI cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC* pResViewDesc,
+                                                CUtexObject texObject) {
+  return call(__func__, [&](Driver& d) -> Status {
+    RETURN_IF_ERROR(requireNonNull(pResViewDesc, "pResViewDesc"));
+    ASSIGN_OR_RETURN(auto object, objectOf(d.textureObjects(), texObject, "texture"));
+    (void)object;
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "texture object {:#x} has no resource view",
+                    texObject);
+  });
+}
+
 CUresult CUDAAPI cuSurfObjectCreate(CUsurfObject* pSurfObject, const CUDA_RESOURCE_DESC* pResDesc) {
   return call(__func__, [&](Driver& d) -> Status {
     RETURN_IF_ERROR(requireNonNull(pSurfObject, "pSurfObject"));
