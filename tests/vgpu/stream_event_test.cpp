@@ -448,6 +448,66 @@ TEST_F(StreamTest, StreamMemoryOperationsWaitAndWrite) {
   EXPECT_CU(cuMemFree(words));
 }
 
+// cuCtxRecordEvent captures the work of all the context's streams so far;
+// cuCtxWaitEvent makes all work submitted to a context afterwards wait for an
+// event, on streams made before or after. A stream memory wait on a host word
+// holds stream `a` until the test stores the word.
+TEST_F(StreamTest, ContextEventsCoverEveryStream) {
+  CUcontext c = nullptr;
+  ASSERT_CU(cuCtxCreate(&c, nullptr, 0, 0));
+  unsigned* gate = nullptr;
+  ASSERT_CU(cuMemHostAlloc(reinterpret_cast<void**>(&gate), sizeof(unsigned), 0));
+  *gate = 0;
+  CUdeviceptr words = 0;
+  ASSERT_CU(cuMemAlloc(&words, 2 * sizeof(unsigned)));
+  ASSERT_CU(cuMemsetD32(words, 0, 2));
+  CUstream a = nullptr, b = nullptr;
+  ASSERT_CU(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(
+      cuStreamWaitValue32(a, reinterpret_cast<CUdeviceptr>(gate), 1, CU_STREAM_WAIT_VALUE_EQ));
+  CUevent all = nullptr, mine = nullptr;
+  ASSERT_CU(cuEventCreate(&all, CU_EVENT_DEFAULT));
+  ASSERT_CU(cuCtxRecordEvent(c, all));
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_READY, cuEventQuery(all));  // stream a's wait is in it
+  ASSERT_CU(cuCtxWaitEvent(c, all));
+  ASSERT_CU(cuMemsetD32Async(words, 7, 1, b));  // b had nothing queued: it waits now
+  CUstream later = nullptr;
+  ASSERT_CU(cuStreamCreate(&later, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuMemsetD32Async(words + sizeof(unsigned), 9, 1, later));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_READY, cuStreamQuery(b));
+  EXPECT_CU_ERR(CUDA_ERROR_NOT_READY, cuStreamQuery(later));
+  // The event of another context is refused; a context waits for any event.
+  CUcontext other = nullptr;
+  ASSERT_CU(cuCtxCreate(&other, nullptr, 0, 0));
+  ASSERT_CU(cuEventCreate(&mine, CU_EVENT_DISABLE_TIMING));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_HANDLE, cuCtxRecordEvent(c, mine));
+  ASSERT_CU(cuCtxRecordEvent(other, mine));
+  EXPECT_CU(cuCtxWaitEvent(other, all));
+  EXPECT_CU(cuCtxDestroy(other));
+  ASSERT_CU(cuCtxSetCurrent(c));
+  reinterpret_cast<std::atomic<unsigned>*>(gate)->store(1);
+  EXPECT_CU(cuCtxSynchronize());
+  EXPECT_CU(cuEventQuery(all));
+  unsigned out[2] = {};
+  ASSERT_CU(cuMemcpyDtoH(out, words, sizeof out));
+  EXPECT_EQ(out[0], 7u);
+  EXPECT_EQ(out[1], 9u);
+  // Not while a stream of the context captures: refused, and the capture invalidated.
+  ASSERT_CU(cuStreamBeginCapture(b, CU_STREAM_CAPTURE_MODE_RELAXED));
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuCtxRecordEvent(c, all));
+  CUgraph graph = nullptr;
+  EXPECT_CU_ERR(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, cuStreamEndCapture(b, &graph));
+  EXPECT_CU(cuEventDestroy(all));
+  EXPECT_CU(cuStreamDestroy(a));
+  EXPECT_CU(cuStreamDestroy(b));
+  EXPECT_CU(cuStreamDestroy(later));
+  EXPECT_CU(cuMemFree(words));
+  EXPECT_CU(cuMemFreeHost(gate));
+  EXPECT_CU(cuCtxDestroy(c));
+}
+
 // A wait nothing will satisfy ends with its context (a GPU's work ends with
 // the context), instead of holding cuCtxDestroy forever.
 TEST_F(StreamTest, DestroyingAContextEndsAWaitNothingSatisfies) {

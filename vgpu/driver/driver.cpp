@@ -304,7 +304,35 @@ Result<std::uint64_t> Context::submit(const std::shared_ptr<Stream>& stream, Str
   } else if (stream->synchronizesWithLegacy()) {
     depend(legacy_);
   }
+  std::erase_if(waitsForAll_,
+                [](const StreamDependency& d) { return d.stream->isComplete(d.seq); });
+  deps.insert(deps.end(), waitsForAll_.begin(), waitsForAll_.end());
   return stream->enqueue(std::move(work), std::move(deps));
+}
+
+Result<StreamDependency> Context::afterAllWork(Stream::Work work) {
+  std::vector<std::shared_ptr<Stream>> all{legacy_};
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& weak : streams_) {
+      if (auto s = weak.lock()) all.push_back(std::move(s));
+    }
+    for (const auto& [thread, s] : perThread_) all.push_back(s);
+  }
+  std::lock_guard submitLock(submitMutex_);
+  std::vector<StreamDependency> deps;
+  for (const auto& s : all) {
+    const std::uint64_t last = s->lastEnqueued();
+    if (last != 0 && !s->isComplete(last)) deps.push_back({s, last});
+  }
+  if (!joins_) joins_ = makeStream(Stream::Kind::kCreated, CU_STREAM_NON_BLOCKING, 0);
+  const std::uint64_t seq = joins_->enqueue(std::move(work), std::move(deps));
+  return StreamDependency{joins_, seq};
+}
+
+void Context::waitForAll(StreamDependency dependency) {
+  std::lock_guard submitLock(submitMutex_);
+  if (!dependency.stream->isComplete(dependency.seq)) waitsForAll_.push_back(std::move(dependency));
 }
 
 std::vector<std::shared_ptr<CaptureSequence>> Context::captures() const {
@@ -330,6 +358,10 @@ void Context::drain() {
       if (auto s = weak.lock()) all.push_back(std::move(s));
     }
     for (const auto& [thread, s] : perThread_) all.push_back(s);
+  }
+  {
+    std::lock_guard submitLock(submitMutex_);
+    if (joins_) all.push_back(joins_);
   }
   for (const auto& s : all) s->waitIdle();
 }
@@ -1317,6 +1349,62 @@ Status Driver::recordEvent(CUevent handle, const StreamRef& ref) {
     return Status::ok();
   }));
   e->setRecord(std::move(record));
+  return Status::ok();
+}
+
+namespace {
+// "The API will return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED if the
+// specified context hCtx has a stream in the capture mode. In such a case,
+// the call will invalidate all the conflicting captures."
+Status refuseContextCaptures(const Context& context, const char* what) {
+  auto captures = context.captures();
+  if (captures.empty()) return Status::ok();
+  for (const auto& c : captures) c->invalidate();
+  return cuErrorf(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "{}: a stream of the context is capturing",
+                  what);
+}
+}  // namespace
+
+Status Driver::recordContextEvent(CUcontext contextHandle, CUevent handle) {
+  ASSIGN_OR_RETURN(auto ctx, context(contextHandle));
+  ASSIGN_OR_RETURN(auto e, event(handle));
+  // "hEvent and hCtx must be from the same CUDA context, otherwise
+  // CUDA_ERROR_INVALID_HANDLE will be returned."
+  if (e->context() != ctx->id()) {
+    return cuError(CUDA_ERROR_INVALID_HANDLE, "the event belongs to another context");
+  }
+  RETURN_IF_ERROR(refuseContextCaptures(*ctx, "cuCtxRecordEvent"));
+  auto record = std::make_shared<EventRecord>();
+  const bool timing = (e->flags() & CU_EVENT_DISABLE_TIMING) == 0;
+  std::weak_ptr<EventRecord> weak = record;
+  ASSIGN_OR_RETURN(StreamDependency at, ctx->afterAllWork([weak, timing] {
+    if (auto r = weak.lock()) {
+      if (timing) r->time = std::chrono::steady_clock::now();
+      r->completed.store(true, std::memory_order_release);
+    }
+    return Status::ok();
+  }));
+  record->stream = at.stream;
+  record->seq = at.seq;
+  e->setRecord(std::move(record));
+  return Status::ok();
+}
+
+Status Driver::contextWaitEvent(CUcontext contextHandle, CUevent handle) {
+  ASSIGN_OR_RETURN(auto ctx, context(contextHandle));
+  ASSIGN_OR_RETURN(auto e, event(handle));
+  // "... if the specified event hEvent is part of an ongoing capture sequence
+  // or if the specified context hCtx has a stream in the capture mode."
+  if (auto captured = e->capturedRecord()) {
+    if (auto source = captured->capture.lock(); source && source->active()) {
+      source->invalidate();
+      return cuError(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                     "cuCtxWaitEvent: the event was recorded in an ongoing capture");
+    }
+  }
+  RETURN_IF_ERROR(refuseContextCaptures(*ctx, "cuCtxWaitEvent"));
+  // The event may be of another context or device.
+  if (auto record = e->record()) ctx->waitForAll({record->stream, record->seq});
   return Status::ok();
 }
 

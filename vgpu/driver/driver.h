@@ -165,6 +165,12 @@ class Context {
   std::vector<std::shared_ptr<CaptureSequence>> captures() const;
   // Waits for all work of all streams of the context.
   void drain();
+  // cuCtxRecordEvent: enqueues `work` after all work of the context's
+  // streams so far, on a stream of its own; returns where it went.
+  Result<StreamDependency> afterAllWork(Stream::Work work);
+  // cuCtxWaitEvent: all work submitted from now on, on any of the
+  // context's streams, waits for `dependency` too.
+  void waitForAll(StreamDependency dependency);
 
   std::map<CUlimit, std::size_t> limits;  // guarded by mutex()
   std::mutex& mutex() const { return mutex_; }
@@ -205,6 +211,10 @@ class Context {
   std::shared_ptr<Stream> legacy_;
   std::vector<std::weak_ptr<Stream>> streams_;  // guarded by mutex_
   std::unordered_map<std::thread::id, std::shared_ptr<Stream>> perThread_;  // guarded by mutex_
+  std::shared_ptr<Stream>
+      joins_;  // afterAllWork's stream, made at its first use; guarded by submitMutex_
+  std::vector<StreamDependency>
+      waitsForAll_;  // waitForAll's, until complete; guarded by submitMutex_
 };
 
 // A user object (cuUserObjectCreate): its destructor runs on the driver's
@@ -399,6 +409,11 @@ class Driver {
   Result<std::shared_ptr<Event>> event(CUevent handle) const;
   Status destroyEvent(CUevent handle);
   Status recordEvent(CUevent event, const StreamRef& stream);
+  // cuCtxRecordEvent and cuCtxWaitEvent: an event recorded after all work of
+  // a context so far, and all work submitted to a context from now on
+  // waiting for an event.
+  Status recordContextEvent(CUcontext context, CUevent event);
+  Status contextWaitEvent(CUcontext context, CUevent event);
   Status waitEvent(const StreamRef& stream, CUevent event);
   Status synchronizeStream(const StreamRef& stream);
   Status synchronizeContext(Context& context);

@@ -405,6 +405,12 @@ CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent) {
   return call(__func__, [&](Driver& d) { return d.destroyEvent(hEvent); });
 }
 
+CUresult CUDAAPI cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent) {
+  return call(__func__, [&](Driver& d) { return d.recordContextEvent(hCtx, hEvent); });
+}
+CUresult CUDAAPI cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent) {
+  return call(__func__, [&](Driver& d) { return d.contextWaitEvent(hCtx, hEvent); });
+}
 CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) { return eventRecord(__func__, hEvent, hStream, 0, false); }
 CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) {
   return eventRecord(__func__, hEvent, hStream, 0, true);
