@@ -3,6 +3,7 @@
 // events, the calls a capture refuses and its modes) and the explicit graph
 // API, each graph launched and its results checked against what the same
 // work directly on a stream computes.
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -629,6 +630,15 @@ TEST_F(GraphTest, EdgesAreListedRemovedAndFollowAStreamsUpdatedDependencies) {
   ASSERT_CU(scaleAdd(s_, 1, 1));
   EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE,
                 cuStreamUpdateCaptureDependencies(s_, nullptr, nullptr, 0, 7));
+  // CUDA 11.3's form (no edge data), which programs built then call by its name.
+  using UpdateWithoutEdges = CUresult (*)(CUstream, CUgraphNode*, size_t, unsigned);
+  for (const char* name :
+       {"cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies_ptsz"}) {
+    auto update = reinterpret_cast<UpdateWithoutEdges>(dlsym(RTLD_DEFAULT, name));
+    ASSERT_NE(update, nullptr) << name;
+    EXPECT_CU(update(s_, nullptr, 0, CU_STREAM_ADD_CAPTURE_DEPENDENCIES)) << name;
+    EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, update(s_, nullptr, 0, 7)) << name;
+  }
   ASSERT_CU(cuStreamEndCapture(s_, &graph));
   ASSERT_CU(cuGraphGetRootNodes(graph, nullptr, &count));
   EXPECT_EQ(count, 2u);

@@ -48,6 +48,10 @@ PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2_ptsz(
     CUstream hStream, CUgraphNode* dependencies, const CUgraphEdgeData* dependencyData,
     size_t numDependencies, unsigned int flags);
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream,
+                                                                       CUgraphNode* dependencies,
+                                                                       size_t numDependencies,
+                                                                       unsigned int flags);
 PHOS_CU_EXPORT CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 PHOS_CU_EXPORT CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 PHOS_CU_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(
@@ -362,6 +366,13 @@ CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream hStream,
                                                            unsigned int flags) {
   return updateCaptureDependencies(__func__, hStream, dependencies, dependencyData, numDependencies,
                                    flags, true);
+}
+// CUDA 11.3's form, without edge data; the default-stream one is in api_legacy.cpp.
+CUresult CUDAAPI cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream, CUgraphNode* dependencies,
+                                                        size_t numDependencies,
+                                                        unsigned int flags) {
+  return updateCaptureDependencies(__func__, hStream, dependencies, nullptr, numDependencies, flags,
+                                   true);
 }
 CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
   return call(__func__, [&](Driver&) -> Status {

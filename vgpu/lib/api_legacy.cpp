@@ -24,6 +24,7 @@
 #undef cuMemHostRegister
 #undef cuStreamGetCaptureInfo
 #undef cuStreamBeginCapture
+#undef cuStreamUpdateCaptureDependencies
 
 PHOS_CU_EXPORT CUresult CUDAAPI cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) {
   return cuCtxCreate_v4(pctx, nullptr, flags, dev);
@@ -73,6 +74,16 @@ PHOS_CU_EXPORT CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream) {
 PHOS_CU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
                                                        cuuint64_t*) {
   return cuStreamIsCapturing(hStream, captureStatus_out);
+}
+
+// CUDA 11.3's form, without edge data (CUDA 12.3's _v2 added it); its _ptsz twin is in
+// api_graph.cpp.
+PHOS_CU_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies(CUstream hStream,
+                                                                  CUgraphNode* dependencies,
+                                                                  size_t numDependencies,
+                                                                  unsigned int flags) {
+  return cuStreamUpdateCaptureDependencies_v2(hStream, dependencies, nullptr, numDependencies,
+                                              flags);
 }
 
 // CUDA 12's managed-memory hints, with a device ordinal where CUDA 13 takes a
