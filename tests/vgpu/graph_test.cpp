@@ -110,6 +110,7 @@ class GraphTest : public ::testing::Test {
 
 TEST_F(GraphTest, CapturedWorkRunsAtEachLaunchAndNotWhileCaptured) {
   ASSERT_CU(cuMemsetD32(x_, 1, kN));
+  ASSERT_CU(cuCtxSynchronize());  // the legacy stream does not order non-blocking ones
   ASSERT_CU(cuStreamBeginCapture(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   EXPECT_CU(cuStreamIsCapturing(s_, &status));
@@ -406,6 +407,62 @@ TEST_F(GraphTest, CaptureModesAndTheirRefusalsArePerThread) {
 
 void CUDA_CB countCall(void* counter) {
   static_cast<std::atomic<int>*>(counter)->fetch_add(1);
+}
+
+// cuGraphExecChildGraphNodeSetParams: the work of a child graph node in an
+// executable graph takes the parameters of another graph of the same shape;
+// the node itself, and its graph, stay as they are.
+TEST_F(GraphTest, AChildGraphNodeOfAnExecutableGraphTakesAnotherGraphsParameters) {
+  auto memsetGraph = [&](unsigned value, int nodes) {
+    CUgraph g = nullptr;
+    EXPECT_CU(cuGraphCreate(&g, 0));
+    CUDA_MEMSET_NODE_PARAMS m{};
+    m.dst = x_;
+    m.value = value;
+    m.elementSize = 4;
+    m.width = kN;
+    m.height = 1;
+    CUgraphNode last = nullptr;
+    for (int i = 0; i < nodes; ++i) {
+      CUgraphNode node = nullptr;
+      EXPECT_CU(cuGraphAddMemsetNode(&node, g, last != nullptr ? &last : nullptr,
+                                     last != nullptr ? 1 : 0, &m, context_));
+      last = node;
+    }
+    return g;
+  };
+  CUgraph child = memsetGraph(1, 1), other = memsetGraph(2, 1), twoNodes = memsetGraph(3, 2);
+  CUgraph top = nullptr;
+  ASSERT_CU(cuGraphCreate(&top, 0));
+  CUgraphNode node = nullptr, empty = nullptr;
+  ASSERT_CU(cuGraphAddChildGraphNode(&node, top, nullptr, 0, child));
+  ASSERT_CU(cuGraphAddEmptyNode(&empty, top, &node, 1));
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&exec, top, 0));
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(device(), filled(1));
+  ASSERT_CU(cuGraphExecChildGraphNodeSetParams(exec, node, other));
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(device(), filled(2));
+  // Another shape, or a node that is not a child graph node: refused, nothing changed.
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphExecChildGraphNodeSetParams(exec, node, twoNodes));
+  EXPECT_CU_ERR(CUDA_ERROR_INVALID_VALUE, cuGraphExecChildGraphNodeSetParams(exec, empty, other));
+  ASSERT_CU(cuMemsetD32(x_, 0, kN));
+  ASSERT_CU(cuCtxSynchronize());  // the legacy stream does not order non-blocking ones
+  ASSERT_CU(cuGraphLaunch(exec, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(device(), filled(2));
+  // The graph it was instantiated from still sets 1.
+  CUgraphExec again = nullptr;
+  ASSERT_CU(cuGraphInstantiate(&again, top, 0));
+  ASSERT_CU(cuGraphLaunch(again, s_));
+  ASSERT_CU(cuStreamSynchronize(s_));
+  EXPECT_EQ(device(), filled(1));
+  EXPECT_CU(cuGraphExecDestroy(again));
+  EXPECT_CU(cuGraphExecDestroy(exec));
+  for (CUgraph g : {top, child, other, twoNodes}) EXPECT_CU(cuGraphDestroy(g));
 }
 
 TEST_F(GraphTest, ExplicitNodesRunInTheirDependenciesOrder) {
@@ -886,6 +943,7 @@ TEST_F(GraphTest, KernelNodeAttributesAreKeptCopiedAndACapturedCooperativeLaunch
   }
   // Both nodes still run: x = (x * 3 + 1) * 3 + 1 from 0.
   ASSERT_CU(cuMemsetD32(x_, 0, kN));
+  ASSERT_CU(cuCtxSynchronize());  // the legacy stream does not order non-blocking ones
   CUgraphExec exec = nullptr;
   ASSERT_CU(cuGraphInstantiate(&exec, graph, 0));
   ASSERT_CU(cuGraphLaunch(exec, s_));

@@ -1794,6 +1794,18 @@ Result<CUgraphExecUpdateResult> Driver::updateGraphExec(CUgraphExec handle, CUgr
   return result;
 }
 
+Status Driver::updateChildGraphNode(CUgraphExec handle, CUgraphNode nodeHandle,
+                                    CUgraph childHandle) {
+  ASSIGN_OR_RETURN(auto exec, graphExec(handle));
+  ASSIGN_OR_RETURN(auto found, graphNode(nodeHandle));
+  if (!found.second->child) {
+    return cuError(CUDA_ERROR_INVALID_VALUE, "the node is not a child graph node");
+  }
+  ASSIGN_OR_RETURN(auto g, graph(childHandle));
+  ASSIGN_OR_RETURN(auto steps, g->executionOrder());
+  return exec->updateChild(found.second->id, steps);
+}
+
 Result<CUgraphNode> Driver::findInClone(CUgraphNode original, CUgraph clone) const {
   ASSIGN_OR_RETURN(auto g, graph(clone));
   for (const auto& n : g->nodes()) {

@@ -456,6 +456,7 @@ class Driver {
   Result<std::shared_ptr<GraphExec>> graphExec(CUgraphExec handle) const;
   // cuGraphExecUpdate: `exec` made of `graph`'s nodes if it has its shape.
   Result<CUgraphExecUpdateResult> updateGraphExec(CUgraphExec exec, CUgraph graph);
+  Status updateChildGraphNode(CUgraphExec exec, CUgraphNode node, CUgraph child);
   // cuGraphNodeFindInClone.
   Result<CUgraphNode> findInClone(CUgraphNode original, CUgraph clone) const;
   Result<CUgraphNode> addChildGraphNode(CUgraph graph, std::vector<std::uint64_t> dependencies,

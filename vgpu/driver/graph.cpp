@@ -126,7 +126,10 @@ Result<std::vector<ExecStep>> Graph::executionOrder() const {
     const GraphNode& n = *all[i];
     if (n.child) {
       ASSIGN_OR_RETURN(auto inner, n.child->executionOrder());
-      for (ExecStep& step : inner) step.node = 0;  // not a node of the instantiated graph
+      for (ExecStep& step : inner) {
+        step.node = 0;          // not a node of the instantiated graph
+        step.childNode = n.id;  // the outermost child graph node, for nested ones too
+      }
       steps.insert(steps.end(), inner.begin(), inner.end());
     } else if (n.work || n.info.event != nullptr) {
       steps.push_back({n.id, n.info.type, n.work, n.info.event});
@@ -306,6 +309,32 @@ Result<CUgraphExecUpdateResult> GraphExec::update(const std::vector<ExecStep>& s
     steps_[i].event = steps[i].event;
   }
   return CU_GRAPH_EXEC_UPDATE_SUCCESS;
+}
+
+Status GraphExec::updateChild(std::uint64_t node, const std::vector<ExecStep>& steps) {
+  std::lock_guard lock(mutex_);
+  std::vector<ExecStep*> mine;
+  for (ExecStep& step : steps_) {
+    if (step.childNode == node) mine.push_back(&step);
+  }
+  // "The topology of childGraph, as well as the node insertion order, must
+  // match that of the graph contained in hNode."
+  if (mine.size() != steps.size()) {
+    return cuErrorf(CUDA_ERROR_INVALID_VALUE, "the graph has {} nodes that run, the child graph {}",
+                    steps.size(), mine.size());
+  }
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].type != mine[i]->type) {
+      return cuErrorf(CUDA_ERROR_INVALID_VALUE,
+                      "node {} of the graph is of type {}, the child graph's {}", i,
+                      static_cast<int>(steps[i].type), static_cast<int>(mine[i]->type));
+    }
+  }
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    mine[i]->work = steps[i].work;
+    mine[i]->event = steps[i].event;
+  }
+  return Status::ok();
 }
 
 StreamDependency GraphExec::lastLaunch() const {

@@ -68,6 +68,8 @@ struct ExecStep {
   Stream::Work work;
   CUevent event = nullptr;
   bool enabled = true;  // cuGraphNodeSetEnabled: a disabled step runs as an empty node
+  std::uint64_t childNode =
+      0;  // inlined: the child graph node of the instantiated graph it came from
 };
 
 class Graph;
@@ -169,6 +171,9 @@ class GraphExec {
   // of the same types, in the same order) take the place of these, which
   // keep their nodes and whether they are enabled; otherwise what differs.
   Result<CUgraphExecUpdateResult> update(const std::vector<ExecStep>& steps);
+  // cuGraphExecChildGraphNodeSetParams: the steps inlined from child graph
+  // node `node` take the work of `steps`, a graph of the same shape's.
+  Status updateChild(std::uint64_t node, const std::vector<ExecStep>& steps);
   // "Each launch is ordered behind ... any previous launches of hGraphExec":
   // where the last launch ended.
   StreamDependency lastLaunch() const;

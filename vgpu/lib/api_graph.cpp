@@ -1075,6 +1075,12 @@ CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hN
                                                                       nodeParams);
 }
 
+CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                    CUgraph childGraph) {
+  return call(__func__,
+              [&](Driver& d) { return d.updateChildGraphNode(hGraphExec, hNode, childGraph); });
+}
+
 // "This call does not clone the graph. Changes to the graph will be
 // reflected in the node, and the node retains ownership of the graph."
 CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph* phGraph) {
