@@ -310,15 +310,18 @@ Result<std::uint64_t> Context::submit(const std::shared_ptr<Stream>& stream, Str
   return stream->enqueue(std::move(work), std::move(deps));
 }
 
-Result<StreamDependency> Context::afterAllWork(Stream::Work work) {
+std::vector<std::shared_ptr<Stream>> Context::applicationStreams() const {
   std::vector<std::shared_ptr<Stream>> all{legacy_};
-  {
-    std::lock_guard lock(mutex_);
-    for (const auto& weak : streams_) {
-      if (auto s = weak.lock()) all.push_back(std::move(s));
-    }
-    for (const auto& [thread, s] : perThread_) all.push_back(s);
+  std::lock_guard lock(mutex_);
+  for (const auto& weak : streams_) {
+    if (auto s = weak.lock()) all.push_back(std::move(s));
   }
+  for (const auto& [thread, s] : perThread_) all.push_back(s);
+  return all;
+}
+
+Result<StreamDependency> Context::afterAllWork(Stream::Work work) {
+  const std::vector<std::shared_ptr<Stream>> all = applicationStreams();
   std::lock_guard submitLock(submitMutex_);
   std::vector<StreamDependency> deps;
   for (const auto& s : all) {
@@ -351,14 +354,7 @@ std::vector<std::shared_ptr<CaptureSequence>> Context::captures() const {
 }
 
 void Context::drain() {
-  std::vector<std::shared_ptr<Stream>> all{legacy_};
-  {
-    std::lock_guard lock(mutex_);
-    for (const auto& weak : streams_) {
-      if (auto s = weak.lock()) all.push_back(std::move(s));
-    }
-    for (const auto& [thread, s] : perThread_) all.push_back(s);
-  }
+  std::vector<std::shared_ptr<Stream>> all = applicationStreams();
   {
     std::lock_guard submitLock(submitMutex_);
     if (joins_) all.push_back(joins_);

@@ -193,6 +193,8 @@ class Context {
 
  private:
   std::shared_ptr<Stream> makeStream(Stream::Kind kind, unsigned flags, int priority);
+  // The legacy, created and per-thread streams (not afterAllWork's).
+  std::vector<std::shared_ptr<Stream>> applicationStreams() const;
 
   const std::uint64_t id_;
   const int device_;
@@ -211,10 +213,10 @@ class Context {
   std::shared_ptr<Stream> legacy_;
   std::vector<std::weak_ptr<Stream>> streams_;  // guarded by mutex_
   std::unordered_map<std::thread::id, std::shared_ptr<Stream>> perThread_;  // guarded by mutex_
-  std::shared_ptr<Stream>
-      joins_;  // afterAllWork's stream, made at its first use; guarded by submitMutex_
-  std::vector<StreamDependency>
-      waitsForAll_;  // waitForAll's, until complete; guarded by submitMutex_
+  // afterAllWork's stream, made at its first use, and waitForAll's
+  // dependencies until they complete; guarded by submitMutex_.
+  std::shared_ptr<Stream> joins_;
+  std::vector<StreamDependency> waitsForAll_;
 };
 
 // A user object (cuUserObjectCreate): its destructor runs on the driver's

@@ -68,8 +68,8 @@ struct ExecStep {
   Stream::Work work;
   CUevent event = nullptr;
   bool enabled = true;  // cuGraphNodeSetEnabled: a disabled step runs as an empty node
-  std::uint64_t childNode =
-      0;  // inlined: the child graph node of the instantiated graph it came from
+  // Inlined from a child graph: the child graph node of the instantiated graph it came from.
+  std::uint64_t childNode = 0;
 };
 
 class Graph;
